@@ -1,0 +1,52 @@
+"""The small interface every search backend offers to ``hybrid_qpr.search``.
+
+A backend answers the two first-stage retrievals (BM25 and kNN) and re-scores a
+given candidate set with stored vectors (the MSEM rerank flow). Fusion, modes,
+pagination and result explanation live above it, in code shared by all backends.
+Scores are "higher is better" (see ``hybrid_qpr.distance``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+Filters = Mapping[str, Any]  # field -> value (or list of values): exact match on metadata
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    text: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One document from one retriever, with that retriever's score."""
+
+    id: str
+    score: float
+
+
+@runtime_checkable
+class Backend(Protocol):
+    distance: str
+
+    def bm25(self, query: str, depth: int, filters: Filters | None = None) -> list[Hit]:
+        """Top ``depth`` documents by BM25, filters applied before ranking."""
+
+    def knn(self, vector: np.ndarray, depth: int, filters: Filters | None = None) -> list[Hit]:
+        """Top ``depth`` documents by vector similarity, filters applied before truncation."""
+
+    def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
+        """Similarity of ``vector`` to each stored document in ``ids`` (for rerank)."""
+
+    def documents(self, ids: Sequence[str]) -> dict[str, Document]:
+        """Stored text and metadata of ``ids`` (missing ids are absent from the result)."""
+
+    def count(self) -> int:
+        """Number of documents indexed."""

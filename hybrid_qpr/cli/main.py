@@ -1,0 +1,67 @@
+"""Entry point of the ``hybrid-qpr`` command. Commands load lazily so ``--help`` is fast
+and ``query`` never pays for torch."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+
+import click
+
+# command name -> (module, attribute, one-line help shown by ``hybrid-qpr --help``)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "dataset": ("hybrid_qpr.cli.dataset", "dataset", "Turn question pairs or QA logs into clusters, splits and BEIR eval sets."),
+    "train": ("hybrid_qpr.cli.train", "train", "Train a paraphrase encoder (SDML, softmax, triplet, MSEM) [needs torch]."),
+    "finetune": ("hybrid_qpr.cli.finetune", "finetune", "Fine-tune a pretrained transformer (MiniLM) on question pairs [needs torch]."),
+    "export": ("hybrid_qpr.cli.export", "export", "Export a trained encoder to ONNX (model.onnx, tokenizer.json, config.json)."),
+    "encode": ("hybrid_qpr.cli.encode", "encode", "Encode texts with an ONNX encoder and print vectors or throughput."),
+    "ingest": ("hybrid_qpr.cli.ingest", "ingest", "Index questions into a local index directory or an OpenSearch index."),
+    "query": ("hybrid_qpr.cli.query", "query", "Search: bm25, knn, hybrid (fused) or rerank; one query or a batch file."),
+    "delete": ("hybrid_qpr.cli.delete", "delete", "Delete documents by id from an index."),
+    "tune": ("hybrid_qpr.cli.tune", "tune", "Choose fusion method and weight on validation data; store them as index defaults."),
+    "evaluate": ("hybrid_qpr.cli.evaluate", "evaluate", "Evaluate search modes on a BEIR eval set; write report.md/json and a plot."),
+    "cluster": ("hybrid_qpr.cli.cluster", "cluster", "Start, stop or check a local OpenSearch node built from Maven Central."),
+    "pipeline": ("hybrid_qpr.cli.pipeline", "pipeline", "Install the OpenSearch search pipelines used by server-side hybrid queries."),
+    "demo": ("hybrid_qpr.cli.demo", "demo", "Build an index from the bundled sample question bank and compare the modes."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return sorted(name for name, (module, _, _) in COMMANDS.items() if importlib.util.find_spec(module))
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        module, attribute, _ = COMMANDS[name]
+        return getattr(importlib.import_module(module), attribute)
+
+    def format_commands(self, ctx, formatter):
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("-v", "--verbose", count=True, help="More log output (-v info, -vv debug).")
+@click.version_option(package_name="hybrid-qpr")
+def cli(verbose: int) -> None:
+    """hybrid-qpr: find the known paraphrases of a new question.
+
+    BM25 for word overlap, a trained encoder plus kNN for paraphrases with little
+    overlap, and a fusion of both. Runs embedded (SQLite + FAISS + bm25s in a local
+    directory) or in an OpenSearch cluster.
+
+    \b
+    Quick start (uses the model committed in onnx/ and the sample bank in examples/):
+      hybrid-qpr demo
+      hybrid-qpr ingest examples/questions.jsonl --index ./qidx
+      hybrid-qpr query "how do i reset my password" --index ./qidx --mode hybrid
+    """
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    cli()

@@ -1,0 +1,138 @@
+"""Inference-time encoders: text in, float32 vectors out, on onnxruntime only.
+
+This module never imports torch, so ingest and query run where torch is not installed.
+A model directory holds ``model.onnx``, ``tokenizer.json`` and ``config.json``;
+``config.json["kind"]`` says which encoder reads it ("cnn" or "transformer").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hybrid_qpr.distance import Distance, check_distance
+from hybrid_qpr.errors import ArtifactError
+
+logger = logging.getLogger(__name__)
+
+CONFIG_FORMAT = "hybrid-qpr-encoder"
+MODEL_FILE = "model.onnx"
+TOKENIZER_FILE = "tokenizer.json"
+CONFIG_FILE = "config.json"
+
+# The model committed with the package; used when no --model is given.
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "onnx" / "sdml-cnn-quora"
+
+
+def read_config(model_dir: str | Path) -> dict[str, Any]:
+    """Read and check ``config.json``; raise ``ArtifactError`` naming the missing or bad file."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise ArtifactError(f"{model_dir}: model directory does not exist (expected {MODEL_FILE}, {TOKENIZER_FILE}, {CONFIG_FILE})")
+    for name in (CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE):
+        if not (model_dir / name).is_file():
+            raise ArtifactError(f"{model_dir}: {name} is missing; export the model again with 'hybrid-qpr export'")
+    try:
+        config = json.loads((model_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ArtifactError(f"{model_dir / CONFIG_FILE}: not valid JSON ({exc})") from exc
+    if not isinstance(config, dict) or config.get("format") != CONFIG_FORMAT:
+        raise ArtifactError(f"{model_dir / CONFIG_FILE}: not a hybrid-qpr encoder config (format must be {CONFIG_FORMAT!r})")
+    for key in ("kind", "dim", "distance"):
+        if key not in config:
+            raise ArtifactError(f"{model_dir / CONFIG_FILE}: the field {key!r} is missing")
+    check_distance(config["distance"])
+    return config
+
+
+def fingerprint(model_dir: str | Path) -> str:
+    """sha256 over the model and tokenizer bytes: an index records it and refuses other models."""
+    digest = hashlib.sha256()
+    for name in (MODEL_FILE, TOKENIZER_FILE):
+        digest.update((Path(model_dir) / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def onnx_session(model_path: Path, threads: int | None = None):
+    """An onnxruntime CPU session; a corrupt file becomes ``ArtifactError``."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    try:
+        return ort.InferenceSession(str(model_path), sess_options=options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own untyped errors on bad files
+        raise ArtifactError(f"{model_path}: onnxruntime cannot load it ({exc})") from exc
+
+
+class Encoder:
+    """Base of the ONNX encoders. Use ``Encoder.load(dir)``; subclasses do ``_encode_batch``."""
+
+    kind: str = ""
+    _kinds: dict[str, Callable[[Path, dict], "Encoder"]] = {}
+
+    def __init__(self, model_dir: Path, config: dict[str, Any]):
+        self.model_dir = Path(model_dir)
+        self.config = config
+        self.dim: int = int(config["dim"])
+        self.distance: Distance = config["distance"]
+        self.fingerprint: str = fingerprint(model_dir)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.kind:
+            Encoder._kinds[cls.kind] = cls
+
+    @staticmethod
+    def load(model_dir: str | Path | None = None, threads: int | None = None) -> "Encoder":
+        """Load the encoder in ``model_dir`` (default: the model committed in ``onnx/``)."""
+        model_dir = Path(model_dir) if model_dir is not None else DEFAULT_MODEL_DIR
+        config = read_config(model_dir)
+        _import_encoder_kinds()
+        kind = config["kind"]
+        if kind not in Encoder._kinds:
+            raise ArtifactError(f"{model_dir / CONFIG_FILE}: kind={kind!r}; allowed kinds are {sorted(Encoder._kinds)}")
+        return Encoder._kinds[kind](model_dir, config, threads=threads)  # type: ignore[call-arg]
+
+    def encode(self, texts: Sequence[str] | str, batch_size: int = 256, show_progress: bool = False) -> np.ndarray:
+        """float32 [n, dim]; a single string gives [1, dim]."""
+        if isinstance(texts, str):
+            texts = [texts]
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        # Sorting by length keeps padding, and so wasted work, small inside each batch.
+        order = np.argsort([len(t) for t in texts], kind="stable")
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        starts = range(0, len(texts), batch_size)
+        if show_progress:
+            from hybrid_qpr.progress import track
+
+            starts = track(starts, total=len(starts), description="encoding")
+        for start in starts:
+            idx = order[start : start + batch_size]
+            out[idx] = self._encode_batch([texts[i] for i in idx])
+        return out
+
+    def _encode_batch(self, texts: list[str]) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def _import_encoder_kinds() -> None:
+    """Register the encoder kinds (each module subclasses ``Encoder`` with its ``kind``)."""
+    import importlib
+
+    for module in ("hybrid_qpr.encoders.cnn", "hybrid_qpr.encoders.transformer"):
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise

@@ -1,0 +1,1 @@
+"""Encoder kinds read by ``hybrid_qpr.encoder.Encoder.load``; none imports torch."""

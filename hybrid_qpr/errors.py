@@ -1,0 +1,73 @@
+"""One exception tree for hybrid-qpr.
+
+Every message names the value or file at fault, what is allowed, and how to fix it.
+The CLI turns any ``HybridQPRError`` into a one-line ``click.ClickException``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class HybridQPRError(Exception):
+    """Base class of every error hybrid-qpr raises on purpose."""
+
+
+class ConfigError(HybridQPRError, ValueError):
+    """A parameter or option has a value that is not allowed."""
+
+
+class InputError(HybridQPRError, ValueError):
+    """A line of an input file cannot be read.
+
+    ``str(err)`` reads ``path:line: problem`` so editors and terminals can jump to it.
+    """
+
+    def __init__(self, path: str | Path, line: int | None, problem: str):
+        self.path = str(path)
+        self.line = line
+        self.problem = problem
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{where}: {problem}")
+
+
+class ArtifactError(HybridQPRError):
+    """A model or index directory is missing a file, or a file is corrupt."""
+
+
+class ModelMismatchError(HybridQPRError):
+    """An encoder does not match the index it is used with (fingerprint or dims)."""
+
+
+class MissingDependencyError(HybridQPRError, ImportError):
+    """An optional package is needed for this feature; the message gives the pip command."""
+
+    def __init__(self, package: str, extra: str | None = None, feature: str = "this feature"):
+        hint = f"pip install 'hybrid-qpr[{extra}]'" if extra else f"pip install {package}"
+        super().__init__(f"{feature} needs the '{package}' package, which is not installed. Fix: {hint}")
+
+
+class BackendError(HybridQPRError):
+    """A search backend (local index or OpenSearch) failed to do what was asked."""
+
+
+class ClusterError(BackendError):
+    """The OpenSearch node could not be reached, started or used."""
+
+
+class BulkIndexError(BackendError):
+    """Some documents were rejected by bulk indexing; they are listed, never dropped."""
+
+    def __init__(self, message: str, failed: list[dict] | None = None):
+        self.failed = failed or []
+        super().__init__(message)
+
+
+def require(module: str, extra: str | None = None, feature: str = "this feature"):
+    """Import an optional module or raise ``MissingDependencyError`` with the install command."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise MissingDependencyError(module.split(".")[0], extra, feature) from exc
