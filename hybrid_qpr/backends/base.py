@@ -50,3 +50,22 @@ class Backend(Protocol):
 
     def count(self) -> int:
         """Number of documents indexed."""
+
+
+@dataclass
+class IngestReport:
+    """What an ingest did. Every input line is accounted for: indexed (new), updated
+    (same id seen before: replaced, never duplicated), skipped (with line and reason),
+    or failed (rejected by the store; written to ``rejects_path`` when one is given)."""
+
+    indexed: int = 0
+    updated: int = 0
+    skipped: list[tuple[int, str]] = field(default_factory=list)  # (line number, reason)
+    failed: list[dict[str, Any]] = field(default_factory=list)  # {"id", "error", ...}
+    seconds: float = 0.0
+    rejects_path: str | None = None
+
+    @property
+    def docs_per_second(self) -> float:
+        done = self.indexed + self.updated
+        return done / self.seconds if self.seconds > 0 else 0.0
