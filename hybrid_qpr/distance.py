@@ -59,4 +59,23 @@ def opensearch_space_type(distance: Distance) -> str:
 
 
 def elasticsearch_similarity(distance: Distance) -> str:
-    return {"sqeuclidean": "l2_norm", "cosine": "cosine", "dot": "dot_product"}[distance]
+    """``dense_vector`` similarity; ``dot_product`` would demand unit vectors, so an
+    unnormalised dot-product model needs ``max_inner_product``."""
+    return {"sqeuclidean": "l2_norm", "cosine": "cosine", "dot": "max_inner_product"}[distance]
+
+
+def score_from_opensearch(raw: np.ndarray | float, distance: Distance) -> np.ndarray:
+    """Undo the k-NN plugin's score transform, giving the same scores as ``similarity``.
+
+    The Lucene-engine ``knn`` query and the ``knn_score`` script both report (verified on
+    OpenSearch 2.19.6): l2 ``s = 1/(1+d²)``; cosinesimil ``s = (1+cos)/2``; innerproduct
+    ``s = 1+ip`` for ``ip >= 0`` else ``1/(1-ip)``. Inverting them keeps fusion of OpenSearch
+    results identical to fusion of embedded-engine results (min-max and z-score are not
+    invariant under these non-linear maps).
+    """
+    s = np.asarray(raw, dtype=np.float64)
+    if distance == "sqeuclidean":
+        return 1.0 - 1.0 / np.maximum(s, 1e-30)
+    if distance == "cosine":
+        return 2.0 * s - 1.0
+    return np.where(s >= 1.0, s - 1.0, 1.0 - 1.0 / np.maximum(s, 1e-30))

@@ -20,3 +20,47 @@ def friendly_errors(func):
             raise click.ClickException(str(exc)) from exc
 
     return wrapper
+
+
+def opensearch_options(func):
+    """Add the OpenSearch connection options (URL, basic auth, TLS, timeout) to a command.
+
+    Every option also reads an environment variable, so passwords need not appear on the
+    command line (or in shell history). The command receives them as ``opensearch``,
+    ``os_user``, ``os_password``, ``os_ca_certs``, ``os_verify`` and ``os_timeout``; pass them
+    to ``opensearch_client(...)``.
+    """
+    options = [
+        click.option("--opensearch", "opensearch", metavar="URL", envvar="HYBRID_QPR_OPENSEARCH_URL",
+                     help="OpenSearch URL, e.g. http://127.0.0.1:9200 [env HYBRID_QPR_OPENSEARCH_URL; "
+                          "default: the node of 'hybrid-qpr cluster start']."),
+        click.option("--user", "os_user", envvar="HYBRID_QPR_OPENSEARCH_USER", help="Basic-auth user [env HYBRID_QPR_OPENSEARCH_USER]."),
+        click.option("--password", "os_password", envvar="HYBRID_QPR_OPENSEARCH_PASSWORD",
+                     help="Basic-auth password; prefer the env variable HYBRID_QPR_OPENSEARCH_PASSWORD. Never printed."),
+        click.option("--ca-certs", "os_ca_certs", type=click.Path(exists=True, dir_okay=False),
+                     envvar="HYBRID_QPR_OPENSEARCH_CA", help="CA bundle for https [env HYBRID_QPR_OPENSEARCH_CA]."),
+        click.option("--verify-certs/--no-verify-certs", "os_verify", default=None,
+                     help="Check the server's TLS certificate [default: on; env HYBRID_QPR_OPENSEARCH_VERIFY=false turns it off]."),
+        click.option("--timeout", "os_timeout", type=float, default=30.0, show_default=True,
+                     help="Seconds before an OpenSearch request times out."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def opensearch_client(opensearch=None, os_user=None, os_password=None, os_ca_certs=None, os_verify=None,
+                      os_timeout=30.0):
+    """A checked client from the values of ``opensearch_options``.
+
+    opensearch-py logs every failed request with a traceback at WARNING; the CLI turns the
+    failure into one clear line instead, so that logger is quieted unless -v was given."""
+    import logging
+
+    from hybrid_qpr.backends.opensearch import connect
+
+    if logging.getLogger().getEffectiveLevel() > logging.INFO:
+        logging.getLogger("opensearch").setLevel(logging.ERROR)
+
+    return connect(opensearch, username=os_user, password=os_password, ca_certs=os_ca_certs,
+                   verify_certs=os_verify, timeout=os_timeout)

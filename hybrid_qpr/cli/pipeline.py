@@ -1,0 +1,49 @@
+"""``hybrid-qpr pipeline install``: the search pipelines of server-side hybrid queries."""
+
+from __future__ import annotations
+
+import click
+
+from hybrid_qpr.cli._common import friendly_errors, opensearch_client, opensearch_options
+
+FUSIONS = ("rrf", "minmax", "l2", "zscore")
+
+
+@click.group()
+def pipeline() -> None:
+    """Manage the OpenSearch search pipelines used by 'query --mode hybrid --server-side'."""
+
+
+@pipeline.command()
+@opensearch_options
+@click.option("--index", default=None, help="Take alpha and rrf_k from this index's tuned fusion defaults (mapping _meta).")
+@click.option("--fusion", "fusions", type=click.Choice(FUSIONS), multiple=True,
+              help="Pipelines to install (repeatable). [default: all: rrf, minmax, l2, zscore]")
+@click.option("--alpha", type=float, default=None,
+              help="Weight of the kNN list in minmax/l2/zscore (BM25 gets 1 - alpha). [default: the index's tuned value, else 0.5]")
+@click.option("--rrf-k", type=int, default=None, help="RRF rank constant. [default: the index's tuned value, else 60]")
+@friendly_errors
+def install(index, fusions, alpha, rrf_k, **connection) -> None:
+    """Install (or overwrite) the hybrid-qpr-<fusion> search pipelines.
+
+    hybrid-qpr-minmax / -l2 / -zscore use neural-search's normalization-processor with
+    weights [1 - alpha, alpha] for [BM25, kNN]; hybrid-qpr-rrf uses the score-ranker-processor
+    (RRF). A pipeline the cluster rejects is reported and the others are still installed
+    (neural-search 2.19 has no z_score technique; it arrived in 3.0).
+
+    \b
+    Example:
+      hybrid-qpr pipeline install --opensearch http://127.0.0.1:9200 --index questions
+    """
+    from hybrid_qpr.backends.opensearch import OpenSearchBackend, install_pipelines
+
+    client = opensearch_client(**connection)
+    defaults = OpenSearchBackend(client, index).fusion_defaults if index else {}
+    alpha = alpha if alpha is not None else float(defaults.get("alpha", 0.5))
+    rrf_k = rrf_k if rrf_k is not None else int(defaults.get("rrf_k", 60))
+    outcome = install_pipelines(client, fusions or FUSIONS, alpha=alpha, rrf_k=rrf_k)
+    for name, result in outcome.items():
+        click.echo(f"{name}: {result}")
+    click.echo(f"(alpha={alpha} for the kNN side, rrf_k={rrf_k})")
+    if not any(result == "installed" for result in outcome.values()):
+        raise click.ClickException("no pipeline could be installed")
