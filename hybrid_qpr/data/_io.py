@@ -1,0 +1,210 @@
+"""Low-level file helpers for the data readers and writers: open plain, gzipped or
+stdin input as text, pick the delimiter, number the rows, and write files atomically.
+
+Kept in one place so every reader treats ``.gz``, ``-`` (stdin), byte-order marks,
+CSV quoting and line numbers the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import gzip
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Literal
+
+from hybrid_qpr.errors import InputError
+
+Delimiter = Literal[",", "\t"]
+_GZIP_MAGIC = b"\x1f\x8b"
+
+# Quora's CSV has long questions; the csv module's default limit (128 KiB) is enough for
+# any sane question, so a field beyond 1 MiB almost surely means an unclosed quote.
+csv.field_size_limit(1 << 20)
+
+
+def display_name(path: str | Path) -> str:
+    return "<stdin>" if str(path) == "-" else str(path)
+
+
+@contextlib.contextmanager
+def open_text(path: str | Path) -> Iterator[IO[str]]:
+    """Open ``path`` for reading as UTF-8 text; ``-`` is stdin.
+
+    Gzip is recognised by its magic bytes, so ``data.tsv.gz`` and a gzipped stream on
+    stdin both work. A UTF-8 byte-order mark is dropped. ``newline=""`` keeps quoted
+    newlines intact for the csv module.
+    """
+    name = display_name(path)
+    if str(path) == "-":
+        raw: IO[bytes] = sys.stdin.buffer
+    else:
+        try:
+            raw = open(path, "rb")
+        except FileNotFoundError as exc:
+            raise InputError(path, None, "file not found") from exc
+        except IsADirectoryError as exc:
+            raise InputError(path, None, "is a directory, expected a file") from exc
+    buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)  # type: ignore[arg-type]
+    binary: IO[bytes] = gzip.GzipFile(fileobj=buffered) if buffered.peek(2)[:2] == _GZIP_MAGIC else buffered
+    text = io.TextIOWrapper(binary, encoding="utf-8-sig", newline="")
+    try:
+        yield text
+    except UnicodeDecodeError as exc:
+        raise InputError(name, None, f"not valid UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    except (gzip.BadGzipFile, EOFError) as exc:
+        raise InputError(name, None, f"corrupt or truncated gzip data ({exc})") from exc
+    finally:
+        if str(path) == "-":
+            with contextlib.suppress(ValueError):
+                text.detach()  # leave stdin open for the caller
+        else:
+            with contextlib.suppress(ValueError, OSError):
+                text.close()
+            raw.close()
+
+
+def base_suffix(path: str | Path) -> str:
+    """The file extension ignoring a trailing ``.gz``: ``a.tsv.gz`` -> ``.tsv``."""
+    name = Path(str(path)).name.lower()
+    if name.endswith(".gz"):
+        name = name[:-3]
+    return Path(name).suffix
+
+
+def pick_delimiter(path: str | Path, first_line: str) -> Delimiter:
+    """``.csv`` means comma, ``.tsv``/``.tab`` tab; otherwise a tab in the first line means
+    TSV and a comma means CSV."""
+    suffix = base_suffix(path)
+    if suffix == ".csv":
+        return ","
+    if suffix in (".tsv", ".tab"):
+        return "\t"
+    if "\t" in first_line:
+        return "\t"
+    if "," in first_line:
+        return ","
+    raise InputError(display_name(path), 1, "cannot tell the column delimiter: the first line has neither a tab nor a "
+                     "comma (use a .tsv or .csv file with one row per line)")
+
+
+def iter_rows(path: str | Path, fh: IO[str]) -> Iterator[tuple[int, list[str]]]:
+    """Yield ``(line number, fields)`` for each row of a TSV or CSV stream.
+
+    TSV is split on tabs with no quoting (tokenized corpora contain bare ``"``); CSV
+    follows RFC 4180 quoting, so a quoted field may span lines, and the line number
+    reported is the one the row starts on. Blank lines are skipped.
+    """
+    first = fh.readline()
+    if not first:
+        return
+    delimiter = pick_delimiter(path, first)
+    lines = _chain_first(first, fh)
+    if delimiter == "\t":
+        reader = csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
+    else:
+        reader = csv.reader(lines, delimiter=",", quotechar='"', doublequote=True, strict=True)
+    start = 1
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise InputError(display_name(path), start, f"malformed CSV ({exc})") from exc
+        except UnicodeDecodeError as exc:
+            raise InputError(display_name(path), start, f"not valid UTF-8 text ({exc.reason})") from exc
+        if row and not (len(row) == 1 and not row[0].strip()):
+            yield start, row
+        start = reader.line_num + 1
+
+
+def _chain_first(first: str, rest: Iterable[str]) -> Iterator[str]:
+    yield first
+    yield from rest
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | Path, mode: Literal["w", "wb"] = "w") -> Iterator[IO]:
+    """Write ``path`` through a temporary file in the same directory, then ``os.replace``
+    it into place, so readers never see a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        if mode == "w":
+            fh = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+        else:
+            fh = os.fdopen(fd, "wb")
+        with fh:
+            yield fh
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_jsonl(path: str | Path, records: Iterable[dict]) -> int:
+    """Write one JSON object per line (UTF-8, not ASCII-escaped), atomically; return the count."""
+    count = 0
+    with atomic_write(path) as fh:
+        for record in records:
+            fh.write(json.dumps(record, ensure_ascii=False))
+            fh.write("\n")
+            count += 1
+    return count
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """Yield ``(line number, object)`` for each non-blank line; a line that is not a JSON
+    object raises ``InputError`` naming the line."""
+    name = display_name(path)
+    with open_text(path) as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(name, number, f"not valid JSON ({exc.msg} at column {exc.colno})") from exc
+            if not isinstance(obj, dict):
+                raise InputError(name, number, f"expected a JSON object, found {type(obj).__name__}")
+            yield number, obj
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | Path, marker: str) -> Iterator[Path]:
+    """Build a directory beside ``path`` and swap it into place when the block succeeds.
+
+    An existing ``path`` is replaced only if it is empty or holds ``marker`` (i.e. was
+    written by us before); anything else is refused so user files are never deleted.
+    """
+    path = Path(path)
+    if path.exists():
+        if not path.is_dir():
+            raise InputError(path, None, "exists and is not a directory; choose another --out")
+        if any(path.iterdir()) and not (path / marker).exists():
+            raise InputError(path, None, f"exists, is not empty and has no {marker}; refusing to overwrite it "
+                             "(choose another --out or remove the directory)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    try:
+        yield tmp
+        if path.exists():
+            old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".old"))
+            os.replace(path, old / "replaced")
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
