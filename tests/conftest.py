@@ -1,0 +1,136 @@
+"""Shared fixtures. The OpenSearch node for tests marked ``cluster`` is found, in order:
+
+1. ``$HYBRID_QPR_OPENSEARCH_URL`` (scripts/test sets it to the node it started);
+2. the local node of ``hybrid-qpr cluster start`` when it is running;
+3. a testcontainers OpenSearch 2.19 container when a Docker engine answers.
+
+With none reachable the cluster tests skip - except when ``$CI`` is set: then they fail,
+so a CI run can never pass without really exercising OpenSearch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+import uuid
+
+import pytest
+
+CONTAINER_IMAGE = "opensearchproject/opensearch:2.19.1"
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/", timeout=5) as response:
+            return "version" in json.loads(response.read().decode("utf-8"))
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker
+
+        return bool(docker.from_env(timeout=3).ping())
+    except Exception:  # no docker package, no socket, no permission: all mean "no engine"
+        return False
+
+
+@pytest.fixture(scope="session")
+def opensearch_url():
+    tried = []
+    url = os.environ.get("HYBRID_QPR_OPENSEARCH_URL")
+    if url:
+        if _answers(url):
+            yield url.rstrip("/")
+            return
+        tried.append(f"$HYBRID_QPR_OPENSEARCH_URL={url} does not answer")
+    else:
+        tried.append("$HYBRID_QPR_OPENSEARCH_URL is unset")
+
+    from hybrid_qpr.cluster import LocalNode
+
+    status = LocalNode().status()
+    if status.running:
+        yield status.url
+        return
+    tried.append(f"no local node at {status.url} (start one with 'hybrid-qpr cluster start')")
+
+    if _docker_answers():
+        from testcontainers.opensearch import OpenSearchContainer
+
+        container = OpenSearchContainer(CONTAINER_IMAGE).with_env("OPENSEARCH_JAVA_OPTS", "-Xms1g -Xmx1g")
+        with container:
+            config = container.get_config()
+            yield f"http://{config['host']}:{config['port']}"
+        return
+    tried.append("no Docker engine for testcontainers")
+
+    message = "no OpenSearch node reachable: " + "; ".join(tried)
+    if os.environ.get("CI"):
+        pytest.fail(message + " (CI is set, so cluster tests must not skip)")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def opensearch_client(opensearch_url):
+    from hybrid_qpr.backends.opensearch import connect
+
+    return connect(opensearch_url)
+
+
+@pytest.fixture()
+def index_name(opensearch_client):
+    """A fresh index name per test; the index is deleted afterwards."""
+    name = f"hqpr-test-{uuid.uuid4().hex[:10]}"
+    yield name
+    opensearch_client.indices.delete(index=name, ignore_unavailable=True)
+
+
+@pytest.fixture(scope="session")
+def local_node(opensearch_url):
+    """The ``LocalNode`` serving ``opensearch_url``, or None when the node is not ours to stop."""
+    from hybrid_qpr.cluster import LocalNode
+
+    node = LocalNode()
+    return node if node.status().running and node.url == opensearch_url else None
+
+
+@pytest.fixture(scope="session")
+def committed_encoder():
+    """The encoder committed in onnx/ (``Encoder.load(None)``); ``$HYBRID_QPR_TEST_MODEL``
+    may point at another model directory while that one is being trained."""
+    from hybrid_qpr.encoder import Encoder
+
+    return Encoder.load(os.environ.get("HYBRID_QPR_TEST_MODEL") or None)
+
+
+_SUBJECTS = ["password", "email address", "credit card", "phone number", "username", "profile picture",
+             "shipping address", "subscription", "order", "delivery date", "bank account", "home address",
+             "security question", "display name", "newsletter", "payment method", "invoice", "language setting",
+             "time zone", "avatar"]
+_TEMPLATES = ["how do i change my {s}?", "how can i update my {s}?", "what is the way to reset my {s}?",
+              "why can't i edit my {s}?", "where do i find my {s}?", "is it possible to delete my {s}?",
+              "can i recover my old {s}?", "who can see my {s}?", "when does my {s} expire?",
+              "what happens if i lose my {s}?"]
+
+
+@pytest.fixture(scope="session")
+def question_bank():
+    """200 synthetic questions (20 subjects x 10 phrasings) with metadata for filter tests:
+    ``lang`` alternates en/de, ``topic`` is the subject, ``n`` the position."""
+    from hybrid_qpr.backends.base import Document
+
+    docs = []
+    for i, (subject, template) in enumerate((s, t) for s in _SUBJECTS for t in _TEMPLATES):
+        docs.append(Document(f"q{i:03d}", template.format(s=subject),
+                             {"lang": "en" if i % 2 == 0 else "de", "topic": subject, "n": i}))
+    return docs
+
+
+@pytest.fixture(scope="session")
+def held_out_queries():
+    """Phrasings that are not in ``question_bank``, one per subject."""
+    return [f"i forgot my {s}, what should i do now?" for s in _SUBJECTS]
