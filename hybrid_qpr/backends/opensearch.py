@@ -25,11 +25,11 @@ plugin's transform is inverted by ``hybrid_qpr.distance.score_from_opensearch``.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
 import re
-import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -464,7 +464,7 @@ class OpenSearchBackend:
             source, retry = actions(), []
             connection_failures = 0
             while True:
-                stream = tracked(_chain(retry, source))
+                stream = tracked(itertools.chain(retry, source))
                 retry = []
                 try:
                     for ok, item in streaming_bulk(self.client, stream, chunk_size=batch_size, raise_on_error=False,
@@ -524,7 +524,9 @@ class OpenSearchBackend:
             pass
 
         if report.failed and rejects_path:
-            _write_jsonl(Path(rejects_path), report.failed)
+            from hybrid_qpr.data._io import write_jsonl
+
+            write_jsonl(rejects_path, report.failed)
         self._refresh()
         count_after = self.count()
         expected = count_before + report.indexed
@@ -651,23 +653,8 @@ def _batches(documents: Iterable[Document | tuple[int, Document]], size: int) ->
         yield batch
 
 
-def _chain(first: list[dict], rest: Iterator[dict]) -> Iterator[dict]:
-    yield from first
-    yield from rest
-
-
 def _item_error(op: Mapping[str, Any]) -> str:
     error = op.get("error")
     if isinstance(error, dict):
         return f"{error.get('type')}: {error.get('reason')}"
     return str(error) if error else f"status {op.get('status')}"
-
-
-def _write_jsonl(path: Path, rows: list[dict]) -> None:
-    """Atomically write ``rows`` as JSON lines (temporary file beside ``path``, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
