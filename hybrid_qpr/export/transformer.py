@@ -1,0 +1,173 @@
+"""Export a (fine-tuned or untouched) transformer sentence encoder to an ONNX model directory.
+
+Writes ``model.onnx`` (inputs ``input_ids``/``attention_mask`` int64 [batch, seq] with
+dynamic batch and sequence axes; output ``embeddings`` float32 [batch, dim], mean pooling
+and L2 normalisation inside the graph), ``tokenizer.json`` (the WordPiece tokenizer for the
+``tokenizers`` library, truncation and padding already set) and ``config.json`` with
+``kind: "transformer"`` (see docs/ARCHITECTURE.md). Inference then needs onnxruntime and
+tokenizers only (``hybrid_qpr.encoders.transformer``).
+
+Every export is checked: the fp32 graph must reproduce the torch model on a set of
+awkward sentences (empty, one word, very long, non-ASCII) within ``PARITY_TOLERANCE``,
+or the export fails. int8 dynamic quantization (weights int8, activations quantized on
+the fly by onnxruntime) is optional; its quality loss is measured by the benchmark
+(``benchmarks/bench_transformer.py``), not assumed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hybrid_qpr.data._io import atomic_directory
+from hybrid_qpr.encoder import CONFIG_FILE, CONFIG_FORMAT, MODEL_FILE, TOKENIZER_FILE
+from hybrid_qpr.errors import ArtifactError
+from hybrid_qpr.model.transformer import SETTINGS_FILE, TransformerEmbedder
+
+logger = logging.getLogger(__name__)
+
+PARITY_TOLERANCE = 1e-4
+OPSET = 18
+
+# Awkward inputs every export is checked on (no text from any data set).
+PARITY_TEXTS = [
+    "",
+    "?",
+    "python",
+    "How do I reset my password?",
+    "What is the fastest way to learn to play the guitar as an adult beginner?",
+    "Ünïcödé çafé: ¿cómo estás? 東京はどこですか Привет мир 🙂",
+    "why " * 300,
+    "   leading and trailing spaces   ",
+]
+
+
+class _Graph(torch.nn.Module):
+    """The exported function: token ids and mask in, pooled embeddings out."""
+
+    def __init__(self, embedder: TransformerEmbedder):
+        super().__init__()
+        self.embedder = embedder
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.embedder.embed(input_ids, attention_mask)
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {}
+    for package in ("hybrid-qpr", "torch", "transformers", "onnx", "onnxruntime", "tokenizers"):
+        try:
+            out[package] = md.version(package)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def _write_onnx(embedder: TransformerEmbedder, path: Path) -> None:
+    """torch.export-based ONNX export (the TorchScript tracer bakes the mask shape into the
+    graph and drifts by ~0.1 on other shapes, so it is not used)."""
+    from torch.export import Dim
+
+    sample = embedder.collate(["a short question ?", "another, somewhat longer question here"])
+    batch, seq = Dim("batch", min=1, max=65536), Dim("seq", min=1, max=embedder.max_length)
+    with torch.no_grad():
+        program = torch.onnx.export(
+            _Graph(embedder).eval(),
+            (sample["input_ids"], sample["attention_mask"]),
+            input_names=["input_ids", "attention_mask"],
+            output_names=["embeddings"],
+            dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
+            opset_version=OPSET,
+            dynamo=True,
+            verbose=False,
+        )
+    program.save(str(path), external_data=False)
+
+
+def parity(embedder: TransformerEmbedder, model_path: Path, texts: list[str] | None = None) -> float:
+    """Max abs difference between torch and onnxruntime embeddings on ``texts``."""
+    import onnxruntime as ort
+
+    from hybrid_qpr.encoders.transformer import tokenize_batch
+
+    texts = list(texts or PARITY_TEXTS)
+    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    expected = embedder.encode(texts).numpy()
+    ids, mask = tokenize_batch(embedder.tokenizer, texts)
+    (got,) = session.run(["embeddings"], {"input_ids": ids, "attention_mask": mask})
+    single = np.concatenate([session.run(["embeddings"], dict(zip(("input_ids", "attention_mask"),
+                                                                  tokenize_batch(embedder.tokenizer, [t]))))[0]
+                             for t in texts])
+    return float(max(np.abs(expected - got).max(), np.abs(expected - single).max()))
+
+
+def quantize_int8(src: Path, dst: Path) -> None:
+    """Dynamic int8 quantization of the MatMul/Gemm weights (onnxruntime.quantization)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+
+
+def export_transformer(
+    embedder: TransformerEmbedder,
+    out_dir: str | Path,
+    *,
+    quantize: bool = False,
+    training: dict[str, Any] | None = None,
+    metrics: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write ``out_dir`` (model.onnx, tokenizer.json, config.json) atomically; return the config.
+
+    Raises ``ArtifactError`` if the fp32 graph differs from torch by more than
+    ``PARITY_TOLERANCE`` on ``PARITY_TEXTS``.
+    """
+    out_dir = Path(out_dir)
+    embedder.eval()
+    with atomic_directory(out_dir, marker=CONFIG_FILE) as work:
+        os.chmod(work, 0o755)
+        fp32 = work / ("model.fp32.onnx" if quantize else MODEL_FILE)
+        _write_onnx(embedder, fp32)
+        diff = parity(embedder, fp32)
+        if not diff <= PARITY_TOLERANCE:
+            raise ArtifactError(f"{out_dir}: ONNX export differs from torch by {diff:.2e} > {PARITY_TOLERANCE:.0e}")
+        logger.info("ONNX parity with torch: max abs diff %.2e", diff)
+        if quantize:
+            quantize_int8(fp32, work / MODEL_FILE)
+            fp32.unlink()
+        embedder.tokenizer.save(str(work / TOKENIZER_FILE))
+        config = {
+            "format": CONFIG_FORMAT,
+            "format_version": 1,
+            "kind": "transformer",
+            "dim": embedder.dim,
+            "distance": embedder.distance,
+            "max_length": embedder.max_length,
+            "pooling": "mean",
+            "normalize": embedder.normalize,
+            "quantization": "int8-dynamic" if quantize else None,
+            "base_model": embedder.source,
+            "parity_max_abs_diff_fp32": diff,
+            "versions": _versions(),
+            "training": training or {},
+            "metrics": metrics or {},
+        }
+        (work / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    return config
+
+
+def export_transformer_dir(model_dir: str | Path | None, out_dir: str | Path, *, max_length: int | None = None,
+                           normalize: bool | None = None, quantize: bool = False) -> dict[str, Any]:
+    """Load a base or fine-tuned model directory (None = bundled MiniLM) and export it."""
+    embedder = TransformerEmbedder.from_dir(model_dir, max_length=max_length, normalize=normalize)
+    training: dict[str, Any] = {}
+    if model_dir is not None and (Path(model_dir) / SETTINGS_FILE).is_file():
+        training = json.loads((Path(model_dir) / SETTINGS_FILE).read_text(encoding="utf-8")).get("training", {})
+    return export_transformer(embedder, out_dir, quantize=quantize, training=training)

