@@ -42,7 +42,7 @@ def start(home: str | None, port: int, heap: str, timeout: float) -> None:
     """
     from hybrid_qpr.cluster import LocalNode
 
-    node = LocalNode(home, port=port, heap=heap)
+    node = LocalNode(home, port=port, heap=heap, say=lambda message: click.echo(f"[cluster] {message}", err=True))
     timings = node.start(timeout=timeout)
     if timings["already_running"]:
         click.echo(f"OpenSearch already running at {node.url} (pid {node.status().pid})")

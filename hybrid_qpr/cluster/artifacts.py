@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,7 +133,8 @@ def _dependency(group: str, artifact: str, version: str, kind: str = "jar", excl
     )
 
 
-def _mvn_copy(mvn: str, dependencies: list[str], out_dir: Path, transitive: bool) -> None:
+def _mvn_copy(mvn: str, dependencies: list[str], out_dir: Path, transitive: bool,
+              say: Callable[[str], None]) -> None:
     """Run ``mvn dependency:copy-dependencies`` into a temp dir, then move it to ``out_dir``."""
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))
@@ -141,7 +143,8 @@ def _mvn_copy(mvn: str, dependencies: list[str], out_dir: Path, transitive: bool
         cmd = [mvn, "-B", "-q", "-f", str(work / "pom.xml"), "dependency:copy-dependencies",
                f"-DoutputDirectory={work / 'out'}", f"-DexcludeTransitive={'false' if transitive else 'true'}",
                "-DincludeScope=runtime"]
-        logger.info("fetching %s", out_dir.name)
+        say(f"fetching {'the server and plugin zips (~440 MB)' if out_dir.name == 'zips' else 'module ' + out_dir.name} "
+            f"from Maven Central with mvn")
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode != 0:
             tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
@@ -153,7 +156,8 @@ def _mvn_copy(mvn: str, dependencies: list[str], out_dir: Path, transitive: bool
         shutil.rmtree(work, ignore_errors=True)
 
 
-def fetch(home: Path, mvn: str, version: str = OPENSEARCH_VERSION) -> Artifacts:
+def fetch(home: Path, mvn: str, version: str = OPENSEARCH_VERSION,
+          say: Callable[[str], None] = logger.info) -> Artifacts:
     """Download (or reuse) the distribution, the plugin zips and the module jars."""
     plugin_version = version + ".0"
     downloads = home / "downloads" / version
@@ -162,13 +166,13 @@ def fetch(home: Path, mvn: str, version: str = OPENSEARCH_VERSION) -> Artifacts:
     if not all((zips / n).is_file() for n in names):
         deps = [_dependency(*DISTRIBUTION, version, "zip")]
         deps += [_dependency("org.opensearch.plugin", p, plugin_version, "zip") for p in PLUGINS]
-        _mvn_copy(mvn, deps, zips, transitive=False)
+        _mvn_copy(mvn, deps, zips, transitive=False, say=say)
     modules: dict[str, list[Path]] = {}
     for spec in MODULES:
         target = downloads / "modules" / spec.name
         if not (target / f"{spec.artifact}-{version}.jar").is_file():
             dep = _dependency("org.opensearch.plugin", spec.artifact, version, exclude_server=True)
-            _mvn_copy(mvn, [dep], target, transitive=spec.transitive)
+            _mvn_copy(mvn, [dep], target, transitive=spec.transitive, say=say)
         modules[spec.name] = sorted(target.glob("*.jar"))
     return Artifacts(
         distribution=zips / names[0],

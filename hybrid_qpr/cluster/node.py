@@ -30,7 +30,7 @@ import time
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,7 +64,9 @@ class LocalNode:
     """The local node under ``home`` (default ``hybrid_qpr.cluster.artifacts.default_home()``)."""
 
     def __init__(self, home: str | Path | None = None, port: int = DEFAULT_PORT, heap: str = DEFAULT_HEAP,
-                 version: str = OPENSEARCH_VERSION):
+                 version: str = OPENSEARCH_VERSION, say: Callable[[str], None] | None = None):
+        # ``say`` reports the slow steps (fetch, install, boot); the CLI prints them on stderr
+        self.say = say or logger.info
         self.home = Path(home) if home is not None else default_home()
         self.version = version
         self.heap = heap
@@ -91,7 +93,7 @@ class LocalNode:
             return False
         mvn, java_home = check_tools()
         self.home.mkdir(parents=True, exist_ok=True)
-        artifacts = fetch(self.home, mvn, self.version)
+        artifacts = fetch(self.home, mvn, self.version, say=self.say)
         partial = self.node_dir.with_name(self.node_dir.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         try:
@@ -176,7 +178,7 @@ class LocalNode:
 
     # ------------------------------------------------------------------ install
     def _assemble(self, artifacts: Artifacts, target: Path, java_home: Path) -> None:
-        logger.info("unpacking %s", artifacts.distribution.name)
+        self.say(f"unpacking {artifacts.distribution.name}")
         _unzip_single_root(artifacts.distribution, target)
         lib_jars = {p.name for p in (target / "lib").glob("*.jar")}
         for spec in MODULES:
@@ -195,7 +197,7 @@ class LocalNode:
                 (module_dir / "plugin-security.policy").write_text(spec.policy, encoding="utf-8")
         env = dict(os.environ, OPENSEARCH_JAVA_HOME=str(java_home), OPENSEARCH_PATH_CONF=str(target / "config"))
         for name in PLUGINS:
-            logger.info("installing plugin %s", name)
+            self.say(f"installing plugin {name}")
             result = subprocess.run(
                 [str(target / "bin" / "opensearch-plugin"), "install", "--batch", artifacts.plugins[name].as_uri()],
                 env=env, capture_output=True, text=True,
@@ -242,7 +244,7 @@ class LocalNode:
             keep = ["OPENSEARCH_JAVA_HOME", "OPENSEARCH_JAVA_OPTS", "OPENSEARCH_PATH_CONF"]
             cmd = ["runuser", "-u", user, "--", "env"] + [f"{k}={env[k]}" for k in keep] + cmd
         out_path = self.node_dir / "logs" / "startup.out"
-        logger.info("starting OpenSearch %s on %s", self.version, self.url)
+        self.say(f"starting OpenSearch {self.version} on {self.url} and waiting for green health")
         with open(out_path, "w", encoding="utf-8") as out:
             try:
                 # with -d the launcher returns once the node has bootstrapped (or failed)
