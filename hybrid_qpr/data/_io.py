@@ -11,6 +11,7 @@ import contextlib
 import csv
 import gzip
 import io
+import itertools
 import json
 import os
 import shutil
@@ -95,22 +96,24 @@ def pick_delimiter(path: str | Path, first_line: str) -> Delimiter:
                      "comma (use a .tsv or .csv file with one row per line)")
 
 
-def iter_rows(path: str | Path, fh: IO[str]) -> Iterator[tuple[int, list[str]]]:
-    """Yield ``(line number, fields)`` for each row of a TSV or CSV stream.
+def iter_rows(path: str | Path, lines: Iterable[str]) -> Iterator[tuple[int, list[str]]]:
+    """Yield ``(line number, fields)`` for each row of TSV or CSV text (an open file or
+    any iterable of lines).
 
     TSV is split on tabs with no quoting (tokenized corpora contain bare ``"``); CSV
     follows RFC 4180 quoting, so a quoted field may span lines, and the line number
     reported is the one the row starts on. Blank lines are skipped.
     """
-    first = fh.readline()
-    if not first:
+    it = iter(lines)
+    first = next(it, None)
+    if first is None:
         return
     delimiter = pick_delimiter(path, first)
-    lines = _chain_first(first, fh)
+    chained = itertools.chain([first], it)
     if delimiter == "\t":
-        reader = csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
+        reader = csv.reader(chained, delimiter="\t", quoting=csv.QUOTE_NONE)
     else:
-        reader = csv.reader(lines, delimiter=",", quotechar='"', doublequote=True, strict=True)
+        reader = csv.reader(chained, delimiter=",", quotechar='"', doublequote=True, strict=True)
     start = 1
     while True:
         try:
@@ -126,9 +129,10 @@ def iter_rows(path: str | Path, fh: IO[str]) -> Iterator[tuple[int, list[str]]]:
         start = reader.line_num + 1
 
 
-def _chain_first(first: str, rest: Iterable[str]) -> Iterator[str]:
-    yield first
-    yield from rest
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 @contextlib.contextmanager
@@ -138,6 +142,7 @@ def atomic_write(path: str | Path, mode: Literal["w", "wb"] = "w") -> Iterator[I
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the permissions open() would
     try:
         if mode == "w":
             fh = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
@@ -163,21 +168,27 @@ def write_jsonl(path: str | Path, records: Iterable[dict]) -> int:
     return count
 
 
-def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
-    """Yield ``(line number, object)`` for each non-blank line; a line that is not a JSON
-    object raises ``InputError`` naming the line."""
+def iter_jsonl(path: str | Path, lines: Iterable[str] | None = None) -> Iterator[tuple[int, dict]]:
+    """Yield ``(line number, object)`` for each non-blank line of a JSONL file (or of
+    ``lines`` already read from it); a line that is not a JSON object raises
+    ``InputError`` naming the line."""
+    if lines is None:
+        with open_text(path) as fh:
+            yield from iter_jsonl(path, fh)
+        return
     name = display_name(path)
-    with open_text(path) as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(name, number, f"not valid JSON ({exc.msg} at column {exc.colno})") from exc
-            if not isinstance(obj, dict):
-                raise InputError(name, number, f"expected a JSON object, found {type(obj).__name__}")
-            yield number, obj
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(name, number, f"not valid JSON ({exc.msg} at column {exc.colno})") from exc
+        except UnicodeDecodeError as exc:
+            raise InputError(name, number, f"not valid UTF-8 text ({exc.reason})") from exc
+        if not isinstance(obj, dict):
+            raise InputError(name, number, f"expected a JSON object, found {type(obj).__name__}")
+        yield number, obj
 
 
 @contextlib.contextmanager
@@ -196,6 +207,7 @@ def atomic_directory(path: str | Path, marker: str) -> Iterator[Path]:
                              "(choose another --out or remove the directory)")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
         if path.exists():

@@ -1,0 +1,183 @@
+"""``hybrid-qpr dataset build|from-qa-log|stats``: clusters, splits and BEIR eval sets."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from hybrid_qpr.cli._common import friendly_errors
+
+_SHOWN_BAD_LINES = 20
+_SPLIT_HELP = "Fractions of clusters for train,val,test (must sum to 1)."
+_BAD_LINE_HELP = "What to do with a malformed line: 'error' stops with file, line and problem; 'skip' skips it and lists it in the summary."
+
+
+def _common_options(func):
+    options = [
+        click.option("--out", required=True, type=click.Path(file_okay=False),
+                     help="Dataset directory to write (replaced atomically if it holds an earlier build)."),
+        click.option("--seed", type=int, default=13, show_default=True, help="Seed of the cluster shuffle before splitting."),
+        click.option("--split", "split", default="0.8,0.1,0.1", show_default=True, help=_SPLIT_HELP),
+        click.option("--on-bad-line", type=click.Choice(["error", "skip"]), default="error", show_default=True,
+                     help=_BAD_LINE_HELP),
+        click.option("--json", "as_json", is_flag=True, help="Print the full report (the manifest body) as JSON instead of tables."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@click.group()
+def dataset() -> None:
+    """Turn question pairs or QA logs into paraphrase clusters, a train/val/test split and
+    BEIR-layout eval sets.
+
+    \b
+    A dataset directory holds train.jsonl, val.jsonl, test.jsonl (one cluster per line),
+    manifest.json (every count and a data fingerprint) and beir/ (corpus.jsonl,
+    queries.jsonl, qrels/val.tsv, qrels/test.tsv) for 'hybrid-qpr evaluate'.
+
+    \b
+    Example:
+      hybrid-qpr dataset build ../shared/data/quora-pairs.tsv.gz --out data/quora
+      hybrid-qpr dataset stats data/quora
+    """
+
+
+@dataset.command()
+@click.argument("pairs", type=click.Path(allow_dash=True))
+@_common_options
+@click.option("--key", type=click.Choice(["auto", "qid", "text"]), default="auto", show_default=True,
+              help="Identify questions by qid, or by normalized text (lowercase, tokens joined); 'auto' uses qids when every pair has them.")
+@friendly_errors
+def build(pairs: str, out: str, seed: int, split: str, on_bad_line: str, as_json: bool, key: str) -> None:
+    """Build a dataset from a question-pair file PAIRS ('-' reads stdin).
+
+    \b
+    PAIRS is the Quora layout (id, qid1, qid2, question1, question2, is_duplicate) as TSV
+    or CSV, or a two-column TSV (question1 <TAB> question2); .gz is read directly and a
+    header line is recognised. Duplicate pairs are joined into clusters by transitive
+    closure (a~b, b~c -> {a, b, c}); clusters are split with --seed; val/test questions
+    whose text also occurs in train are removed, and clusters left with < 2 questions dropped.
+
+    \b
+    Example:
+      hybrid-qpr dataset build ../shared/data/quora-pairs.tsv.gz --out data/quora --seed 13
+      zcat pairs.csv.gz | hybrid-qpr dataset build - --out data/mine --on-bad-line skip
+    """
+    from hybrid_qpr.data.dataset import build_dataset
+    from hybrid_qpr.data.splits import parse_fractions
+
+    report = build_dataset(pairs, out, seed=seed, fractions=parse_fractions(split),
+                           on_bad_line=on_bad_line, key=key)  # type: ignore[arg-type]
+    _print(report, as_json)
+
+
+@dataset.command("from-qa-log")
+@click.argument("log", type=click.Path(allow_dash=True))
+@_common_options
+@click.option("--min-coherence", type=click.FloatRange(0.0, 1.0), default=0.1, show_default=True,
+              help="Drop answer clusters whose lexical coherence (SDML paper eq. 5-6) is below this.")
+@click.option("--question-column", default=None, help="Question column/field name [default: question, query, text or utterance].")
+@click.option("--answer-column", default=None, help="Answer-id column/field name [default: answer_id, answer or aid].")
+@friendly_errors
+def from_qa_log(log: str, out: str, seed: int, split: str, on_bad_line: str, as_json: bool, min_coherence: float,
+                question_column: str | None, answer_column: str | None) -> None:
+    """Build a dataset from a QA log LOG of (question, answer id) rows by distant supervision.
+
+    \b
+    LOG is JSONL ({"question": ..., "answer_id": ...} per line) or TSV/CSV with a header
+    naming both columns, or a header-less 2-column TSV (question, answer_id); .gz is fine.
+    Questions that got the same answer form one cluster; a cluster is kept when its
+    coherence c = mean_q |T_q ∩ S| / |S| (T_q: tokens of q, S: tokens of the cluster)
+    is >= --min-coherence. Kept and dropped counts are printed.
+
+    \b
+    Example:
+      hybrid-qpr dataset from-qa-log logs/qa.jsonl --out data/qa --min-coherence 0.1
+    """
+    from hybrid_qpr.data.dataset import build_dataset_from_qa_log
+    from hybrid_qpr.data.splits import parse_fractions
+
+    report = build_dataset_from_qa_log(log, out, min_coherence=min_coherence, seed=seed, fractions=parse_fractions(split),
+                                       on_bad_line=on_bad_line, question_column=question_column,  # type: ignore[arg-type]
+                                       answer_column=answer_column)
+    _print(report, as_json)
+
+
+@dataset.command()
+@click.argument("directory", type=click.Path(exists=True, file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of tables.")
+@friendly_errors
+def stats(directory: str, as_json: bool) -> None:
+    """Print the counts of a dataset DIRECTORY written by 'dataset build' or 'from-qa-log'.
+
+    \b
+    Example:
+      hybrid-qpr dataset stats data/quora
+    """
+    from hybrid_qpr.data.dataset import dataset_stats
+
+    _print(dataset_stats(directory), as_json)
+
+
+def _print(report, as_json: bool) -> None:
+    """Render a ``DatasetReport`` as tables on stdout (or JSON)."""
+    if as_json:
+        click.echo(json.dumps(report.manifest(), indent=2, ensure_ascii=False))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    reading, grouping, split = report.reading, report.grouping, report.split
+    overview = Table(title=f"dataset {report.out}", show_header=False, title_justify="left")
+    overview.add_column(style="bold")
+    overview.add_column(justify="right")
+    overview.add_row("source", f"{report.source.get('path')} ({report.source.get('kind')})")
+    overview.add_row("rows read", f"{reading.get('rows', 0):,}")
+    overview.add_row("bad lines skipped", f"{reading.get('bad_lines', 0):,}")
+    if "duplicate_pairs" in grouping:
+        overview.add_row("questions keyed by", str(grouping["key"]))
+        overview.add_row("duplicate pairs", f"{grouping['duplicate_pairs']:,}")
+        overview.add_row("non-duplicate pairs (ignored)", f"{grouping['non_duplicate_pairs']:,}")
+        overview.add_row("distinct questions", f"{grouping['questions']:,}")
+        overview.add_row("clusters (>= 2 questions)", f"{grouping['clusters']:,}")
+        overview.add_row("single-question groups dropped", f"{grouping['singletons_dropped']:,}")
+    else:
+        overview.add_row("answers", f"{grouping['answers']:,}")
+        overview.add_row("answers with < 2 distinct questions", f"{grouping['too_small']:,}")
+        overview.add_row(f"clusters kept (coherence >= {grouping['min_coherence']:g})", f"{grouping['kept']:,}")
+        overview.add_row("clusters dropped (incoherent)", f"{grouping['dropped_incoherent']:,}")
+    overview.add_row("split seed / fractions", f"{split.get('seed')} / {','.join(f'{f:g}' for f in split.get('fractions', []))}")
+    overview.add_row("fingerprint", report.fingerprint)
+    if report.seconds:
+        overview.add_row("build time", f"{report.seconds:.2f} s")
+    console.print(overview)
+
+    table = Table(title="splits (removed: val/test questions whose text is in train / already kept earlier)",
+                  title_justify="left")
+    for header in ("split", "clusters", "questions", "removed in train", "removed repeated", "clusters <2 dropped"):
+        table.add_column(header, justify="left" if header == "split" else "right")
+    for name, row in report.summary.items():
+        table.add_row(name, f"{row['clusters']:,}", f"{row['questions']:,}",
+                      *(f"{split.get(k, {}).get(name, 0):,}" for k in ("removed_in_train", "removed_repeated",
+                                                                      "clusters_too_small")))
+    console.print(table)
+    sizes = next(iter(report.summary.values()))["sizes"] if report.summary else {}
+    table = Table(title="cluster sizes (questions per cluster)", title_justify="left")
+    for header in ("split", "mean", "max", *sizes):
+        table.add_column(header, justify="left" if header == "split" else "right")
+    for name, row in report.summary.items():
+        table.add_row(name, f"{row['mean_size']:.2f}", str(row["max_size"]), *(f"{n:,}" for n in row["sizes"].values()))
+    console.print(table)
+    if report.beir:
+        console.print("beir: " + ", ".join(f"{k} {v:,}" for k, v in report.beir.items()))
+    skipped = reading.get("skipped") or []
+    if skipped:
+        console.print(f"skipped lines ({len(skipped)}):")
+        for line, reason in skipped[:_SHOWN_BAD_LINES]:
+            console.print(f"  line {line}: {reason}", markup=False)
+        if len(skipped) > _SHOWN_BAD_LINES:
+            console.print(f"  ... {len(skipped) - _SHOWN_BAD_LINES} more, all listed in manifest.json")

@@ -1,0 +1,103 @@
+"""Retrieval eval sets in the BEIR layout (Thakur et al., NeurIPS 2021 datasets track).
+
+``beir/corpus.jsonl`` holds every question of every split (``{"_id", "title", "text"}``),
+``beir/queries.jsonl`` every val and test question (``{"_id", "text"}``), and
+``beir/qrels/{val,test}.tsv`` (``query-id  corpus-id  score``, with a header) judge, for
+each query, the other questions of its cluster as relevant (score 1). A query's own id
+is in the corpus: evaluation must drop it from the results
+(``hybrid_qpr.evaluation.metrics.drop_self``), as BEIR does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+from hybrid_qpr.data._io import atomic_write, iter_jsonl, iter_rows, open_text, write_jsonl
+from hybrid_qpr.data.clusters import Cluster
+from hybrid_qpr.errors import ConfigError, InputError
+
+EvalSplit = Literal["val", "test"]
+QRELS_HEADER = ("query-id", "corpus-id", "score")
+
+
+def write_beir(beir_dir: str | Path, splits: Mapping[str, Sequence[Cluster]]) -> dict[str, int]:
+    """Write corpus, queries and qrels for ``splits`` (keys ``train``, ``val``, ``test``);
+    each file atomically. Returns counts. Ids must be unique across all splits."""
+    beir_dir = Path(beir_dir)
+    seen: set[str] = set()
+    for clusters in splits.values():
+        for cluster in clusters:
+            for q in cluster.questions:
+                if q.id in seen:
+                    raise ConfigError(f"question id {q.id!r} occurs twice (cluster {cluster.id}); corpus ids must be unique")
+                seen.add(q.id)
+    counts = {"corpus": write_jsonl(beir_dir / "corpus.jsonl", (
+        {"_id": q.id, "title": "", "text": q.text} for clusters in splits.values() for c in clusters for q in c.questions))}
+    eval_splits = [s for s in ("val", "test") if s in splits]
+    counts["queries"] = write_jsonl(beir_dir / "queries.jsonl", (
+        {"_id": q.id, "text": q.text} for s in eval_splits for c in splits[s] for q in c.questions))
+    for split in eval_splits:
+        n = 0
+        with atomic_write(beir_dir / "qrels" / f"{split}.tsv") as fh:
+            fh.write("\t".join(QRELS_HEADER) + "\n")
+            for cluster in splits[split]:
+                ids = [q.id for q in cluster.questions]
+                for query in ids:
+                    for doc in ids:
+                        if doc != query:
+                            fh.write(f"{query}\t{doc}\t1\n")
+                            n += 1
+        counts[f"qrels_{split}"] = n
+    return counts
+
+
+def load_qrels(path: str | Path) -> dict[str, dict[str, int]]:
+    """Read a BEIR qrels TSV (header optional): ``query-id  corpus-id  score``."""
+    qrels: dict[str, dict[str, int]] = {}
+    with open_text(path) as fh:
+        for line, row in iter_rows(path, fh):
+            if line == 1 and [c.strip().lower() for c in row] == list(QRELS_HEADER):
+                continue
+            if len(row) != 3:
+                raise InputError(path, line, f"found {len(row)} columns, expected 3 ({', '.join(QRELS_HEADER)})")
+            query, doc, score = (c.strip() for c in row)
+            try:
+                grade = int(score)
+            except ValueError:
+                raise InputError(path, line, f"score must be an integer, found {score!r}") from None
+            qrels.setdefault(query, {})[doc] = grade
+    return qrels
+
+
+def _load_texts(path: Path, with_title: bool) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line, obj in iter_jsonl(path):
+        ident, text = obj.get("_id"), obj.get("text")
+        if not isinstance(ident, (str, int)) or not isinstance(text, str):
+            raise InputError(path, line, 'expected {"_id": str, "text": str}')
+        title = obj.get("title") if with_title else None
+        out[str(ident)] = f"{title} {text}" if isinstance(title, str) and title else text
+    return out
+
+
+def load_beir(beir_dir: str | Path, split: EvalSplit) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]:
+    """``(corpus, queries, qrels)`` of one eval split: corpus id -> text (a non-empty BEIR
+    title is prefixed to the text), the queries judged in ``qrels/<split>.tsv``, and the
+    qrels. Works on any BEIR-layout directory, not only ours."""
+    if split not in ("val", "test"):
+        raise ConfigError(f"split={split!r}: BEIR eval sets here are 'val' or 'test'")
+    beir_dir = Path(beir_dir)
+    for needed in ("corpus.jsonl", "queries.jsonl", f"qrels/{split}.tsv"):
+        if not (beir_dir / needed).is_file():
+            raise InputError(beir_dir / needed, None, "missing; expected a BEIR directory (corpus.jsonl, "
+                             "queries.jsonl, qrels/<split>.tsv) such as <dataset>/beir from 'hybrid-qpr dataset build'")
+    qrels = load_qrels(beir_dir / "qrels" / f"{split}.tsv")
+    corpus = _load_texts(beir_dir / "corpus.jsonl", with_title=True)
+    all_queries = _load_texts(beir_dir / "queries.jsonl", with_title=False)
+    missing = [q for q in qrels if q not in all_queries]
+    if missing:
+        raise InputError(beir_dir / "queries.jsonl", None, f"{len(missing)} judged queries are missing, e.g. {missing[0]!r}")
+    queries = {q: all_queries[q] for q in qrels}
+    return corpus, queries, qrels
