@@ -14,7 +14,7 @@ from hybrid_qpr.cli.main import cli
 from hybrid_qpr.cluster import LocalNode, default_home
 from hybrid_qpr.cluster.artifacts import OPENSEARCH_VERSION, check_tools
 from hybrid_qpr.cluster.node import _unzip_single_root
-from hybrid_qpr.errors import ClusterError
+from hybrid_qpr.errors import ClusterError, ConfigError
 
 
 def test_missing_maven_or_java_names_the_apt_command(monkeypatch, tmp_path):
@@ -28,6 +28,11 @@ def test_home_comes_from_the_environment(monkeypatch, tmp_path):
     assert default_home() == tmp_path / "h"
     node = LocalNode()
     assert node.node_dir == tmp_path / "h" / f"opensearch-{OPENSEARCH_VERSION}"
+
+
+def test_heap_size_is_checked(tmp_path):
+    with pytest.raises(ConfigError, match="heap='64x'"):
+        LocalNode(tmp_path, heap="64x")
 
 
 def test_nothing_running_in_a_fresh_home(tmp_path):

@@ -21,6 +21,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -37,7 +38,7 @@ from pathlib import Path
 
 from hybrid_qpr.cluster.artifacts import (MODULES, OPENSEARCH_VERSION, PLUGINS, Artifacts, check_tools,
                                           default_home, fetch)
-from hybrid_qpr.errors import ClusterError
+from hybrid_qpr.errors import ClusterError, ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +68,8 @@ class LocalNode:
                  version: str = OPENSEARCH_VERSION, say: Callable[[str], None] | None = None):
         # ``say`` reports the slow steps (fetch, install, boot); the CLI prints them on stderr
         self.say = say or logger.info
+        if not re.fullmatch(r"[1-9][0-9]*[mMgG]", heap):
+            raise ConfigError(f"heap={heap!r}: use a JVM size such as 512m or 1g")
         self.home = Path(home) if home is not None else default_home()
         self.version = version
         self.heap = heap
@@ -170,11 +173,14 @@ class LocalNode:
         return True
 
     def log_tail(self, lines: int = 40) -> str:
-        for path in (self.log_file, self.node_dir / "logs" / "startup.out"):
+        """The launcher's output (JVM option errors land there) and the tail of the node's log."""
+        parts = []
+        for path, count in ((self.node_dir / "logs" / "startup.out", 20), (self.log_file, lines)):
             if path.is_file():
                 text = path.read_text(encoding="utf-8", errors="replace").splitlines()
-                return f"--- last {min(lines, len(text))} lines of {path} ---\n" + "\n".join(text[-lines:])
-        return f"(no log file under {self.node_dir / 'logs'})"
+                if text:
+                    parts.append(f"--- last {min(count, len(text))} lines of {path} ---\n" + "\n".join(text[-count:]))
+        return "\n".join(parts) or f"(no log file under {self.node_dir / 'logs'})"
 
     # ------------------------------------------------------------------ install
     def _assemble(self, artifacts: Artifacts, target: Path, java_home: Path) -> None:
