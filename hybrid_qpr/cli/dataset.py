@@ -134,7 +134,7 @@ def _print(report, as_json: bool) -> None:
     reading, grouping, split = report.reading, report.grouping, report.split
     overview = Table(title=f"dataset {report.out}", show_header=False, title_justify="left")
     overview.add_column(style="bold")
-    overview.add_column(justify="right")
+    overview.add_column()
     overview.add_row("source", f"{report.source.get('path')} ({report.source.get('kind')})")
     overview.add_row("rows read", f"{reading.get('rows', 0):,}")
     overview.add_row("bad lines skipped", f"{reading.get('bad_lines', 0):,}")
