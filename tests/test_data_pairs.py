@@ -120,3 +120,22 @@ def test_stdin(monkeypatch, tmp_path):
     data = gzip.compress(("hi\thello\n").encode())
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(io.BytesIO(data))))
     assert [p.question2 for p in iter_pairs("-")] == ["hello"]
+
+
+def test_utf8_bom_and_non_ascii(tmp_path):
+    path = tmp_path / "u.tsv"
+    path.write_bytes("\ufeffquestion1\tquestion2\nwie alt bist du ?\twas ist dein alter ?\n¿qué hora es?\tla hora, por favor\n".encode())
+    pairs = list(iter_pairs(path))
+    assert [p.question1 for p in pairs] == ["wie alt bist du ?", "¿qué hora es?"]
+    latin1 = tmp_path / "latin1.tsv"
+    latin1.write_bytes("caf\xe9\tcoffee\n".encode("latin-1"))
+    with pytest.raises(InputError, match=r"latin1.tsv:1: not valid UTF-8"):
+        list(iter_pairs(latin1))
+
+
+def test_truncated_gzip(tmp_path):
+    data = gzip.compress(("".join(f"question {i}\tparaphrase {i}\n" for i in range(2000))).encode())
+    path = tmp_path / "cut.tsv.gz"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError, match="corrupt or truncated gzip"):
+        list(iter_pairs(path))

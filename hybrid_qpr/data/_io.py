@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 import tempfile
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Literal
@@ -26,22 +27,47 @@ from hybrid_qpr.errors import InputError
 Delimiter = Literal[",", "\t"]
 _GZIP_MAGIC = b"\x1f\x8b"
 
-# Quora's CSV has long questions; the csv module's default limit (128 KiB) is enough for
-# any sane question, so a field beyond 1 MiB almost surely means an unclosed quote.
-csv.field_size_limit(1 << 20)
-
 
 def display_name(path: str | Path) -> str:
     return "<stdin>" if str(path) == "-" else str(path)
 
 
+class TextLines:
+    """UTF-8 lines of a binary stream, decoded one line at a time so that an invalid byte
+    is reported with its line number. Lines keep their ending (``\n`` or ``\r\n``), as
+    the csv module wants; a byte-order mark at the start is dropped."""
+
+    def __init__(self, binary: IO[bytes], name: str):
+        self._lines = iter(binary)
+        self.name = name
+        self.line = 0  # number of the last line returned
+
+    def __iter__(self) -> "TextLines":
+        return self
+
+    def __next__(self) -> str:
+        raw = next(self._lines)
+        self.line += 1
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(self.name, self.line, f"not valid UTF-8 text ({exc.reason} at byte {exc.start + 1} "
+                             "of the line); convert the file with iconv -t UTF-8") from None
+        if self.line == 1 and text.startswith("\ufeff"):
+            text = text[1:]
+        return text
+
+    def readline(self) -> str:
+        return next(self, "")
+
+
 @contextlib.contextmanager
-def open_text(path: str | Path) -> Iterator[IO[str]]:
-    """Open ``path`` for reading as UTF-8 text; ``-`` is stdin.
+def open_text(path: str | Path) -> Iterator[TextLines]:
+    """Open ``path`` for reading as UTF-8 lines; ``-`` is stdin.
 
     Gzip is recognised by its magic bytes, so ``data.tsv.gz`` and a gzipped stream on
-    stdin both work. A UTF-8 byte-order mark is dropped. ``newline=""`` keeps quoted
-    newlines intact for the csv module.
+    stdin both work. Lines are split on ``\n`` only, so a quoted field with an embedded
+    newline reaches the csv module intact.
     """
     name = display_name(path)
     if str(path) == "-":
@@ -53,22 +79,17 @@ def open_text(path: str | Path) -> Iterator[IO[str]]:
             raise InputError(path, None, "file not found") from exc
         except IsADirectoryError as exc:
             raise InputError(path, None, "is a directory, expected a file") from exc
-    buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)  # type: ignore[arg-type]
-    binary: IO[bytes] = gzip.GzipFile(fileobj=buffered) if buffered.peek(2)[:2] == _GZIP_MAGIC else buffered
-    text = io.TextIOWrapper(binary, encoding="utf-8-sig", newline="")
     try:
-        yield text
-    except UnicodeDecodeError as exc:
-        raise InputError(name, None, f"not valid UTF-8 text ({exc.reason} at byte {exc.start})") from exc
-    except (gzip.BadGzipFile, EOFError) as exc:
-        raise InputError(name, None, f"corrupt or truncated gzip data ({exc})") from exc
+        buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)  # type: ignore[arg-type]
+        is_gzip = buffered.peek(2)[:2] == _GZIP_MAGIC
+        binary: IO[bytes] = gzip.GzipFile(fileobj=buffered) if is_gzip else buffered
+        lines = TextLines(binary, name)
+        try:
+            yield lines
+        except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+            raise InputError(name, lines.line + 1, f"corrupt or truncated gzip data ({exc})") from exc
     finally:
-        if str(path) == "-":
-            with contextlib.suppress(ValueError):
-                text.detach()  # leave stdin open for the caller
-        else:
-            with contextlib.suppress(ValueError, OSError):
-                text.close()
+        if str(path) != "-":
             raw.close()
 
 
@@ -122,8 +143,6 @@ def iter_rows(path: str | Path, lines: Iterable[str]) -> Iterator[tuple[int, lis
             return
         except csv.Error as exc:
             raise InputError(display_name(path), start, f"malformed CSV ({exc})") from exc
-        except UnicodeDecodeError as exc:
-            raise InputError(display_name(path), start, f"not valid UTF-8 text ({exc.reason})") from exc
         if row and not (len(row) == 1 and not row[0].strip()):
             yield start, row
         start = reader.line_num + 1
@@ -184,8 +203,6 @@ def iter_jsonl(path: str | Path, lines: Iterable[str] | None = None) -> Iterator
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InputError(name, number, f"not valid JSON ({exc.msg} at column {exc.colno})") from exc
-        except UnicodeDecodeError as exc:
-            raise InputError(name, number, f"not valid UTF-8 text ({exc.reason})") from exc
         if not isinstance(obj, dict):
             raise InputError(name, number, f"expected a JSON object, found {type(obj).__name__}")
         yield number, obj
@@ -201,10 +218,10 @@ def atomic_directory(path: str | Path, marker: str) -> Iterator[Path]:
     path = Path(path)
     if path.exists():
         if not path.is_dir():
-            raise InputError(path, None, "exists and is not a directory; choose another --out")
+            raise InputError(path, None, "exists and is not a directory; choose another output directory")
         if any(path.iterdir()) and not (path / marker).exists():
             raise InputError(path, None, f"exists, is not empty and has no {marker}; refusing to overwrite it "
-                             "(choose another --out or remove the directory)")
+                             "(choose another output directory or remove this one)")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
     os.chmod(tmp, 0o777 & ~_umask())
