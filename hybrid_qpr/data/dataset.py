@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from hybrid_qpr.data._io import atomic_directory, atomic_write, display_name
 from hybrid_qpr.data.beir import write_beir
