@@ -132,18 +132,15 @@ def clusters_from_pairs(pairs: Iterable[QuestionPair], key: KeyMode = "auto") ->
     questions: list[Question] = []
 
     def node(qid: str | None, text: str) -> int:
-        if key == "qid":
-            ident = qid  # type: ignore[assignment]
-        else:
-            ident = text_id(normalize_text(text))
-        found = node_of.get(ident)  # type: ignore[arg-type]
+        ident = qid if key == "qid" and qid is not None else text_id(normalize_text(text))
+        found = node_of.get(ident)
         if found is not None:
             if key == "qid" and questions[found].text != text:
                 report.qid_text_conflicts += 1
             return found
         n = uf.add()
-        node_of[ident] = n  # type: ignore[index]
-        questions.append(Question(ident, text))  # type: ignore[arg-type]
+        node_of[ident] = n
+        questions.append(Question(ident, text))
         return n
 
     for pair in duplicates:
