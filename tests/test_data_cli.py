@@ -41,6 +41,10 @@ def test_build_then_stats(tmp_path):
     stats = CliRunner().invoke(cli, ["dataset", "stats", str(out), "--json"])
     assert stats.exit_code == 0, stats.output
     assert json.loads(stats.output)["summary"]["train"]["questions"] == 72
+    with open(out / "val.jsonl", "a") as fh:  # an edit after the build is reported
+        fh.write('{"id": "extra", "questions": [{"id": "e1", "text": "x"}, {"id": "e2", "text": "y"}]}\n')
+    edited = CliRunner().invoke(cli, ["dataset", "stats", str(out)])
+    assert edited.exit_code == 0 and "changed since the build: val.jsonl" in edited.output
     # rebuilding over an earlier build replaces it; a foreign non-empty directory is refused
     again = CliRunner().invoke(cli, ["dataset", "build", str(pairs_file(tmp_path)), "--out", str(out), "--seed", "3"])
     assert again.exit_code == 0, again.output

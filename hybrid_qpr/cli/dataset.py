@@ -155,6 +155,9 @@ def _print(report, as_json: bool) -> None:
     if report.seconds:
         overview.add_row("build time", f"{report.seconds:.2f} s")
     console.print(overview)
+    if report.modified:
+        console.print(f"warning: changed since the build: {', '.join(report.modified)} (sha256 differs from "
+                      "manifest.json; the fingerprint no longer describes them)", markup=False)
 
     table = Table(title="splits (removed: val/test questions whose text is in train / already kept earlier)",
                   title_justify="left")

@@ -51,11 +51,12 @@ class DatasetReport:
     files: dict[str, dict] = field(default_factory=dict)
     fingerprint: str = ""
     seconds: float = 0.0
+    modified: list[str] = field(default_factory=list)  # stats only: split files whose sha256 differs from the manifest
 
     def manifest(self) -> dict:
         from hybrid_qpr import __version__
 
-        body = {k: v for k, v in self.__dict__.items() if k != "out"}
+        body = {k: v for k, v in self.__dict__.items() if k not in ("out", "modified")}
         return {"format": FORMAT, "format_version": FORMAT_VERSION, "created_by": f"hybrid-qpr {__version__}",
                 "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), **body}
 
@@ -151,7 +152,8 @@ def build_dataset_from_qa_log(
 
 def dataset_stats(dataset_dir: str | Path) -> DatasetReport:
     """Read a dataset directory back: the manifest's counts, with the per-split summary
-    recomputed from the split files (so edits after the build show up)."""
+    recomputed from the split files (so edits after the build show up) and the split files
+    whose sha256 no longer matches the manifest listed in ``modified``."""
     dataset_dir = Path(dataset_dir)
     path = dataset_dir / MANIFEST
     try:
@@ -167,4 +169,10 @@ def dataset_stats(dataset_dir: str | Path) -> DatasetReport:
     report = DatasetReport(out=str(dataset_dir), **fields, fingerprint=manifest.get("fingerprint", ""),
                            seconds=manifest.get("seconds", 0.0))
     report.summary = split_summary({s: load_split(dataset_dir, s) for s in SPLITS})
+    for name, info in report.files.items():
+        if isinstance(info, dict) and info.get("sha256") != _sha256(dataset_dir / name):
+            report.modified.append(name)
+    if report.modified:
+        log.warning("%s: %s changed since the build; the fingerprint %s no longer describes them",
+                    dataset_dir, ", ".join(report.modified), report.fingerprint)
     return report
