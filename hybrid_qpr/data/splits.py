@@ -9,6 +9,7 @@ with fewer than two questions cannot give a query with a relevant document and a
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,6 +24,8 @@ from hybrid_qpr.errors import ConfigError, InputError
 Split = Literal["train", "val", "test"]
 SPLITS: tuple[Split, ...] = ("train", "val", "test")
 DEFAULT_FRACTIONS = (0.8, 0.1, 0.1)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -110,6 +113,10 @@ def split_clusters(
         report.removed_repeated[split] = removed_repeated
         report.clusters_too_small[split] = too_small
     report.clusters = {s: len(out[s]) for s in SPLITS}
+    for name, fraction in zip(SPLITS, fr):
+        if fraction > 0 and not out[name]:
+            log.warning("the %s split is empty (%d clusters in all, fraction %g); it cannot be used for "
+                        "training or evaluation", name, n, fraction)
     report.questions = {s: sum(len(c.questions) for c in out[s]) for s in SPLITS}
     return {s: out[s] for s in SPLITS}, report
 
