@@ -7,6 +7,7 @@ no /work/shared); short ``max_length`` keeps it fast on a 2-core box.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -148,3 +149,56 @@ def test_siamese_loss_by_hand():
     assert labelled == pytest.approx((sp(-5.0) + sp(10 * (c - 0.5))) / 2, rel=1e-5)
     with pytest.raises(ConfigError, match="scale=0"):
         SiameseBCELoss(scale=0)
+
+
+CLUSTERS = [
+    ["How do I reset my password?", "I forgot my password, how can I change it?", "password reset help"],
+    ["What is the capital of France?", "Which city is the capital of France?"],
+    ["How do I cook rice?", "What is the best way to boil rice?"],
+    ["How can I learn Python fast?", "What is the quickest way to learn Python programming?"],
+    ["Why is the sky blue?", "What makes the sky look blue?"],
+    ["How far is the moon from the earth?", "What is the distance between the earth and the moon?"],
+    ["How do I lose weight?", "What is a good way to lose weight quickly?"],
+    ["Who wrote Hamlet?", "Who is the author of Hamlet?"],
+]
+
+
+def _dataset(tmp_path):
+    d = tmp_path / "data"
+    d.mkdir()
+    lines = [json.dumps({"id": f"c{i}", "questions": [{"id": f"q{i}_{j}", "text": t} for j, t in enumerate(c)]})
+             for i, c in enumerate(CLUSTERS)]
+    (d / "train.jsonl").write_text("\n".join(lines) + "\n")
+    return d
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss_name", ["siamese"])
+def test_tiny_finetuning_lowers_the_loss_and_resumes(tmp_path, loss_name):
+    from hybrid_qpr.finetune import FinetuneSettings, build_loss, finetune
+    from hybrid_qpr.model.transformer import TransformerEmbedder
+
+    data = _dataset(tmp_path)
+    settings = FinetuneSettings(loss=loss_name, max_length=16, batch_size=8, steps=4, lr=1e-4, warmup=0.0,
+                                checkpoint_every=2, seed=1)
+    loss_fn = build_loss(settings)
+    anchors, positives = [c[0] for c in CLUSTERS], [c[1] for c in CLUSTERS]
+
+    def held_loss(model):
+        with torch.no_grad():
+            return float(loss_fn(model.encode(anchors), model.encode(positives)))
+
+    before = held_loss(TransformerEmbedder.from_dir(max_length=16, normalize=settings.normalized))
+    out = tmp_path / "run"
+    report = finetune(data, out, settings, show_progress=False)
+    tuned = TransformerEmbedder.from_dir(out / "model")
+    assert tuned.max_length == 16 and tuned.normalize == settings.normalized
+    after = held_loss(tuned)
+    assert after < before * 0.9, (before, after)
+    assert report["steps_this_run"] == 4 and report["pairs_seen"] == 32
+    assert [json.loads(x)["step"] for x in (out / "log.jsonl").read_text().splitlines()] == [4]
+    # resume: continue the checkpoint for two more steps only
+    more = dataclasses.replace(settings, steps=6)
+    assert finetune(data, out, more, resume=True, show_progress=False)["steps_this_run"] == 2
+    with pytest.raises(ConfigError, match="other settings.*lr=0.0001"):
+        finetune(data, out, dataclasses.replace(more, lr=1e-3), resume=True, show_progress=False)

