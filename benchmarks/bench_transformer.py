@@ -124,7 +124,7 @@ def ensure_models(args, dataset: str, dataset_dir: Path) -> dict[str, Path]:
             from hybrid_qpr.finetune import FinetuneSettings, finetune
 
             settings = FinetuneSettings(loss=loss, max_length=args.max_length, batch_size=args.batch_size,
-                                        accumulate=args.accumulate, steps=args.steps, max_pairs=args.train_pairs,
+                                        accumulate=args.accumulate, steps=args.steps, max_clusters=args.train_clusters,
                                         seed=args.seed)
             t0 = time.perf_counter()
             report = finetune(dataset_dir, run_dir, settings, resume=True, export_dir=onnx_dir)
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=150, help="optimizer steps per fine-tuning run (default 150)")
     parser.add_argument("--batch-size", type=int, default=32, help="pairs per micro-batch (default 32)")
     parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per optimizer step (default 1)")
-    parser.add_argument("--train-pairs", type=int, default=8000, help="cap on training pairs drawn (default 8000)")
+    parser.add_argument("--train-clusters", type=int, default=8000, help="train clusters sampled (default 8000)")
     parser.add_argument("--max-length", type=int, default=32, help="token cap (default 32)")
     parser.add_argument("--queries", type=int, default=1000, help="test queries sampled (default 1000)")
     parser.add_argument("--corpus", type=int, default=20000, help="index subset size (default 20000)")

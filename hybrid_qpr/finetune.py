@@ -55,7 +55,7 @@ class FinetuneSettings:
     steps: int = 500  # optimizer steps
     lr: float = 2e-5
     warmup: float = 0.1  # fraction of steps with linearly rising learning rate
-    max_pairs: int | None = None  # cap on the train clusters used (seeded sample), None = all
+    max_clusters: int | None = None  # cap on the train clusters used (seeded sample), None = all
     normalize: bool | None = None  # None: True for siamese, False for sdml/triplet
     epsilon: float = 0.3  # SDML label smoothing
     margin: float = 0.5  # triplet margin
@@ -159,7 +159,7 @@ def finetune(dataset_dir: str | Path, out_dir: str | Path, settings: FinetuneSet
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(settings.seed)
-    groups = pair_groups(dataset_dir, settings.max_pairs, settings.seed)
+    groups = pair_groups(dataset_dir, settings.max_clusters, settings.seed)
     model = TransformerEmbedder.from_dir(settings.base_model, max_length=settings.max_length,
                                          normalize=settings.normalized)
     loss_fn = build_loss(settings)

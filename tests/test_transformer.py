@@ -202,3 +202,15 @@ def test_tiny_finetuning_lowers_the_loss_and_resumes(tmp_path, loss_name):
     assert finetune(data, out, more, resume=True, show_progress=False)["steps_this_run"] == 2
     with pytest.raises(ConfigError, match="other settings.*lr=0.0001"):
         finetune(data, out, dataclasses.replace(more, lr=1e-3), resume=True, show_progress=False)
+
+
+def test_finetune_cli_names_a_missing_split(tmp_path):
+    from click.testing import CliRunner
+
+    from hybrid_qpr.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["finetune", str(tmp_path), "--out", str(tmp_path / "run"), "--loss", "siamese"])
+    assert result.exit_code == 1
+    assert "train.jsonl" in result.output and "split file not found" in result.output
+    result = CliRunner().invoke(cli, ["finetune", str(tmp_path), "--out", str(tmp_path / "run"), "--batch-size", "1"])
+    assert result.exit_code == 1 and "batch_size=1" in result.output

@@ -24,7 +24,7 @@ from hybrid_qpr.cli._common import friendly_errors
               help="Micro-batches whose gradients are summed per optimizer step (effective batch = batch-size x accumulate).")
 @click.option("--steps", type=int, default=500, show_default=True, help="Optimizer steps.")
 @click.option("--lr", type=float, default=2e-5, show_default=True, help="AdamW learning rate (linear warm-up then decay).")
-@click.option("--max-pairs", type=int, default=None, help="Use at most this many training pairs (seeded sample). [default: all]")
+@click.option("--max-clusters", type=int, default=None, help="Draw pairs from at most this many train clusters (seeded sample). [default: all]")
 @click.option("--normalize/--no-normalize", default=None,
               help="L2-normalise embeddings (cosine). [default: on for siamese, off for sdml/triplet (squared L2)]")
 @click.option("--negatives", type=click.Choice(["random", "hard", "semi-hard"]), default="semi-hard", show_default=True,
@@ -38,7 +38,7 @@ from hybrid_qpr.cli._common import friendly_errors
 @click.option("--seed", type=int, default=0, show_default=True)
 @friendly_errors
 def finetune(dataset_dir: str, out_dir: str, loss: str, base_model: str | None, max_length: int, batch_size: int,
-             accumulate: int, steps: int, lr: float, max_pairs: int | None, normalize: bool | None, negatives: str,
+             accumulate: int, steps: int, lr: float, max_clusters: int | None, normalize: bool | None, negatives: str,
              margin: float, epsilon: float, checkpoint_every: int, resume: bool, export_dir: str | None, seed: int) -> None:
     """Fine-tune a pretrained transformer on the train clusters of DATASET_DIR.
 
@@ -56,7 +56,7 @@ def finetune(dataset_dir: str, out_dir: str, loss: str, base_model: str | None, 
     from hybrid_qpr.finetune import FinetuneSettings, finetune as run
 
     settings = FinetuneSettings(loss=loss, base_model=base_model, max_length=max_length, batch_size=batch_size,
-                                accumulate=accumulate, steps=steps, lr=lr, max_pairs=max_pairs, normalize=normalize,
+                                accumulate=accumulate, steps=steps, lr=lr, max_clusters=max_clusters, normalize=normalize,
                                 negatives=negatives, margin=margin, epsilon=epsilon, checkpoint_every=checkpoint_every,
                                 seed=seed)
     report = run(dataset_dir, out_dir, settings, resume=resume, export_dir=export_dir)
