@@ -71,6 +71,17 @@ def test_onnx_matches_torch_and_loads_through_encoder(embedder, exported):
     assert got[4] @ got[5] > got[4] @ got[6] + 0.3
 
 
+def test_inference_never_imports_torch_or_transformers(exported):
+    import subprocess
+    import sys
+
+    out, _ = exported
+    code = ("import sys; from hybrid_qpr import Encoder; v = Encoder.load(sys.argv[1]).encode(['hi there']); "
+            "assert v.shape == (1, 384); print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code, str(out)], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
 def test_tokenizer_is_the_same_for_training_and_inference(embedder, exported):
     from hybrid_qpr.encoders.transformer import tokenize_batch, wordpiece_tokenizer
 
