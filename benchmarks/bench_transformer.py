@@ -90,9 +90,12 @@ def bm25_run(doc_ids: list[str], texts: list[str], qids: list[str], query_texts:
 
 
 def fuse(run_a, run_b, depth: int):
+    """RRF (k=60) of the top ``depth`` (+1 for the query itself, dropped later) of both runs."""
+    from hybrid_qpr.backends.base import Hit
     from hybrid_qpr.fusion import rrf
 
-    return {q: [d for d, _ in rrf([run_a[q][: depth + 1], run_b[q][: depth + 1]])] for q in run_a}
+    return {q: [f.id for f in rrf([[Hit(d, 0.0) for d in run_a[q]], [Hit(d, 0.0) for d in run_b[q]]], depth=depth + 1)]
+            for q in run_a}
 
 
 def metrics(run, qrels) -> dict[str, float]:
@@ -278,15 +281,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-clusters", type=int, default=8000, help="train clusters sampled (default 8000)")
     parser.add_argument("--max-length", type=int, default=32, help="token cap (default 32)")
     parser.add_argument("--queries", type=int, default=1000, help="test queries sampled (default 1000)")
-    parser.add_argument("--corpus", type=int, default=20000, help="index subset size (default 20000)")
+    parser.add_argument("--corpus", type=int, default=20000, help="index subset size; larger than the corpus = all of it (default 20000)")
     parser.add_argument("--depth", type=int, default=100, help="depth of each list fed to RRF (default 100)")
     parser.add_argument("--speed-texts", type=int, default=2000, help="texts for the throughput test (default 2000)")
     parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--only", nargs="*", default=[], help="evaluate only encoders whose name contains one of these")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     args.models.mkdir(parents=True, exist_ok=True)
-    cache = args.models / "bench-results.json"
+    cache = args.models / f"bench-results-{args.corpus}.json"
     results = json.loads(cache.read_text()) if cache.exists() else {}
     results.setdefault("quality", {})
     results.setdefault("subsets", {})
@@ -304,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
         rows["BM25"] = {"alone": metrics(bm25, qrels)}
         logger.info("%s BM25: %s", dataset, rows["BM25"]["alone"])
         for name, model_dir in ensure_models(args, dataset, dataset_dir).items():
+            if args.only and not any(o.lower() in name.lower() for o in args.only):
+                continue
             vectors, seconds, distance = encode_cached(args, dataset, model_dir, texts)
             knn = knn_run(doc_ids, vectors, qids, distance, args.depth)
             rows[name] = {"model": str(model_dir), "encode_seconds": seconds, "alone": metrics(knn, qrels)}

@@ -1,0 +1,81 @@
+"""Triplet loss with in-batch negatives (random, hard or semi-hard).
+
+For anchor a_i, its positive p_i and one negative p_j (j ≠ i, the positive of another pair
+of the batch, so from another cluster):
+
+    L = 1/N Σ_i max(0, d(a_i, p_i) − d(a_i, p_j) + margin)
+
+with d the Euclidean distance (``"euclidean"``, EUC in the SDML paper's Table 3) or the
+squared Euclidean distance (``"squared"``, SSD; the ASBERT triplet network). Negatives:
+
+* ``random``: a uniformly drawn j ≠ i (uses torch's global generator; seed it for repeatability);
+* ``hard``: the closest j ≠ i, argmin_j d(a_i, p_j);
+* ``semi-hard`` (Schroff, Kalenichenko & Philbin, "FaceNet", CVPR 2015): the closest negative
+  that is still farther than the positive, d(a_i, p_j) > d(a_i, p_i); when there is none,
+  the farthest negative (as in TensorFlow Addons' ``triplet_semihard_loss``). Hard negatives
+  early in training can collapse the embedding; semi-hard ones are informative but safe.
+
+References: Weinberger & Saul 2009 (margin loss); Bonadiman et al. 2019, SDML paper,
+Table 3 baselines; Shonibare 2021, ASBERT (arXiv:2104.08558).
+
+Example::
+
+    loss = TripletLoss(margin=0.5, distance="squared", negatives="semi-hard")(model(q1), model(q2))
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import nn
+
+from hybrid_qpr.errors import ConfigError
+from hybrid_qpr.model.losses.sdml import squared_distances
+
+TripletDistance = Literal["euclidean", "squared"]
+Negatives = Literal["random", "hard", "semi-hard"]
+
+
+class TripletLoss(nn.Module):
+    def __init__(self, margin: float = 0.5, distance: TripletDistance = "euclidean", negatives: Negatives = "random"):
+        super().__init__()
+        if margin < 0:
+            raise ConfigError(f"margin={margin}: must be >= 0 (the SDML paper uses 0.5)")
+        if distance not in ("euclidean", "squared"):
+            raise ConfigError(f"distance={distance!r}: allowed values are euclidean, squared")
+        if negatives not in ("random", "hard", "semi-hard"):
+            raise ConfigError(f"negatives={negatives!r}: allowed values are random, hard, semi-hard")
+        self.margin = float(margin)
+        self.distance = distance
+        self.negatives = negatives
+
+    def distances(self, anchors: torch.Tensor, positives: torch.Tensor) -> torch.Tensor:
+        sq = squared_distances(anchors, positives)
+        return sq if self.distance == "squared" else (sq + 1e-12).sqrt()
+
+    def pick_negatives(self, dist: torch.Tensor) -> torch.Tensor:
+        """Index j ≠ i of the negative of each row of the [N, N] distance matrix."""
+        n = dist.shape[0]
+        eye = torch.eye(n, dtype=torch.bool, device=dist.device)
+        if self.negatives == "random":
+            offset = torch.randint(1, n, (n,), device=dist.device)
+            return (torch.arange(n, device=dist.device) + offset) % n
+        d = dist.detach()
+        if self.negatives == "hard":
+            return d.masked_fill(eye, float("inf")).argmin(1)
+        positive = d.diagonal()[:, None]
+        farther = (d > positive) & ~eye
+        semi = d.masked_fill(~farther, float("inf")).argmin(1)
+        easiest = d.masked_fill(eye, float("-inf")).argmax(1)
+        return torch.where(farther.any(1), semi, easiest)
+
+    def forward(self, anchors: torch.Tensor, positives: torch.Tensor) -> torch.Tensor:
+        if anchors.shape != positives.shape or anchors.dim() != 2:
+            raise ConfigError(f"anchors {tuple(anchors.shape)} and positives {tuple(positives.shape)} must both be [N, d]")
+        if anchors.shape[0] < 2:
+            raise ConfigError("triplet loss needs at least 2 pairs per batch (negatives come from the other pairs)")
+        dist = self.distances(anchors, positives)
+        rows = torch.arange(dist.shape[0], device=dist.device)
+        negative = dist[rows, self.pick_negatives(dist)]
+        return (dist.diagonal() - negative + self.margin).clamp_min(0.0).mean()
