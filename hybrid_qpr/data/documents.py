@@ -1,0 +1,164 @@
+"""Documents to index, from the file formats users have: the reader behind ``hybrid-qpr ingest``.
+
+Formats (``fmt="auto"`` decides from the extension, else from the first line):
+
+* ``jsonl`` - one object per line with ``id`` and ``text`` (names set by ``id_column`` /
+  ``text_column``); every other key becomes metadata (usable in filters). A BEIR
+  ``corpus.jsonl`` (``_id``, ``title``, ``text``) is read the same way: ``_id`` is the id,
+  a non-empty ``title`` is kept as metadata.
+* ``table`` - TSV or CSV (optionally gzipped) whose header names the text column (and
+  optionally the id column); other columns become metadata.
+* ``pairs`` - a Quora-layout pairs file (or a two-column paraphrase TSV), read by
+  ``hybrid_qpr.data.pairs.iter_pairs``; each distinct question becomes one document
+  (id = its qid). Chosen automatically when a table's header names question1/question2.
+* ``-`` reads stdin (the format is sniffed from the first line).
+
+A record without an id gets a stable id derived from its text (``t`` + 16 hex of sha256),
+so ingesting the same file twice updates instead of duplicating.
+
+Bad lines raise ``InputError(path, line, problem)``; when a ``skipped`` list is given
+they are skipped instead and ``(line, problem)`` appended to it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from hybrid_qpr.backends.base import Document
+from hybrid_qpr.data._io import base_suffix, display_name, iter_rows, open_text
+from hybrid_qpr.errors import ConfigError, InputError
+
+logger = logging.getLogger(__name__)
+
+DocumentFormat = Literal["auto", "jsonl", "table", "pairs"]
+FORMATS: tuple[str, ...] = ("auto", "jsonl", "table", "pairs")
+
+
+def text_id(text: str) -> str:
+    """Stable id for a record that has none: ``t`` + 16 hex digits of sha256(text)."""
+    return "t" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _first_line(path: str | Path) -> str:
+    """The first line of ``path`` without consuming stdin (peeked from its buffer)."""
+    if str(path) == "-":
+        peeked = sys.stdin.buffer.peek(65536)
+        return peeked.split(b"\n", 1)[0].decode("utf-8", errors="replace")
+    with open_text(path) as fh:
+        return fh.readline()
+
+
+def detect_format(path: str | Path) -> DocumentFormat:
+    """``jsonl`` for .jsonl/.json files or a first line starting with ``{``; ``pairs`` for a
+    table whose header names question1 and question2 (or a 6-column Quora file); else ``table``."""
+    suffix = base_suffix(path)
+    if suffix in (".jsonl", ".json", ".ndjson"):
+        return "jsonl"
+    first = _first_line(path)
+    if first.lstrip().startswith("{"):
+        return "jsonl"
+    cells = [c.strip().strip('"').lower() for c in first.replace("\t", ",").split(",")]
+    if {"question1", "question2"} <= set(cells):
+        return "pairs"
+    return "table"
+
+
+def iter_documents(path: str | Path, *, text_column: str = "text", id_column: str = "id",
+                   fmt: DocumentFormat = "auto", skipped: list[tuple[int, str]] | None = None
+                   ) -> Iterator[tuple[int, Document]]:
+    """Yield ``(line number, Document)`` from ``path`` (see the module docstring)."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"fmt={fmt!r}: allowed values are {', '.join(FORMATS)}")
+    if fmt == "auto":
+        fmt = detect_format(path)
+    if fmt == "jsonl":
+        yield from _jsonl(path, text_column, id_column, skipped)
+    elif fmt == "pairs":
+        yield from _pairs(path, skipped)
+    else:
+        yield from _table(path, text_column, id_column, skipped)
+
+
+def _bad(name: str, line: int, problem: str, skipped: list[tuple[int, str]] | None) -> None:
+    if skipped is None:
+        raise InputError(name, line, problem)
+    skipped.append((line, problem))
+
+
+def _document(record: dict[str, Any], text_column: str, id_column: str) -> Document | str:
+    """A Document from one record, or the problem with it."""
+    text = record.get(text_column)
+    if not isinstance(text, str) or not text.strip():
+        shown = "missing" if text is None else f"{type(text).__name__} {str(text)[:40]!r}"
+        return f"field {text_column!r} must be a non-empty string (found {shown})"
+    id_key = id_column if id_column in record else ("_id" if id_column == "id" and "_id" in record else None)
+    raw_id = record.get(id_key) if id_key else None
+    if raw_id is None or (isinstance(raw_id, str) and not raw_id.strip()):
+        doc_id = text_id(text)
+    elif isinstance(raw_id, (str, int)) and not isinstance(raw_id, bool):
+        doc_id = str(raw_id).strip()
+    else:
+        return f"field {id_key!r} must be a string or an integer (found {type(raw_id).__name__})"
+    metadata = {k: v for k, v in record.items() if k not in (text_column, id_key) and not (k == "title" and v == "")}
+    return Document(doc_id, text, metadata)
+
+
+def _jsonl(path, text_column, id_column, skipped) -> Iterator[tuple[int, Document]]:
+    name = display_name(path)
+    with open_text(path) as fh:
+        for line, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                _bad(name, line, f"not valid JSON ({exc.msg} at column {exc.colno})", skipped)
+                continue
+            if not isinstance(record, dict):
+                _bad(name, line, f"expected a JSON object, found {type(record).__name__}", skipped)
+                continue
+            doc = _document(record, text_column, id_column)
+            if isinstance(doc, str):
+                _bad(name, line, doc, skipped)
+                continue
+            yield line, doc
+
+
+def _table(path, text_column, id_column, skipped) -> Iterator[tuple[int, Document]]:
+    name = display_name(path)
+    with open_text(path) as fh:
+        header: list[str] | None = None
+        for line, row in iter_rows(path, fh):
+            if header is None:
+                header = [c.strip() for c in row]
+                if text_column not in header:
+                    raise InputError(name, line, f"the header has no column {text_column!r} (found: "
+                                     f"{', '.join(header)}); name the text column with --text-column")
+                continue
+            if len(row) != len(header):
+                _bad(name, line, f"found {len(row)} columns, the header has {len(header)}", skipped)
+                continue
+            doc = _document(dict(zip(header, row)), text_column, id_column)
+            if isinstance(doc, str):
+                _bad(name, line, doc, skipped)
+                continue
+            yield line, doc
+
+
+def _pairs(path, skipped) -> Iterator[tuple[int, Document]]:
+    from hybrid_qpr.data.pairs import iter_pairs
+
+    seen: set[str] = set()
+    on_bad = "error" if skipped is None else "skip"
+    for pair in iter_pairs(path, on_bad_line=on_bad, skipped=skipped):
+        for qid, text in ((pair.qid1, pair.question1), (pair.qid2, pair.question2)):
+            doc_id = qid if qid else text_id(text)
+            if doc_id not in seen:
+                seen.add(doc_id)
+                yield pair.line, Document(doc_id, text, {})

@@ -1,0 +1,193 @@
+"""Pure fusion of ranked lists: reciprocal rank fusion and normalised weighted sums.
+
+Every backend (embedded and OpenSearch) fuses through these functions, so a hybrid
+result means the same thing everywhere. Three numbers are kept apart, as Pyserini does:
+
+* ``depth`` - how many hits are taken from the top of each input list;
+* ``rrf_k`` - the RRF smoothing constant (60, Cormack et al. 2009);
+* ``top_k`` - how many fused results are returned.
+
+Weights. ``alpha`` is always the weight of the *second* list (kNN in ``HybridSearcher``)
+and ``1 - alpha`` the weight of the first (BM25), for every method: ``alpha = 0`` ranks
+like BM25 alone, ``alpha = 1`` like kNN alone.
+
+Documents missing from a list (not in its top ``depth``) are handled explicitly:
+
+* RRF: the missing list contributes 0 (the document has no rank there).
+* weighted sum: the missing list contributes its *floor*, the lowest value its retrieved
+  documents can have after normalisation (0 for min-max; the list's minimum for z-score
+  and L2), because a document the retriever did not return is at best as good as the
+  worst one it did return.
+
+Ties in the fused score are broken by document id (ascending), so the output (and hence
+every page of it) is deterministic. Inputs are never modified.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from hybrid_qpr.backends.base import Hit
+from hybrid_qpr.errors import ConfigError
+
+FusionMethod = Literal["rrf", "minmax", "zscore", "l2"]
+FUSION_METHODS: tuple[str, ...] = ("rrf", "minmax", "zscore", "l2")
+Normalisation = Literal["minmax", "zscore", "l2"]
+RRF_K = 60
+
+
+@dataclass(frozen=True)
+class Fused:
+    """One fused document: its fused score and, per input list, its score and 1-based rank
+    there (``None`` where the document was missing from that list)."""
+
+    id: str
+    score: float
+    scores: tuple[float | None, ...]
+    ranks: tuple[int | None, ...]
+
+
+def check_method(method: str) -> FusionMethod:
+    if method not in FUSION_METHODS:
+        raise ConfigError(f"fusion={method!r}: allowed values are {', '.join(FUSION_METHODS)}")
+    return method  # type: ignore[return-value]
+
+
+def check_alpha(alpha: float) -> float:
+    if not (isinstance(alpha, (int, float)) and 0.0 <= float(alpha) <= 1.0):
+        raise ConfigError(f"alpha={alpha!r}: must be a number in [0, 1] (0 = BM25 only, 1 = kNN only)")
+    return float(alpha)
+
+
+def normalize(scores: Sequence[float], method: Normalisation) -> list[float]:
+    """Normalise one list of scores (higher is better stays higher is better).
+
+    * ``minmax``: ``(s - min) / (max - min)``; when ``max == min`` every score becomes 1.0
+      (all retrieved documents are equally good, and better than a missing one at 0).
+    * ``zscore``: ``(s - mean) / std`` (population std); when ``std == 0`` every score is 0.
+    * ``l2``: ``s / ||s||_2`` (OpenSearch's ``l2`` normalisation); an all-zero list stays 0.
+    """
+    values = [float(s) for s in scores]
+    if not values:
+        return []
+    if method == "minmax":
+        lo, hi = min(values), max(values)
+        if hi == lo:
+            return [1.0] * len(values)
+        return [(v - lo) / (hi - lo) for v in values]
+    if method == "zscore":
+        mean = sum(values) / len(values)
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+        if std == 0.0:
+            return [0.0] * len(values)
+        return [(v - mean) / std for v in values]
+    if method == "l2":
+        norm = math.sqrt(sum(v * v for v in values))
+        if norm == 0.0:
+            return [0.0] * len(values)
+        return [v / norm for v in values]
+    raise ConfigError(f"normalisation={method!r}: allowed values are minmax, zscore, l2")
+
+
+def _floor(normalised: list[float], method: Normalisation) -> float:
+    """What a list contributes for a document it did not return (see the module docstring)."""
+    if method == "minmax" or not normalised:
+        return 0.0
+    return min(normalised)
+
+
+def _weights(n_lists: int, weights: Sequence[float] | None) -> list[float]:
+    if weights is None:
+        return [1.0] * n_lists
+    if len(weights) != n_lists:
+        raise ConfigError(f"weights={list(weights)}: need one weight per list ({n_lists})")
+    if any(w < 0 for w in weights):
+        raise ConfigError(f"weights={list(weights)}: weights must be >= 0")
+    return [float(w) for w in weights]
+
+
+def _ranked(lists: Sequence[Sequence[Hit]], depth: int | None) -> list[list[Hit]]:
+    """Each list cut to ``depth``, duplicates of an id dropped (first occurrence wins)."""
+    if depth is not None and depth < 1:
+        raise ConfigError(f"depth={depth}: must be >= 1")
+    out = []
+    for hits in lists:
+        seen: set[str] = set()
+        kept = []
+        for hit in hits:
+            if hit.id not in seen:
+                seen.add(hit.id)
+                kept.append(hit)
+            if depth is not None and len(kept) >= depth:
+                break
+        out.append(kept)
+    return out
+
+
+def _finish(totals: dict[str, float], lists: list[list[Hit]], top_k: int | None) -> list[Fused]:
+    per_list = [{hit.id: (hit.score, rank) for rank, hit in enumerate(hits, start=1)} for hits in lists]
+    order = sorted(totals.items(), key=lambda item: (-item[1], item[0]))
+    if top_k is not None:
+        if top_k < 0:
+            raise ConfigError(f"top_k={top_k}: must be >= 0")
+        order = order[:top_k]
+    fused = []
+    for doc_id, score in order:
+        found = [table.get(doc_id) for table in per_list]
+        fused.append(Fused(doc_id, score, tuple(f[0] if f else None for f in found),
+                           tuple(f[1] if f else None for f in found)))
+    return fused
+
+
+def rrf(lists: Sequence[Sequence[Hit]], *, rrf_k: int = RRF_K, weights: Sequence[float] | None = None,
+        depth: int | None = None, top_k: int | None = None) -> list[Fused]:
+    """Reciprocal rank fusion (Cormack, Clarke & Büttcher, SIGIR 2009):
+    ``score(d) = sum_i w_i / (rrf_k + rank_i(d))`` over the lists that contain ``d``
+    (rank 1-based, within the first ``depth`` hits of each list). Scores are ignored,
+    only ranks count, so lists on different scales need no normalisation."""
+    if rrf_k < 0:
+        raise ConfigError(f"rrf_k={rrf_k}: must be >= 0 (the usual value is 60)")
+    ranked = _ranked(lists, depth)
+    w = _weights(len(ranked), weights)
+    totals: dict[str, float] = {}
+    for weight, hits in zip(w, ranked):
+        for rank, hit in enumerate(hits, start=1):
+            totals[hit.id] = totals.get(hit.id, 0.0) + weight / (rrf_k + rank)
+    return _finish(totals, ranked, top_k)
+
+
+def weighted_sum(lists: Sequence[Sequence[Hit]], *, normalisation: Normalisation = "minmax",
+                 weights: Sequence[float] | None = None, depth: int | None = None,
+                 top_k: int | None = None) -> list[Fused]:
+    """Convex combination of normalised scores (Bruch, Gai & Ingber, ACM TOIS 2023, "An
+    analysis of fusion functions for hybrid retrieval"):
+    ``score(d) = sum_i w_i * norm_i(d)``, where ``norm_i(d)`` is ``d``'s score in list i
+    normalised over that list's first ``depth`` hits, or the list's floor when ``d`` is
+    missing from it (0 for min-max, the list's minimum for z-score and L2)."""
+    if normalisation not in ("minmax", "zscore", "l2"):
+        raise ConfigError(f"normalisation={normalisation!r}: allowed values are minmax, zscore, l2")
+    ranked = _ranked(lists, depth)
+    w = _weights(len(ranked), weights)
+    tables, floors = [], []
+    for hits in ranked:
+        normed = normalize([h.score for h in hits], normalisation)
+        tables.append({h.id: n for h, n in zip(hits, normed)})
+        floors.append(_floor(normed, normalisation))
+    ids = sorted({h.id for hits in ranked for h in hits})
+    totals = {doc_id: sum(weight * table.get(doc_id, floor) for weight, table, floor in zip(w, tables, floors))
+              for doc_id in ids}
+    return _finish(totals, ranked, top_k)
+
+
+def fuse(first: Sequence[Hit], second: Sequence[Hit], *, method: FusionMethod = "rrf", alpha: float = 0.5,
+         rrf_k: int = RRF_K, depth: int | None = None, top_k: int | None = None) -> list[Fused]:
+    """Fuse two ranked lists (BM25 first, kNN second) with weights ``(1 - alpha, alpha)``."""
+    check_method(method)
+    alpha = check_alpha(alpha)
+    weights = (1.0 - alpha, alpha)
+    if method == "rrf":
+        return rrf([first, second], rrf_k=rrf_k, weights=weights, depth=depth, top_k=top_k)
+    return weighted_sum([first, second], normalisation=method, weights=weights, depth=depth, top_k=top_k)

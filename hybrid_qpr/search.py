@@ -1,0 +1,168 @@
+"""Search modes over any ``Backend``: bm25, knn, hybrid (fused) and rerank (MSEM baseline).
+
+The searcher is handed a backend that is already built (a ``LocalIndex`` or an
+``OpenSearchBackend``) and an encoder; it never builds either. Fusion is done by
+``hybrid_qpr.fusion`` only, so the embedded and OpenSearch backends fuse identically.
+
+Modes:
+
+* ``bm25`` - the backend's BM25 list.
+* ``knn`` - the backend's nearest neighbours of the encoded query.
+* ``hybrid`` - both lists, each ``depth`` long (default ``DEFAULT_DEPTH``, never less than
+  ``offset + top_k``), fused with ``fusion`` (rrf, minmax, zscore, l2) and ``alpha`` (weight
+  of kNN; BM25 gets ``1 - alpha``). Without arguments the index's tuned defaults are used.
+* ``rerank`` - the MSEM paper's baseline flow (Kim et al. 2019): BM25 recalls
+  ``rerank_depth`` candidates (30) which are re-ordered by encoder similarity.
+
+Every result carries the BM25 and kNN score and rank behind it (``None`` when the document
+was not in that list). Pages (``offset``) are slices of one deterministic ranking: with
+the same ``depth`` the pages of a query never overlap or skip a document.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from hybrid_qpr.backends.base import Backend, Filters, Hit
+from hybrid_qpr import fusion as fusion_lib
+from hybrid_qpr.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+Mode = Literal["hybrid", "bm25", "knn", "rerank"]
+MODES: tuple[str, ...] = ("hybrid", "bm25", "knn", "rerank")
+DEFAULT_DEPTH = 100
+RERANK_DEPTH = 30
+DEFAULT_FUSION, DEFAULT_ALPHA = "rrf", 0.5
+
+
+@dataclass(frozen=True)
+class RankedScore:
+    """A document's score in one retriever's list and its 1-based rank there."""
+
+    score: float
+    rank: int
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    id: str
+    text: str
+    score: float
+    metadata: dict[str, Any] = field(default_factory=dict)
+    bm25: RankedScore | None = None
+    knn: RankedScore | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form, as printed by ``hybrid-qpr query --json``."""
+        return {"id": self.id, "text": self.text, "score": self.score, "metadata": self.metadata,
+                "bm25": None if self.bm25 is None else {"score": self.bm25.score, "rank": self.bm25.rank},
+                "knn": None if self.knn is None else {"score": self.knn.score, "rank": self.knn.rank}}
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The first-stage lists of one query, kept so fusion can be re-run (tuning)."""
+
+    bm25: list[Hit]
+    knn: list[Hit]
+
+
+def _ranked(hits: Sequence[Hit]) -> dict[str, RankedScore]:
+    return {h.id: RankedScore(h.score, rank) for rank, h in enumerate(hits, start=1)}
+
+
+class HybridSearcher:
+    """Answer queries over ``backend`` with ``encoder`` (see the module docstring)."""
+
+    def __init__(self, backend: Backend, encoder):
+        self.backend = backend
+        self.encoder = encoder
+        check = getattr(backend, "check_encoder", None)
+        if check is not None:
+            check(encoder)
+
+    # ------------------------------------------------------------------ settings
+    def fusion_settings(self, fusion: str | None, alpha: float | None) -> tuple[str, float]:
+        """Explicit arguments win; else the index's tuned defaults; else RRF with alpha 0.5."""
+        defaults = getattr(self.backend, "fusion_defaults", None) or {}
+        method = fusion or defaults.get("fusion") or DEFAULT_FUSION
+        if alpha is None:
+            alpha = defaults.get("alpha", DEFAULT_ALPHA) if method == defaults.get("fusion", method) else DEFAULT_ALPHA
+        return fusion_lib.check_method(method), fusion_lib.check_alpha(alpha)
+
+    @staticmethod
+    def _check(mode: str, top_k: int, offset: int, depth: int | None, rerank_depth: int) -> None:
+        if mode not in MODES:
+            raise ConfigError(f"mode={mode!r}: allowed values are {', '.join(MODES)}")
+        if top_k < 1:
+            raise ConfigError(f"top_k={top_k}: must be >= 1")
+        if offset < 0:
+            raise ConfigError(f"offset={offset}: must be >= 0")
+        if depth is not None and depth < 1:
+            raise ConfigError(f"depth={depth}: must be >= 1")
+        if rerank_depth < 1:
+            raise ConfigError(f"rerank_depth={rerank_depth}: must be >= 1")
+
+    # ------------------------------------------------------------------ search
+    def candidates(self, query: str, vector, depth: int, filters: Filters | None = None) -> Candidates:
+        """BM25 and kNN lists of ``depth`` hits for one query (``vector`` = its encoding)."""
+        return Candidates(self.backend.bm25(query, depth, filters), self.backend.knn(vector, depth, filters))
+
+    def search(self, query: str, *, mode: Mode = "hybrid", top_k: int = 10, offset: int = 0,
+               fusion: str | None = None, alpha: float | None = None, filters: Filters | None = None,
+               depth: int | None = None, rerank_depth: int = RERANK_DEPTH, vector=None) -> list[SearchResult]:
+        """Results ``offset .. offset + top_k`` of ``query`` in ``mode``, best first."""
+        self._check(mode, top_k, offset, depth, rerank_depth)
+        need = offset + top_k
+        if mode == "bm25":
+            hits = self.backend.bm25(query, need, filters)[offset:need]
+            return self._results([(h.id, h.score, RankedScore(h.score, offset + i + 1), None) for i, h in enumerate(hits)])
+        if vector is None:
+            vector = self.encoder.encode([query])[0]
+        if mode == "knn":
+            hits = self.backend.knn(vector, need, filters)[offset:need]
+            return self._results([(h.id, h.score, None, RankedScore(h.score, offset + i + 1)) for i, h in enumerate(hits)])
+        if mode == "rerank":
+            recalled = self.backend.bm25(query, max(rerank_depth, need), filters)
+            return self._results(self._rerank(recalled, vector)[offset:need])
+        method, alpha = self.fusion_settings(fusion, alpha)
+        depth = max(depth or DEFAULT_DEPTH, need)
+        cands = self.candidates(query, vector, depth, filters)
+        fused = self.fuse(cands, method=method, alpha=alpha, depth=depth)[offset:need]
+        return self._results([(f.id, f.score, None if f.ranks[0] is None else RankedScore(f.scores[0], f.ranks[0]),
+                               None if f.ranks[1] is None else RankedScore(f.scores[1], f.ranks[1])) for f in fused])
+
+    @staticmethod
+    def fuse(cands: Candidates, *, method: str, alpha: float, depth: int | None = None,
+             rrf_k: int = fusion_lib.RRF_K) -> list[fusion_lib.Fused]:
+        """Fuse one query's candidate lists (BM25 first, kNN second)."""
+        return fusion_lib.fuse(cands.bm25, cands.knn, method=method, alpha=alpha, rrf_k=rrf_k, depth=depth)  # type: ignore[arg-type]
+
+    def _rerank(self, recalled: list[Hit], vector) -> list[tuple[str, float, RankedScore | None, RankedScore | None]]:
+        """MSEM flow: order the BM25 candidates by encoder similarity (ties by id)."""
+        sims = self.backend.vector_scores(vector, [h.id for h in recalled])
+        bm25 = _ranked(recalled)
+        order = sorted(sims.items(), key=lambda item: (-item[1], item[0]))
+        return [(doc_id, score, bm25.get(doc_id), RankedScore(score, rank)) for rank, (doc_id, score) in enumerate(order, 1)]
+
+    def _results(self, rows: list[tuple[str, float, RankedScore | None, RankedScore | None]]) -> list[SearchResult]:
+        docs = self.backend.documents([r[0] for r in rows])
+        out = []
+        for doc_id, score, bm25, knn in rows:
+            doc = docs.get(doc_id)
+            out.append(SearchResult(doc_id, doc.text if doc else "", float(score), dict(doc.metadata) if doc else {},
+                                    bm25, knn))
+        return out
+
+    def search_many(self, queries: Iterable[str], **kwargs) -> list[list[SearchResult]]:
+        """``search`` for each query; the queries are encoded in one batch first."""
+        queries = list(queries)
+        mode = kwargs.get("mode", "hybrid")
+        if mode == "bm25" or not queries:
+            return [self.search(q, **kwargs) for q in queries]
+        vectors = self.encoder.encode(queries)
+        return [self.search(q, vector=v, **kwargs) for q, v in zip(queries, vectors)]
