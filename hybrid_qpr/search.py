@@ -114,10 +114,17 @@ class HybridSearcher:
 
     def search(self, query: str, *, mode: Mode = "hybrid", top_k: int = 10, offset: int = 0,
                fusion: str | None = None, alpha: float | None = None, filters: Filters | None = None,
-               depth: int | None = None, rerank_depth: int = RERANK_DEPTH, vector=None) -> list[SearchResult]:
-        """Results ``offset .. offset + top_k`` of ``query`` in ``mode``, best first."""
+               depth: int | None = None, rerank_depth: int = RERANK_DEPTH, vector=None,
+               server_side: bool = False) -> list[SearchResult]:
+        """Results ``offset .. offset + top_k`` of ``query`` in ``mode``, best first.
+
+        ``server_side=True`` (OpenSearch only) runs hybrid and rerank inside the cluster
+        (``hybrid_server`` with the ``hybrid-qpr-<fusion>`` pipeline, ``rerank_server``); the
+        cluster then reports only the final score, so ``bm25``/``knn`` are ``None``."""
         self._check(mode, top_k, offset, depth, rerank_depth)
         need = offset + top_k
+        if server_side and mode in ("hybrid", "rerank"):
+            return self._server_side(query, mode, need, offset, fusion, filters, depth, rerank_depth, vector)
         if mode == "bm25":
             hits = self.backend.bm25(query, need, filters)[offset:need]
             return self._results([(h.id, h.score, RankedScore(h.score, offset + i + 1), None) for i, h in enumerate(hits)])
@@ -135,6 +142,19 @@ class HybridSearcher:
         fused = self.fuse(cands, method=method, alpha=alpha, depth=depth)[offset:need]
         return self._results([(f.id, f.score, None if f.ranks[0] is None else RankedScore(f.scores[0], f.ranks[0]),
                                None if f.ranks[1] is None else RankedScore(f.scores[1], f.ranks[1])) for f in fused])
+
+    def _server_side(self, query, mode, need, offset, fusion, filters, depth, rerank_depth, vector) -> list[SearchResult]:
+        if not hasattr(self.backend, "hybrid_server"):
+            raise ConfigError("server_side=True needs the OpenSearch backend (--opensearch URL)")
+        if vector is None:
+            vector = self.encoder.encode([query])[0]
+        if mode == "rerank":
+            hits = self.backend.rerank_server(query, vector, max(rerank_depth, need), filters)
+        else:
+            method, _ = self.fusion_settings(fusion, None)
+            hits = self.backend.hybrid_server(query, vector, max(depth or DEFAULT_DEPTH, need), filters,
+                                              pipeline=f"hybrid-qpr-{method}")
+        return self._results([(h.id, h.score, None, None) for h in hits[offset:need]])
 
     @staticmethod
     def fuse(cands: Candidates, *, method: str, alpha: float, depth: int | None = None,

@@ -162,3 +162,26 @@ def _pairs(path, skipped) -> Iterator[tuple[int, Document]]:
             if doc_id not in seen:
                 seen.add(doc_id)
                 yield pair.line, Document(doc_id, text, {})
+
+
+def iter_queries(path: str | Path) -> Iterator[tuple[int, str, str]]:
+    """Yield ``(line, query id, text)`` from a queries file ('-' = stdin): plain text, one
+    query per line (id = line number), or JSONL with ``id`` (or BEIR ``_id``) and ``text``."""
+    name = display_name(path)
+    with open_text(path) as fh:
+        for line, raw in enumerate(fh, start=1):
+            raw = raw.strip()
+            if not raw:
+                continue
+            if raw.startswith("{"):
+                try:
+                    record = json.loads(raw)
+                except json.JSONDecodeError as exc:
+                    raise InputError(name, line, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+                doc = _document(record, "text", "id") if isinstance(record, dict) else "expected a JSON object"
+                if isinstance(doc, str):
+                    raise InputError(name, line, doc)
+                qid = doc.id if ("id" in record or "_id" in record) else str(line)
+                yield line, qid, doc.text
+            else:
+                yield line, str(line), raw

@@ -1,0 +1,75 @@
+"""Helpers shared by the search-engine commands (ingest, query, delete, tune, evaluate, demo):
+open the backend the options name and the encoder that fits it. Heavy imports stay inside."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from hybrid_qpr.errors import ConfigError
+
+FILTER_HELP = ("Exact-match metadata filter FIELD=VALUE (repeatable; the same field twice means either value), "
+               "applied before ranking so k results still come back. Example: --filter topic=account")
+
+
+def parse_filters(values: tuple[str, ...]) -> dict[str, Any] | None:
+    """``("topic=a", "topic=b", "lang=en")`` -> ``{"topic": ["a", "b"], "lang": "en"}``."""
+    filters: dict[str, Any] = {}
+    for item in values:
+        field, sep, value = item.partition("=")
+        if not sep or not field.strip():
+            raise ConfigError(f"--filter {item!r}: expected FIELD=VALUE, e.g. --filter topic=account")
+        field = field.strip()
+        if field in filters:
+            previous = filters[field]
+            filters[field] = (previous if isinstance(previous, list) else [previous]) + [value]
+        else:
+            filters[field] = value
+    return filters or None
+
+
+def quiet_bm25s() -> None:
+    """bm25s sets its own logger to DEBUG when imported; keep its chatter out of the CLI
+    unless -vv asked for debug output (the CLI, not the library, owns log levels)."""
+    import logging
+
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        logging.getLogger("bm25s").setLevel(logging.WARNING)
+
+
+def use_opensearch(connection: dict[str, Any]) -> bool:
+    """OpenSearch when ``--opensearch URL`` (or ``$HYBRID_QPR_OPENSEARCH_URL``) is given."""
+    return bool(connection.get("opensearch"))
+
+
+def open_backend(index: str, connection: dict[str, Any]):
+    """The local index directory ``index``, or the OpenSearch index ``index`` at ``--opensearch``."""
+    quiet_bm25s()
+    if use_opensearch(connection):
+        from hybrid_qpr.backends.opensearch import OpenSearchBackend
+        from hybrid_qpr.cli._common import opensearch_client
+
+        return OpenSearchBackend(opensearch_client(**connection), index)
+    from hybrid_qpr.backends.local import LocalIndex
+
+    return LocalIndex.open(index)
+
+
+def load_encoder(model: str | None, backend=None):
+    """``--model`` if given; else the model the local index was built with (when it still
+    exists); else the model committed in ``onnx/``."""
+    from hybrid_qpr.encoder import Encoder
+
+    if model is None and backend is not None:
+        built_with = getattr(backend, "model_dir", None)
+        if built_with and Path(built_with).is_dir():
+            model = built_with
+    return Encoder.load(model)
+
+
+def model_option(func):
+    return click.option("--model", type=click.Path(file_okay=False), default=None,
+                        help="Encoder directory (model.onnx, tokenizer.json, config.json). [default: the model the "
+                             "index was built with, else the one committed in onnx/]")(func)

@@ -1,0 +1,33 @@
+"""``hybrid-qpr delete``: remove documents by id from a local index or an OpenSearch index."""
+
+from __future__ import annotations
+
+import click
+
+from hybrid_qpr.cli._common import friendly_errors, opensearch_options
+
+
+@click.command()
+@click.argument("ids", nargs=-1)
+@click.option("--index", required=True, help="Local index directory, or the OpenSearch index name with --opensearch.")
+@click.option("--ids-file", type=click.Path(allow_dash=True, dir_okay=False), default=None,
+              help="Also delete the ids listed in this file, one per line ('-' = stdin).")
+@opensearch_options
+@friendly_errors
+def delete(ids, index, ids_file, **connection) -> None:
+    """Delete the documents with the given IDS (the local index is rebuilt aside and swapped in).
+
+    \b
+    Example:
+      hybrid-qpr delete q17 q18 --index ./qidx
+    """
+    from hybrid_qpr.cli._engine import open_backend
+
+    wanted = list(ids)
+    if ids_file:
+        with click.open_file(ids_file, encoding="utf-8") as fh:
+            wanted += [line.strip() for line in fh if line.strip()]
+    if not wanted:
+        raise click.UsageError("give at least one id (or --ids-file)")
+    removed = open_backend(index, connection).delete(wanted)
+    click.echo(f"deleted {removed} of {len(wanted)} ids from {index}")

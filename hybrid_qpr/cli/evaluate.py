@@ -1,0 +1,54 @@
+"""``hybrid-qpr evaluate``: quality and latency of the search modes on a BEIR eval set."""
+
+from __future__ import annotations
+
+import click
+
+from hybrid_qpr.cli._common import friendly_errors, opensearch_options
+from hybrid_qpr.cli._engine import model_option
+
+
+@click.command()
+@click.option("--beir", "beir_dir", required=True, type=click.Path(exists=True, file_okay=False),
+              help="BEIR directory (corpus.jsonl, queries.jsonl, qrels/<split>.tsv).")
+@click.option("--split", type=click.Choice(["val", "test"]), default="test", show_default=True, help="Queries to evaluate.")
+@click.option("--index", required=True, help="Index holding the BEIR corpus (local directory, or OpenSearch index with --opensearch).")
+@click.option("--modes", default="bm25,knn,hybrid,rerank", show_default=True, help="Comma-separated modes to compare.")
+@click.option("--max-queries", type=int, default=None, help="Evaluate a seeded sample of this many judged queries. [default: all]")
+@click.option("--fusion", type=click.Choice(["rrf", "minmax", "zscore", "l2"]), default=None, help="Hybrid fusion. [default: the index's tuned value, else rrf]")
+@click.option("--alpha", type=float, default=None, help="Weight of kNN in hybrid. [default: tuned value, else 0.5]")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="eval-report", show_default=True,
+              help="Directory for report.md, report.json and report.png.")
+@click.option("--no-plot", is_flag=True, help="Skip report.png (no matplotlib needed).")
+@model_option
+@opensearch_options
+@friendly_errors
+def evaluate(beir_dir, split, index, modes, max_queries, fusion, alpha, out_dir, no_plot, model, **connection) -> None:
+    """H@1, H@10, MRR@20, Recall@10/20, nDCG@10, MAP and p50/p95/p99 latency and queries/s
+    for each mode. Each query retrieves 20 results and its own id is dropped (the SDML
+    paper's protocol).
+
+    \b
+    Example:
+      hybrid-qpr evaluate --beir data/quora/beir --split test --index ./quora-idx --out reports/quora
+    """
+    from hybrid_qpr.cli._engine import load_encoder, open_backend
+    from hybrid_qpr.data.beir import load_beir
+    from hybrid_qpr.evaluation.evaluator import evaluate as run_evaluate, sample_queries
+    from hybrid_qpr.evaluation.report import markdown_table, write_report
+    from hybrid_qpr.search import MODES, HybridSearcher
+
+    wanted = [m.strip() for m in modes.split(",") if m.strip()]
+    bad = [m for m in wanted if m not in MODES]
+    if bad or not wanted:
+        raise click.BadParameter(f"{', '.join(bad) or modes!r}: allowed modes are {', '.join(MODES)}", param_hint="--modes")
+    _, queries, qrels = load_beir(beir_dir, split)
+    backend = open_backend(index, connection)
+    searcher = HybridSearcher(backend, load_encoder(model, backend))
+    sample = sample_queries(queries, qrels, max_queries)
+    results = run_evaluate(searcher, sample, qrels, modes=wanted, fusion=fusion, alpha=alpha)
+    context = {"beir": str(beir_dir), "split": split, "index": str(index), "queries": len(sample),
+               "documents": backend.count(), "model": searcher.encoder.fingerprint}
+    paths = write_report(results, out_dir, title=f"hybrid-qpr evaluation ({split})", context=context, plot=not no_plot)
+    click.echo(markdown_table(results))
+    click.echo("wrote " + ", ".join(str(p) for p in paths.values()))

@@ -1,0 +1,78 @@
+"""``hybrid-qpr ingest``: index questions into a local index directory or an OpenSearch index."""
+
+from __future__ import annotations
+
+import click
+
+from hybrid_qpr.cli._common import friendly_errors, opensearch_options
+from hybrid_qpr.cli._engine import model_option, use_opensearch
+
+SHOW_SKIPPED = 20
+
+
+@click.command()
+@click.argument("input_path", metavar="INPUT", type=click.Path(allow_dash=True, dir_okay=False))
+@click.option("--index", required=True, help="Local index directory (created if missing), or the OpenSearch index name with --opensearch.")
+@model_option
+@click.option("--format", "fmt", type=click.Choice(["auto", "jsonl", "table", "pairs"]), default="auto", show_default=True,
+              help="Input format: JSONL/BEIR corpus, TSV/CSV with a header, or a Quora-layout pairs file. auto looks at "
+                   "the extension and the first line.")
+@click.option("--text-column", default="text", show_default=True, help="Field or column holding the question text.")
+@click.option("--id-column", default="id", show_default=True,
+              help="Field or column holding the id (BEIR '_id' is found too). Records without one get an id derived from their text.")
+@click.option("--faiss", "faiss_kind", type=click.Choice(["auto", "flat", "ivf", "hnsw"]), default="auto", show_default=True,
+              help="Local vector index when the index is created: auto = exact Flat below 50,000 documents, else IVF{4*sqrt(N)},Flat with nprobe 10.")
+@click.option("--bm25", "bm25_impl", type=click.Choice(["bm25s", "rank-bm25"]), default="bm25s", show_default=True,
+              help="Local BM25 implementation when the index is created (rank-bm25 is much slower per query).")
+@click.option("--batch-size", type=int, default=256, show_default=True, help="Texts per encoder batch (and per bulk request).")
+@click.option("--strict", is_flag=True, help="Stop at the first bad input line instead of skipping and reporting it.")
+@click.option("--rejects", type=click.Path(dir_okay=False), default=None,
+              help="OpenSearch only: write documents the cluster rejected here as JSON lines.")
+@opensearch_options
+@friendly_errors
+def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm25_impl, batch_size, strict, rejects,
+           **connection) -> None:
+    """Encode and index the questions of INPUT ('-' = stdin).
+
+    INPUT is JSONL (id, text, any metadata), TSV/CSV with a header naming the text column, a
+    BEIR corpus.jsonl, or a Quora-layout pairs file (each distinct question once). Ingesting
+    the same ids again updates them, never duplicates. Bad lines are skipped and listed
+    with their line numbers (--strict stops instead); the index is only replaced when the
+    whole ingest succeeded.
+
+    \b
+    Examples:
+      hybrid-qpr ingest examples/questions.jsonl --index ./qidx
+      hybrid-qpr ingest quora-pairs.tsv.gz --index ./quora-idx
+      hybrid-qpr ingest corpus.jsonl --index questions --opensearch http://127.0.0.1:9200
+    """
+    from hybrid_qpr.cli._engine import quiet_bm25s
+    from hybrid_qpr.data.documents import iter_documents
+    from hybrid_qpr.encoder import Encoder
+
+    quiet_bm25s()
+
+    skipped: list[tuple[int, str]] | None = None if strict else []
+    documents = iter_documents(input_path, text_column=text_column, id_column=id_column, fmt=fmt, skipped=skipped)
+    if use_opensearch(connection):
+        from hybrid_qpr.cli._engine import open_backend
+
+        encoder = Encoder.load(model)
+        report = open_backend(index, connection).ingest(documents, encoder, batch_size=batch_size, rejects_path=rejects)
+    else:
+        from hybrid_qpr.backends.local import LocalIndex, MANIFEST
+        from pathlib import Path
+
+        existing = LocalIndex.open(index) if (Path(index) / MANIFEST).is_file() else None
+        encoder = Encoder.load(model if model or existing is None else existing.model_dir)
+        target = existing or LocalIndex.create(index, encoder, faiss=faiss_kind, bm25=bm25_impl)
+        report = target.ingest(documents, encoder, batch_size=batch_size)
+    all_skipped = sorted((skipped or []) + report.skipped)
+    click.echo(f"indexed {report.indexed}, updated {report.updated}, skipped {len(all_skipped)}, "
+               f"failed {len(report.failed)} in {report.seconds:.1f} s ({report.docs_per_second:.0f} docs/s) -> {index}")
+    for line, reason in all_skipped[:SHOW_SKIPPED]:
+        click.echo(f"  skipped {input_path}:{line}: {reason}", err=True)
+    if len(all_skipped) > SHOW_SKIPPED:
+        click.echo(f"  ... and {len(all_skipped) - SHOW_SKIPPED} more skipped lines", err=True)
+    if report.failed:
+        click.echo(f"  {len(report.failed)} documents rejected" + (f"; written to {report.rejects_path}" if report.rejects_path else ""), err=True)

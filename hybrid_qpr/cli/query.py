@@ -1,0 +1,89 @@
+"""``hybrid-qpr query``: search one query (a table or JSON) or a batch file (JSON lines)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from hybrid_qpr.cli._common import friendly_errors, opensearch_options
+from hybrid_qpr.cli._engine import FILTER_HELP, model_option
+
+
+def results_table(query: str, mode: str, results, offset: int = 0):
+    """A rich table: rank, id, text, fused score and the BM25 / kNN score and rank behind it."""
+    from rich.table import Table
+
+    def cell(ranked, what):
+        if ranked is None:
+            return "-"
+        return f"{ranked.score:.4f}" if what == "score" else str(ranked.rank)
+
+    table = Table(title=f"{mode}: {query}", title_justify="left")
+    for name, justify in (("rank", "right"), ("id", "left"), ("text", "left"), ("score", "right"),
+                          ("BM25", "right"), ("BM25 rank", "right"), ("kNN", "right"), ("kNN rank", "right")):
+        table.add_column(name, justify=justify, overflow="fold")
+    for rank, r in enumerate(results, start=offset + 1):
+        table.add_row(str(rank), r.id, r.text, f"{r.score:.4f}", cell(r.bm25, "score"), cell(r.bm25, "rank"),
+                      cell(r.knn, "score"), cell(r.knn, "rank"))
+    return table
+
+
+@click.command()
+@click.argument("text", required=False)
+@click.option("--index", required=True, help="Local index directory, or the OpenSearch index name with --opensearch.")
+@click.option("--queries", "queries_path", type=click.Path(allow_dash=True, dir_okay=False), default=None,
+              help="Batch mode: a file with one query per line, or JSONL with id and text ('-' = stdin). Prints one JSON object per line.")
+@click.option("--mode", type=click.Choice(["hybrid", "bm25", "knn", "rerank"]), default="hybrid", show_default=True,
+              help="hybrid fuses BM25 and kNN; rerank is the MSEM baseline (BM25 recall of --rerank-depth, re-ranked by the encoder).")
+@click.option("-k", "--top-k", type=int, default=10, show_default=True, help="Results per query (per page).")
+@click.option("--from", "offset", type=int, default=0, show_default=True, help="Skip this many results (pagination): --from 10 -k 10 is page 2.")
+@click.option("--fusion", type=click.Choice(["rrf", "minmax", "zscore", "l2"]), default=None,
+              help="Hybrid fusion. [default: the index's tuned value ('hybrid-qpr tune'), else rrf]")
+@click.option("--alpha", type=float, default=None, help="Weight of kNN in the fusion, BM25 gets 1 - alpha. [default: tuned value, else 0.5]")
+@click.option("--depth", type=int, default=None, help="Candidates taken from each list before fusion. [default: 100, at least --from + k]")
+@click.option("--rerank-depth", type=int, default=30, show_default=True, help="BM25 candidates re-ranked in rerank mode.")
+@click.option("--filter", "filters", multiple=True, help=FILTER_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--server-side", is_flag=True, help="OpenSearch only: fuse (hybrid) or re-rank inside the cluster with its search pipelines.")
+@model_option
+@opensearch_options
+@friendly_errors
+def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, rerank_depth, filters, as_json,
+          server_side, model, **connection) -> None:
+    """Find the questions in the index that ask the same as TEXT.
+
+    The table shows, for each hit, the fused score and the BM25 and kNN score and rank
+    behind it ('-' = not in that list).
+
+    \b
+    Examples:
+      hybrid-qpr query "how do i reset my password" --index ./qidx
+      hybrid-qpr query "how do i reset my password" --index ./qidx --mode bm25 --json
+      hybrid-qpr query "cheap flights?" --index ./qidx --filter topic=travel --from 10 -k 10
+      hybrid-qpr query --queries questions.txt --index ./qidx --json > hits.jsonl
+    """
+    from hybrid_qpr.cli._engine import load_encoder, open_backend, parse_filters
+    from hybrid_qpr.search import HybridSearcher
+
+    if (text is None) == (queries_path is None):
+        raise click.UsageError("give either TEXT or --queries FILE")
+    backend = open_backend(index, connection)
+    searcher = HybridSearcher(backend, load_encoder(model, backend))
+    options = dict(mode=mode, top_k=top_k, offset=offset, fusion=fusion, alpha=alpha, depth=depth,
+                   rerank_depth=rerank_depth, filters=parse_filters(filters), server_side=server_side)
+    if queries_path is not None:
+        from hybrid_qpr.data.documents import iter_queries
+
+        batch = list(iter_queries(queries_path))
+        answers = searcher.search_many([q for _, _, q in batch], **options)
+        for (_, qid, q), results in zip(batch, answers):
+            click.echo(json.dumps({"query_id": qid, "query": q, "hits": [r.to_dict() for r in results]}, ensure_ascii=False))
+        return
+    results = searcher.search(text, **options)
+    if as_json:
+        click.echo(json.dumps({"query": text, "mode": mode, "hits": [r.to_dict() for r in results]}, ensure_ascii=False, indent=2))
+        return
+    from rich.console import Console
+
+    Console().print(results_table(text, mode, results, offset))

@@ -1,0 +1,50 @@
+"""``hybrid-qpr tune``: choose fusion method and alpha on validation queries; store them in the index."""
+
+from __future__ import annotations
+
+import click
+
+from hybrid_qpr.cli._common import friendly_errors, opensearch_options
+from hybrid_qpr.cli._engine import model_option
+
+
+@click.command()
+@click.option("--beir", "beir_dir", required=True, type=click.Path(exists=True, file_okay=False),
+              help="BEIR directory (corpus.jsonl, queries.jsonl, qrels/<split>.tsv), e.g. <dataset>/beir from 'hybrid-qpr dataset build'.")
+@click.option("--split", type=click.Choice(["val", "test"]), default="val", show_default=True, help="Queries to tune on (tune on val, report on test).")
+@click.option("--index", required=True, help="Index holding the BEIR corpus (local directory, or OpenSearch index with --opensearch).")
+@click.option("--max-queries", type=int, default=None, help="Tune on a seeded sample of this many judged queries. [default: all]")
+@click.option("--depth", type=int, default=100, show_default=True, help="Candidates per list before fusion.")
+@click.option("--dry-run", is_flag=True, help="Print the result without storing it as the index default.")
+@model_option
+@opensearch_options
+@friendly_errors
+def tune(beir_dir, split, index, max_queries, depth, dry_run, model, **connection) -> None:
+    """Grid-search fusion (rrf, minmax, zscore, l2) x alpha (0, 0.1, ..., 1) for the best
+    MRR@20 (retrieve 20, drop the query's own id) and store the winner as the index's
+    default for 'query --mode hybrid'. The grid contains the pure BM25 and pure kNN
+    rankings, so the tuned hybrid is never worse than the better single mode on these queries.
+
+    \b
+    Example:
+      hybrid-qpr ingest data/quora/beir/corpus.jsonl --index ./quora-idx
+      hybrid-qpr tune --beir data/quora/beir --split val --index ./quora-idx
+    """
+    from hybrid_qpr.cli._engine import load_encoder, open_backend
+    from hybrid_qpr.data.beir import load_beir
+    from hybrid_qpr.evaluation.evaluator import sample_queries, tune as run_tune
+    from hybrid_qpr.search import HybridSearcher
+
+    _, queries, qrels = load_beir(beir_dir, split)
+    backend = open_backend(index, connection)
+    searcher = HybridSearcher(backend, load_encoder(model, backend))
+    result = run_tune(searcher, sample_queries(queries, qrels, max_queries), qrels, depth=depth)
+    best_grid = sorted(result.grid, key=lambda g: -g["MRR@20"])[:5]
+    click.echo(f"MRR@20 on {result.queries} {split} queries: bm25 {result.bm25_mrr:.4f}, knn {result.knn_mrr:.4f}")
+    for g in best_grid:
+        click.echo(f"  {g['fusion']:<7} alpha={g['alpha']:.1f}  MRR@20 {g['MRR@20']:.4f}")
+    click.echo(f"best: fusion={result.fusion} alpha={result.alpha:.1f} MRR@20 {result.mrr:.4f} "
+               f"({result.mrr - max(result.bm25_mrr, result.knn_mrr):+.4f} vs the better single mode)")
+    if not dry_run:
+        backend.set_fusion_defaults(result.defaults)
+        click.echo(f"stored as the default fusion of {index}")

@@ -1,0 +1,159 @@
+"""Evaluate search modes and tune fusion on a BEIR eval set: dicts in, dicts out.
+
+Protocol (SDML paper, Bonadiman et al. 2019, section 5): for each judged query retrieve
+``retrieve`` (20) documents, drop the query's own id (it is in the corpus), then compute
+H@1, H@10, MRR@20, Recall@10/20, nDCG@10 and MAP with ``hybrid_qpr.evaluation.metrics``.
+Latency is measured per query around ``HybridSearcher.search`` (encoding included) and
+reported as p50/p95/p99 in milliseconds, with queries/s = queries / total seconds.
+
+This module encodes nothing itself and writes no files: the searcher does the work and
+``hybrid_qpr.evaluation.report`` writes the report.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hybrid_qpr.errors import ConfigError
+from hybrid_qpr.evaluation.metrics import (average_precision, drop_self, hits_at_k, mrr_at_k, ndcg_at_k,
+                                           recall_at_k)
+from hybrid_qpr.fusion import FUSION_METHODS
+
+logger = logging.getLogger(__name__)
+
+RETRIEVE = 20
+ALPHAS: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(11))
+METRIC_NAMES = ("H@1", "H@10", "MRR@20", "Recall@10", "Recall@20", "nDCG@10", "MAP")
+
+
+def sample_queries(queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], max_queries: int | None,
+                   seed: int = 13) -> dict[str, str]:
+    """The judged queries (those with a relevant document), or a seeded sample of them."""
+    judged = sorted(q for q in queries if any(g > 0 for g in qrels.get(q, {}).values()))
+    if max_queries is not None and max_queries < len(judged):
+        judged = sorted(random.Random(seed).sample(judged, max_queries))
+    return {q: queries[q] for q in judged}
+
+
+def score_run(run: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, int]]) -> dict[str, float]:
+    """All report metrics of a run whose queries' own ids are already dropped. Only the
+    queries present in ``run`` are judged (the run was made for a sample of the queries)."""
+    judged = {q: qrels[q] for q in run if q in qrels}
+    return {"H@1": hits_at_k(run, judged, 1), "H@10": hits_at_k(run, judged, 10), "MRR@20": mrr_at_k(run, judged, 20),
+            "Recall@10": recall_at_k(run, judged, 10), "Recall@20": recall_at_k(run, judged, 20),
+            "nDCG@10": ndcg_at_k(run, judged, 10), "MAP": average_precision(run, judged)}
+
+
+def latency_summary(seconds: Sequence[float]) -> dict[str, float]:
+    """p50/p95/p99/mean in ms and queries/s over the per-query times."""
+    ms = np.asarray(seconds, dtype=np.float64) * 1000.0
+    if len(ms) == 0:
+        return {"p50_ms": 0.0, "p95_ms": 0.0, "p99_ms": 0.0, "mean_ms": 0.0, "qps": 0.0}
+    total = float(ms.sum()) / 1000.0
+    return {"p50_ms": float(np.percentile(ms, 50)), "p95_ms": float(np.percentile(ms, 95)),
+            "p99_ms": float(np.percentile(ms, 99)), "mean_ms": float(ms.mean()),
+            "qps": len(ms) / total if total > 0 else 0.0}
+
+
+def evaluate(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *,
+             modes: Sequence[str] = ("bm25", "knn", "hybrid", "rerank"), retrieve: int = RETRIEVE,
+             **search_kwargs: Any) -> dict[str, dict[str, Any]]:
+    """``{mode: {"metrics": {...}, "latency": {...}, "queries": n, "settings": {...}}}``.
+
+    Each query is searched one at a time (as a user would), so the latency includes
+    encoding the query. ``search_kwargs`` go to ``HybridSearcher.search`` (fusion, alpha...)."""
+    if retrieve < 1:
+        raise ConfigError(f"retrieve={retrieve}: must be >= 1")
+    out: dict[str, dict[str, Any]] = {}
+    for mode in modes:
+        run: dict[str, list[str]] = {}
+        times: list[float] = []
+        for qid, text in queries.items():
+            start = time.perf_counter()
+            results = searcher.search(text, mode=mode, top_k=retrieve, **search_kwargs)
+            times.append(time.perf_counter() - start)
+            run[qid] = [r.id for r in results]
+        settings: dict[str, Any] = {"retrieve": retrieve}
+        if mode == "hybrid":
+            method, alpha = searcher.fusion_settings(search_kwargs.get("fusion"), search_kwargs.get("alpha"))
+            settings.update(fusion=method, alpha=alpha)
+        out[mode] = {"metrics": score_run(drop_self(run), qrels), "latency": latency_summary(times),
+                     "queries": len(run), "settings": settings}
+        logger.info("%s: MRR@20 %.4f over %d queries", mode, out[mode]["metrics"]["MRR@20"], len(run))
+    return out
+
+
+@dataclass
+class TuneResult:
+    """The chosen fusion and the evidence: MRR@20 of every grid point and of each single mode."""
+
+    fusion: str
+    alpha: float
+    mrr: float
+    bm25_mrr: float
+    knn_mrr: float
+    depth: int
+    queries: int
+    grid: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """What is stored as the index's fusion defaults."""
+        return {"fusion": self.fusion, "alpha": self.alpha, "depth": self.depth,
+                "tuned": {"metric": "MRR@20", "value": self.mrr, "bm25": self.bm25_mrr, "knn": self.knn_mrr,
+                          "queries": self.queries}}
+
+
+def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *,
+         methods: Sequence[str] = FUSION_METHODS, alphas: Sequence[float] = ALPHAS, depth: int = 100,
+         retrieve: int = RETRIEVE, batch_size: int = 256) -> TuneResult:
+    """Choose the fusion method and ``alpha`` maximising MRR@20 on ``queries``.
+
+    The BM25 and kNN lists of every query are fetched once at ``depth``; each grid point
+    re-fuses them (``HybridSearcher.fuse``), so tuning costs one retrieval per query. The
+    grid always contains RRF at ``alpha = 0`` and ``alpha = 1``, which rank exactly like
+    BM25 alone and kNN alone (documents from the other list only follow), so the tuned
+    hybrid is never worse than the better single mode on these queries; this is checked.
+    Ties between grid points go to the earlier one (methods order, then smaller alpha).
+    """
+    if depth < retrieve:
+        raise ConfigError(f"depth={depth}: must be >= retrieve ({retrieve}) so fusion sees every candidate")
+    qids = list(queries)
+    texts = [queries[q] for q in qids]
+    cands = {}
+    for start in range(0, len(qids), batch_size):
+        vectors = searcher.encoder.encode(texts[start:start + batch_size])
+        for qid, text, vector in zip(qids[start:start + batch_size], texts[start:start + batch_size], vectors):
+            cands[qid] = searcher.candidates(text, vector, depth)
+
+    def mrr(run: dict[str, list[str]]) -> float:
+        return score_run(drop_self(run), qrels)["MRR@20"]
+
+    bm25_mrr = mrr({q: [h.id for h in c.bm25[:retrieve]] for q, c in cands.items()})
+    knn_mrr = mrr({q: [h.id for h in c.knn[:retrieve]] for q, c in cands.items()})
+    grid_points = [(m, float(a)) for m in methods for a in alphas]
+    for forced in (("rrf", 0.0), ("rrf", 1.0)):
+        if forced not in grid_points:
+            grid_points.append(forced)
+    grid = []
+    best: tuple[float, str, float] | None = None
+    for method, alpha in grid_points:
+        run = {q: [f.id for f in searcher.fuse(c, method=method, alpha=alpha, depth=depth)[:retrieve]]
+               for q, c in cands.items()}
+        value = mrr(run)
+        grid.append({"fusion": method, "alpha": alpha, "MRR@20": value})
+        if best is None or value > best[0]:
+            best = (value, method, alpha)
+    assert best is not None
+    value, method, alpha = best
+    if value + 1e-12 < max(bm25_mrr, knn_mrr):  # cannot happen with the forced points; kept as a check
+        raise ConfigError(f"tuning found MRR@20 {value:.4f} below the best single mode "
+                          f"({max(bm25_mrr, knn_mrr):.4f}); report this as a bug")
+    return TuneResult(method, alpha, value, bm25_mrr, knn_mrr, depth, len(qids), grid)

@@ -1,0 +1,80 @@
+"""Write an evaluation result (from ``evaluator.evaluate``) as report.md, report.json and report.png.
+
+Every file is written aside and renamed into place. matplotlib is imported only here and
+only when the plot is drawn (``pip install 'hybrid-qpr[report]'``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from hybrid_qpr.data._io import atomic_write
+from hybrid_qpr.errors import require
+from hybrid_qpr.evaluation.evaluator import METRIC_NAMES
+
+LATENCY_NAMES = ("p50_ms", "p95_ms", "p99_ms", "qps")
+
+
+def markdown_table(results: Mapping[str, Mapping[str, Any]]) -> str:
+    """One row per mode: the quality metrics, then latency and throughput."""
+    head = ["mode", *METRIC_NAMES, "p50 ms", "p95 ms", "p99 ms", "queries/s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    for mode, r in results.items():
+        cells = [mode] + [f"{r['metrics'][m]:.4f}" for m in METRIC_NAMES]
+        cells += [f"{r['latency'][k]:.2f}" for k in ("p50_ms", "p95_ms", "p99_ms")] + [f"{r['latency']['qps']:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_report(results: Mapping[str, Mapping[str, Any]], out_dir: str | Path, *, title: str = "Evaluation",
+                 context: Mapping[str, Any] | None = None, plot: bool = True) -> dict[str, Path]:
+    """Write ``report.md``, ``report.json`` and (``plot=True``) ``report.png`` into ``out_dir``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    context = dict(context or {})
+    paths = {"json": out_dir / "report.json", "md": out_dir / "report.md"}
+    with atomic_write(paths["json"]) as fh:
+        json.dump({"title": title, "context": context, "results": results}, fh, indent=2, ensure_ascii=False)
+    settings = "\n".join(f"- {mode}: " + ", ".join(f"{k}={v}" for k, v in r.get("settings", {}).items())
+                         for mode, r in results.items())
+    facts = "\n".join(f"- {k}: {v}" for k, v in context.items())
+    body = (f"# {title}\n\n{facts}\n\n{markdown_table(results)}\n\nSettings per mode:\n{settings}\n\n"
+            "Metrics: retrieve 20 per query, drop the query's own id, then H@k / MRR@20 / Recall@k / nDCG@10 / MAP "
+            "(hybrid_qpr.evaluation.metrics). Latency per query includes encoding.\n")
+    if plot:
+        paths["png"] = out_dir / "report.png"
+        body += "\n![modes compared](report.png)\n"
+    with atomic_write(paths["md"]) as fh:
+        fh.write(body)
+    if plot:
+        plot_modes(results, paths["png"], title)
+    return paths
+
+
+def plot_modes(results: Mapping[str, Mapping[str, Any]], path: str | Path, title: str = "Evaluation") -> None:
+    """Bars of H@1, H@10, MRR@20, nDCG@10 per mode, and p50 latency per mode."""
+    matplotlib = require("matplotlib", extra="report", feature="the report plot")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = list(results)
+    shown = ("H@1", "H@10", "MRR@20", "nDCG@10")
+    fig, (ax_quality, ax_latency) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 1]})
+    width = 0.8 / max(len(modes), 1)
+    for i, mode in enumerate(modes):
+        xs = [j + i * width for j in range(len(shown))]
+        ax_quality.bar(xs, [results[mode]["metrics"][m] for m in shown], width, label=mode)
+    ax_quality.set_xticks([j + 0.4 - width / 2 for j in range(len(shown))], shown)
+    ax_quality.set_ylim(0, 1)
+    ax_quality.set_title(title)
+    ax_quality.legend()
+    ax_latency.bar(modes, [results[m]["latency"]["p50_ms"] for m in modes], color="grey")
+    ax_latency.set_ylabel("p50 latency (ms)")
+    fig.tight_layout()
+    path = Path(path)
+    with atomic_write(path, mode="wb") as fh:
+        fig.savefig(fh, format="png", dpi=110)
+    plt.close(fig)
