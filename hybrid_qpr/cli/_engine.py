@@ -36,6 +36,10 @@ def quiet_bm25s() -> None:
     import logging
 
     if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        try:
+            import bm25s  # noqa: F401  (its import is what sets the level)
+        except ImportError:
+            return
         logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 

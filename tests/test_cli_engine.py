@@ -1,0 +1,117 @@
+"""The engine commands through click's CliRunner: ingest, query, delete, tune, evaluate, demo."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hybrid_qpr.cli.main import cli
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.fixture()
+def model_args(committed_encoder):
+    return ["--model", str(committed_encoder.model_dir)]
+
+
+@pytest.fixture()
+def bank_file(tmp_path, question_bank):
+    path = tmp_path / "bank.jsonl"
+    with open(path, "w", encoding="utf-8") as fh:
+        for d in question_bank:
+            fh.write(json.dumps({"id": d.id, "text": d.text, **d.metadata}) + "\n")
+    return path
+
+
+def run(args, input=None):
+    result = CliRunner().invoke(cli, args, input=input, catch_exceptions=False)
+    return result
+
+
+def test_ingest_twice_then_query_table_json_and_batch(tmp_path, bank_file, model_args):
+    index = str(tmp_path / "idx")
+    first = run(["ingest", str(bank_file), "--index", index, *model_args])
+    assert first.exit_code == 0 and "indexed 200, updated 0, skipped 0" in first.output
+    again = run(["ingest", str(bank_file), "--index", index])  # --model defaults to the index's model
+    assert again.exit_code == 0 and "indexed 0, updated 200" in again.output
+
+    table = run(["query", "how do i change my email address?", "--index", index, "-k", "3"])
+    assert table.exit_code == 0
+    for header in ("rank", "id", "score", "BM25", "kNN"):
+        assert header in table.output
+    assert "q010" in table.output
+
+    out = run(["query", "how do i change my email address?", "--index", index, "-k", "4", "--json", "--mode", "rerank",
+               "--filter", "lang=en", "--from", "2"])
+    hits = json.loads(out.output)["hits"]
+    assert len(hits) == 4 and all(h["metadata"]["lang"] == "en" and h["bm25"]["rank"] >= 1 for h in hits)
+
+    batch = run(["query", "--queries", "-", "--index", index, "--json", "-k", "2"],
+                input='where do i find my invoice?\n{"id": "x", "text": "who can see my avatar?"}\n')
+    lines = [json.loads(line) for line in batch.output.splitlines()]
+    assert [line["query_id"] for line in lines] == ["1", "x"]
+    assert set(lines[1]["hits"][0]) >= {"id", "text", "score", "bm25", "knn"}
+
+
+def test_bad_lines_are_reported_and_strict_stops(tmp_path, model_args):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"id": "a", "text": "good question?"}\nnot json\n{"id": "b"}\n', encoding="utf-8")
+    index = str(tmp_path / "idx")
+    result = CliRunner().invoke(cli, ["ingest", str(path), "--index", index, *model_args])
+    assert result.exit_code == 0 and "indexed 1, updated 0, skipped 2" in result.output
+    assert f"{path}:2: not valid JSON" in result.output and f"{path}:3: field 'text'" in result.output
+    strict = CliRunner().invoke(cli, ["ingest", str(path), "--index", str(tmp_path / "idx2"), "--strict", *model_args])
+    assert strict.exit_code == 1 and f"{path}:2: not valid JSON" in strict.output
+    from hybrid_qpr.backends.local import LocalIndex
+
+    assert LocalIndex.open(tmp_path / "idx2").count() == 0  # nothing half-written
+
+
+def test_mismatched_model_message(tmp_path, bank_file, model_args, committed_encoder):
+    index = str(tmp_path / "idx")
+    run(["ingest", str(bank_file), "--index", index, *model_args])
+    other = tmp_path / "other"
+    shutil.copytree(committed_encoder.model_dir, other)
+    with open(other / "tokenizer.json", "a", encoding="utf-8") as fh:
+        fh.write(" ")
+    result = CliRunner().invoke(cli, ["query", "hello?", "--index", index, "--model", str(other)])
+    assert result.exit_code == 1 and "Error: index" in result.output and "Fix: pass --model" in result.output
+
+
+def test_delete_and_usage_errors(tmp_path, bank_file, model_args):
+    index = str(tmp_path / "idx")
+    run(["ingest", str(bank_file), "--index", index, *model_args])
+    out = run(["delete", "q000", "q001", "nope", "--index", index])
+    assert "deleted 2 of 3" in out.output
+    assert CliRunner().invoke(cli, ["query", "--index", index]).exit_code == 2
+    bad = CliRunner().invoke(cli, ["query", "x", "--index", index, "--filter", "nofield"])
+    assert bad.exit_code == 1 and "FIELD=VALUE" in bad.output
+    missing = CliRunner().invoke(cli, ["query", "x", "--index", str(tmp_path / "none")])
+    assert missing.exit_code == 1 and "not a hybrid-qpr index" in missing.output
+
+
+def test_tune_then_evaluate_on_the_examples(tmp_path, model_args):
+    index = str(tmp_path / "ex")
+    assert run(["ingest", str(EXAMPLES / "beir" / "corpus.jsonl"), "--index", index, *model_args]).exit_code == 0
+    tuned = run(["tune", "--beir", str(EXAMPLES / "beir"), "--split", "val", "--index", index])
+    assert tuned.exit_code == 0 and "best: fusion=" in tuned.output and "stored as the default" in tuned.output
+    manifest = json.loads((Path(index) / "manifest.json").read_text())
+    assert manifest["fusion"]["tuned"]["value"] >= max(manifest["fusion"]["tuned"]["bm25"], manifest["fusion"]["tuned"]["knn"])
+    out = tmp_path / "report"
+    result = run(["evaluate", "--beir", str(EXAMPLES / "beir"), "--index", index, "--out", str(out), "--modes", "bm25,hybrid"])
+    assert result.exit_code == 0 and "| hybrid |" in result.output
+    assert {p.name for p in out.iterdir()} == {"report.md", "report.json", "report.png"}
+    report = json.loads((out / "report.json").read_text())
+    assert report["results"]["hybrid"]["settings"]["fusion"] == manifest["fusion"]["fusion"]
+
+
+def test_demo_runs_on_the_sample_bank(committed_encoder):
+    result = run(["demo", "--model", str(committed_encoder.model_dir)])
+    assert result.exit_code == 0
+    assert "indexed 288 questions" in result.output and "| rerank |" in result.output

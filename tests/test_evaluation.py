@@ -1,0 +1,82 @@
+"""Evaluator, tuner and report writer (hybrid_qpr.evaluation.evaluator / report)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hybrid_qpr.backends.local import LocalIndex
+from hybrid_qpr.evaluation.evaluator import evaluate, latency_summary, sample_queries, score_run, tune
+from hybrid_qpr.evaluation.report import write_report
+from hybrid_qpr.search import HybridSearcher
+
+
+def test_score_run_hand_computed():
+    qrels = {"q1": {"a": 1, "b": 1}, "q2": {"c": 1}}
+    run = {"q1": ["x", "a", "b"], "q2": ["y", "z"]}
+    m = score_run(run, qrels)
+    assert m["H@1"] == 0.0 and m["H@10"] == 0.5
+    assert m["MRR@20"] == pytest.approx((1 / 2 + 0) / 2)
+    assert m["Recall@10"] == pytest.approx((1.0 + 0.0) / 2)
+    assert m["MAP"] == pytest.approx(((1 / 2 + 2 / 3) / 2 + 0) / 2)
+
+
+def test_latency_summary_and_sampling():
+    s = latency_summary([0.001, 0.002, 0.003, 0.004])
+    assert s["p50_ms"] == pytest.approx(2.5) and s["qps"] == pytest.approx(4 / 0.010)
+    queries = {f"q{i}": f"text {i}" for i in range(10)}
+    qrels = {f"q{i}": {"d": 1} for i in range(0, 10, 2)}
+    assert list(sample_queries(queries, qrels, None)) == ["q0", "q2", "q4", "q6", "q8"]
+    assert sample_queries(queries, qrels, 2) == sample_queries(queries, qrels, 2) and len(sample_queries(queries, qrels, 2)) == 2
+
+
+@pytest.fixture(scope="module")
+def bank(tmp_path_factory, committed_encoder, question_bank):
+    """The test bank with its paraphrase groups (one subject = one group) as BEIR-style dicts."""
+    idx = LocalIndex.create(tmp_path_factory.mktemp("eval") / "idx", committed_encoder)
+    idx.ingest(question_bank, committed_encoder, show_progress=False)
+    queries = {d.id: d.text for d in question_bank}
+    qrels = {d.id: {o.id: 1 for o in question_bank if o.metadata["topic"] == d.metadata["topic"] and o.id != d.id}
+             for d in question_bank}
+    return HybridSearcher(idx, committed_encoder), queries, qrels
+
+
+def test_evaluate_drops_the_query_itself_and_times_each_mode(bank):
+    searcher, queries, qrels = bank
+    results = evaluate(searcher, queries, qrels, modes=("bm25", "knn", "hybrid", "rerank"))
+    assert set(results) == {"bm25", "knn", "hybrid", "rerank"}
+    for r in results.values():
+        assert r["queries"] == 200 and 0.0 < r["metrics"]["MRR@20"] <= 1.0
+        assert r["latency"]["p50_ms"] > 0 and r["latency"]["qps"] > 0
+        assert r["metrics"]["H@1"] <= r["metrics"]["H@10"]
+    # the query itself is in the corpus and would be rank 1 in bm25 mode without drop_self
+    identity = {q: {q: 1} for q in queries}
+    assert evaluate(searcher, queries, identity, modes=("bm25",))["bm25"]["metrics"]["H@10"] == 0.0
+    assert results["hybrid"]["settings"]["fusion"] == "rrf"
+
+
+def test_tuned_hybrid_is_never_worse_than_the_better_single_mode(bank):
+    searcher, queries, qrels = bank
+    result = tune(searcher, queries, qrels, depth=50)
+    assert result.mrr >= max(result.bm25_mrr, result.knn_mrr)
+    assert len(result.grid) == 44 and {g["fusion"] for g in result.grid} == {"rrf", "minmax", "zscore", "l2"}
+    assert max(g["MRR@20"] for g in result.grid) == result.mrr
+    # the stored defaults really give that MRR in hybrid mode
+    evaluated = evaluate(searcher, queries, qrels, modes=("hybrid", "bm25", "knn"), fusion=result.fusion,
+                         alpha=result.alpha, depth=50)
+    assert evaluated["hybrid"]["metrics"]["MRR@20"] == pytest.approx(result.mrr)
+    assert evaluated["bm25"]["metrics"]["MRR@20"] == pytest.approx(result.bm25_mrr)
+    assert evaluated["knn"]["metrics"]["MRR@20"] == pytest.approx(result.knn_mrr)
+    assert result.defaults["fusion"] == result.fusion and result.defaults["tuned"]["queries"] == 200
+
+
+def test_report_files(tmp_path):
+    results = {m: {"metrics": {k: 0.5 for k in ("H@1", "H@10", "MRR@20", "Recall@10", "Recall@20", "nDCG@10", "MAP")},
+                   "latency": {"p50_ms": 1.0, "p95_ms": 2.0, "p99_ms": 3.0, "mean_ms": 1.2, "qps": 800.0},
+                   "queries": 3, "settings": {"retrieve": 20}} for m in ("bm25", "hybrid")}
+    paths = write_report(results, tmp_path / "r", context={"split": "test"})
+    assert json.loads(paths["json"].read_text())["results"]["bm25"]["latency"]["qps"] == 800.0
+    md = paths["md"].read_text()
+    assert "| hybrid | 0.5000" in md and "report.png" in md and "split: test" in md
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,138 @@
+"""The embedded index (hybrid_qpr.backends.local) with a real encoder (the committed model,
+or $HYBRID_QPR_TEST_MODEL) on questions the tests write."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from hybrid_qpr.backends.base import Backend, Document
+from hybrid_qpr.backends.local import LocalIndex, faiss_factory
+from hybrid_qpr.distance import similarity
+from hybrid_qpr.encoder import Encoder
+from hybrid_qpr.errors import ArtifactError, InputError, ModelMismatchError
+
+
+@pytest.fixture()
+def index(tmp_path, committed_encoder, question_bank):
+    idx = LocalIndex.create(tmp_path / "idx", committed_encoder)
+    idx.ingest(question_bank, committed_encoder, show_progress=False)
+    return idx
+
+
+def test_ingest_builds_all_parts_and_manifest(index, committed_encoder, question_bank):
+    assert isinstance(index, Backend)
+    assert index.count() == len(question_bank)
+    manifest = json.loads((index.path / "manifest.json").read_text())
+    assert manifest["model"]["fingerprint"] == committed_encoder.fingerprint
+    assert manifest["model"]["dim"] == committed_encoder.dim and manifest["count"] == len(question_bank)
+    assert manifest["faiss"]["factory"] == "Flat" and manifest["bm25"]["impl"] == "bm25s"
+    assert {"faiss-cpu", "bm25s", "numpy"} <= set(manifest["versions"])
+    for name in ("docs.sqlite", "vectors.npy", "vectors.faiss", "bm25"):
+        assert (index.path / name).exists()
+    doc = index.documents(["q005"])["q005"]
+    assert doc.text == question_bank[5].text and doc.metadata == question_bank[5].metadata
+
+
+def test_reingest_updates_never_duplicates(index, committed_encoder, question_bank):
+    changed = Document("q001", "a completely new text about bicycles?", {"topic": "bikes"})
+    report = index.ingest(question_bank[:10] + [changed, Document("new1", "brand new question?")], committed_encoder,
+                          show_progress=False)
+    assert (report.indexed, report.updated) == (1, 11)
+    assert index.count() == len(question_bank) + 1
+    assert index.documents(["q001"])["q001"].metadata == {"topic": "bikes"}
+    # the vector was re-encoded: the new text is its own nearest neighbour
+    vec = committed_encoder.encode([changed.text])[0]
+    assert index.knn(vec, 1)[0].id == "q001"
+    reopened = LocalIndex.open(index.path)
+    assert reopened.count() == len(question_bank) + 1
+
+
+def test_bad_document_skipped_with_line_and_failed_ingest_leaves_index_intact(index, committed_encoder):
+    report = index.ingest([(4, Document("x", "  ")), (5, Document("", "text"))], committed_encoder, show_progress=False)
+    assert report.skipped == [(4, "empty text"), (5, "empty id")] and index.count() == 200
+
+    def broken():
+        yield Document("z1", "first fine question?")
+        raise InputError("input.jsonl", 2, "not valid JSON")
+
+    with pytest.raises(InputError, match="input.jsonl:2"):
+        index.ingest(broken(), committed_encoder, show_progress=False)
+    assert LocalIndex.open(index.path).count() == 200
+    assert not list(index.path.parent.glob(".idx.*"))  # no temporary directory left behind
+
+
+def test_model_mismatch_is_refused_with_the_fix(index, committed_encoder, tmp_path):
+    other_dir = tmp_path / "other-model"
+    shutil.copytree(committed_encoder.model_dir, other_dir)
+    with open(other_dir / "tokenizer.json", "a", encoding="utf-8") as fh:
+        fh.write("\n")  # same vocabulary, different bytes: another fingerprint
+    other = Encoder.load(other_dir)
+    with pytest.raises(ModelMismatchError, match=r"fingerprint .*Fix: pass --model"):
+        index.ingest([Document("a", "b?")], other, show_progress=False)
+    with pytest.raises(ModelMismatchError):
+        LocalIndex.create(index.path, other)
+    assert index.count() == 200
+
+
+def test_filters_apply_before_truncation(index, committed_encoder):
+    vec = committed_encoder.encode(["how do i change my password?"])[0]
+    hits = index.knn(vec, 15, filters={"topic": "avatar"})  # only 10 documents have this topic
+    assert len(hits) == 10 and all(h.id >= "q190" for h in hits)
+    hits = index.knn(vec, 30, filters={"lang": "de"})
+    assert len(hits) == 30 and all(int(h.id[1:]) % 2 == 1 for h in hits)
+    bm = index.bm25("change my password", 5, filters={"lang": "de", "topic": ["password", "username"]})
+    assert len(bm) == 5 and all(int(h.id[1:]) % 2 == 1 and int(h.id[1:]) < 50 for h in bm)
+    assert index.bm25("change", 5, filters={"n": 3}) == [h for h in index.bm25("change", 200) if h.id == "q003"]
+    assert index.knn(vec, 5, filters={"topic": "no such topic"}) == []
+
+
+def test_knn_scores_match_exact_similarity(index, committed_encoder, question_bank):
+    vec = committed_encoder.encode(["where do i find my invoice?"])
+    hits = index.knn(vec[0], 5)
+    exact = similarity(vec, committed_encoder.encode([d.text for d in question_bank]), committed_encoder.distance)[0]
+    top = np.argsort(-exact)[:5]
+    assert [h.id for h in hits] == [question_bank[i].id for i in top]
+    assert [h.score for h in hits] == pytest.approx(exact[top].tolist(), rel=1e-4, abs=1e-4)
+    scores = index.vector_scores(vec[0], ["q000", hits[0].id, "missing"])
+    assert set(scores) == {"q000", hits[0].id} and scores[hits[0].id] == pytest.approx(hits[0].score, abs=1e-4)
+
+
+def test_delete_by_id(index):
+    assert index.delete(["q000", "q001", "not-there"]) == 2
+    assert index.count() == 198 and index.documents(["q000"]) == {}
+    assert "q000" not in {h.id for h in index.bm25("change my password", 200)}
+    assert LocalIndex.open(index.path).count() == 198
+
+
+def test_faiss_factories_and_hnsw_ivf_builds(tmp_path, committed_encoder, question_bank):
+    assert faiss_factory(1000) == "Flat"
+    assert faiss_factory(130_000) == "IVF1442,Flat"
+    assert faiss_factory(130_000, "hnsw") == "HNSW32"
+    assert faiss_factory(10, "ivf") == "Flat"
+    hnsw = LocalIndex.create(tmp_path / "hnsw", committed_encoder, faiss="hnsw")
+    hnsw.ingest(question_bank, committed_encoder, show_progress=False)
+    ivf = LocalIndex.create(tmp_path / "ivf", committed_encoder, faiss="ivf")
+    ivf.ingest(question_bank, committed_encoder, show_progress=False)
+    assert ivf.manifest["faiss"]["factory"] == "IVF57,Flat" and hnsw.manifest["faiss"]["factory"] == "HNSW32"
+    vec = committed_encoder.encode([question_bank[42].text])[0]
+    assert hnsw.knn(vec, 1)[0].id == ivf.knn(vec, 1)[0].id == "q042"
+
+
+def test_rank_bm25_is_selectable(tmp_path, committed_encoder, question_bank):
+    idx = LocalIndex.create(tmp_path / "rb", committed_encoder, bm25="rank-bm25")
+    idx.ingest(question_bank, committed_encoder, show_progress=False)
+    assert not (idx.path / "bm25").exists()
+    assert idx.bm25("when does my invoice expire", 1)[0].id == LocalIndex.open(idx.path, bm25="bm25s").bm25(
+        "when does my invoice expire", 1)[0].id
+
+
+def test_open_errors(tmp_path):
+    with pytest.raises(ArtifactError, match="not a hybrid-qpr index"):
+        LocalIndex.open(tmp_path)
+    (tmp_path / "manifest.json").write_text("{broken", encoding="utf-8")
+    with pytest.raises(ArtifactError, match="not valid JSON"):
+        LocalIndex.open(tmp_path)
