@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "evaluate": ("hybrid_qpr.cli.evaluate", "evaluate", "Evaluate search modes on a BEIR eval set; write report.md/json and a plot."),
     "cluster": ("hybrid_qpr.cli.cluster", "cluster", "Start, stop or check a local OpenSearch node built from Maven Central."),
     "pipeline": ("hybrid_qpr.cli.pipeline", "pipeline", "Install the OpenSearch search pipelines used by server-side hybrid queries."),
+    "mlcommons": ("hybrid_qpr.cli.mlcommons", "mlcommons", "Register and deploy a transformer encoder in OpenSearch ml-commons (in-cluster embedding)."),
     "demo": ("hybrid_qpr.cli.demo", "demo", "Build an index from the bundled sample question bank and compare the modes."),
 }
 

@@ -120,7 +120,8 @@ def _pom(dependencies: list[str]) -> str:
     )
 
 
-def _dependency(group: str, artifact: str, version: str, kind: str = "jar", exclude_server: bool = False) -> str:
+def _dependency(group: str, artifact: str, version: str, kind: str = "jar", exclude_server: bool = False,
+                classifier: str | None = None) -> str:
     # Excluding the server artifact drops its whole tree: those jars are already in lib/.
     exclusions = (
         "<exclusions><exclusion><groupId>org.opensearch</groupId><artifactId>opensearch</artifactId></exclusion></exclusions>"
@@ -129,7 +130,9 @@ def _dependency(group: str, artifact: str, version: str, kind: str = "jar", excl
     )
     return (
         f"<dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
-        f"<version>{version}</version><type>{kind}</type>{exclusions}</dependency>"
+        f"<version>{version}</version><type>{kind}</type>"
+        + (f"<classifier>{classifier}</classifier>" if classifier else "")
+        + f"{exclusions}</dependency>"
     )
 
 

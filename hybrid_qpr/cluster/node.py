@@ -38,6 +38,7 @@ from pathlib import Path
 
 from hybrid_qpr.cluster.artifacts import (MODULES, OPENSEARCH_VERSION, PLUGINS, Artifacts, check_tools,
                                           default_home, fetch)
+from hybrid_qpr.cluster.djl import prepare_pytorch
 from hybrid_qpr.errors import ClusterError, ConfigError
 
 logger = logging.getLogger(__name__)
@@ -144,12 +145,14 @@ class LocalNode:
                 )
             self.install()
             t_installed = time.monotonic()
-            _, java_home = check_tools()
+            mvn, java_home = check_tools()
             user = _node_user()
+            # ml-commons local models: PyTorch libraries for DJL from Maven Central (hybrid_qpr.cluster.djl)
+            ml_env = prepare_pytorch(self.node_dir, self.home, mvn, say=self.say)
             self._write_config()
             if user:
                 _chown_tree(self.node_dir, user)
-            self._launch(java_home, user, timeout)
+            self._launch(java_home, user, timeout, extra_env=ml_env)
             self._wait_green(t_installed + timeout)
             self.state_file.write_text(json.dumps({"port": self.port, "version": self.version}), encoding="utf-8")
         return {"install_s": t_installed - t0, "start_s": time.monotonic() - t_installed, "already_running": False}
@@ -235,19 +238,22 @@ class LocalNode:
             "cluster.default_number_of_replicas": "0",
             # ml-commons would otherwise refuse to run models on a data node
             "plugins.ml_commons.only_run_on_ml_node": "false",
+            # register local ONNX models by chunked upload (hybrid-qpr mlcommons register)
+            "plugins.ml_commons.allow_registering_model_via_local_file": "true",
         }
         text = "# written by hybrid-qpr cluster start; rewritten on every start\n"
         text += "".join(f"{key}: {json.dumps(value)}\n" for key, value in config.items())
         (self.node_dir / "config" / "opensearch.yml").write_text(text, encoding="utf-8")
 
-    def _launch(self, java_home: Path, user: str | None, timeout: float) -> None:
+    def _launch(self, java_home: Path, user: str | None, timeout: float,
+                extra_env: dict[str, str] | None = None) -> None:
         env = dict(os.environ, OPENSEARCH_JAVA_HOME=str(java_home),
                    OPENSEARCH_JAVA_OPTS=f"-Xms{self.heap} -Xmx{self.heap}",
-                   OPENSEARCH_PATH_CONF=str(self.node_dir / "config"))
+                   OPENSEARCH_PATH_CONF=str(self.node_dir / "config"), **(extra_env or {}))
         env.pop("JAVA_TOOL_OPTIONS", None)
         cmd = [str(self.node_dir / "bin" / "opensearch"), "-d", "-p", str(self.pid_file)]
         if user:
-            keep = ["OPENSEARCH_JAVA_HOME", "OPENSEARCH_JAVA_OPTS", "OPENSEARCH_PATH_CONF"]
+            keep = ["OPENSEARCH_JAVA_HOME", "OPENSEARCH_JAVA_OPTS", "OPENSEARCH_PATH_CONF", *(extra_env or {})]
             cmd = ["runuser", "-u", user, "--", "env"] + [f"{k}={env[k]}" for k in keep] + cmd
         out_path = self.node_dir / "logs" / "startup.out"
         self.say(f"starting OpenSearch {self.version} on {self.url} and waiting for green health")

@@ -1,0 +1,290 @@
+"""Let an OpenSearch cluster embed questions itself: an exported transformer encoder as an
+ml-commons local custom model (``model_format: ONNX``, ``function_name: TEXT_EMBEDDING``).
+
+Flow: ``package_model`` (zip of ``model.onnx`` + ``tokenizer.json``) -> ``register``
+(``_register_meta`` + ``upload_chunk``: the bytes travel in the request bodies, no URL, so
+``allow_registering_model_via_url`` stays off) -> ``deploy`` (waits for the task) -> a
+``text_embedding`` ingest pipeline (``put_ingest_pipeline``) and ``neural`` queries
+(``neural_query``).
+
+Why the graph is adapted before zipping. ml-commons 2.19 runs an ONNX text-embedding model
+through DJL with its own translator: it tokenizes one text, feeds ``input_ids`` and
+``attention_mask`` (plus ``token_type_ids`` when ``model_type`` is ``bert``/``albert``),
+takes the graph's *first* output as token embeddings [1, seq, dim] and mean-pools them over
+the attention mask in Java. hybrid-qpr's transformer graphs already pool (output
+``embeddings`` [batch, dim], see ``hybrid_qpr.encoders.transformer``), so ``adapt_graph``
+adds a first output ``token_embeddings`` = the pooled vector repeated at every position.
+The mask-weighted mean of identical vectors is that vector, so the cluster's "mean pooling"
+returns exactly the embedding hybrid-qpr computes, and ``normalize_result`` (true for a
+normalising model) leaves a unit vector unchanged.
+
+Offline limits (measured on OpenSearch 2.19.6, see docs/mlcommons.md): registering works
+offline; **deploying does not** unless DJL's PyTorch native libraries are already in the
+node's DJL cache, because DJL's OnnxRuntime engine loads PyTorch as its "alternative engine"
+for the translator's array operations, and ml-commons pins that to PyTorch 1.13.1
+(``cpu-precxx11``), which DJL downloads from ``https://publish.djl.ai``. ``deploy`` turns
+that failure into a ``ClusterError`` that names the download and the cache directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hybrid_qpr.encoder import MODEL_FILE, TOKENIZER_FILE, read_config
+from hybrid_qpr.errors import ArtifactError, ClusterError, ConfigError
+
+logger = logging.getLogger(__name__)
+
+ML = "/_plugins/_ml"
+CHUNK_SIZE = 10_000_000  # ml-commons accepts chunks up to 10 MB
+TOKEN_OUTPUT = "token_embeddings"
+# not "bert": that would make ml-commons feed a token_type_ids input the graph does not have
+MODEL_TYPE = "minilm"
+# ml-commons 2.19 bundles onnxruntime 1.16.3: "Unsupported model IR version: 10, max supported IR version: 9"
+MAX_IR_VERSION = 9
+MAX_OPSET = 19
+MODEL_INDEX = ".plugins-ml-model"  # ml-commons' model and chunk documents
+LOCAL_UPLOAD_SETTING = "plugins.ml_commons.allow_registering_model_via_local_file"
+DJL_DOWNLOAD = "https://publish.djl.ai/pytorch/1.13.1/ (files.txt, cpu-precxx11/linux-x86_64/native/lib/*.gz, " \
+               "jnilib/0.31.1/linux-x86_64/cpu-precxx11/libdjl_torch.so)"
+
+
+@dataclass(frozen=True)
+class ModelPackage:
+    """A zip ready for ``register``: its path, size, sha256 and the ml-commons ``model_config``."""
+
+    path: Path
+    size: int
+    sha256: str
+    dim: int
+    model_config: dict[str, Any]
+
+
+def adapt_graph(model_path: str | Path, out_path: str | Path) -> None:
+    """Write a copy of a hybrid-qpr transformer graph whose first output is ``token_embeddings``
+    [batch, seq, dim]: the pooled ``embeddings`` broadcast over the sequence axis (see module doc)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    model = onnx.load(str(model_path))
+    graph = model.graph
+    names = [o.name for o in graph.output]
+    if names[:1] != ["embeddings"] or {i.name for i in graph.input} != {"input_ids", "attention_mask"}:
+        raise ArtifactError(f"{model_path}: expected inputs input_ids/attention_mask and first output 'embeddings' "
+                            f"(a hybrid-qpr transformer export); found outputs {names}")
+    axis = helper.make_tensor("hqpr_axis1", TensorProto.INT64, [1], [1])
+    graph.initializer.append(axis)
+    graph.node.extend([
+        helper.make_node("Unsqueeze", ["embeddings", "hqpr_axis1"], ["hqpr_emb3"]),        # [b, 1, d]
+        helper.make_node("Shape", ["input_ids"], ["hqpr_bs"]),                              # [b, s]
+        helper.make_node("Concat", ["hqpr_bs", "hqpr_axis1"], ["hqpr_shape"], axis=0),       # [b, s, 1]
+        helper.make_node("Expand", ["hqpr_emb3", "hqpr_shape"], [TOKEN_OUTPUT]),            # [b, s, d]
+    ])
+    dim = graph.output[0].type.tensor_type.shape.dim[-1]
+    token = helper.make_tensor_value_info(TOKEN_OUTPUT, TensorProto.FLOAT, ["batch", "seq", dim.dim_value or "dim"])
+    outputs = [token] + list(graph.output)
+    del graph.output[:]
+    graph.output.extend(outputs)
+    if model.ir_version > MAX_IR_VERSION:
+        # IR 10 only adds things these graphs do not use (4-bit types, overloaded functions)
+        model.ir_version = MAX_IR_VERSION
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    if opset > MAX_OPSET:
+        raise ArtifactError(f"{model_path}: opset {opset}; ml-commons' onnxruntime 1.16 runs opset <= {MAX_OPSET}")
+    onnx.checker.check_model(model)
+    onnx.save(model, str(out_path))
+
+
+def ml_model_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The ml-commons ``model_config`` for a hybrid-qpr transformer ``config.json``."""
+    return {
+        "model_type": MODEL_TYPE,
+        "embedding_dimension": int(config["dim"]),
+        "framework_type": "sentence_transformers",
+        "pooling_mode": "mean",
+        "normalize_result": bool(config.get("normalize", False)),
+        "all_config": json.dumps({"hybrid_qpr": {k: config.get(k) for k in ("dim", "distance", "max_length")}}),
+    }
+
+
+def package_model(model_dir: str | Path, out_zip: str | Path) -> ModelPackage:
+    """Zip an exported transformer directory in the ml-commons custom-model layout
+    (``model.onnx`` with the adapted graph, ``tokenizer.json``) atomically at ``out_zip``."""
+    import os
+    import tempfile
+
+    model_dir, out_zip = Path(model_dir), Path(out_zip)
+    config = read_config(model_dir)
+    if config.get("kind") != "transformer":
+        raise ConfigError(f"{model_dir}: kind {config.get('kind')!r}; ml-commons text embedding needs a transformer "
+                          "encoder (export one with hybrid_qpr.export.transformer); the CNN uses hybrid-qpr's own "
+                          "tokenizer, which ml-commons cannot run")
+    for name in (MODEL_FILE, TOKENIZER_FILE):
+        if not (model_dir / name).is_file():
+            raise ArtifactError(f"{model_dir / name}: missing")
+    out_zip.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_zip.parent) as work:
+        adapted = Path(work) / MODEL_FILE
+        adapt_graph(model_dir / MODEL_FILE, adapted)
+        tmp_zip = Path(work) / "package.zip"
+        with zipfile.ZipFile(tmp_zip, "w", zipfile.ZIP_DEFLATED) as archive:
+            archive.write(adapted, MODEL_FILE)
+            archive.write(model_dir / TOKENIZER_FILE, TOKENIZER_FILE)
+        os.replace(tmp_zip, out_zip)
+    data = out_zip.read_bytes()
+    return ModelPackage(out_zip, len(data), hashlib.sha256(data).hexdigest(), int(config["dim"]),
+                        ml_model_config(config))
+
+
+def _request(client, method: str, path: str, body: Any = None, **params) -> dict[str, Any]:
+    from opensearchpy.exceptions import TransportError
+
+    try:
+        return client.transport.perform_request(method, path, body=body, params=params or None)
+    except TransportError as exc:
+        raise ClusterError(f"{method} {path} failed: {exc.status_code} {exc.error}: {exc.info}") from exc
+
+
+def allow_local_upload_setting(client) -> None:
+    """Set ``plugins.ml_commons.allow_registering_model_via_local_file: true`` (persistent).
+
+    ml-commons 2.19 refuses chunked uploads without it ("To upload custom model from local
+    file, user needs to enable allow_registering_model_via_local_file settings")."""
+    _request(client, "PUT", "/_cluster/settings", {"persistent": {LOCAL_UPLOAD_SETTING: True}})
+
+
+def register(client, package: ModelPackage, name: str, *, version: str = "1", description: str = "",
+             chunk_size: int = CHUNK_SIZE) -> str:
+    """Register ``package`` by chunked upload; return the model id (state REGISTERED)."""
+    if not 0 < chunk_size <= CHUNK_SIZE:
+        raise ConfigError(f"chunk_size={chunk_size}: must be between 1 and {CHUNK_SIZE} bytes")
+    data = package.path.read_bytes()
+    chunks = [data[i:i + chunk_size] for i in range(0, len(data), chunk_size)]
+    meta = {
+        "name": name, "version": version, "description": description or f"hybrid-qpr encoder {name}",
+        "model_format": "ONNX", "function_name": "TEXT_EMBEDDING",
+        "model_content_size_in_bytes": package.size, "model_content_hash_value": package.sha256,
+        "total_chunks": len(chunks), "model_config": package.model_config,
+    }
+    try:
+        answer = _request(client, "POST", f"{ML}/models/_register_meta", meta)
+    except ClusterError as exc:
+        if "allow_registering_model_via_local_file" in str(exc):
+            raise ClusterError(f"{exc}\nFix: set {LOCAL_UPLOAD_SETTING}=true (hybrid-qpr mlcommons register "
+                               "--allow-local-upload does it)") from exc
+        raise
+    model_id = answer["model_id"]
+    for number, chunk in enumerate(chunks):
+        _request(client, "POST", f"{ML}/models/{model_id}/upload_chunk/{number}", chunk)
+    logger.info("registered %s as %s (%d chunks, %d bytes)", name, model_id, len(chunks), package.size)
+    return model_id
+
+
+def register_dir(client, model_dir: str | Path, name: str | None = None, *, version: str = "1",
+                 allow_local_upload: bool = False) -> str:
+    """Package ``model_dir`` in a temporary directory and register it; return the model id.
+    ``allow_local_upload`` first turns on the cluster setting chunked uploads need."""
+    import tempfile
+
+    model_dir = Path(model_dir)
+    with tempfile.TemporaryDirectory(prefix="hqpr-mlcommons-") as work:
+        package = package_model(model_dir, Path(work) / "model.zip")
+        if allow_local_upload:
+            allow_local_upload_setting(client)
+        return register(client, package, name or f"hybrid-qpr-{model_dir.resolve().name}", version=version)
+
+
+def status(client, model_id: str) -> dict[str, Any]:
+    """The model document without its bulky fields (state, chunks, hash, config, ...)."""
+    model = _request(client, "GET", f"{ML}/models/{model_id}")
+    model.pop("model_content", None)
+    return model
+
+
+def deploy(client, model_id: str, *, timeout: float = 300.0, poll: float = 1.0) -> dict[str, Any]:
+    """Deploy and wait for the task; return the task. A failed task raises ``ClusterError``
+    with ml-commons' error and, for the DJL native-library download, what is missing."""
+    task_id = _request(client, "POST", f"{ML}/models/{model_id}/_deploy")["task_id"]
+    deadline = time.monotonic() + timeout
+    while True:
+        task = _request(client, "GET", f"{ML}/tasks/{task_id}")
+        if task.get("state") == "COMPLETED":
+            return task
+        if task.get("state") not in ("CREATED", "RUNNING"):
+            error = task.get("error", "")
+            hint = ""
+            if "pytorch" in error.lower() or "publish.djl.ai" in error:
+                hint = (f"\nDJL needs PyTorch native libraries, which it downloads from {DJL_DOWNLOAD}; this node "
+                        "cannot reach that host. Put those files in <path.data>/ml_cache/pytorch/"
+                        "1.13.1-cpu-precxx11-linux-x86_64/ on the node (see docs/mlcommons.md), then restart it "
+                        "and deploy again.")
+            raise ClusterError(f"deploying model {model_id} failed ({task.get('state')}): {error}{hint}")
+        if time.monotonic() > deadline:
+            raise ClusterError(f"deploying model {model_id}: task {task_id} still {task.get('state')} "
+                               f"after {timeout:.0f} s")
+        time.sleep(poll)
+
+
+def undeploy(client, model_id: str) -> None:
+    _request(client, "POST", f"{ML}/models/{model_id}/_undeploy")
+
+
+def delete(client, model_id: str) -> None:
+    """Delete a model (undeployed first) and its uploaded chunks.
+
+    ml-commons removes the chunks with delete-by-query, which lives in the ``reindex`` module;
+    a node without it (the Maven-built local node) answers "failed to find action
+    [...DeleteByQueryAction...]" after deleting the model document. The chunk documents
+    (``<model_id>_<n>`` in ``.plugins-ml-model``) are then deleted one by one, so a test run
+    does not leave ~80 MB behind."""
+    model = status(client, model_id)
+    if model.get("model_state") in ("DEPLOYED", "PARTIALLY_DEPLOYED", "DEPLOYING"):
+        undeploy(client, model_id)
+    try:
+        _request(client, "DELETE", f"{ML}/models/{model_id}")
+    except ClusterError as exc:
+        if "DeleteByQueryAction" not in str(exc):
+            raise
+        logger.info("no delete-by-query on this node (reindex module missing): deleting chunks of %s by id", model_id)
+        import warnings
+
+        from opensearchpy.exceptions import OpenSearchWarning
+
+        with warnings.catch_warnings():  # "this request accesses system indices": deliberate here
+            warnings.simplefilter("ignore", OpenSearchWarning)
+            for number in range(int(model.get("total_chunks") or 0)):
+                client.delete(index=MODEL_INDEX, id=f"{model_id}_{number}", ignore=[404])
+
+
+def embed(client, model_id: str, texts: list[str]):
+    """Embeddings computed by the cluster (``_predict/text_embedding``) as float32 [n, dim]."""
+    import numpy as np
+
+    body = {"text_docs": list(texts), "return_number": True, "target_response": ["sentence_embedding"]}
+    answer = _request(client, "POST", f"{ML}/_predict/text_embedding/{model_id}", body)
+    rows = [result["output"][0]["data"] for result in answer["inference_results"]]
+    return np.asarray(rows, dtype=np.float32)
+
+
+def ingest_pipeline_body(model_id: str, source: str = "text", target: str = "embedding") -> dict[str, Any]:
+    """A pipeline whose ``text_embedding`` processor fills ``target`` from ``source``."""
+    return {"description": f"hybrid-qpr: {source} -> {target} with ml-commons model {model_id}",
+            "processors": [{"text_embedding": {"model_id": model_id, "field_map": {source: target}}}]}
+
+
+def put_ingest_pipeline(client, name: str, model_id: str, source: str = "text", target: str = "embedding") -> None:
+    _request(client, "PUT", f"/_ingest/pipeline/{name}", ingest_pipeline_body(model_id, source, target))
+
+
+def neural_query(model_id: str, text: str, k: int, field: str = "embedding") -> dict[str, Any]:
+    """A ``neural`` query: the cluster embeds ``text`` with ``model_id`` and runs k-NN on ``field``."""
+    if k < 1:
+        raise ConfigError(f"k={k}: must be >= 1")
+    return {"neural": {field: {"query_text": text, "model_id": model_id, "k": k}}}

@@ -1,0 +1,104 @@
+"""``hybrid-qpr mlcommons register|deploy|pipeline|status``: let the cluster embed questions itself."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from hybrid_qpr.cli._common import friendly_errors, opensearch_client, opensearch_options
+
+
+@click.group()
+def mlcommons() -> None:
+    """Run an exported transformer encoder inside OpenSearch (ml-commons local model).
+
+    \b
+    Typical flow (local node of 'hybrid-qpr cluster start'):
+      ID=$(hybrid-qpr mlcommons register models/minilm)
+      hybrid-qpr mlcommons deploy $ID
+      hybrid-qpr mlcommons pipeline $ID --name hqpr-embed
+    Then index {"text": ...} documents with ?pipeline=hqpr-embed and search with a 'neural'
+    query. Only transformer encoders qualify (the CNN's tokenizer cannot run in the cluster).
+    See docs/mlcommons.md for what deploying needs offline.
+    """
+
+
+@mlcommons.command()
+@opensearch_options
+@click.argument("model_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--name", default=None, help="Model name in ml-commons. [default: hybrid-qpr-<directory name>]")
+@click.option("--model-version", "version", default="1", show_default=True, help="Version string stored with the model.")
+@click.option("--allow-local-upload", is_flag=True,
+              help="First set plugins.ml_commons.allow_registering_model_via_local_file=true (persistent) on the "
+                   "cluster; chunked uploads are refused without it. The local node sets it already.")
+@friendly_errors
+def register(model_dir, name, version, allow_local_upload, **connection) -> None:
+    """Package MODEL_DIR (model.onnx + tokenizer.json) and upload it in 10 MB chunks; print the model id.
+
+    No URL is involved: the zip travels in the request bodies, so the cluster needs no
+    internet and allow_registering_model_via_url stays off.
+
+    \b
+    Example:
+      hybrid-qpr mlcommons register models/minilm --name minilm-questions
+    """
+    from hybrid_qpr.backends.mlcommons import register_dir
+
+    client = opensearch_client(**connection)
+    click.echo(register_dir(client, model_dir, name, version=version, allow_local_upload=allow_local_upload))
+
+
+@mlcommons.command()
+@opensearch_options
+@click.argument("model_id")
+@click.option("--wait", "wait_s", type=float, default=300.0, show_default=True,
+              help="Seconds to wait for the deploy task.")
+@friendly_errors
+def deploy(model_id, wait_s, **connection) -> None:
+    """Deploy MODEL_ID on the cluster's nodes and wait until it is ready (or failed, with the reason).
+
+    \b
+    Example:
+      hybrid-qpr mlcommons deploy Xy12abc --wait 120
+    """
+    from hybrid_qpr.backends.mlcommons import deploy as deploy_model
+
+    task = deploy_model(opensearch_client(**connection), model_id, timeout=wait_s)
+    click.echo(f"{model_id}: {task.get('state')} on {', '.join(task.get('worker_node') or [])}")
+
+
+@mlcommons.command()
+@opensearch_options
+@click.argument("model_id")
+@click.option("--name", required=True, help="Ingest pipeline name, e.g. hqpr-embed.")
+@click.option("--source", default="text", show_default=True, help="Field holding the question text.")
+@click.option("--target", default="embedding", show_default=True, help="knn_vector field to fill.")
+@friendly_errors
+def pipeline(model_id, name, source, target, **connection) -> None:
+    """Create (or replace) an ingest pipeline whose text_embedding processor embeds SOURCE into TARGET.
+
+    \b
+    Example:
+      hybrid-qpr mlcommons pipeline Xy12abc --name hqpr-embed
+    """
+    from hybrid_qpr.backends.mlcommons import put_ingest_pipeline
+
+    put_ingest_pipeline(opensearch_client(**connection), name, model_id, source, target)
+    click.echo(f"ingest pipeline {name}: {source} -> {target} with model {model_id}")
+
+
+@mlcommons.command()
+@opensearch_options
+@click.argument("model_id")
+@friendly_errors
+def status(model_id, **connection) -> None:
+    """Print the model's ml-commons record as JSON (model_state, chunks, hash, model_config...).
+
+    \b
+    Example:
+      hybrid-qpr mlcommons status Xy12abc
+    """
+    from hybrid_qpr.backends.mlcommons import status as model_status
+
+    click.echo(json.dumps(model_status(opensearch_client(**connection), model_id), indent=2, sort_keys=True))
