@@ -139,7 +139,7 @@ class HybridSearcher:
         method, alpha = self.fusion_settings(fusion, alpha)
         depth = max(depth or DEFAULT_DEPTH, need)
         cands = self.candidates(query, vector, depth, filters)
-        fused = self.fuse(cands, method=method, alpha=alpha, depth=depth)[offset:need]
+        fused = self.fuse(cands, method=method, alpha=alpha, depth=depth, top_k=need)[offset:need]
         return self._results([(f.id, f.score, None if f.ranks[0] is None else RankedScore(f.scores[0], f.ranks[0]),
                                None if f.ranks[1] is None else RankedScore(f.scores[1], f.ranks[1])) for f in fused])
 
@@ -158,9 +158,10 @@ class HybridSearcher:
 
     @staticmethod
     def fuse(cands: Candidates, *, method: str, alpha: float, depth: int | None = None,
-             rrf_k: int = fusion_lib.RRF_K) -> list[fusion_lib.Fused]:
+             rrf_k: int = fusion_lib.RRF_K, top_k: int | None = None) -> list[fusion_lib.Fused]:
         """Fuse one query's candidate lists (BM25 first, kNN second)."""
-        return fusion_lib.fuse(cands.bm25, cands.knn, method=method, alpha=alpha, rrf_k=rrf_k, depth=depth)  # type: ignore[arg-type]
+        return fusion_lib.fuse(cands.bm25, cands.knn, method=method, alpha=alpha, rrf_k=rrf_k, depth=depth,  # type: ignore[arg-type]
+                               top_k=top_k)
 
     def _rerank(self, recalled: list[Hit], vector) -> list[tuple[str, float, RankedScore | None, RankedScore | None]]:
         """MSEM flow: order the BM25 candidates by encoder similarity (ties by id)."""

@@ -152,18 +152,21 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _top(scores: np.ndarray, positions: np.ndarray, ids: Sequence[str], depth: int, positive_only: bool) -> list[Hit]:
-    """Best ``depth`` of ``scores`` (aligned with ``positions``), ties broken by id."""
-    if positive_only:
-        keep = scores > 0
-        scores, positions = scores[keep], positions[keep]
+def _top(scores: np.ndarray, positions: np.ndarray | None, ids: Sequence[str], depth: int, positive_only: bool) -> list[Hit]:
+    """Best ``depth`` of ``scores`` (aligned with ``positions``; ``None`` = row numbers),
+    ties broken by id: every document tied with the last one kept competes on its id."""
     if len(scores) == 0 or depth <= 0:
         return []
     if len(scores) > depth:
-        cutoff = np.partition(scores, len(scores) - depth)[len(scores) - depth]
-        keep = scores >= cutoff  # every tie at the cut-off stays, then the id decides
-        scores, positions = scores[keep], positions[keep]
-    ranked = sorted(zip(scores.tolist(), positions.tolist()), key=lambda sp: (-sp[0], ids[sp[1]]))
+        cutoff = scores[np.argpartition(scores, len(scores) - depth)[len(scores) - depth]]
+        rows = np.flatnonzero(scores >= cutoff)
+    else:
+        rows = np.arange(len(scores))
+    if positive_only:
+        rows = rows[scores[rows] > 0]
+    picked = scores[rows].tolist()
+    where = rows.tolist() if positions is None else positions[rows].tolist()
+    ranked = sorted(zip(picked, where), key=lambda sp: (-sp[0], ids[sp[1]]))
     return [Hit(ids[p], float(s)) for s, p in ranked[:depth]]
 
 
@@ -307,10 +310,9 @@ class LocalIndex:
             return []
         scores = self._bm25.scores(tokenize(query))
         allowed = self.matching(filters)
-        positions = np.arange(len(scores)) if allowed is None else allowed
         if allowed is not None:
             scores = scores[allowed]
-        return _top(np.asarray(scores, dtype=np.float64), positions, self._ids, depth, positive_only=True)
+        return _top(scores, allowed, self._ids, depth, positive_only=True)
 
     def knn(self, vector: np.ndarray, depth: int, filters: Filters | None = None) -> list[Hit]:
         """Top ``depth`` by similarity: FAISS without filters; exact over the matching rows with them."""
@@ -324,10 +326,10 @@ class LocalIndex:
             if len(allowed) == 0:
                 return []
             scores = similarity(query, np.asarray(self._vectors[allowed]), self.distance)[0]
-            return _top(scores.astype(np.float64), allowed, self._ids, depth, positive_only=False)
+            return _top(scores, allowed, self._ids, depth, positive_only=False)
         raw, found = self._faiss.search(query, min(depth, self.count()))
         keep = found[0] >= 0
-        scores = score_from_faiss(raw[0][keep], self.distance).astype(np.float64)
+        scores = score_from_faiss(raw[0][keep], self.distance)
         return _top(scores, found[0][keep].astype(np.int64), self._ids, depth, positive_only=False)
 
     def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:

@@ -145,7 +145,7 @@ def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
     grid = []
     best: tuple[float, str, float] | None = None
     for method, alpha in grid_points:
-        run = {q: [f.id for f in searcher.fuse(c, method=method, alpha=alpha, depth=depth)[:retrieve]]
+        run = {q: [f.id for f in searcher.fuse(c, method=method, alpha=alpha, depth=depth, top_k=retrieve)]
                for q, c in cands.items()}
         value = mrr(run)
         grid.append({"fusion": method, "alpha": alpha, "MRR@20": value})
