@@ -236,8 +236,10 @@ def undeploy(client, model_id: str) -> None:
     _request(client, "POST", f"{ML}/models/{model_id}/_undeploy")
 
 
-def delete(client, model_id: str) -> None:
-    """Delete a model (undeployed first) and its uploaded chunks.
+def delete(client, model_id: str, *, with_group: bool = False) -> None:
+    """Delete a model (undeployed first) and its uploaded chunks; with ``with_group`` also the
+    model group ml-commons created for it at registration (retried while it answers 409,
+    which it does for a moment after the model is gone).
 
     ml-commons removes the chunks with delete-by-query, which lives in the ``reindex`` module;
     a node without it (the Maven-built local node) answers "failed to find action
@@ -261,6 +263,16 @@ def delete(client, model_id: str) -> None:
             warnings.simplefilter("ignore", OpenSearchWarning)
             for number in range(int(model.get("total_chunks") or 0)):
                 client.delete(index=MODEL_INDEX, id=f"{model_id}_{number}", ignore=[404])
+    group = model.get("model_group_id")
+    if with_group and group:
+        for attempt in range(10):
+            try:
+                _request(client, "DELETE", f"{ML}/model_groups/{group}")
+                return
+            except ClusterError as exc:
+                if " 409 " not in str(exc) or attempt == 9:
+                    raise
+                time.sleep(0.5)
 
 
 def embed(client, model_id: str, texts: list[str]):
