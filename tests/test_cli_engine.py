@@ -115,3 +115,18 @@ def test_demo_runs_on_the_sample_bank(committed_encoder):
     result = run(["demo", "--model", str(committed_encoder.model_dir)])
     assert result.exit_code == 0
     assert "indexed 288 questions" in result.output and "| rerank |" in result.output
+
+
+@pytest.mark.cluster
+def test_same_commands_drive_opensearch(opensearch_url, index_name, bank_file, model_args):
+    """ingest / query / delete with --opensearch URL call the OpenSearch backend (O's code)."""
+    os_args = ["--opensearch", opensearch_url]
+    first = run(["ingest", str(bank_file), "--index", index_name, *os_args, *model_args])
+    assert first.exit_code == 0 and "indexed 200" in first.output
+    for mode in ("bm25", "knn", "hybrid", "rerank"):
+        out = run(["query", "how do i change my email address?", "--index", index_name, "--mode", mode, "-k", "5",
+                   "--json", "--filter", "lang=en", *os_args, *model_args])
+        hits = json.loads(out.output)["hits"]
+        assert len(hits) == 5 and hits[0]["id"] == "q010", mode
+        assert all(h["metadata"]["lang"] == "en" for h in hits)
+    assert "deleted 1 of 1" in run(["delete", "q010", "--index", index_name, *os_args]).output
