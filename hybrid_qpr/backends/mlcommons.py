@@ -222,9 +222,9 @@ def deploy(client, model_id: str, *, timeout: float = 300.0, poll: float = 1.0) 
             hint = ""
             if "pytorch" in error.lower() or "publish.djl.ai" in error:
                 hint = (f"\nDJL needs PyTorch native libraries, which it downloads from {DJL_DOWNLOAD}; this node "
-                        "cannot reach that host. Put those files in <path.data>/ml_cache/pytorch/"
-                        "1.13.1-cpu-precxx11-linux-x86_64/ on the node (see docs/mlcommons.md), then restart it "
-                        "and deploy again.")
+                        "cannot reach that host. Fix: the local node prepares them from Maven Central when it starts "
+                        "('hybrid-qpr cluster stop && hybrid-qpr cluster start'); for another cluster see "
+                        "docs/mlcommons.md (DJL cache plus PYTORCH_VERSION=2.4.0 in the node's environment).")
             raise ClusterError(f"deploying model {model_id} failed ({task.get('state')}): {error}{hint}")
         if time.monotonic() > deadline:
             raise ClusterError(f"deploying model {model_id}: task {task_id} still {task.get('state')} "
@@ -238,34 +238,34 @@ def undeploy(client, model_id: str) -> None:
 
 def delete(client, model_id: str, *, with_group: bool = False) -> None:
     """Delete a model (undeployed first) and its uploaded chunks; with ``with_group`` also the
-    model group ml-commons created for it at registration (retried while it answers 409,
-    which it does for a moment after the model is gone).
+    model group ml-commons created for it at registration.
 
-    ml-commons removes the chunks with delete-by-query, which lives in the ``reindex`` module;
-    a node without it (the Maven-built local node) answers "failed to find action
-    [...DeleteByQueryAction...]" after deleting the model document. The chunk documents
-    (``<model_id>_<n>`` in ``.plugins-ml-model``) are then deleted one by one, so a test run
-    does not leave ~80 MB behind."""
+    The chunk documents (``<model_id>_<n>`` in ``.plugins-ml-model``, ~13 MB of base64 each)
+    are deleted by id *before* the model: ml-commons' delete path searches that index, and a
+    search whose hits are ten chunk documents is turned into one Java string that exhausted a
+    1 GB heap and killed the node (OutOfMemoryError in LocalClusterIndicesClient.createParser,
+    seen on 2.19.6). Deleting them first also covers nodes without the ``reindex`` module,
+    where ml-commons' own delete-by-query of the chunks fails ("failed to find action
+    [...DeleteByQueryAction...]")."""
+    import warnings
+
+    from opensearchpy.exceptions import OpenSearchWarning
+
     model = status(client, model_id)
     if model.get("model_state") in ("DEPLOYED", "PARTIALLY_DEPLOYED", "DEPLOYING"):
         undeploy(client, model_id)
+    with warnings.catch_warnings():  # "this request accesses system indices": deliberate here
+        warnings.simplefilter("ignore", OpenSearchWarning)
+        for number in range(int(model.get("total_chunks") or 0)):
+            client.delete(index=MODEL_INDEX, id=f"{model_id}_{number}", ignore=[404])
     try:
         _request(client, "DELETE", f"{ML}/models/{model_id}")
     except ClusterError as exc:
-        if "DeleteByQueryAction" not in str(exc):
+        if "DeleteByQueryAction" not in str(exc):  # the model document is gone; the chunks were deleted above
             raise
-        logger.info("no delete-by-query on this node (reindex module missing): deleting chunks of %s by id", model_id)
-        import warnings
-
-        from opensearchpy.exceptions import OpenSearchWarning
-
-        with warnings.catch_warnings():  # "this request accesses system indices": deliberate here
-            warnings.simplefilter("ignore", OpenSearchWarning)
-            for number in range(int(model.get("total_chunks") or 0)):
-                client.delete(index=MODEL_INDEX, id=f"{model_id}_{number}", ignore=[404])
     group = model.get("model_group_id")
     if with_group and group:
-        for attempt in range(10):
+        for attempt in range(10):  # the group answers 409 for a moment after its model is deleted
             try:
                 _request(client, "DELETE", f"{ML}/model_groups/{group}")
                 return
