@@ -8,8 +8,8 @@ Modes:
 
 * ``bm25`` - the backend's BM25 list.
 * ``knn`` - the backend's nearest neighbours of the encoded query.
-* ``hybrid`` - both lists, each ``depth`` long (default ``DEFAULT_DEPTH``, never less than
-  ``offset + top_k``), fused with ``fusion`` (rrf, minmax, zscore, l2) and ``alpha`` (weight
+* ``hybrid`` - both lists, each ``depth`` long (default: the tuned depth, else
+  ``DEFAULT_DEPTH``; never less than ``offset + top_k``), fused with ``fusion`` (rrf, minmax, zscore, l2) and ``alpha`` (weight
   of kNN; BM25 gets ``1 - alpha``). Without arguments the index's tuned defaults are used.
 * ``rerank`` - the MSEM paper's baseline flow (Kim et al. 2019): BM25 recalls
   ``rerank_depth`` candidates (30) which are re-ordered by encoder similarity.
@@ -137,7 +137,8 @@ class HybridSearcher:
             recalled = self.backend.bm25(query, max(rerank_depth, need), filters)
             return self._results(self._rerank(recalled, vector)[offset:need])
         method, alpha = self.fusion_settings(fusion, alpha)
-        depth = max(depth or DEFAULT_DEPTH, need)
+        defaults = getattr(self.backend, "fusion_defaults", None) or {}
+        depth = max(depth or int(defaults.get("depth") or DEFAULT_DEPTH), need)
         cands = self.candidates(query, vector, depth, filters)
         fused = self.fuse(cands, method=method, alpha=alpha, depth=depth, top_k=need)[offset:need]
         return self._results([(f.id, f.score, None if f.ranks[0] is None else RankedScore(f.scores[0], f.ranks[0]),
