@@ -57,6 +57,7 @@ FAISS_KINDS: tuple[str, ...] = ("auto", "flat", "ivf", "hnsw")
 BM25_IMPLS: tuple[str, ...] = ("bm25s", "rank-bm25")
 FLAT_THRESHOLD = 50_000
 NPROBE = 10
+TRAIN_PER_LIST = 40
 HNSW_M, HNSW_EF_SEARCH = 32, 64
 BM25_K1, BM25_B = 1.5, 0.75
 
@@ -79,7 +80,8 @@ def faiss_factory(n: int, kind: FaissKind = "auto", flat_threshold: int = FLAT_T
 
 
 def build_faiss(vectors: np.ndarray, distance: Distance, factory: str, nprobe: int = NPROBE):
-    """Train (IVF: k-means, 10 iterations) and fill a FAISS index; return it."""
+    """Train (IVF: k-means, 10 iterations, on at most 40 seeded sample vectors per list) and
+    fill a FAISS index; return it."""
     faiss = require("faiss", feature="the local index")
     metric = faiss.METRIC_L2 if faiss_metric(distance) == "L2" else faiss.METRIC_INNER_PRODUCT
     index = faiss.index_factory(vectors.shape[1], factory, metric)
@@ -87,7 +89,12 @@ def build_faiss(vectors: np.ndarray, distance: Distance, factory: str, nprobe: i
         index.cp.niter = 10
         index.cp.seed = 13
     if not index.is_trained:
-        index.train(vectors)
+        sample = vectors
+        nlist = getattr(index, "nlist", 0)
+        if nlist and len(vectors) > TRAIN_PER_LIST * nlist:  # k-means needs ~40 points per centroid, not all
+            rows = np.random.default_rng(13).choice(len(vectors), TRAIN_PER_LIST * nlist, replace=False)
+            sample = np.ascontiguousarray(vectors[np.sort(rows)])
+        index.train(sample)
     if len(vectors):
         index.add(vectors)
     _set_search_params(index, nprobe)
