@@ -115,6 +115,7 @@ def test_demo_runs_on_the_sample_bank(committed_encoder):
     result = run(["demo", "--model", str(committed_encoder.model_dir)])
     assert result.exit_code == 0
     assert "indexed 288 questions" in result.output and "| rerank |" in result.output
+    assert "tuned on the bank's val groups: fusion=" in result.output
 
 
 @pytest.mark.cluster

@@ -28,8 +28,9 @@ DEMO_QUERIES = (
 @friendly_errors
 def demo(index, model, examples_dir, top_k) -> None:
     """Build an embedded index from the sample question bank (examples/questions.jsonl) with
-    the committed encoder, answer a few queries in bm25, knn and hybrid mode side by side,
-    and print an evaluation table on the bank's test groups (examples/beir).
+    the committed encoder, tune the fusion on the bank's validation groups, answer a few
+    queries in bm25, knn and hybrid mode side by side, and print an evaluation table on the
+    bank's test groups (examples/beir).
 
     \b
     Example:
@@ -44,7 +45,7 @@ def demo(index, model, examples_dir, top_k) -> None:
     from hybrid_qpr.data.beir import load_beir
     from hybrid_qpr.data.documents import iter_documents
     from hybrid_qpr.encoder import Encoder
-    from hybrid_qpr.evaluation.evaluator import evaluate, sample_queries
+    from hybrid_qpr.evaluation.evaluator import evaluate, sample_queries, tune
     from hybrid_qpr.evaluation.report import markdown_table
     from hybrid_qpr.search import HybridSearcher
 
@@ -61,6 +62,11 @@ def demo(index, model, examples_dir, top_k) -> None:
         console.print(f"indexed {report.indexed} questions (updated {report.updated}) into {target} with model "
                       f"{encoder.model_dir.name} ({encoder.fingerprint}) in {report.seconds:.1f} s\n")
         searcher = HybridSearcher(backend, encoder)
+        _, val_queries, val_qrels = load_beir(examples_dir / "beir", "val")
+        tuned = tune(searcher, sample_queries(val_queries, val_qrels, None), val_qrels)
+        backend.set_fusion_defaults(tuned.defaults)
+        console.print(f"tuned on the bank's val groups: fusion={tuned.fusion} alpha={tuned.alpha:.1f} "
+                      f"(MRR@20 {tuned.mrr:.3f}; bm25 {tuned.bm25_mrr:.3f}, knn {tuned.knn_mrr:.3f})\n")
         modes = ("bm25", "knn", "hybrid")
         for text in DEMO_QUERIES:
             table = Table(title=f"query: {text}", title_justify="left", show_lines=False)
