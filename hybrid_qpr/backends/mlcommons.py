@@ -143,13 +143,23 @@ def package_model(model_dir: str | Path, out_zip: str | Path) -> ModelPackage:
                         ml_model_config(config))
 
 
-def _request(client, method: str, path: str, body: Any = None, **params) -> dict[str, Any]:
+def _request(client, method: str, path: str, body: Any = None, *, retries: int = 5, **params) -> dict[str, Any]:
+    """One ml-commons call. 429s are retried after ``0.5 * 2^attempt`` s: ml-commons answers
+    "Memory Circuit Breaker is open" while the JVM heap is above
+    ``plugins.ml_commons.jvm_heap_memory_threshold`` (85 %), which on a 1 GB node happens
+    for a moment after bulk work until the garbage collector runs."""
     from opensearchpy.exceptions import TransportError
 
-    try:
-        return client.transport.perform_request(method, path, body=body, params=params or None)
-    except TransportError as exc:
-        raise ClusterError(f"{method} {path} failed: {exc.status_code} {exc.error}: {exc.info}") from exc
+    for attempt in range(retries + 1):
+        try:
+            return client.transport.perform_request(method, path, body=body, params=params or None)
+        except TransportError as exc:
+            if exc.status_code == 429 and attempt < retries:
+                logger.info("%s %s: 429 (%s), retrying", method, path, exc.error)
+                time.sleep(0.5 * 2 ** attempt)
+                continue
+            raise ClusterError(f"{method} {path} failed: {exc.status_code} {exc.error}: {exc.info}") from exc
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def allow_local_upload_setting(client) -> None:
