@@ -158,3 +158,14 @@ def test_cluster_embeds_like_hybrid_qpr_and_neural_query_finds_paraphrases(
         mlcommons.delete(client, model_id, with_group=True)
         with pytest.raises(ClusterError, match="404"):
             mlcommons.status(client, model_id)
+
+
+def test_djl_cache_layout_and_classifier_dependency(tmp_path):
+    """The names DJL 0.31.1 looks for, and the Maven coordinates with a classifier."""
+    from hybrid_qpr.cluster.artifacts import _dependency
+    from hybrid_qpr.cluster.djl import cache_dir
+
+    assert cache_dir(tmp_path) == tmp_path / "data" / "ml_cache" / "pytorch" / "2.4.0-cpu-precxx11-linux-x86_64"
+    xml = _dependency("ai.djl.pytorch", "pytorch-native-cpu-precxx11", "2.4.0", classifier="linux-x86_64")
+    assert "<classifier>linux-x86_64</classifier>" in xml and "<version>2.4.0</version>" in xml
+    assert "<classifier>" not in _dependency("org.opensearch.plugin", "lang-painless", "2.19.6")
