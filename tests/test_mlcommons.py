@@ -169,3 +169,23 @@ def test_djl_cache_layout_and_classifier_dependency(tmp_path):
     xml = _dependency("ai.djl.pytorch", "pytorch-native-cpu-precxx11", "2.4.0", classifier="linux-x86_64")
     assert "<classifier>linux-x86_64</classifier>" in xml and "<version>2.4.0</version>" in xml
     assert "<classifier>" not in _dependency("org.opensearch.plugin", "lang-painless", "2.19.6")
+
+
+@pytest.mark.cluster
+def test_cli_errors_are_one_line(opensearch_url, tmp_path):
+    from click.testing import CliRunner
+
+    from hybrid_qpr.cli.main import cli
+
+    runner = CliRunner()
+    result = runner.invoke(cli, ["mlcommons", "status", "no-such-model", "--opensearch", opensearch_url])
+    assert result.exit_code == 1 and "Failed to find model" in result.output and "Traceback" not in result.output
+
+    cnn = tmp_path / "cnn"
+    cnn.mkdir()
+    (cnn / "model.onnx").write_bytes(b"x")
+    (cnn / "tokenizer.json").write_text("{}")
+    (cnn / "config.json").write_text(json.dumps({"format": "hybrid-qpr-encoder", "format_version": 1,
+                                                 "kind": "cnn", "dim": 8, "distance": "cosine"}))
+    result = runner.invoke(cli, ["mlcommons", "register", str(cnn), "--opensearch", opensearch_url])
+    assert result.exit_code == 1 and "needs a transformer encoder" in result.output

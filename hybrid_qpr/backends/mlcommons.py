@@ -150,6 +150,8 @@ def _request(client, method: str, path: str, body: Any = None, *, retries: int =
     for a moment after bulk work until the garbage collector runs."""
     from opensearchpy.exceptions import TransportError
 
+    from hybrid_qpr.backends.opensearch import _reason
+
     for attempt in range(retries + 1):
         try:
             return client.transport.perform_request(method, path, body=body, params=params or None)
@@ -158,7 +160,7 @@ def _request(client, method: str, path: str, body: Any = None, *, retries: int =
                 logger.info("%s %s: 429 (%s), retrying", method, path, exc.error)
                 time.sleep(0.5 * 2 ** attempt)
                 continue
-            raise ClusterError(f"{method} {path} failed: {exc.status_code} {exc.error}: {exc.info}") from exc
+            raise ClusterError(f"{method} {path} failed: {exc.status_code} {_reason(exc)}") from exc
     raise AssertionError("unreachable")  # pragma: no cover
 
 
