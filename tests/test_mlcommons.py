@@ -79,15 +79,21 @@ def test_package_matches_encoder_under_ml_commons_pooling(minilm_dir, minilm, tm
     assert np.abs(np.asarray(pooled) - expected).max() < 1e-5
 
 
-def test_package_refuses_a_cnn(tmp_path):
+@pytest.fixture()
+def cnn_dir(tmp_path):
+    """A directory whose config.json says kind "cnn" (packaging must refuse it before reading the graph)."""
     model = tmp_path / "cnn"
     model.mkdir()
     (model / "model.onnx").write_bytes(b"x")
     (model / "tokenizer.json").write_text("{}")
     (model / "config.json").write_text(json.dumps({"format": "hybrid-qpr-encoder", "format_version": 1,
                                                    "kind": "cnn", "dim": 8, "distance": "cosine"}))
+    return model
+
+
+def test_package_refuses_a_cnn(cnn_dir, tmp_path):
     with pytest.raises(ConfigError, match="kind 'cnn'"):
-        mlcommons.package_model(model, tmp_path / "out.zip")
+        mlcommons.package_model(cnn_dir, tmp_path / "out.zip")
     assert not (tmp_path / "out.zip").exists()
 
 
@@ -172,7 +178,7 @@ def test_djl_cache_layout_and_classifier_dependency(tmp_path):
 
 
 @pytest.mark.cluster
-def test_cli_errors_are_one_line(opensearch_url, tmp_path):
+def test_cli_errors_are_one_line(opensearch_url, cnn_dir):
     from click.testing import CliRunner
 
     from hybrid_qpr.cli.main import cli
@@ -181,11 +187,5 @@ def test_cli_errors_are_one_line(opensearch_url, tmp_path):
     result = runner.invoke(cli, ["mlcommons", "status", "no-such-model", "--opensearch", opensearch_url])
     assert result.exit_code == 1 and "Failed to find model" in result.output and "Traceback" not in result.output
 
-    cnn = tmp_path / "cnn"
-    cnn.mkdir()
-    (cnn / "model.onnx").write_bytes(b"x")
-    (cnn / "tokenizer.json").write_text("{}")
-    (cnn / "config.json").write_text(json.dumps({"format": "hybrid-qpr-encoder", "format_version": 1,
-                                                 "kind": "cnn", "dim": 8, "distance": "cosine"}))
-    result = runner.invoke(cli, ["mlcommons", "register", str(cnn), "--opensearch", opensearch_url])
+    result = runner.invoke(cli, ["mlcommons", "register", str(cnn_dir), "--opensearch", opensearch_url])
     assert result.exit_code == 1 and "needs a transformer encoder" in result.output
