@@ -56,7 +56,7 @@ class FinetuneSettings:
     lr: float = 2e-5
     warmup: float = 0.1  # fraction of steps with linearly rising learning rate
     max_clusters: int | None = None  # cap on the train clusters used (seeded sample), None = all
-    normalize: bool | None = None  # None: True for siamese, False for sdml/triplet
+    normalize: bool | None = None  # None: True for siamese and triplet, False for sdml
     epsilon: float = 0.3  # SDML label smoothing
     margin: float = 0.5  # triplet margin
     negatives: str = "semi-hard"  # triplet negatives
@@ -77,7 +77,12 @@ class FinetuneSettings:
 
     @property
     def normalized(self) -> bool:
-        return self.loss == "siamese" if self.normalize is None else self.normalize
+        # Triplet on raw MiniLM vectors (norm ~5, squared distances ~5-40) never violates a 0.5
+        # margin with semi-hard negatives: the loss is 0 from step 1 and nothing is learned
+        # (measured, docs/transformer.md). On unit vectors d² is in [0, 4] and the margin bites.
+        if self.normalize is None:
+            return self.loss in ("siamese", "triplet")
+        return self.normalize
 
 
 def build_loss(settings: FinetuneSettings) -> torch.nn.Module:

@@ -268,3 +268,12 @@ def test_triplet_negatives_by_hand():
     assert rows.item() == pytest.approx((max(0, 1 - 0.25 + 0.5) + max(0, 0.25 - 1 + 0.5)) / 2)
     with pytest.raises(ConfigError, match="negatives='hardest'"):
         TripletLoss(negatives="hardest")  # type: ignore[arg-type]
+
+
+def test_export_cli_refuses_cnn_kind_with_a_reason(tmp_path):
+    from click.testing import CliRunner
+
+    from hybrid_qpr.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["export", "--out", str(tmp_path / "x"), "--kind", "cnn"])
+    assert result.exit_code == 1 and "transformer models only" in result.output

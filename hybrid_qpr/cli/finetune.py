@@ -26,7 +26,7 @@ from hybrid_qpr.cli._common import friendly_errors
 @click.option("--lr", type=float, default=2e-5, show_default=True, help="AdamW learning rate (linear warm-up then decay).")
 @click.option("--max-clusters", type=int, default=None, help="Draw pairs from at most this many train clusters (seeded sample). [default: all]")
 @click.option("--normalize/--no-normalize", default=None,
-              help="L2-normalise embeddings (cosine). [default: on for siamese, off for sdml/triplet (squared L2)]")
+              help="L2-normalise embeddings (cosine). [default: on for siamese and triplet, off for sdml (squared L2, like the CNN)]")
 @click.option("--negatives", type=click.Choice(["random", "hard", "semi-hard"]), default="semi-hard", show_default=True,
               help="Triplet loss: which in-batch negative each anchor gets.")
 @click.option("--margin", type=float, default=0.5, show_default=True, help="Triplet loss margin.")
