@@ -70,7 +70,7 @@ def plot_modes(results: Mapping[str, Mapping[str, Any]], path: str | Path, title
     ax_quality.set_xticks([j + 0.4 - width / 2 for j in range(len(shown))], shown)
     ax_quality.set_ylim(0, 1)
     ax_quality.set_title(title)
-    ax_quality.legend()
+    ax_quality.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=max(len(modes), 1), frameon=False)
     ax_latency.bar(modes, [results[m]["latency"]["p50_ms"] for m in modes], color="grey")
     ax_latency.set_ylabel("p50 latency (ms)")
     fig.tight_layout()
