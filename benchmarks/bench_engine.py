@@ -72,6 +72,21 @@ def bench_modes(searcher, queries: list[str]) -> dict:
     return out
 
 
+def bench_search_only(searcher, queries: list[str]) -> dict:
+    """Per-mode latency with the query vectors encoded beforehand: the engine's own cost."""
+    vectors = searcher.encoder.encode(queries)
+    out = {}
+    for mode in ("knn", "hybrid", "rerank"):
+        searcher.search(queries[0], mode=mode, vector=vectors[0])
+        times = []
+        for q, v in zip(queries, vectors):
+            start = time.perf_counter()
+            searcher.search(q, mode=mode, top_k=10, vector=v)
+            times.append(time.perf_counter() - start)
+        out[mode] = latency_summary(times)
+    return out
+
+
 def bench_bm25(index_dir: Path, queries: list[str], rank_queries: int) -> dict:
     out = {}
     for impl, n in (("bm25s", len(queries)), ("rank-bm25", rank_queries)):
@@ -122,6 +137,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="onnxruntime threads [default: onnxruntime's]")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--steps", default="modes,search-only,bm25,faiss",
+                        help="comma-separated steps after ingest: modes, search-only (vectors encoded beforehand), bm25, faiss")
     args = parser.parse_args()
 
     encoder = Encoder.load(args.model, threads=args.threads)
@@ -134,12 +151,19 @@ def main() -> None:
     texts = [doc.text for _, doc in iter_documents(args.pairs)]
     queries = random.Random(args.seed).sample(texts, min(args.queries, len(texts)))
     searcher = HybridSearcher(index, encoder)
-    result["modes"] = bench_modes(searcher, queries)
-    print("modes", json.dumps(result["modes"]), flush=True)
-    result["bm25"] = bench_bm25(args.index, queries, args.rank_bm25_queries)
-    print("bm25", json.dumps(result["bm25"]), flush=True)
-    result["faiss"] = bench_faiss(args.index, index.distance, min(args.queries, 1000), args.seed)
-    print("faiss", json.dumps(result["faiss"]), flush=True)
+    steps = set(args.steps.split(","))
+    if "modes" in steps:
+        result["modes"] = bench_modes(searcher, queries)
+        print("modes", json.dumps(result["modes"]), flush=True)
+    if "search-only" in steps:
+        result["search_only"] = bench_search_only(searcher, queries)
+        print("search-only", json.dumps(result["search_only"]), flush=True)
+    if "bm25" in steps:
+        result["bm25"] = bench_bm25(args.index, queries, args.rank_bm25_queries)
+        print("bm25", json.dumps(result["bm25"]), flush=True)
+    if "faiss" in steps:
+        result["faiss"] = bench_faiss(args.index, index.distance, min(args.queries, 1000), args.seed)
+        print("faiss", json.dumps(result["faiss"]), flush=True)
     result["load_average_at_end"] = os.getloadavg()
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
