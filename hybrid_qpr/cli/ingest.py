@@ -11,7 +11,7 @@ SHOW_SKIPPED = 20
 
 
 @click.command()
-@click.argument("input_path", metavar="INPUT", type=click.Path(allow_dash=True, dir_okay=False))
+@click.argument("input_path", metavar="INPUT", type=click.Path(exists=True, allow_dash=True, dir_okay=False))
 @click.option("--index", required=True, help="Local index directory (created if missing), or the OpenSearch index name with --opensearch.")
 @model_option
 @click.option("--format", "fmt", type=click.Choice(["auto", "jsonl", "table", "pairs"]), default="auto", show_default=True,
