@@ -128,7 +128,7 @@ def ensure_models(args, dataset: str, dataset_dir: Path) -> dict[str, Path]:
 
             settings = FinetuneSettings(loss=loss, max_length=args.max_length, batch_size=args.batch_size,
                                         accumulate=args.accumulate, steps=args.steps, max_clusters=args.train_clusters,
-                                        seed=args.seed)
+                                        negatives=args.negatives, margin=args.margin, seed=args.seed)
             t0 = time.perf_counter()
             report = finetune(dataset_dir, run_dir, settings, resume=True, export_dir=onnx_dir)
             logger.info("%s/%s fine-tuned in %.0fs: %s", dataset, loss, time.perf_counter() - t0, report)
@@ -279,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=32, help="pairs per micro-batch (default 32)")
     parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per optimizer step (default 1)")
     parser.add_argument("--train-clusters", type=int, default=8000, help="train clusters sampled (default 8000)")
+    parser.add_argument("--negatives", default="hard", choices=["random", "hard", "semi-hard"],
+                        help="triplet negatives (default hard: semi-hard ones gave zero loss on MiniLM)")
+    parser.add_argument("--margin", type=float, default=1.0,
+                        help="triplet margin on unit vectors, squared L2 (default 1.0: with 0.5 the loss was 0 from step 1)")
     parser.add_argument("--max-length", type=int, default=32, help="token cap (default 32)")
     parser.add_argument("--queries", type=int, default=1000, help="test queries sampled (default 1000)")
     parser.add_argument("--corpus", type=int, default=20000, help="index subset size; larger than the corpus = all of it (default 20000)")

@@ -58,8 +58,10 @@ class FinetuneSettings:
     max_clusters: int | None = None  # cap on the train clusters used (seeded sample), None = all
     normalize: bool | None = None  # None: True for siamese and triplet, False for sdml
     epsilon: float = 0.3  # SDML label smoothing
-    margin: float = 0.5  # triplet margin
-    negatives: str = "semi-hard"  # triplet negatives
+    # Triplet: with margin 0.5, semi-hard or hard in-batch negatives, MiniLM's loss was 0 from
+    # the first step (nothing learned); 1.0 with hard negatives trains (docs/transformer.md).
+    margin: float = 1.0
+    negatives: str = "hard"
     checkpoint_every: int = 50
     log_every: int = 10
     seed: int = 0
