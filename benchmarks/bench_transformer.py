@@ -248,7 +248,7 @@ def plot(results: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 3.6), dpi=90)
     for marker, (dataset, rows) in zip("os^", results["quality"].items()):
         for name, row in rows.items():
-            r = rate(name)
+            r = None if name == "BM25" else rate(name)  # BM25 is not an encoder
             if r is None:
                 continue
             ax.scatter(r, row["alone"]["MRR@20"], marker=marker, label=f"{dataset}: {name}")
@@ -258,7 +258,7 @@ def plot(results: dict, path: Path) -> None:
     ax.set_xlabel("encode throughput, questions/s (ONNX, batch 64, 2 shared cores)")
     ax.set_ylabel("test MRR@20 (kNN alone)")
     ax.set_title("Quality vs encode speed", fontsize=9)
-    ax.legend(fontsize=5, loc="lower left")
+    ax.legend(fontsize=5, loc="center")
     fig.tight_layout()
     tmp = path.with_suffix(".tmp.png")
     fig.savefig(tmp)
