@@ -51,6 +51,7 @@ TEXT_FIELD, VECTOR_FIELD, METADATA_FIELD = "text", "embedding", "metadata"
 ServerFusion = Literal["rrf", "minmax", "zscore", "l2"]
 SERVER_FUSIONS: tuple[str, ...] = ("rrf", "minmax", "zscore", "l2")
 DEFAULT_PIPELINE = "hybrid-qpr-rrf"
+KNN_CANDIDATES = 100
 _PLACEHOLDER = re.compile(r"^\$\{([A-Z0-9_]+)\}$")
 
 
@@ -557,7 +558,9 @@ class OpenSearchBackend:
 
     # ---- helpers
     def _knn_clause(self, vector: np.ndarray, depth: int, filters: Filters | None) -> dict:
-        clause: dict[str, Any] = {"vector": self._query_vector(vector), "k": depth}
+        # Lucene explores k candidates per segment: a floor of KNN_CANDIDATES keeps recall high
+        # for small depths (size still truncates to depth)
+        clause: dict[str, Any] = {"vector": self._query_vector(vector), "k": max(depth, KNN_CANDIDATES)}
         clauses = filter_clauses(filters)
         if clauses:
             clause["filter"] = {"bool": {"filter": clauses}}
