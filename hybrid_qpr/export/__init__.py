@@ -1,0 +1,1 @@
+"""torch -> ONNX export (CNN: onnx.py; transformer: transformer.py)."""

@@ -1,0 +1,68 @@
+"""Export the SDML CNN to an encoder directory (model.onnx, tokenizer.json, config.json).
+
+The directory is built beside the target and renamed into place, so a reader never sees a
+half-written model. After export, torch and onnxruntime outputs are compared (parity check).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hybrid_qpr.encoder import MODEL_FILE, TOKENIZER_FILE
+from hybrid_qpr.model.cnn import CNNModel
+
+PARITY_TEXTS = ["", "hello", "How do I learn Python?", "Что такое машинное обучение?", "why " * 200, "¿Qué es? 日本語の質問"]
+
+
+def export_cnn(model: CNNModel, out_dir: str | Path, training: dict | None = None, metrics: dict | None = None) -> Path:
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=out_dir.name + ".tmp"))
+    model.eval()
+    example = model.collate(["how do i export a model ?", "hi"])
+    torch.onnx.export(
+        model, (example,), str(tmp / MODEL_FILE), input_names=["input_ids"], output_names=["embeddings"],
+        dynamic_axes={"input_ids": {0: "batch", 1: "sequence"}, "embeddings": {0: "batch"}}, opset_version=17, dynamo=False,
+    )
+    model.vocabulary.save(tmp / TOKENIZER_FILE)
+    import onnxruntime
+
+    config = {
+        "format": "hybrid-qpr-encoder", "format_version": 1, "kind": "cnn", "dim": model.dim, "distance": "sqeuclidean",
+        "max_length": model.vocabulary.max_length, "architecture": model.hparams,
+        "vocabulary": {"words": len(model.vocabulary.words), "hash_bins": model.vocabulary.hash_bins},
+        "versions": {"torch": torch.__version__, "onnxruntime": onnxruntime.__version__},
+        "training": training or {}, "metrics": metrics or {},
+    }
+    (tmp / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    diff = parity(model, tmp)
+    config["parity_max_abs_diff"] = diff
+    (tmp / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    if out_dir.exists():
+        old = out_dir.with_name(out_dir.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(out_dir, old)
+        os.replace(tmp, out_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out_dir)
+    return out_dir
+
+
+@torch.no_grad()
+def parity(model: CNNModel, model_dir: str | Path, texts: Sequence[str] = PARITY_TEXTS) -> float:
+    """Max |torch - onnxruntime| over ``texts`` (encoded as one padded batch)."""
+    from hybrid_qpr.encoder import Encoder
+
+    model.eval()
+    expected = model(model.collate(texts)).numpy()
+    got = Encoder.load(model_dir).encode(list(texts))
+    return float(np.abs(expected - got).max())
