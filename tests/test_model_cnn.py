@@ -86,3 +86,25 @@ def test_onnx_parity_and_inference_without_torch(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(done.stdout) == [[2, 8], "float32"]
+
+
+def test_train_and_export_cli(tmp_path):
+    from click.testing import CliRunner
+
+    from hybrid_qpr.cli.export import export
+    from hybrid_qpr.cli.train import train as train_cmd
+    from hybrid_qpr.encoder import Encoder
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, seed, n in (("train", 7, 100), ("val", 8, 30)):
+        with open(data / f"{split}.jsonl", "w") as fh:
+            for c in _clusters(n, seed):
+                fh.write(json.dumps({"id": c.id, "questions": [{"id": q.id, "text": q.text} for q in c.questions]}) + "\n")
+    args = [str(data), "--out", str(tmp_path / "run"), "--vocab", "500", "--hash-bins", "10", "--embedding-dim", "8",
+            "--channels", "8", "--dim", "4", "--batch-size", "16", "--epochs", "2"]
+    done = CliRunner().invoke(train_cmd, args)
+    assert done.exit_code == 0, done.output
+    done = CliRunner().invoke(export, [str(tmp_path / "run"), "--kind", "cnn", "--out", str(tmp_path / "onnx")])
+    assert done.exit_code == 0, done.output
+    assert Encoder.load(tmp_path / "onnx").encode(["w1 w2 ?"]).shape == (1, 4)

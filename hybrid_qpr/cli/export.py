@@ -36,9 +36,14 @@ def export(model_dir: str | None, out_dir: str, kind: str, max_length: int | Non
       hybrid-qpr export --out onnx/minilm --max-length 64           # off-the-shelf MiniLM
       hybrid-qpr export runs/minilm-sdml --out onnx/minilm-sdml --int8
     """
-    if kind != "transformer":
-        raise ConfigError("--kind cnn: the CNN exporter (hybrid_qpr.export.cnn, engineer M) is not in this "
-                          "tree yet; this command exports transformer models only")
+    if kind == "cnn":
+        if not model_dir:
+            raise ConfigError("--kind cnn needs MODEL_DIR: a 'hybrid-qpr train' run directory")
+        from hybrid_qpr.export.onnx import export_run
+
+        config = export_run(model_dir, out_dir)
+        click.echo(json.dumps({k: config[k] for k in ("kind", "dim", "distance", "max_length", "parity_max_abs_diff")}, indent=2))
+        return
     from pathlib import Path
 
     from hybrid_qpr.export.transformer import export_transformer_dir

@@ -66,3 +66,19 @@ def parity(model: CNNModel, model_dir: str | Path, texts: Sequence[str] = PARITY
     expected = model(model.collate(texts)).numpy()
     got = Encoder.load(model_dir).encode(list(texts))
     return float(np.abs(expected - got).max())
+
+
+def export_run(run_dir: str | Path, out_dir: str | Path) -> dict:
+    """Export the best checkpoint of a ``hybrid-qpr train`` run directory; returns config.json."""
+    from hybrid_qpr.errors import ArtifactError
+    from hybrid_qpr.text.tokenizer import Vocabulary
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "best.pt").exists():
+        raise ArtifactError(f"{run_dir}: no best.pt (is this a 'hybrid-qpr train' run directory?)")
+    meta = json.loads((run_dir / "model.json").read_text(encoding="utf-8"))
+    model = CNNModel(Vocabulary.load(run_dir / TOKENIZER_FILE), **meta["architecture"])
+    best = torch.load(run_dir / "best.pt", weights_only=False)
+    model.load_state_dict(best["model"])
+    out = export_cnn(model, out_dir, training={**meta, "best_epoch": best["epoch"]}, metrics={"val": best["metrics"]})
+    return json.loads((out / "config.json").read_text(encoding="utf-8"))

@@ -1,0 +1,64 @@
+"""``hybrid-qpr train``: train the SDML CNN (or a baseline loss) on a dataset directory."""
+
+from __future__ import annotations
+
+import click
+
+from hybrid_qpr.cli._common import friendly_errors
+
+
+@click.command()
+@click.argument("dataset_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--out", "run_dir", required=True, type=click.Path(file_okay=False), help="Run directory (checkpoints, best.pt).")
+@click.option("--loss", type=click.Choice(["sdml", "softmax", "triplet"]), default="sdml", show_default=True,
+              help="sdml (eps smoothing), softmax (= sdml with eps 0), triplet.")
+@click.option("--epsilon", type=float, default=0.3, show_default=True, help="SDML label smoothing.")
+@click.option("--triplet-distance", type=click.Choice(["euclidean", "squared"]), default="euclidean", show_default=True)
+@click.option("--negatives", type=click.Choice(["random", "hard"]), default="random", show_default=True)
+@click.option("--vocab", type=int, default=50_000, show_default=True, help="Top-V words.")
+@click.option("--hash-bins", type=int, default=5000, show_default=True, help="m hash bins for rare words.")
+@click.option("--embedding-dim", type=int, default=300, show_default=True)
+@click.option("--channels", type=int, default=300, show_default=True)
+@click.option("--dim", type=int, default=300, show_default=True, help="Output dimension n.")
+@click.option("--layers", type=int, default=1, show_default=True, help="Convolution layers.")
+@click.option("--batch-size", type=int, default=512, show_default=True)
+@click.option("--epochs", type=int, default=20, show_default=True)
+@click.option("--patience", type=int, default=3, show_default=True, help="Epochs without val MRR gain before stopping.")
+@click.option("--max-minutes", type=float, default=None, help="Stop after this much training time.")
+@click.option("--seed", type=int, default=13, show_default=True)
+@click.option("--resume", is_flag=True, help="Continue from RUN_DIR/checkpoint.pt.")
+@friendly_errors
+def train(dataset_dir, run_dir, loss, epsilon, triplet_distance, negatives, vocab, hash_bins, embedding_dim, channels,
+          dim, layers, batch_size, epochs, patience, max_minutes, seed, resume) -> None:
+    """Train on DATASET_DIR (written by 'hybrid-qpr dataset build'); best model in RUN_DIR/best.pt.
+
+    \b
+    Example:
+      hybrid-qpr train data/quora --out runs/sdml --vocab 20000 --embedding-dim 128 --channels 256 --dim 256
+      hybrid-qpr export runs/sdml --kind cnn --out onnx/my-model
+    """
+    import json
+    from pathlib import Path
+
+    import torch
+
+    from hybrid_qpr.data.splits import load_split
+    from hybrid_qpr.model.cnn import CNNModel
+    from hybrid_qpr.model.losses import SDMLLoss, TripletLoss
+    from hybrid_qpr.text.tokenizer import Vocabulary
+    from hybrid_qpr.train import TrainConfig, train as run_training
+
+    tr, va = load_split(dataset_dir, "train"), load_split(dataset_dir, "val")
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    vocab_path = Path(run_dir) / "tokenizer.json"
+    vocabulary = Vocabulary.load(vocab_path) if resume and vocab_path.exists() else Vocabulary.build(
+        (q.text for c in tr for q in c.questions), top_words=vocab, hash_bins=hash_bins)
+    vocabulary.save(vocab_path)
+    arch = dict(embedding_dim=embedding_dim, channels=channels, dim=dim, layers=layers)
+    (Path(run_dir) / "model.json").write_text(json.dumps({"architecture": arch, "loss": loss, "dataset": str(dataset_dir)}))
+    torch.manual_seed(seed)
+    model = CNNModel(vocabulary, **arch)
+    loss_fn = TripletLoss(0.5, triplet_distance, negatives) if loss == "triplet" else SDMLLoss(0.0 if loss == "softmax" else epsilon)
+    config = TrainConfig(batch_size=batch_size, epochs=epochs, patience=patience, seed=seed, max_minutes=max_minutes)
+    result = run_training(model, loss_fn, tr, va, run_dir, config, resume=resume)
+    click.echo(json.dumps({"best_epoch": result.best_epoch, "best_val_mrr@20": result.best_val_mrr}))
