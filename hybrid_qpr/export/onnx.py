@@ -26,6 +26,7 @@ def export_cnn(model: CNNModel, out_dir: str | Path, training: dict | None = Non
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=out_dir.name + ".tmp"))
+    os.chmod(tmp, 0o755)
     model.eval()
     example = model.collate(["how do i export a model ?", "hi"])
     torch.onnx.export(

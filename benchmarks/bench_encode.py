@@ -1,0 +1,58 @@
+"""Test-split retrieval quality and ONNX encode speed of a CNN encoder directory.
+
+python benchmarks/bench_encode.py --model onnx/sdml-cnn-quora --dataset /work/bench-data/quora
+H@1, H@10, MRR@20 over test queries against ALL questions (exact search, own id dropped);
+batched throughput (questions/s) and single-query latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from hybrid_qpr.data.beir import load_beir
+from hybrid_qpr.encoder import Encoder
+from hybrid_qpr.evaluation.metrics import drop_self, hits_at_k, mrr_at_k
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--dataset", required=True)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    enc = Encoder.load(args.model, threads=args.threads)
+    corpus, queries, qrels = load_beir(f"{args.dataset}/beir", "test")
+    ids = list(corpus)
+    t0 = time.perf_counter()
+    docs = enc.encode([corpus[i] for i in ids], batch_size=512)
+    seconds = time.perf_counter() - t0
+    qids = [q for q in queries if q in qrels]
+    qv = enc.encode([queries[q] for q in qids], batch_size=512)
+    sq = (docs**2).sum(1)
+    run = {}
+    for start in range(0, len(qids), 256):
+        d = sq[None, :] - 2 * qv[start : start + 256] @ docs.T
+        top = np.argpartition(d, 21, axis=1)[:, :21]
+        for row, qid in enumerate(qids[start : start + 256]):
+            order = top[row][np.argsort(d[row, top[row]])]
+            run[qid] = [ids[j] for j in order]
+    run = {q: r[:20] for q, r in drop_self(run).items()}
+    lat = []
+    for text in [queries[q] for q in qids[:300]]:
+        t = time.perf_counter()
+        enc.encode([text])
+        lat.append(time.perf_counter() - t)
+    print(json.dumps({
+        "model": str(enc.model_dir), "corpus": len(ids), "test_queries": len(qids),
+        "H@1": hits_at_k(run, qrels, 1), "H@10": hits_at_k(run, qrels, 10), "MRR@20": mrr_at_k(run, qrels, 20),
+        "encode_questions_per_s": len(ids) / seconds, "single_query_ms_p50": 1000 * float(np.median(lat)),
+        "single_query_ms_p95": 1000 * float(np.percentile(lat, 95)), "threads": args.threads,
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
