@@ -270,10 +270,10 @@ def test_triplet_negatives_by_hand():
         TripletLoss(negatives="hardest")  # type: ignore[arg-type]
 
 
-def test_export_cli_refuses_cnn_kind_with_a_reason(tmp_path):
+def test_export_cli_cnn_kind_without_run_dir_says_what_is_missing(tmp_path):
     from click.testing import CliRunner
 
     from hybrid_qpr.cli.main import cli
 
     result = CliRunner().invoke(cli, ["export", "--out", str(tmp_path / "x"), "--kind", "cnn"])
-    assert result.exit_code == 1 and "transformer models only" in result.output
+    assert result.exit_code == 1 and "--kind cnn needs MODEL_DIR: a 'hybrid-qpr train' run directory" in result.output

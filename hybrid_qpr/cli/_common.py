@@ -22,18 +22,33 @@ def friendly_errors(func):
     return wrapper
 
 
-def opensearch_options(func):
+def opensearch_options(func=None, *, selects_backend: bool = False):
     """Add the OpenSearch connection options (URL, basic auth, TLS, timeout) to a command.
 
     Every option also reads an environment variable, so passwords need not appear on the
     command line (or in shell history). The command receives them as ``opensearch``,
     ``os_user``, ``os_password``, ``os_ca_certs``, ``os_verify`` and ``os_timeout``; pass them
     to ``opensearch_client(...)``.
+
+    ``selects_backend=True`` is for commands that work on a local index too (ingest, query,
+    ...): there ``--opensearch`` must be given to choose the cluster, so an exported
+    ``HYBRID_QPR_OPENSEARCH_URL`` never silently redirects ``--index ./dir`` to a cluster.
+    A bare ``--opensearch`` takes the URL from the environment or the local node.
     """
+    if func is None:
+        return lambda f: opensearch_options(f, selects_backend=selects_backend)
+    if selects_backend:
+        url_option = click.option(
+            "--opensearch", "opensearch", metavar="[URL]", is_flag=False, flag_value="", default=None,
+            help="Use the OpenSearch index --index at URL instead of a local index directory. A bare "
+                 "--opensearch takes $HYBRID_QPR_OPENSEARCH_URL, else the node of 'hybrid-qpr cluster start'.")
+    else:
+        url_option = click.option(
+            "--opensearch", "opensearch", metavar="URL", envvar="HYBRID_QPR_OPENSEARCH_URL",
+            help="OpenSearch URL, e.g. http://127.0.0.1:9200 [env HYBRID_QPR_OPENSEARCH_URL; "
+                 "default: the node of 'hybrid-qpr cluster start'].")
     options = [
-        click.option("--opensearch", "opensearch", metavar="URL", envvar="HYBRID_QPR_OPENSEARCH_URL",
-                     help="OpenSearch URL, e.g. http://127.0.0.1:9200 [env HYBRID_QPR_OPENSEARCH_URL; "
-                          "default: the node of 'hybrid-qpr cluster start']."),
+        url_option,
         click.option("--user", "os_user", envvar="HYBRID_QPR_OPENSEARCH_USER", help="Basic-auth user [env HYBRID_QPR_OPENSEARCH_USER]."),
         click.option("--password", "os_password", envvar="HYBRID_QPR_OPENSEARCH_PASSWORD",
                      help="Basic-auth password; prefer the env variable HYBRID_QPR_OPENSEARCH_PASSWORD. Never printed."),
@@ -62,5 +77,5 @@ def opensearch_client(opensearch=None, os_user=None, os_password=None, os_ca_cer
     if logging.getLogger().getEffectiveLevel() > logging.INFO:
         logging.getLogger("opensearch").setLevel(logging.ERROR)
 
-    return connect(opensearch, username=os_user, password=os_password, ca_certs=os_ca_certs,
+    return connect(opensearch or None, username=os_user, password=os_password, ca_certs=os_ca_certs,
                    verify_certs=os_verify, timeout=os_timeout)

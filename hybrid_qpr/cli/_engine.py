@@ -44,8 +44,8 @@ def quiet_bm25s() -> None:
 
 
 def use_opensearch(connection: dict[str, Any]) -> bool:
-    """OpenSearch when ``--opensearch URL`` (or ``$HYBRID_QPR_OPENSEARCH_URL``) is given."""
-    return bool(connection.get("opensearch"))
+    """OpenSearch when ``--opensearch [URL]`` was given (a bare flag arrives as "")."""
+    return connection.get("opensearch") is not None
 
 
 def open_backend(index: str, connection: dict[str, Any]):

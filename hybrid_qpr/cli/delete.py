@@ -12,7 +12,7 @@ from hybrid_qpr.cli._common import friendly_errors, opensearch_options
 @click.option("--index", required=True, help="Local index directory, or the OpenSearch index name with --opensearch.")
 @click.option("--ids-file", type=click.Path(allow_dash=True, dir_okay=False), default=None,
               help="Also delete the ids listed in this file, one per line ('-' = stdin).")
-@opensearch_options
+@opensearch_options(selects_backend=True)
 @friendly_errors
 def delete(ids, index, ids_file, **connection) -> None:
     """Delete the documents with the given IDS (the local index is rebuilt aside and swapped in).

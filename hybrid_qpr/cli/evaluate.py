@@ -21,7 +21,7 @@ from hybrid_qpr.cli._engine import model_option
               help="Directory for report.md, report.json and report.png.")
 @click.option("--no-plot", is_flag=True, help="Skip report.png (no matplotlib needed).")
 @model_option
-@opensearch_options
+@opensearch_options(selects_backend=True)
 @friendly_errors
 def evaluate(beir_dir, split, index, modes, max_queries, fusion, alpha, out_dir, no_plot, model, **connection) -> None:
     """H@1, H@10, MRR@20, Recall@10/20, nDCG@10, MAP and p50/p95/p99 latency and queries/s

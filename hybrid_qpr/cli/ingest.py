@@ -28,7 +28,7 @@ SHOW_SKIPPED = 20
 @click.option("--strict", is_flag=True, help="Stop at the first bad input line instead of skipping and reporting it.")
 @click.option("--rejects", type=click.Path(dir_okay=False), default=None,
               help="OpenSearch only: write documents the cluster rejected here as JSON lines.")
-@opensearch_options
+@opensearch_options(selects_backend=True)
 @friendly_errors
 def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm25_impl, batch_size, strict, rejects,
            **connection) -> None:

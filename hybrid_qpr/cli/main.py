@@ -14,7 +14,6 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "train": ("hybrid_qpr.cli.train", "train", "Train a paraphrase encoder (SDML, softmax, triplet, MSEM) [needs torch]."),
     "finetune": ("hybrid_qpr.cli.finetune", "finetune", "Fine-tune a pretrained transformer (MiniLM) on question pairs [needs torch]."),
     "export": ("hybrid_qpr.cli.export", "export", "Export a trained encoder to ONNX (model.onnx, tokenizer.json, config.json)."),
-    "encode": ("hybrid_qpr.cli.encode", "encode", "Encode texts with an ONNX encoder and print vectors or throughput."),
     "ingest": ("hybrid_qpr.cli.ingest", "ingest", "Index questions into a local index directory or an OpenSearch index."),
     "query": ("hybrid_qpr.cli.query", "query", "Search: bm25, knn, hybrid (fused) or rerank; one query or a batch file."),
     "delete": ("hybrid_qpr.cli.delete", "delete", "Delete documents by id from an index."),

@@ -47,7 +47,7 @@ def results_table(query: str, mode: str, results, offset: int = 0):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--server-side", is_flag=True, help="OpenSearch only: fuse (hybrid) or re-rank inside the cluster with its search pipelines.")
 @model_option
-@opensearch_options
+@opensearch_options(selects_backend=True)
 @friendly_errors
 def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, rerank_depth, filters, as_json,
           server_side, model, **connection) -> None:

@@ -17,7 +17,7 @@ from hybrid_qpr.cli._engine import model_option
 @click.option("--depth", type=int, default=100, show_default=True, help="Candidates per list before fusion.")
 @click.option("--dry-run", is_flag=True, help="Print the result without storing it as the index default.")
 @model_option
-@opensearch_options
+@opensearch_options(selects_backend=True)
 @friendly_errors
 def tune(beir_dir, split, index, max_queries, depth, dry_run, model, **connection) -> None:
     """Grid-search fusion (rrf, minmax, zscore, l2) x alpha (0, 0.1, ..., 1) for the best
