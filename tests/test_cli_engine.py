@@ -114,7 +114,7 @@ def test_tune_then_evaluate_on_the_examples(tmp_path, model_args):
 def test_demo_runs_on_the_sample_bank(committed_encoder):
     result = run(["demo", "--model", str(committed_encoder.model_dir)])
     assert result.exit_code == 0
-    assert "indexed 288 questions" in result.output and "| rerank |" in result.output
+    assert "indexed 300 questions" in result.output and "| rerank |" in result.output
     assert "tuned on the bank's val groups: fusion=" in result.output
 
 
