@@ -187,13 +187,18 @@ def write_jsonl(path: str | Path, records: Iterable[dict]) -> int:
     return count
 
 
-def iter_jsonl(path: str | Path, lines: Iterable[str] | None = None) -> Iterator[tuple[int, dict]]:
+def iter_jsonl(
+    path: str | Path,
+    lines: Iterable[str] | None = None,
+    skipped: list[tuple[int, str]] | None = None,
+) -> Iterator[tuple[int, dict]]:
     """Yield ``(line number, object)`` for each non-blank line of a JSONL file (or of
-    ``lines`` already read from it); a line that is not a JSON object raises
-    ``InputError`` naming the line."""
+    ``lines`` already read from it). A line that is not a JSON object raises ``InputError``
+    naming the line, or, when a ``skipped`` list is given, is recorded there as
+    ``(line, problem)`` and passed over."""
     if lines is None:
         with open_text(path) as fh:
-            yield from iter_jsonl(path, fh)
+            yield from iter_jsonl(path, fh, skipped)
         return
     name = display_name(path)
     for number, line in enumerate(lines, start=1):
@@ -202,10 +207,15 @@ def iter_jsonl(path: str | Path, lines: Iterable[str] | None = None) -> Iterator
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise InputError(name, number, f"not valid JSON ({exc.msg} at column {exc.colno})") from exc
-        if not isinstance(obj, dict):
-            raise InputError(name, number, f"expected a JSON object, found {type(obj).__name__}")
-        yield number, obj
+            problem = f"not valid JSON ({exc.msg} at column {exc.colno})"
+        else:
+            if isinstance(obj, dict):
+                yield number, obj
+                continue
+            problem = f"expected a JSON object, found {type(obj).__name__}"
+        if skipped is None:
+            raise InputError(name, number, problem)
+        skipped.append((number, problem))
 
 
 @contextlib.contextmanager

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hybrid_qpr.backends.base import Document
-from hybrid_qpr.data._io import base_suffix, display_name, iter_rows, open_text
+from hybrid_qpr.data._io import base_suffix, display_name, iter_jsonl, iter_rows, open_text
 from hybrid_qpr.errors import ConfigError, InputError
 
 logger = logging.getLogger(__name__)
@@ -111,23 +111,12 @@ def _document(record: dict[str, Any], text_column: str, id_column: str) -> Docum
 
 def _jsonl(path, text_column, id_column, skipped) -> Iterator[tuple[int, Document]]:
     name = display_name(path)
-    with open_text(path) as fh:
-        for line, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                record = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                _bad(name, line, f"not valid JSON ({exc.msg} at column {exc.colno})", skipped)
-                continue
-            if not isinstance(record, dict):
-                _bad(name, line, f"expected a JSON object, found {type(record).__name__}", skipped)
-                continue
-            doc = _document(record, text_column, id_column)
-            if isinstance(doc, str):
-                _bad(name, line, doc, skipped)
-                continue
-            yield line, doc
+    for line, record in iter_jsonl(path, skipped=skipped):
+        doc = _document(record, text_column, id_column)
+        if isinstance(doc, str):
+            _bad(name, line, doc, skipped)
+            continue
+        yield line, doc
 
 
 def _table(path, text_column, id_column, skipped) -> Iterator[tuple[int, Document]]:
