@@ -1,8 +1,9 @@
 """Test-split retrieval quality and ONNX encode speed of a CNN encoder directory.
 
 python benchmarks/bench_encode.py --model onnx/sdml-cnn-quora --dataset /work/bench-data/quora
-H@1, H@10, MRR@20 over test queries against ALL questions (exact search, own id dropped);
-batched throughput (questions/s) and single-query latency.
+H@1, H@10, MRR@20 over test queries against ALL questions (exact search by the model's
+distance, own id dropped); batched throughput (questions/s) and single-query latency.
+``test_quality`` is also used by bench_losses.py.
 """
 
 from __future__ import annotations
@@ -15,7 +16,23 @@ import numpy as np
 
 from hybrid_qpr.data.beir import load_beir
 from hybrid_qpr.encoder import Encoder
-from hybrid_qpr.evaluation.metrics import drop_self, hits_at_k, mrr_at_k
+from hybrid_qpr.evaluation.evaluator import exact_run
+from hybrid_qpr.evaluation.metrics import hits_at_k, mrr_at_k
+
+
+def test_quality(enc: Encoder, corpus: dict, queries: dict, qrels: dict) -> dict:
+    """Encode every corpus question and every judged query; exact top 20 by the encoder's
+    distance (own id dropped); H@1, H@10, MRR@20 and the corpus encoding time."""
+    ids = list(corpus)
+    t0 = time.perf_counter()
+    docs = enc.encode([corpus[i] for i in ids], batch_size=512)
+    seconds = time.perf_counter() - t0
+    qids = [q for q in queries if q in qrels]
+    qv = enc.encode([queries[q] for q in qids], batch_size=512)
+    run = exact_run(qids, qv, ids, docs, enc.distance, retrieve=20)
+    return {"corpus": len(ids), "test_queries": len(qids), "distance": enc.distance,
+            "H@1": hits_at_k(run, qrels, 1), "H@10": hits_at_k(run, qrels, 10), "MRR@20": mrr_at_k(run, qrels, 20),
+            "corpus_encode_seconds": seconds}
 
 
 def main() -> None:
@@ -26,30 +43,16 @@ def main() -> None:
     args = ap.parse_args()
     enc = Encoder.load(args.model, threads=args.threads)
     corpus, queries, qrels = load_beir(f"{args.dataset}/beir", "test")
-    ids = list(corpus)
-    t0 = time.perf_counter()
-    docs = enc.encode([corpus[i] for i in ids], batch_size=512)
-    seconds = time.perf_counter() - t0
-    qids = [q for q in queries if q in qrels]
-    qv = enc.encode([queries[q] for q in qids], batch_size=512)
-    sq = (docs**2).sum(1)
-    run = {}
-    for start in range(0, len(qids), 256):
-        d = sq[None, :] - 2 * qv[start : start + 256] @ docs.T
-        top = np.argpartition(d, 21, axis=1)[:, :21]
-        for row, qid in enumerate(qids[start : start + 256]):
-            order = top[row][np.argsort(d[row, top[row]])]
-            run[qid] = [ids[j] for j in order]
-    run = {q: r[:20] for q, r in drop_self(run).items()}
+    quality = test_quality(enc, corpus, queries, qrels)
     lat = []
-    for text in [queries[q] for q in qids[:300]]:
+    for text in [queries[q] for q in queries if q in qrels][:300]:
         t = time.perf_counter()
         enc.encode([text])
         lat.append(time.perf_counter() - t)
     print(json.dumps({
-        "model": str(enc.model_dir), "corpus": len(ids), "test_queries": len(qids),
-        "H@1": hits_at_k(run, qrels, 1), "H@10": hits_at_k(run, qrels, 10), "MRR@20": mrr_at_k(run, qrels, 20),
-        "encode_questions_per_s": len(ids) / seconds, "single_query_ms_p50": 1000 * float(np.median(lat)),
+        "model": str(enc.model_dir), **quality,
+        "encode_questions_per_s": quality["corpus"] / quality["corpus_encode_seconds"],
+        "single_query_ms_p50": 1000 * float(np.median(lat)),
         "single_query_ms_p95": 1000 * float(np.percentile(lat, 95)), "threads": args.threads,
     }, indent=2))
 

@@ -14,18 +14,11 @@ import torch
 
 from hybrid_qpr.data.splits import load_split
 from hybrid_qpr.model.cnn import CNNModel
-from hybrid_qpr.model.losses import SDMLLoss, TripletLoss
+from hybrid_qpr.model.losses import build_loss
 from hybrid_qpr.text.tokenizer import Vocabulary
 from hybrid_qpr.train import TrainConfig, train
 
-LOSSES = {
-    "sdml": lambda: SDMLLoss(0.3),
-    "softmax": lambda: SDMLLoss(0.0),
-    "triplet-euc-random": lambda: TripletLoss(0.5, "euclidean", "random"),
-    "triplet-euc-hard": lambda: TripletLoss(0.5, "euclidean", "hard"),
-    "triplet-ssd-random": lambda: TripletLoss(0.5, "squared", "random"),
-    "triplet-ssd-hard": lambda: TripletLoss(0.5, "squared", "hard"),
-}
+from bench_losses import LOSSES  # noqa: E402  (name -> build_loss kind and options)
 
 
 def main() -> None:
@@ -41,7 +34,9 @@ def main() -> None:
     model = CNNModel(vocab, embedding_dim=128, channels=256, dim=256)
     cfg = TrainConfig(batch_size=512, epochs=50, patience=2, max_minutes=args.minutes, val_queries=1000)
     with tempfile.TemporaryDirectory() as run_dir:
-        result = train(model, LOSSES[args.loss](), tr, va, run_dir, cfg, show_progress=False)
+        kind, options = LOSSES[args.loss]
+        loss_fn = build_loss(kind, dim=256, cluster_sizes=[len(c.questions) for c in tr], **options)
+        result = train(model, loss_fn, tr, va, run_dir, cfg, show_progress=False)
     print(json.dumps({"loss": args.loss, "minutes": args.minutes, "best_val_mrr@20": result.best_val_mrr,
                       "history": result.history}))
 

@@ -8,6 +8,12 @@ in-batch losses). Adam (lr 1e-3). After each epoch the validation MRR@20 (and RO
 positive vs random pairs) is measured; the best state is checkpointed atomically and training
 stops after ``patience`` epochs without improvement. ``resume=True`` continues from the
 checkpoint in ``run_dir``.
+
+Losses with parameters (MSEM's intent classifier) are optimised together with the model; a
+loss that sets ``wants_labels = True`` also gets ``labels=`` (each pair's index into
+``train_clusters``). Validation ranks by the loss's ``search_distance`` (squared Euclidean
+unless the loss says otherwise, e.g. cosine for MSEM). ``show_progress`` draws a rich bar
+per epoch with the running loss and prints one JSON line per epoch.
 """
 
 from __future__ import annotations
@@ -20,13 +26,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
 
 from hybrid_qpr.data.clusters import Cluster
+from hybrid_qpr.distance import check_distance, similarity
 from hybrid_qpr.evaluation.metrics import drop_self, mrr_at_k, roc_auc
+from hybrid_qpr.model.losses import search_distance
+from hybrid_qpr.progress import track
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +62,19 @@ class TrainResult:
     history: list[dict] = field(default_factory=list)
 
 
-def epoch_batches(clusters: Sequence[Cluster], batch_size: int, rng: random.Random) -> list[list[tuple[str, str]]]:
+class Pair(NamedTuple):
+    anchor: str
+    positive: str
+    cluster: int  # index of the pair's cluster in the training cluster list
+
+
+def epoch_batches(clusters: Sequence[Cluster], batch_size: int, rng: random.Random) -> list[list[Pair]]:
     """One pair per cluster (>= 2 questions), shuffled, cut into batches: no cluster twice in a batch."""
     pairs = []
-    for cluster in clusters:
+    for index, cluster in enumerate(clusters):
         if len(cluster.questions) >= 2:
             a, b = rng.sample(cluster.questions, 2)
-            pairs.append((a.text, b.text))
+            pairs.append(Pair(a.text, b.text, index))
     rng.shuffle(pairs)
     return [pairs[i : i + batch_size] for i in range(0, len(pairs), batch_size) if len(pairs[i : i + batch_size]) >= 2]
 
@@ -70,8 +86,11 @@ def embed(model: nn.Module, texts: Sequence[str], batch_size: int = 1024) -> np.
     return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
 
 
-def validate(model: nn.Module, clusters: Sequence[Cluster], max_queries: int, seed: int) -> dict[str, float]:
-    """MRR@20 with every val question as corpus (self dropped) and ROC AUC of pair scores."""
+def validate(model: nn.Module, clusters: Sequence[Cluster], max_queries: int, seed: int,
+             distance: str = "sqeuclidean") -> dict[str, float]:
+    """MRR@20 with every val question as corpus (self dropped) and ROC AUC of pair scores,
+    both scored by ``hybrid_qpr.distance.similarity`` under ``distance``."""
+    distance = check_distance(distance)
     ids, texts, owner = [], [], {}
     for c in clusters:
         for q in c.questions:
@@ -83,19 +102,38 @@ def validate(model: nn.Module, clusters: Sequence[Cluster], max_queries: int, se
     rng = np.random.default_rng(seed)
     multi = [i for i, qid in enumerate(ids) if len(owner[qid].questions) >= 2]
     picked = rng.choice(multi, size=min(max_queries, len(multi)), replace=False) if multi else []
-    sq = (vectors**2).sum(1)
     run, qrels, scores, labels = {}, {}, [], []
-    for i in picked:
-        d = sq + sq[i] - 2 * vectors @ vectors[i]
-        top = np.argsort(d)[:21]
-        run[ids[i]] = [ids[j] for j in top]
-        qrels[ids[i]] = {q.id: 1 for q in owner[ids[i]].questions if q.id != ids[i]}
-        pos = index[next(iter(qrels[ids[i]]))]
-        neg = int(rng.integers(len(ids)))
-        scores += [-d[pos], -d[neg]]
-        labels += [1, int(owner[ids[neg]] is owner[ids[i]])]
+    for start in range(0, len(picked), 256):
+        chunk = list(picked[start : start + 256])
+        sims = similarity(vectors[chunk], vectors, distance)
+        for row, i in enumerate(chunk):
+            s = sims[row]
+            top = np.argsort(-s, kind="stable")[:21]
+            run[ids[i]] = [ids[j] for j in top]
+            qrels[ids[i]] = {q.id: 1 for q in owner[ids[i]].questions if q.id != ids[i]}
+            pos = index[next(iter(qrels[ids[i]]))]
+            neg = int(rng.integers(len(ids)))
+            scores += [float(s[pos]), float(s[neg])]
+            labels += [1, int(owner[ids[neg]] is owner[ids[i]])]
     run = drop_self(run)
     return {"mrr@20": mrr_at_k(run, qrels, 20), "roc_auc": roc_auc(scores, labels) if len(set(labels)) == 2 else float("nan")}
+
+
+RUN_META = "model.json"
+
+
+def write_run_meta(run_dir: str | Path, *, architecture: dict, loss: str, loss_options: dict, loss_fn: nn.Module,
+                   dataset_dir: str | Path) -> dict:
+    """Write ``run_dir/model.json``: what ``hybrid-qpr export`` needs to rebuild and describe the
+    model (architecture, loss, the distance it was trained for, the training data's fingerprint
+    from the dataset's manifest.json, or null when the directory has no manifest)."""
+    manifest = Path(dataset_dir) / "manifest.json"
+    fingerprint = json.loads(manifest.read_text(encoding="utf-8")).get("fingerprint") if manifest.is_file() else None
+    meta = {"architecture": architecture, "loss": loss, "loss_options": loss_options, "distance": search_distance(loss_fn),
+            "dataset": str(dataset_dir), "data_fingerprint": fingerprint}
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    (Path(run_dir) / RUN_META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    return meta
 
 
 def _save(obj: dict, path: Path) -> None:
@@ -114,15 +152,19 @@ def train(
     resume: bool = False,
     show_progress: bool = True,
 ) -> TrainResult:
-    """Train ``model`` with ``loss_fn(anchors, positives)``; keep the best state in ``run_dir/best.pt``."""
+    """Train ``model`` with ``loss_fn(anchors, positives[, labels=])``; keep the best state in ``run_dir/best.pt``."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(config.seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    optimizer = torch.optim.Adam([*model.parameters(), *loss_fn.parameters()], lr=config.lr)
+    wants_labels = bool(getattr(loss_fn, "wants_labels", False))
+    distance = search_distance(loss_fn)
     start_epoch, history, best_mrr, best_epoch = 0, [], -1.0, -1
     if resume and (run_dir / CHECKPOINT).exists():
         state = torch.load(run_dir / CHECKPOINT, weights_only=False)
         model.load_state_dict(state["model"])
+        if "loss" in state:
+            loss_fn.load_state_dict(state["loss"])
         optimizer.load_state_dict(state["optimizer"])
         start_epoch, history, best_mrr, best_epoch = state["epoch"] + 1, state["history"], state["best_mrr"], state["best_epoch"]
         log.info("resumed from %s at epoch %d", run_dir / CHECKPOINT, start_epoch)
@@ -131,19 +173,24 @@ def train(
         rng = random.Random(config.seed * 1000 + epoch)
         batches = epoch_batches(train_clusters, config.batch_size, rng)
         model.train()
-        t0, total = time.monotonic(), 0.0
-        for step, batch in enumerate(batches):
-            a = model(model.collate([p[0] for p in batch]))
-            b = model(model.collate([p[1] for p in batch]))
-            loss = loss_fn(a, b)
+        loss_fn.train()
+        t0, total, done = time.monotonic(), 0.0, 0
+        steps = track(batches, len(batches), f"epoch {epoch}", status=lambda: f"loss {total / max(1, done):.4f}") \
+            if show_progress else batches
+        for batch in steps:
+            a = model(model.collate([p.anchor for p in batch]))
+            b = model(model.collate([p.positive for p in batch]))
+            if wants_labels:
+                loss = loss_fn(a, b, labels=torch.tensor([p.cluster for p in batch]))
+            else:
+                loss = loss_fn(a, b)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             total += float(loss.detach())
-            if show_progress and step % 10 == 0:
-                log.info("epoch %d step %d/%d loss %.4f", epoch, step, len(batches), float(loss))
+            done += 1
         seconds = time.monotonic() - t0
-        metrics = validate(model, val_clusters, config.val_queries, config.seed)
+        metrics = validate(model, val_clusters, config.val_queries, config.seed, distance)
         entry = {"epoch": epoch, "loss": total / max(1, len(batches)), "epoch_seconds": seconds, **metrics}
         history.append(entry)
         if show_progress:
@@ -151,7 +198,7 @@ def train(
         if metrics["mrr@20"] > best_mrr:
             best_mrr, best_epoch = metrics["mrr@20"], epoch
             _save({"model": model.state_dict(), "epoch": epoch, "metrics": metrics}, run_dir / BEST)
-        _save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch, "history": history,
+        _save({"model": model.state_dict(), "loss": loss_fn.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch, "history": history,
                "best_mrr": best_mrr, "best_epoch": best_epoch, "config": asdict(config)}, run_dir / CHECKPOINT)
         if epoch - best_epoch >= config.patience:
             break

@@ -47,9 +47,9 @@ def test_batches_never_hold_two_pairs_of_one_cluster():
     clusters = _clusters(50, 1)
     owner = {q.text: c.id for c in clusters for q in c.questions}
     for batch in epoch_batches(clusters, 16, random.Random(0)):
-        ids = [owner[a] for a, _ in batch]
+        ids = [owner[a] for a, _, _ in batch]
         assert len(ids) == len(set(ids))
-        assert all(owner[a] == owner[b] for a, b in batch)
+        assert all(owner[a] == owner[b] == clusters[k].id for a, b, k in batch)  # k: the pair's cluster index
 
 
 def test_tiny_training_raises_val_mrr_and_resumes(tmp_path):

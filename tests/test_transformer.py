@@ -227,49 +227,6 @@ def test_finetune_cli_names_a_missing_split(tmp_path):
     assert result.exit_code == 1 and "batch_size=1" in result.output
 
 
-def test_sdml_targets_and_loss_by_hand():
-    from hybrid_qpr.model.losses.sdml import SDMLLoss
-
-    loss = SDMLLoss(epsilon=0.3)
-    assert torch.allclose(loss.targets(3), torch.tensor([[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8]]))
-    a = torch.tensor([[0.0, 0.0], [1.0, 0.0]])
-    p = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
-    # squared distances: row0 [1, 1], row1 [2, 0]; targets 0.85 / 0.15
-    t = [[0.85, 0.15], [0.15, 0.85]]
-    logits = [[-1.0, -1.0], [-2.0, 0.0]]
-    expected = 0.0
-    for ti, zi in zip(t, logits):
-        lse = math.log(sum(math.exp(z) for z in zi))
-        expected += sum(tij * (math.log(tij) - (zij - lse)) for tij, zij in zip(ti, zi))
-    assert loss(a, p).item() == pytest.approx(expected / 2, rel=1e-5)
-    with pytest.raises(ConfigError, match="epsilon=1"):
-        SDMLLoss(epsilon=1.0)
-
-
-def test_triplet_negatives_by_hand():
-    from hybrid_qpr.model.losses.triplet import TripletLoss
-
-    # anchor 0 at the origin; positives at distances 1 (own), 0.5, 2, 3 (squared: 1, .25, 4, 9)
-    a = torch.zeros(4, 1)
-    a[1:, 0] = 100.0  # the other anchors are far away; only row 0 is checked by hand
-    p = torch.tensor([[1.0], [0.5], [2.0], [3.0]])
-    d = TripletLoss(distance="squared").distances(a, p)
-    assert TripletLoss(negatives="hard", distance="squared").pick_negatives(d)[0] == 1
-    assert TripletLoss(negatives="semi-hard", distance="squared").pick_negatives(d)[0] == 2
-    # no negative farther than the positive: semi-hard falls back to the farthest one
-    d2 = torch.tensor([[5.0, 1.0, 2.0], [1.0, 0.0, 3.0], [1.0, 2.0, 0.0]])
-    assert TripletLoss(negatives="semi-hard").pick_negatives(d2)[0] == 2
-    torch.manual_seed(0)
-    picks = TripletLoss(negatives="random").pick_negatives(torch.zeros(5, 5))
-    assert all(int(j) != i for i, j in enumerate(picks))
-    # loss: row 0 with hard negative: max(0, 1 - 0.25 + 0.5) = 1.25 (squared distances)
-    loss = TripletLoss(margin=0.5, distance="squared", negatives="hard")
-    rows = loss(a[:1].repeat(2, 1), p[:2])  # two anchors at 0: positives 1 and 0.5
-    assert rows.item() == pytest.approx((max(0, 1 - 0.25 + 0.5) + max(0, 0.25 - 1 + 0.5)) / 2)
-    with pytest.raises(ConfigError, match="negatives='hardest'"):
-        TripletLoss(negatives="hardest")  # type: ignore[arg-type]
-
-
 def test_export_cli_cnn_kind_without_run_dir_says_what_is_missing(tmp_path):
     from click.testing import CliRunner
 

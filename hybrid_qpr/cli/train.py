@@ -10,11 +10,21 @@ from hybrid_qpr.cli._common import friendly_errors
 @click.command()
 @click.argument("dataset_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--out", "run_dir", required=True, type=click.Path(file_okay=False), help="Run directory (checkpoints, best.pt).")
-@click.option("--loss", type=click.Choice(["sdml", "softmax", "triplet"]), default="sdml", show_default=True,
-              help="sdml (eps smoothing), softmax (= sdml with eps 0), triplet.")
+@click.option("--loss", type=click.Choice(["sdml", "softmax", "triplet", "msem"]), default="sdml", show_default=True,
+              help="sdml (eps smoothing), softmax (= sdml with eps 0), triplet, msem (cosine matching + intent "
+                   "classification; the model is then searched by cosine).")
 @click.option("--epsilon", type=float, default=0.3, show_default=True, help="SDML label smoothing.")
+@click.option("--margin", type=float, default=0.5, show_default=True, help="Triplet margin.")
 @click.option("--triplet-distance", type=click.Choice(["euclidean", "squared"]), default="euclidean", show_default=True)
-@click.option("--negatives", type=click.Choice(["random", "hard"]), default="random", show_default=True)
+@click.option("--negatives", type=click.Choice(["random", "hard", "semi-hard"]), default="random", show_default=True,
+              help="Triplet in-batch negatives.")
+@click.option("--msem-gamma", type=float, default=10.0, show_default=True, help="MSEM sigmoid scale γ.")
+@click.option("--msem-alpha", type=float, default=0.5, show_default=True, help="MSEM cosine at even odds α.")
+@click.option("--msem-weight", type=float, default=0.1, show_default=True, help="MSEM classification weight λ.")
+@click.option("--msem-min-cluster-size", type=int, default=5, show_default=True,
+              help="MSEM: smaller clusters are pooled into the 'other' intent class.")
+@click.option("--msem-max-classes", type=int, default=1000, show_default=True,
+              help="MSEM: only the largest N clusters get their own intent class.")
 @click.option("--vocab", type=int, default=50_000, show_default=True, help="Top-V words.")
 @click.option("--hash-bins", type=int, default=5000, show_default=True, help="m hash bins for rare words.")
 @click.option("--embedding-dim", type=int, default=300, show_default=True)
@@ -28,13 +38,15 @@ from hybrid_qpr.cli._common import friendly_errors
 @click.option("--seed", type=int, default=13, show_default=True)
 @click.option("--resume", is_flag=True, help="Continue from RUN_DIR/checkpoint.pt.")
 @friendly_errors
-def train(dataset_dir, run_dir, loss, epsilon, triplet_distance, negatives, vocab, hash_bins, embedding_dim, channels,
+def train(dataset_dir, run_dir, loss, epsilon, margin, triplet_distance, negatives, msem_gamma, msem_alpha, msem_weight,
+          msem_min_cluster_size, msem_max_classes, vocab, hash_bins, embedding_dim, channels,
           dim, layers, batch_size, epochs, patience, max_minutes, seed, resume) -> None:
     """Train on DATASET_DIR (written by 'hybrid-qpr dataset build'); best model in RUN_DIR/best.pt.
 
     \b
     Example:
       hybrid-qpr train data/quora --out runs/sdml --vocab 20000 --embedding-dim 128 --channels 256 --dim 256
+      hybrid-qpr train data/quora --out runs/msem --loss msem --msem-weight 0.1
       hybrid-qpr export runs/sdml --kind cnn --out onnx/my-model
     """
     import json
@@ -44,9 +56,9 @@ def train(dataset_dir, run_dir, loss, epsilon, triplet_distance, negatives, voca
 
     from hybrid_qpr.data.splits import load_split
     from hybrid_qpr.model.cnn import CNNModel
-    from hybrid_qpr.model.losses import SDMLLoss, TripletLoss
+    from hybrid_qpr.model.losses import build_loss
     from hybrid_qpr.text.tokenizer import Vocabulary
-    from hybrid_qpr.train import TrainConfig, train as run_training
+    from hybrid_qpr.train import TrainConfig, train as run_training, write_run_meta
 
     tr, va = load_split(dataset_dir, "train"), load_split(dataset_dir, "val")
     Path(run_dir).mkdir(parents=True, exist_ok=True)
@@ -55,10 +67,14 @@ def train(dataset_dir, run_dir, loss, epsilon, triplet_distance, negatives, voca
         (q.text for c in tr for q in c.questions), top_words=vocab, hash_bins=hash_bins)
     vocabulary.save(vocab_path)
     arch = dict(embedding_dim=embedding_dim, channels=channels, dim=dim, layers=layers)
-    (Path(run_dir) / "model.json").write_text(json.dumps({"architecture": arch, "loss": loss, "dataset": str(dataset_dir)}))
+    options = {"sdml": {"epsilon": epsilon}, "softmax": {},
+               "triplet": {"margin": margin, "triplet_distance": triplet_distance, "negatives": negatives},
+               "msem": {"gamma": msem_gamma, "alpha": msem_alpha, "weight": msem_weight,
+                        "min_cluster_size": msem_min_cluster_size, "max_classes": msem_max_classes}}[loss]
     torch.manual_seed(seed)
     model = CNNModel(vocabulary, **arch)
-    loss_fn = TripletLoss(0.5, triplet_distance, negatives) if loss == "triplet" else SDMLLoss(0.0 if loss == "softmax" else epsilon)
+    loss_fn = build_loss(loss, dim=dim, cluster_sizes=[len(c.questions) for c in tr], **options)
+    write_run_meta(run_dir, architecture=arch, loss=loss, loss_options=options, loss_fn=loss_fn, dataset_dir=dataset_dir)
     config = TrainConfig(batch_size=batch_size, epochs=epochs, patience=patience, seed=seed, max_minutes=max_minutes)
     result = run_training(model, loss_fn, tr, va, run_dir, config, resume=resume)
     click.echo(json.dumps({"best_epoch": result.best_epoch, "best_val_mrr@20": result.best_val_mrr}))

@@ -51,6 +51,33 @@ def score_run(run: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str,
             "nDCG@10": ndcg_at_k(run, judged, 10), "MAP": average_precision(run, judged)}
 
 
+def exact_run(query_ids: Sequence[str], query_vectors: np.ndarray, doc_ids: Sequence[str], doc_vectors: np.ndarray,
+              distance: str, retrieve: int = RETRIEVE, chunk: int = 1024) -> dict[str, list[str]]:
+    """Exact nearest neighbours of every query by ``hybrid_qpr.distance.similarity``: the top
+    ``retrieve + 1`` documents, the query's own id dropped (the BEIR convention), cut to ``retrieve``.
+    Ties are broken by document position, so the run is deterministic. Vectors in, run out."""
+    from hybrid_qpr.distance import check_distance, prepare_vectors, similarity
+
+    distance = check_distance(distance)
+    if retrieve < 1:
+        raise ConfigError(f"retrieve={retrieve}: must be >= 1")
+    if len(query_ids) != len(query_vectors) or len(doc_ids) != len(doc_vectors):
+        raise ConfigError(f"{len(query_ids)} query ids for {len(query_vectors)} vectors, "
+                          f"{len(doc_ids)} document ids for {len(doc_vectors)} vectors: counts must match")
+    docs = prepare_vectors(doc_vectors, distance)
+    depth = min(retrieve + 1, len(doc_ids))
+    run: dict[str, list[str]] = {}
+    for start in range(0, len(query_ids), chunk):
+        scores = similarity(query_vectors[start : start + chunk], docs, distance)
+        top = np.argpartition(-scores, depth - 1, axis=1)[:, :depth] if depth < len(doc_ids) else \
+            np.tile(np.arange(len(doc_ids)), (len(scores), 1))
+        for row, qid in enumerate(query_ids[start : start + chunk]):
+            cand = top[row]
+            order = cand[np.lexsort((cand, -scores[row, cand]))]
+            run[qid] = [doc_ids[j] for j in order]
+    return {q: ranked[:retrieve] for q, ranked in drop_self(run).items()}
+
+
 def latency_summary(seconds: Sequence[float]) -> dict[str, float]:
     """p50/p95/p99/mean in ms and queries/s over the per-query times."""
     ms = np.asarray(seconds, dtype=np.float64) * 1000.0

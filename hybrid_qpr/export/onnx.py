@@ -22,7 +22,13 @@ from hybrid_qpr.model.cnn import CNNModel
 PARITY_TEXTS = ["", "hello", "How do I learn Python?", "Что такое машинное обучение?", "why " * 200, "¿Qué es? 日本語の質問"]
 
 
-def export_cnn(model: CNNModel, out_dir: str | Path, training: dict | None = None, metrics: dict | None = None) -> Path:
+def export_cnn(model: CNNModel, out_dir: str | Path, training: dict | None = None, metrics: dict | None = None,
+               distance: str = "sqeuclidean") -> Path:
+    """Write model.onnx, tokenizer.json and config.json; ``distance`` is the one the model was
+    trained for (``"cosine"`` for MSEM; see hybrid_qpr.distance)."""
+    from hybrid_qpr.distance import check_distance
+
+    distance = check_distance(distance)
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=out_dir.name + ".tmp"))
@@ -37,7 +43,7 @@ def export_cnn(model: CNNModel, out_dir: str | Path, training: dict | None = Non
     import onnxruntime
 
     config = {
-        "format": "hybrid-qpr-encoder", "format_version": 1, "kind": "cnn", "dim": model.dim, "distance": "sqeuclidean",
+        "format": "hybrid-qpr-encoder", "format_version": 1, "kind": "cnn", "dim": model.dim, "distance": distance,
         "max_length": model.vocabulary.max_length, "architecture": model.hparams,
         "vocabulary": {"words": len(model.vocabulary.words), "hash_bins": model.vocabulary.hash_bins},
         "versions": {"torch": torch.__version__, "onnxruntime": onnxruntime.__version__},
@@ -81,5 +87,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path) -> dict:
     model = CNNModel(Vocabulary.load(run_dir / TOKENIZER_FILE), **meta["architecture"])
     best = torch.load(run_dir / "best.pt", weights_only=False)
     model.load_state_dict(best["model"])
-    out = export_cnn(model, out_dir, training={**meta, "best_epoch": best["epoch"]}, metrics={"val": best["metrics"]})
+    # runs written before model.json recorded a distance were all squared-Euclidean (SDML/triplet)
+    out = export_cnn(model, out_dir, training={**meta, "best_epoch": best["epoch"]}, metrics={"val": best["metrics"]},
+                     distance=meta.get("distance", "sqeuclidean"))
     return json.loads((out / "config.json").read_text(encoding="utf-8"))
