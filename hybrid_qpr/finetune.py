@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import random
 import time
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from typing import Any, Literal
 import torch
 
 from hybrid_qpr.errors import ArtifactError, ConfigError
+from hybrid_qpr.progress import track
 
 logger = logging.getLogger(__name__)
 
@@ -139,10 +139,10 @@ def _lr_factor(step: int, total: int, warmup: float) -> float:
 
 
 def _save_checkpoint(path: Path, model, optimizer, scheduler, step: int, settings: FinetuneSettings) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(), "settings": dataclasses.asdict(settings)}, tmp)
-    os.replace(tmp, path)
+    from hybrid_qpr.train import save_atomic
+
+    save_atomic({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                 "scheduler": scheduler.state_dict(), "settings": dataclasses.asdict(settings)}, path)
 
 
 def _resumable(saved: dict[str, Any], settings: FinetuneSettings) -> None:
@@ -195,30 +195,32 @@ def finetune(dataset_dir: str | Path, out_dir: str | Path, settings: FinetuneSet
     losses: list[float] = []
     pairs_done = 0
     t0 = time.perf_counter()
+    last = {"loss": float("nan"), "rate": 0.0}
     steps = range(start, settings.steps)
-    bar = _progress(steps, settings, show_progress)
-    with bar as advance:
-        for step in steps:
-            optimizer.zero_grad(set_to_none=True)
-            total = 0.0
-            for micro in range(settings.accumulate):
-                anchors, positives = draw_batch(groups, settings.batch_size, settings.seed, step, micro)
-                loss = loss_fn(model(model.collate(anchors)), model(model.collate(positives))) / settings.accumulate
-                loss.backward()
-                total += loss.item()
-                pairs_done += len(anchors)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            scheduler.step()
-            losses.append(total)
-            rate = pairs_done / (time.perf_counter() - t0)
-            advance(loss=total, rate=rate)
-            if (step + 1) % settings.log_every == 0 or step + 1 == settings.steps:
-                with log_path.open("a", encoding="utf-8") as fh:
-                    fh.write(json.dumps({"step": step + 1, "loss": total, "lr": scheduler.get_last_lr()[0],
-                                         "pairs_per_s": rate}) + "\n")
-            if (step + 1) % settings.checkpoint_every == 0 or step + 1 == settings.steps:
-                _save_checkpoint(checkpoint, model, optimizer, scheduler, step + 1, settings)
+    if show_progress:
+        steps = track(steps, total=len(steps), description=f"fine-tune {settings.loss}",
+                      status=lambda: f"loss {last['loss']:.4f}  {last['rate']:.1f} pairs/s")
+    for step in steps:
+        optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        for micro in range(settings.accumulate):
+            anchors, positives = draw_batch(groups, settings.batch_size, settings.seed, step, micro)
+            loss = loss_fn(model(model.collate(anchors)), model(model.collate(positives))) / settings.accumulate
+            loss.backward()
+            total += loss.item()
+            pairs_done += len(anchors)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        losses.append(total)
+        rate = pairs_done / (time.perf_counter() - t0)
+        last.update(loss=total, rate=rate)
+        if (step + 1) % settings.log_every == 0 or step + 1 == settings.steps:
+            with log_path.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"step": step + 1, "loss": total, "lr": scheduler.get_last_lr()[0],
+                                     "pairs_per_s": rate}) + "\n")
+        if (step + 1) % settings.checkpoint_every == 0 or step + 1 == settings.steps:
+            _save_checkpoint(checkpoint, model, optimizer, scheduler, step + 1, settings)
     seconds = time.perf_counter() - t0
     report = {
         "loss": settings.loss, "steps": settings.steps, "steps_this_run": len(losses), "seconds": round(seconds, 1),
@@ -233,27 +235,3 @@ def finetune(dataset_dir: str | Path, out_dir: str | Path, settings: FinetuneSet
 
         export_transformer(model, export_dir, training=training)
     return report
-
-
-class _progress:
-    """A rich bar over optimizer steps showing the last loss and pairs/s (quiet off a terminal)."""
-
-    def __init__(self, steps: range, settings: FinetuneSettings, show: bool):
-        self.steps, self.settings, self.show = steps, settings, show
-
-    def __enter__(self):
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-        console = Console(stderr=True)
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("loss {task.fields[loss]:.4f}  {task.fields[rate]:.1f} pairs/s"),
-                                 TimeElapsedColumn(), TimeRemainingColumn(), console=console,
-                                 disable=not (self.show and console.is_terminal))
-        self.progress.__enter__()
-        self.task = self.progress.add_task(f"fine-tune {self.settings.loss}", total=self.settings.steps,
-                                           completed=self.steps.start, loss=float("nan"), rate=0.0)
-        return lambda loss, rate: self.progress.update(self.task, advance=1, loss=loss, rate=rate)
-
-    def __exit__(self, *exc):
-        return self.progress.__exit__(*exc)

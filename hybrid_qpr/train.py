@@ -136,8 +136,9 @@ def write_run_meta(run_dir: str | Path, *, architecture: dict, loss: str, loss_o
     return meta
 
 
-def _save(obj: dict, path: Path) -> None:
-    tmp = path.with_suffix(".tmp")
+def save_atomic(obj: dict, path: Path) -> None:
+    """``torch.save`` to a temporary name, then rename: a crash never leaves half a checkpoint."""
+    tmp = path.with_name(f".{path.name}.tmp")
     torch.save(obj, tmp)
     os.replace(tmp, path)
 
@@ -197,8 +198,8 @@ def train(
             print(json.dumps(entry), flush=True)
         if metrics["mrr@20"] > best_mrr:
             best_mrr, best_epoch = metrics["mrr@20"], epoch
-            _save({"model": model.state_dict(), "epoch": epoch, "metrics": metrics}, run_dir / BEST)
-        _save({"model": model.state_dict(), "loss": loss_fn.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch, "history": history,
+            save_atomic({"model": model.state_dict(), "epoch": epoch, "metrics": metrics}, run_dir / BEST)
+        save_atomic({"model": model.state_dict(), "loss": loss_fn.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch, "history": history,
                "best_mrr": best_mrr, "best_epoch": best_epoch, "config": asdict(config)}, run_dir / CHECKPOINT)
         if epoch - best_epoch >= config.patience:
             break
