@@ -12,13 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench_engine import recall_and_latency  # noqa: E402
 from hybrid_qpr.backends.local import build_faiss, faiss_factory  # noqa: E402
 
 
@@ -43,13 +43,7 @@ def main() -> None:
     print("|---:|---:|---:|")
     for nprobe in args.nprobe:
         index.nprobe = nprobe
-        _, found = index.search(queries, 10)
-        recall = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(found, truth)]))
-        times = []
-        for q in queries:
-            start = time.perf_counter()
-            index.search(q[None], 10)
-            times.append(time.perf_counter() - start)
+        recall, times = recall_and_latency(index, queries, truth)
         print(f"| {nprobe} | {recall:.3f} | {1000 * float(np.median(times)):.2f} |")
 
 

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import json
 import math
-import random
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from hybrid_qpr.data.clusters import Cluster, Question  # noqa: E402
 from hybrid_qpr.errors import ConfigError  # noqa: E402
 from hybrid_qpr.model.losses import MSEMLoss, intent_classes  # noqa: E402
+from synthetic import topic_clusters, write_dataset_dir  # noqa: E402
 
 
 def test_sdml_targets_and_loss_by_hand():
@@ -117,23 +116,12 @@ def test_msem_errors_name_the_problem():
         MSEMLoss(2, [0, 1], weight=-1)
 
 
-def _clusters(n, seed):
-    rng = random.Random(seed)
-    words = [f"w{i}" for i in range(400)]
-    out = []
-    for c in range(n):
-        topic = rng.sample(words, 4)
-        qs = [Question(f"{c}-{k}", " ".join(rng.sample(topic, 3) + rng.sample(words, 1))) for k in range(3 + c % 3)]
-        out.append(Cluster(f"c{c}", qs))
-    return out
-
-
 def test_tiny_msem_training_raises_val_mrr_and_trains_the_classifier(tmp_path):
     from hybrid_qpr.model.cnn import CNNModel
     from hybrid_qpr.text.tokenizer import Vocabulary
     from hybrid_qpr.train import TrainConfig, train, validate
 
-    tr, va = _clusters(300, 2), _clusters(60, 3)
+    tr, va = topic_clusters(300, 2, varied_sizes=True), topic_clusters(60, 3, varied_sizes=True)
     vocab = Vocabulary.build((q.text for c in tr for q in c.questions), top_words=1000, hash_bins=20)
     torch.manual_seed(0)
     model = CNNModel(vocab, embedding_dim=32, channels=32, dim=32)
@@ -154,13 +142,8 @@ def test_msem_cli_run_exports_cosine_distance_and_data_fingerprint(tmp_path):
     from hybrid_qpr.cli.train import train as train_cmd
     from hybrid_qpr.encoder import Encoder
 
-    data = tmp_path / "data"
-    data.mkdir()
-    for split, seed, n in (("train", 7, 60), ("val", 8, 20)):
-        with open(data / f"{split}.jsonl", "w") as fh:
-            for c in _clusters(n, seed):
-                fh.write(json.dumps({"id": c.id, "questions": [{"id": q.id, "text": q.text} for q in c.questions]}) + "\n")
-    (data / "manifest.json").write_text(json.dumps({"format": "hybrid-qpr-dataset", "fingerprint": "0123456789abcdef"}))
+    data = write_dataset_dir(tmp_path / "data", {"train": topic_clusters(60, 7, varied_sizes=True),
+                                                 "val": topic_clusters(20, 8, varied_sizes=True)}, fingerprint="0123456789abcdef")
     args = [str(data), "--out", str(tmp_path / "run"), "--loss", "msem", "--msem-min-cluster-size", "4",
             "--vocab", "500", "--hash-bins", "10", "--embedding-dim", "8", "--channels", "8", "--dim", "4",
             "--batch-size", "16", "--epochs", "1"]

@@ -8,11 +8,11 @@ import sys
 import numpy as np
 import torch
 
-from hybrid_qpr.data.clusters import Cluster, Question
 from hybrid_qpr.model.cnn import CNNModel
 from hybrid_qpr.model.losses import SDMLLoss
 from hybrid_qpr.text.tokenizer import Vocabulary
 from hybrid_qpr.train import TrainConfig, epoch_batches, train
+from synthetic import topic_clusters, write_dataset_dir
 
 
 def _model(seed=0):
@@ -32,19 +32,8 @@ def test_pooling_ignores_padding_and_handles_one_word_and_empty():
         assert torch.allclose(empty, model.projection.bias)  # empty -> zero pooled vector
 
 
-def _clusters(n, seed):
-    rng = random.Random(seed)
-    words = [f"w{i}" for i in range(400)]
-    out = []
-    for c in range(n):
-        topic = rng.sample(words, 4)
-        qs = [Question(f"{c}-{k}", " ".join(rng.sample(topic, 3) + rng.sample(words, 1))) for k in range(3)]
-        out.append(Cluster(f"c{c}", qs))
-    return out
-
-
 def test_batches_never_hold_two_pairs_of_one_cluster():
-    clusters = _clusters(50, 1)
+    clusters = topic_clusters(50, 1)
     owner = {q.text: c.id for c in clusters for q in c.questions}
     for batch in epoch_batches(clusters, 16, random.Random(0)):
         ids = [owner[a] for a, _, _ in batch]
@@ -53,7 +42,7 @@ def test_batches_never_hold_two_pairs_of_one_cluster():
 
 
 def test_tiny_training_raises_val_mrr_and_resumes(tmp_path):
-    tr, va = _clusters(300, 2), _clusters(60, 3)
+    tr, va = topic_clusters(300, 2), topic_clusters(60, 3)
     vocab = Vocabulary.build((q.text for c in tr for q in c.questions), top_words=1000, hash_bins=20)
     torch.manual_seed(0)
     model = CNNModel(vocab, embedding_dim=32, channels=32, dim=32)
@@ -95,12 +84,7 @@ def test_train_and_export_cli(tmp_path):
     from hybrid_qpr.cli.train import train as train_cmd
     from hybrid_qpr.encoder import Encoder
 
-    data = tmp_path / "data"
-    data.mkdir()
-    for split, seed, n in (("train", 7, 100), ("val", 8, 30)):
-        with open(data / f"{split}.jsonl", "w") as fh:
-            for c in _clusters(n, seed):
-                fh.write(json.dumps({"id": c.id, "questions": [{"id": q.id, "text": q.text} for q in c.questions]}) + "\n")
+    data = write_dataset_dir(tmp_path / "data", {"train": topic_clusters(100, 7), "val": topic_clusters(30, 8)})
     args = [str(data), "--out", str(tmp_path / "run"), "--vocab", "500", "--hash-bins", "10", "--embedding-dim", "8",
             "--channels", "8", "--dim", "4", "--batch-size", "16", "--epochs", "2"]
     done = CliRunner().invoke(train_cmd, args)
