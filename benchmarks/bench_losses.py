@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -60,8 +62,8 @@ def main() -> None:
     corpus, queries, qrels = load_beir(f"{args.dataset}/beir", "test")
     vocab = Vocabulary.build((q.text for c in tr for q in c.questions), top_words=20000, hash_bins=5000)
     cfg = TrainConfig(batch_size=512, lr=1e-3, epochs=50, patience=3, seed=13, max_minutes=args.minutes, val_queries=1000)
-    report = {"command": f"nice -n 5 python benchmarks/bench_losses.py --dataset {args.dataset} --minutes {args.minutes:g}",
-              "machine": f"{platform.machine()}, {torch.get_num_threads()} torch threads, shared box",
+    report = {"command": "python " + " ".join(sys.argv),
+              "machine": f"{platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads",
               "config": {"vocab_top_words": 20000, "hash_bins": 5000, **ARCH, "window": 5, "batch_size": cfg.batch_size,
                          "optimizer": "Adam lr 1e-3", "seed": cfg.seed, "max_minutes": args.minutes,
                          "patience": cfg.patience, "val_queries": cfg.val_queries},
