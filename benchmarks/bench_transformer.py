@@ -106,21 +106,31 @@ def metrics(run, qrels) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------- models
+def wanted(args, name: str) -> bool:
+    """Whether ``--only`` selects the encoder called ``name`` (all of them without ``--only``)."""
+    return not args.only or any(o.lower() in name.lower() for o in args.only)
+
+
 def ensure_models(args, dataset: str, dataset_dir: Path) -> dict[str, Path]:
-    """Export off-the-shelf MiniLM (fp32, int8) and fine-tune + export each loss; cached."""
+    """Export off-the-shelf MiniLM (fp32, int8) and fine-tune + export each loss; cached.
+    Encoders not selected by ``--only`` are neither built nor returned."""
     from hybrid_qpr.export.transformer import export_transformer_dir
 
     models: Path = args.models
     out: dict[str, Path] = {}
     base = models / f"minilm-l{args.max_length}-onnx"
-    if not (base / "config.json").exists():
-        export_transformer_dir(None, base, max_length=args.max_length)
-    out["MiniLM (off-the-shelf)"] = base
+    if wanted(args, "MiniLM (off-the-shelf)"):
+        if not (base / "config.json").exists():
+            export_transformer_dir(None, base, max_length=args.max_length)
+        out["MiniLM (off-the-shelf)"] = base
     base8 = models / f"minilm-l{args.max_length}-onnx-int8"
-    if not (base8 / "config.json").exists():
-        export_transformer_dir(None, base8, max_length=args.max_length, quantize=True)
-    out["MiniLM int8 (off-the-shelf)"] = base8
+    if wanted(args, "MiniLM int8 (off-the-shelf)"):
+        if not (base8 / "config.json").exists():
+            export_transformer_dir(None, base8, max_length=args.max_length, quantize=True)
+        out["MiniLM int8 (off-the-shelf)"] = base8
     for loss in args.losses:
+        if not wanted(args, f"MiniLM + {loss}"):
+            continue
         run_dir = models / f"{dataset}-{loss}"
         onnx_dir = models / f"{dataset}-{loss}-onnx"
         if not (onnx_dir / "config.json").exists():
@@ -134,7 +144,7 @@ def ensure_models(args, dataset: str, dataset_dir: Path) -> dict[str, Path]:
             logger.info("%s/%s fine-tuned in %.0fs: %s", dataset, loss, time.perf_counter() - t0, report)
         out[f"MiniLM + {loss}"] = onnx_dir
     cnn = Path(args.cnn)
-    if (cnn / "config.json").exists():
+    if wanted(args, "SDML CNN (Quora)") and (cnn / "config.json").exists():
         out["SDML CNN (Quora)"] = cnn
     return out
 
@@ -184,7 +194,9 @@ def speed(args, texts: list[str], results: dict[str, dict[str, float]]) -> dict[
         logger.info("speed %s: %s", name, results[name])
 
     cnn = Path(args.cnn)
-    if (cnn / "config.json").exists():
+    if wanted(args, "SDML CNN (Quora)") and (cnn / "config.json").exists():
+        if args.only:  # a selective rerun re-measures the CNN (e.g. after the committed model changed)
+            results.pop("CNN ONNX", None)
         enc = Encoder.load(cnn)
         measure("CNN ONNX", lambda b: enc.encode(b, batch_size=64), lambda t: enc.encode(t))
     if "MiniLM torch" not in results:
@@ -197,6 +209,8 @@ def speed(args, texts: list[str], results: dict[str, dict[str, float]]) -> dict[
             measure("MiniLM torch", lambda b: embedder(embedder.collate(b)), lambda t: embedder(embedder.collate([t])))
         del embedder
     for name, d in (("MiniLM ONNX fp32", f"minilm-l{args.max_length}-onnx"), ("MiniLM ONNX int8", f"minilm-l{args.max_length}-onnx-int8")):
+        if name in results:
+            continue
         enc = Encoder.load(args.models / d)
         measure(name, lambda b: enc.encode(b, batch_size=64), lambda t: enc.encode(t))
     return results
@@ -232,11 +246,13 @@ def write_report(results: dict, out_dir: Path) -> None:
 
 
 def plot(results: dict, path: Path) -> None:
-    """MRR@20 (kNN alone) against encode speed, one marker per encoder and dataset."""
+    """MRR@20 (kNN alone) against encode speed: one panel per dataset, one colour per encoder,
+    BM25's MRR@20 as a dashed reference line (it is not an encoder, so it has no speed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     speed_of = {name: s["questions_per_s"] for name, s in results.get("speed", {}).items()}
 
@@ -245,21 +261,34 @@ def plot(results: dict, path: Path) -> None:
             return speed_of.get("CNN ONNX")
         return speed_of.get("MiniLM ONNX int8" if "int8" in name else "MiniLM ONNX fp32")
 
-    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=90)
-    for marker, (dataset, rows) in zip("os^", results["quality"].items()):
-        for name, row in rows.items():
-            r = None if name == "BM25" else rate(name)  # BM25 is not an encoder
-            if r is None:
-                continue
-            ax.scatter(r, row["alone"]["MRR@20"], marker=marker, label=f"{dataset}: {name}")
-            ax.annotate(name.replace("MiniLM", "M").replace(" (off-the-shelf)", ""), (r, row["alone"]["MRR@20"]),
-                        fontsize=6, xytext=(3, 2), textcoords="offset points")
-    ax.set_xscale("log")
-    ax.set_xlabel("encode throughput, questions/s (ONNX, batch 64, 2 shared cores)")
-    ax.set_ylabel("test MRR@20 (kNN alone)")
-    ax.set_title("Quality vs encode speed", fontsize=9)
-    ax.legend(fontsize=5, loc="center")
-    fig.tight_layout()
+    datasets = list(results["quality"])
+    encoders = sorted({n for rows in results["quality"].values() for n in rows if n != "BM25" and rate(n)})
+    colours = {name: plt.get_cmap("tab10")(i) for i, name in enumerate(encoders)}
+    markers = {name: ("s" if "CNN" in name else "D" if "int8" in name else "o") for name in encoders}
+    fig, axes = plt.subplots(1, len(datasets), figsize=(4.2 * len(datasets), 3.8), dpi=100, squeeze=False)
+    for ax, dataset in zip(axes[0], datasets):
+        rows = results["quality"][dataset]
+        for name in encoders:
+            if name in rows:
+                ax.scatter(rate(name), rows[name]["alone"]["MRR@20"], color=colours[name], marker=markers[name],
+                           s=36, label=name, edgecolors="black", linewidths=0.4, zorder=3)
+        if "BM25" in rows:
+            ax.axhline(rows["BM25"]["alone"]["MRR@20"], color="grey", linestyle="--", linewidth=1, label="BM25 (no encoder)")
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(FixedLocator([100, 300, 1000, 3000, 10000]))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.set_xlim(100, 15000)
+        ax.grid(True, linewidth=0.3)
+        ax.set_title(f"{dataset} test ({results['subsets'][dataset]['corpus']:,}-question index)", fontsize=9)
+        ax.set_xlabel("encode throughput, questions/s (batch 64, 2 cores)", fontsize=8)
+        ax.set_ylabel("MRR@20, kNN alone", fontsize=8)
+        ax.tick_params(labelsize=7)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=7, frameon=False)
+    fig.suptitle("Quality against encode speed (MiniLM variants at max_length 32; fine-tuned MiniLM shares fp32 speed)",
+                 fontsize=8)
+    fig.tight_layout(rect=(0, 0.12, 1, 0.95))
     tmp = path.with_suffix(".tmp.png")
     fig.savefig(tmp)
     plt.close(fig)
@@ -312,15 +341,10 @@ def main(argv: list[str] | None = None) -> int:
         rows["BM25"] = {"alone": metrics(bm25, qrels)}
         logger.info("%s BM25: %s", dataset, rows["BM25"]["alone"])
         for name, model_dir in ensure_models(args, dataset, dataset_dir).items():
-            if args.only and not any(o.lower() in name.lower() for o in args.only):
-                continue
             vectors, seconds, distance = encode_cached(args, dataset, model_dir, texts)
             knn = knn_run(doc_ids, vectors, qids, distance, args.depth)
             rows[name] = {"model": str(model_dir), "encode_seconds": seconds, "alone": metrics(knn, qrels)}
-            try:
-                rows[name]["hybrid"] = metrics(fuse(bm25, knn, args.depth), qrels)
-            except ModuleNotFoundError as exc:  # hybrid_qpr.fusion (engineer E) not there yet
-                logger.warning("no fusion: %s", exc)
+            rows[name]["hybrid"] = metrics(fuse(bm25, knn, args.depth), qrels)
             logger.info("%s %s: %s", dataset, name, rows[name])
             cache.write_text(json.dumps(results, indent=2))
     if not args.skip_speed:

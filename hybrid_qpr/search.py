@@ -110,6 +110,9 @@ class HybridSearcher:
     # ------------------------------------------------------------------ search
     def candidates(self, query: str, vector, depth: int, filters: Filters | None = None) -> Candidates:
         """BM25 and kNN lists of ``depth`` hits for one query (``vector`` = its encoding)."""
+        both = getattr(self.backend, "bm25_and_knn", None)  # one round trip where a backend offers it
+        if both is not None:
+            return Candidates(*both(query, vector, depth, filters))
         return Candidates(self.backend.bm25(query, depth, filters), self.backend.knn(vector, depth, filters))
 
     def search(self, query: str, *, mode: Mode = "hybrid", top_k: int = 10, offset: int = 0,

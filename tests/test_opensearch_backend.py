@@ -120,6 +120,17 @@ def test_filters_apply_to_every_mode(filled, committed_encoder, question_bank):
     assert len(topics) == 10 and {by_id[h.id].metadata["topic"] for h in topics} == {"password", "avatar"}
 
 
+def test_bm25_and_knn_in_one_round_trip_match_the_separate_searches(filled, committed_encoder):
+    backend, _ = filled
+    vector = committed_encoder.encode(["how do i change my password?"])[0]
+    for filters in (None, {"lang": "de"}):
+        bm25, knn = backend.bm25_and_knn("change my password", vector, 20, filters)
+        assert bm25 and knn
+        assert [h.id for h in bm25] == [h.id for h in backend.bm25("change my password", 20, filters)]
+        assert [h.id for h in knn] == [h.id for h in backend.knn(vector, 20, filters)]
+        np.testing.assert_allclose([h.score for h in knn], [h.score for h in backend.knn(vector, 20, filters)], rtol=1e-6)
+
+
 def test_server_side_and_client_side_hybrid_are_sensible(filled, committed_encoder, question_bank):
     from hybrid_qpr.search import HybridSearcher
 
@@ -162,6 +173,8 @@ def test_missing_pipeline_and_index_give_clear_errors(opensearch_client, index_n
     absent = OpenSearchBackend(opensearch_client, index_name + "-absent")
     with pytest.raises(BackendError, match="does not exist; create it with 'hybrid-qpr ingest"):
         absent.bm25("x", 5)
+    with pytest.raises(BackendError, match="does not exist; create it with 'hybrid-qpr ingest"):
+        absent.bm25_and_knn("x", vector, 5)  # _msearch reports it per item, not as an HTTP error
 
 
 def test_rejected_documents_are_counted_and_written(opensearch_client, index_name, committed_encoder, tmp_path):

@@ -345,16 +345,31 @@ class OpenSearchBackend:
     # ---- the Backend protocol
     def bm25(self, query: str, depth: int, filters: Filters | None = None) -> list[Hit]:
         """BM25 via a ``match`` query: the text is analysed, never parsed as query syntax."""
-        body = {"size": depth, "_source": False, "track_total_hits": False,
-                "query": {"bool": {"must": [{"match": {TEXT_FIELD: {"query": query}}}],
-                                   "filter": filter_clauses(filters)}}}
-        return [Hit(h["_id"], float(h["_score"])) for h in self._search(body, "BM25 search")]
+        return [Hit(h["_id"], float(h["_score"])) for h in self._search(self._bm25_body(query, depth, filters), "BM25 search")]
 
     def knn(self, vector: np.ndarray, depth: int, filters: Filters | None = None) -> list[Hit]:
         """Top ``depth`` by HNSW; filters run inside the graph search (Lucene efficient filtering)."""
-        body = {"size": depth, "_source": False, "query": {"knn": {VECTOR_FIELD: self._knn_clause(vector, depth, filters)}}}
-        hits = self._search(body, "kNN search")
-        return self._to_hits(hits)
+        return self._to_hits(self._search(self._knn_body(vector, depth, filters), "kNN search"))
+
+    def bm25_and_knn(self, query: str, vector: np.ndarray, depth: int,
+                     filters: Filters | None = None) -> tuple[list[Hit], list[Hit]]:
+        """``bm25`` and ``knn`` in one ``_msearch`` round trip (client-side hybrid's candidates)."""
+        header = {"index": self.index}
+        body = [header, self._bm25_body(query, depth, filters), header, self._knn_body(vector, depth, filters)]
+        with _translate_errors(f"BM25 + kNN search in {self.index!r}", self.index):
+            params = {} if self.request_timeout is None else {"request_timeout": self.request_timeout}
+            responses = self.client.msearch(body=body, params=params)["responses"]
+        for what, response in zip(("BM25 search", "kNN search"), responses):
+            if "error" in response:  # _msearch reports a failed sub-search in its item, not as an HTTP error
+                error = response["error"]
+                reason = error.get("root_cause", [error])[0] if isinstance(error, dict) else {"reason": error}
+                if reason.get("type") == "index_not_found_exception":
+                    raise BackendError(f"{what}: index {self.index!r} does not exist; create it with "
+                                       f"'hybrid-qpr ingest FILE --opensearch URL --index {self.index}'")
+                raise BackendError(f"{what} in {self.index!r}: OpenSearch answered {response.get('status')} "
+                                   f"({reason.get('type')}: {reason.get('reason')})")
+        bm25_hits, knn_hits = (r["hits"]["hits"] for r in responses)
+        return [Hit(h["_id"], float(h["_score"])) for h in bm25_hits], self._to_hits(knn_hits)
 
     def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
         """Exact similarity of ``vector`` to the stored vectors of ``ids``, computed in the
@@ -557,6 +572,14 @@ class OpenSearchBackend:
         return deleted
 
     # ---- helpers
+    @staticmethod
+    def _bm25_body(query: str, depth: int, filters: Filters | None) -> dict:
+        return {"size": depth, "_source": False, "track_total_hits": False,
+                "query": {"bool": {"must": [{"match": {TEXT_FIELD: {"query": query}}}], "filter": filter_clauses(filters)}}}
+
+    def _knn_body(self, vector: np.ndarray, depth: int, filters: Filters | None) -> dict:
+        return {"size": depth, "_source": False, "query": {"knn": {VECTOR_FIELD: self._knn_clause(vector, depth, filters)}}}
+
     def _knn_clause(self, vector: np.ndarray, depth: int, filters: Filters | None) -> dict:
         # Lucene explores k candidates per segment: a floor of KNN_CANDIDATES keeps recall high
         # for small depths (size still truncates to depth)

@@ -9,9 +9,7 @@ so the two can never drift apart.
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 import unicodedata
 import zlib
 from collections import Counter
@@ -111,11 +109,10 @@ class Vocabulary:
 
     def save(self, path: str | Path) -> None:
         """Write JSON atomically (temporary file, then rename)."""
-        path = Path(path)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        from hybrid_qpr.data._io import atomic_write
+
+        with atomic_write(path) as fh:
             json.dump(self.to_dict(), fh, ensure_ascii=False)
-        os.replace(tmp, path)
 
     @classmethod
     def load(cls, path: str | Path) -> "Vocabulary":
