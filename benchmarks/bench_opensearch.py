@@ -2,20 +2,22 @@
 
 Corpus: the first ``--docs`` unique questions of a Quora-layout pair file. Queries: the
 partner questions of duplicate pairs whose other side is in the corpus (what a paraphrase
-search really receives). Latency is wall-clock per query from text to ranked ids, so the
-vector modes include encoding the query with the ONNX model; modes:
+search really receives). Latency is wall-clock per query from text to the top ``--top-k``
+results with their text (every mode runs through ``HybridSearcher.search``, so every mode
+ends with the same one-request document fetch); the vector modes include encoding the query
+with the ONNX model. Modes are interleaved query by query. Modes:
 
 * ``bm25``           - ``match`` query only (the baseline)
 * ``knn``            - encode + Lucene HNSW ``knn`` query
-* ``hybrid``         - encode + BM25 and kNN requests, fused client-side (``HybridSearcher``, RRF)
-* ``hybrid-server``  - encode + one neural-search ``hybrid`` query with the ``hybrid-qpr-rrf`` pipeline
-* ``rerank``         - BM25 recall of 30, then ``knn_score`` re-scoring of those ids (two requests)
+* ``hybrid``         - encode + BM25 and kNN lists of ``--depth`` in one ``_msearch``, fused client-side (RRF)
+* ``hybrid-server``  - encode + one neural-search ``hybrid`` query (``--depth`` per sub-query), ``hybrid-qpr-rrf`` pipeline
+* ``rerank``         - BM25 recall of ``--depth``, then ``knn_score`` re-scoring of those ids (two requests)
 * ``rerank-server``  - the same in one request: BM25 + ``rescore`` with the ``knn_score`` script
 
-Example (numbers in docs/opensearch.md were taken like this, on a loaded 2-core box)::
+Example (the numbers in docs/opensearch.md)::
 
     hybrid-qpr cluster start
-    nice -n 10 python benchmarks/bench_opensearch.py --docs 20000 --queries 300
+    python benchmarks/bench_opensearch.py --docs 5000 --queries 300 --warmup 30 --json /tmp/o-bench.json
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index", default="hqpr-bench", help="index to (re)create [default: %(default)s]")
     parser.add_argument("--batch-size", type=int, default=256, help="encode + bulk batch size [default: %(default)s]")
     parser.add_argument("--top-k", type=int, default=10, help="results per query [default: %(default)s]")
+    parser.add_argument("--depth", type=int, default=30,
+                        help="candidates per list for both hybrids and rerank [default: %(default)s, the MSEM flow's recall]")
     parser.add_argument("--keep", action="store_true", help="keep the index afterwards")
     parser.add_argument("--json", dest="json_out", default=None, help="also write the results as JSON here")
     parser.add_argument("--seed", type=int, default=13)
@@ -92,38 +96,34 @@ def main(argv: list[str] | None = None) -> int:
     encode_rate = min(5000, len(docs)) / (time.perf_counter() - t0)
     client.indices.forcemerge(index=args.index, max_num_segments=1, request_timeout=600)
     searcher = HybridSearcher(backend, encoder)
-    k = args.top_k
-
-    def server_hybrid(q: str):
-        return backend.hybrid_server(q, encoder.encode([q])[0], depth=max(k, 30))[:k]
-
-    def server_rerank(q: str):
-        return backend.rerank_server(q, encoder.encode([q])[0], depth=30)[:k]
-
+    k, depth = args.top_k, args.depth
+    # every mode goes through HybridSearcher.search, so every one returns the same thing (the top k
+    # with text and metadata: one document fetch each) and they differ only in how they rank
     modes = {
         "bm25": lambda q: searcher.search(q, mode="bm25", top_k=k),
         "knn": lambda q: searcher.search(q, mode="knn", top_k=k),
-        "hybrid": lambda q: searcher.search(q, mode="hybrid", fusion="rrf", top_k=k),
-        "hybrid-server": server_hybrid,
-        "rerank": lambda q: searcher.search(q, mode="rerank", top_k=k, rerank_depth=30),
-        "rerank-server": server_rerank,
+        "hybrid": lambda q: searcher.search(q, mode="hybrid", fusion="rrf", top_k=k, depth=depth),
+        "hybrid-server": lambda q: searcher.search(q, mode="hybrid", fusion="rrf", top_k=k, depth=depth, server_side=True),
+        "rerank": lambda q: searcher.search(q, mode="rerank", top_k=k, rerank_depth=depth),
+        "rerank-server": lambda q: searcher.search(q, mode="rerank", top_k=k, rerank_depth=depth, server_side=True),
     }
     warm, timed = queries[: args.warmup], queries[args.warmup:]
-    latency: dict[str, dict[str, float]] = {}
-    for name, run in modes.items():
-        for q in warm:
+    for q in warm:
+        for run in modes.values():
             run(q)
-        times = []
-        for q in timed:
+    times: dict[str, list[float]] = {name: [] for name in modes}
+    for q in timed:  # modes interleaved per query, so drift on a shared machine hits them alike
+        for name, run in modes.items():
             t = time.perf_counter()
             run(q)
-            times.append((time.perf_counter() - t) * 1000.0)
-        latency[name] = {"p50_ms": percentile(times, 50), "p99_ms": percentile(times, 99),
-                         "mean_ms": statistics.fmean(times)}
+            times[name].append((time.perf_counter() - t) * 1000.0)
+    latency = {name: {"p50_ms": percentile(ts, 50), "p99_ms": percentile(ts, 99), "mean_ms": statistics.fmean(ts)}
+               for name, ts in times.items()}
     base = latency["bm25"]["p50_ms"]
 
     print(f"\ncorpus: {len(docs)} unique questions from {Path(args.data).name}; {len(timed)} timed queries "
-          f"(+{len(warm)} warm-up); model {encoder.model_dir.name} ({encoder.kind}, dim {encoder.dim})")
+          f"(+{len(warm)} warm-up); model {encoder.model_dir.name} ({encoder.kind}, dim {encoder.dim}); "
+          f"top {k}, depth {depth}")
     print(f"ingest: {report.indexed + report.updated} docs in {report.seconds:.1f} s = "
           f"{report.docs_per_second:.0f} docs/s (encode + bulk + refresh; encoding alone {encode_rate:.0f} docs/s); "
           f"failed {len(report.failed)}")
@@ -132,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<15}{row['p50_ms']:>9.2f}{row['p99_ms']:>9.2f}{row['p50_ms'] / base:>11.2f}x")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({
-            "docs": len(docs), "queries": len(timed), "model": str(encoder.model_dir), "ingest_docs_per_s": report.docs_per_second,
+            "command": "python " + " ".join(sys.argv), "docs": len(docs), "queries": len(timed), "top_k": k, "depth": depth,
+            "model": str(encoder.model_dir), "ingest_docs_per_s": report.docs_per_second,
             "encode_docs_per_s": encode_rate, "latency": latency}, indent=2), encoding="utf-8")
     if not args.keep:
         backend.drop()
