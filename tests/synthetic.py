@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 
 from hybrid_qpr.data.clusters import Cluster, Question
+from hybrid_qpr.data.splits import write_split
 
 
 def topic_clusters(n: int, seed: int, varied_sizes: bool = False) -> list[Cluster]:
@@ -24,12 +25,10 @@ def topic_clusters(n: int, seed: int, varied_sizes: bool = False) -> list[Cluste
 
 
 def write_dataset_dir(path: Path, splits: dict[str, list[Cluster]], fingerprint: str | None = None) -> Path:
-    """Write ``<split>.jsonl`` files (and a manifest when a fingerprint is given) as `dataset build` does."""
-    path.mkdir(parents=True, exist_ok=True)
+    """``<split>.jsonl`` files by the project's own ``write_split`` (and a manifest when a
+    fingerprint is given), as `dataset build` leaves them."""
     for split, clusters in splits.items():
-        with open(path / f"{split}.jsonl", "w") as fh:
-            for c in clusters:
-                fh.write(json.dumps({"id": c.id, "questions": [{"id": q.id, "text": q.text} for q in c.questions]}) + "\n")
+        write_split(path / f"{split}.jsonl", clusters)
     if fingerprint is not None:
         (path / "manifest.json").write_text(json.dumps({"format": "hybrid-qpr-dataset", "fingerprint": fingerprint}))
     return path
