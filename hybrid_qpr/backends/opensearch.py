@@ -216,6 +216,11 @@ def _reason(exc: Exception) -> str:
     return getattr(exc, "error", None) or str(exc)
 
 
+def _missing_index(what: str, index: str) -> BackendError:
+    return BackendError(f"{what}: index {index!r} does not exist; create it with "
+                        f"'hybrid-qpr ingest FILE --opensearch URL --index {index}'")
+
+
 @contextmanager
 def _translate_errors(what: str, index: str | None = None) -> Iterator[None]:
     """opensearch-py exceptions -> hybrid-qpr errors that say what failed and how to fix it."""
@@ -232,8 +237,7 @@ def _translate_errors(what: str, index: str | None = None) -> Iterator[None]:
         raise ClusterError(f"{what}: permission denied ({_reason(exc)})") from exc
     except ose.NotFoundError as exc:
         if index is not None and "index_not_found" in str(exc):
-            raise BackendError(f"{what}: index {index!r} does not exist; create it with "
-                               f"'hybrid-qpr ingest FILE --opensearch URL --index {index}'") from exc
+            raise _missing_index(what, index) from exc
         raise BackendError(f"{what}: not found ({_reason(exc)})") from exc
     except ose.TransportError as exc:
         raise BackendError(f"{what}: OpenSearch answered {exc.status_code} ({_reason(exc)})") from exc
@@ -345,7 +349,7 @@ class OpenSearchBackend:
     # ---- the Backend protocol
     def bm25(self, query: str, depth: int, filters: Filters | None = None) -> list[Hit]:
         """BM25 via a ``match`` query: the text is analysed, never parsed as query syntax."""
-        return [Hit(h["_id"], float(h["_score"])) for h in self._search(self._bm25_body(query, depth, filters), "BM25 search")]
+        return self._raw_hits(self._search(self._bm25_body(query, depth, filters), "BM25 search"))
 
     def knn(self, vector: np.ndarray, depth: int, filters: Filters | None = None) -> list[Hit]:
         """Top ``depth`` by HNSW; filters run inside the graph search (Lucene efficient filtering)."""
@@ -357,19 +361,17 @@ class OpenSearchBackend:
         header = {"index": self.index}
         body = [header, self._bm25_body(query, depth, filters), header, self._knn_body(vector, depth, filters)]
         with _translate_errors(f"BM25 + kNN search in {self.index!r}", self.index):
-            params = {} if self.request_timeout is None else {"request_timeout": self.request_timeout}
-            responses = self.client.msearch(body=body, params=params)["responses"]
+            responses = self.client.msearch(body=body, params=self._request_params())["responses"]
         for what, response in zip(("BM25 search", "kNN search"), responses):
             if "error" in response:  # _msearch reports a failed sub-search in its item, not as an HTTP error
                 error = response["error"]
                 reason = error.get("root_cause", [error])[0] if isinstance(error, dict) else {"reason": error}
                 if reason.get("type") == "index_not_found_exception":
-                    raise BackendError(f"{what}: index {self.index!r} does not exist; create it with "
-                                       f"'hybrid-qpr ingest FILE --opensearch URL --index {self.index}'")
+                    raise _missing_index(what, self.index)
                 raise BackendError(f"{what} in {self.index!r}: OpenSearch answered {response.get('status')} "
                                    f"({reason.get('type')}: {reason.get('reason')})")
         bm25_hits, knn_hits = (r["hits"]["hits"] for r in responses)
-        return [Hit(h["_id"], float(h["_score"])) for h in bm25_hits], self._to_hits(knn_hits)
+        return self._raw_hits(bm25_hits), self._to_hits(knn_hits)
 
     def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
         """Exact similarity of ``vector`` to the stored vectors of ``ids``, computed in the
@@ -418,8 +420,7 @@ class OpenSearchBackend:
             params["search_pipeline"] = pipeline
         else:
             body["search_pipeline"] = dict(pipeline)
-        hits = self._search(body, "server-side hybrid search", params)
-        return [Hit(h["_id"], float(h["_score"])) for h in hits]
+        return self._raw_hits(self._search(body, "server-side hybrid search", params))
 
     def rerank_server(self, query: str, vector: np.ndarray, depth: int = 30, filters: Filters | None = None) -> list[Hit]:
         """The MSEM flow in one request: BM25 recall of ``depth``, then a ``rescore`` of that
@@ -600,17 +601,25 @@ class OpenSearchBackend:
             raise ModelMismatchError(f"query vector has {vector.shape[1]} dims but index {self.index!r} holds {self.dim}")
         return prepare_vectors(vector, self.distance)[0].tolist()
 
+    @staticmethod
+    def _raw_hits(hits: list[dict]) -> list[Hit]:
+        """Hits whose score is already "higher is better" on our scale (BM25, fused)."""
+        return [Hit(h["_id"], float(h["_score"])) for h in hits]
+
     def _to_hits(self, hits: list[dict]) -> list[Hit]:
         scores = score_from_opensearch([h["_score"] for h in hits], self.distance)
         return [Hit(h["_id"], float(s)) for h, s in zip(hits, np.atleast_1d(scores))]
 
     def _search(self, body: dict, what: str, params: dict | None = None) -> list[dict]:
         with _translate_errors(f"{what} in {self.index!r}", self.index):
-            params = dict(params or {})
-            if self.request_timeout is not None:
-                params["request_timeout"] = self.request_timeout
-            response = self.client.search(index=self.index, body=body, params=params)
+            response = self.client.search(index=self.index, body=body, params=self._request_params(params))
         return response["hits"]["hits"]
+
+    def _request_params(self, params: dict | None = None) -> dict:
+        params = dict(params or {})
+        if self.request_timeout is not None:
+            params["request_timeout"] = self.request_timeout
+        return params
 
     def _refresh(self) -> None:
         with _translate_errors(f"refreshing {self.index!r}", self.index):
