@@ -40,6 +40,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 LOSSES = ("sdml", "triplet", "siamese")
+CNN_NAME = "SDML CNN (Quora)"  # the committed CNN's row name in results and tables
 logger = logging.getLogger("bench_transformer")
 
 
@@ -144,8 +145,8 @@ def ensure_models(args, dataset: str, dataset_dir: Path) -> dict[str, Path]:
             logger.info("%s/%s fine-tuned in %.0fs: %s", dataset, loss, time.perf_counter() - t0, report)
         out[f"MiniLM + {loss}"] = onnx_dir
     cnn = Path(args.cnn)
-    if wanted(args, "SDML CNN (Quora)") and (cnn / "config.json").exists():
-        out["SDML CNN (Quora)"] = cnn
+    if wanted(args, CNN_NAME) and (cnn / "config.json").exists():
+        out[CNN_NAME] = cnn
     return out
 
 
@@ -194,7 +195,7 @@ def speed(args, texts: list[str], results: dict[str, dict[str, float]]) -> dict[
         logger.info("speed %s: %s", name, results[name])
 
     cnn = Path(args.cnn)
-    if wanted(args, "SDML CNN (Quora)") and (cnn / "config.json").exists():
+    if wanted(args, CNN_NAME) and (cnn / "config.json").exists():
         if args.only:  # a selective rerun re-measures the CNN (e.g. after the committed model changed)
             results.pop("CNN ONNX", None)
         enc = Encoder.load(cnn)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hybrid_qpr.data._io import atomic_write
 from hybrid_qpr.errors import ArtifactError, ConfigError
 
 PAD_ID = 0
@@ -109,8 +110,6 @@ class Vocabulary:
 
     def save(self, path: str | Path) -> None:
         """Write JSON atomically (temporary file, then rename)."""
-        from hybrid_qpr.data._io import atomic_write
-
         with atomic_write(path) as fh:
             json.dump(self.to_dict(), fh, ensure_ascii=False)
 
