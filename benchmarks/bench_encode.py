@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from hybrid_qpr.data.beir import load_beir
-from hybrid_qpr.encoder import Encoder
+from hybrid_qpr.encoders import Encoder
 from hybrid_qpr.evaluation.evaluator import exact_run
 from hybrid_qpr.evaluation.metrics import hits_at_k, mrr_at_k
 

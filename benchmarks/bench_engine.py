@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hybrid_qpr.backends.local import LocalIndex, build_faiss, faiss_factory  # noqa: E402
 from hybrid_qpr.data.documents import iter_documents  # noqa: E402
-from hybrid_qpr.encoder import Encoder  # noqa: E402
+from hybrid_qpr.encoders import Encoder  # noqa: E402
 from hybrid_qpr.evaluation.evaluator import latency_summary  # noqa: E402
 from hybrid_qpr.search import HybridSearcher  # noqa: E402
 

@@ -27,12 +27,12 @@ import torch
 from bench_encode import test_quality
 from hybrid_qpr.data.beir import load_beir
 from hybrid_qpr.data.splits import load_split
-from hybrid_qpr.encoder import TOKENIZER_FILE, Encoder
+from hybrid_qpr.encoders import TOKENIZER_FILE, Encoder
 from hybrid_qpr.export.onnx import export_run
 from hybrid_qpr.model.cnn import CNNModel
 from hybrid_qpr.model.losses import build_loss
 from hybrid_qpr.text.tokenizer import Vocabulary
-from hybrid_qpr.train import TrainConfig, train, write_run_meta
+from hybrid_qpr.training.cnn import TrainConfig, train, write_run_meta
 
 ARCH = dict(embedding_dim=128, channels=256, dim=256, layers=1)
 LOSSES = {  # name -> (build_loss kind, options)

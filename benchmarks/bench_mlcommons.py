@@ -45,7 +45,7 @@ def main() -> None:
     from hybrid_qpr.backends import mlcommons
     from hybrid_qpr.backends.opensearch import OpenSearchBackend, connect
     from hybrid_qpr.data.documents import iter_documents
-    from hybrid_qpr.encoder import Encoder
+    from hybrid_qpr.encoders import Encoder
 
     docs = [doc for _, doc in iter_documents(args.bank)]
     group = {d.id: d.metadata.get("group") for d in docs}

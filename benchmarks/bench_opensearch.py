@@ -34,7 +34,7 @@ DEFAULT_DATA = "/work/shared/data/quora-pairs.tsv.gz"
 
 
 def load(path: str, n_docs: int, n_queries: int, seed: int):
-    from hybrid_qpr.backends.base import Document
+    from hybrid_qpr.types import Document
     from hybrid_qpr.data.pairs import iter_pairs
 
     docs: dict[str, Document] = {}
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from hybrid_qpr.backends.opensearch import OpenSearchBackend, connect, install_pipelines
-    from hybrid_qpr.encoder import Encoder
+    from hybrid_qpr.encoders import Encoder
     from hybrid_qpr.search import HybridSearcher
 
     docs, queries = load(args.data, args.docs, args.queries + args.warmup, args.seed)

@@ -9,7 +9,7 @@ compute budget of a 2-core box. Protocol of the CNN benchmark otherwise: retriev
 the query's own id, H@1, H@10, MRR@20 (``hybrid_qpr.evaluation.metrics``).
 
 Encoders: off-the-shelf all-MiniLM-L6-v2 (ONNX fp32 and int8), MiniLM fine-tuned on the
-dataset's train split with SDML, triplet and siamese losses (``hybrid_qpr.finetune``, fixed
+dataset's train split with SDML, triplet and siamese losses (``hybrid_qpr.training.transformer``, fixed
 number of steps), and the committed SDML CNN (``onnx/sdml-cnn-quora``, trained on Quora).
 kNN is exact (``hybrid_qpr.distance.similarity``); BM25 is bm25s over the same subset, with
 the project tokenizer; fusion is ``hybrid_qpr.fusion`` RRF of the two top-``--depth`` lists.
@@ -92,7 +92,7 @@ def bm25_run(doc_ids: list[str], texts: list[str], qids: list[str], query_texts:
 
 def fuse(run_a, run_b, depth: int):
     """RRF (k=60) of the top ``depth`` (+1 for the query itself, dropped later) of both runs."""
-    from hybrid_qpr.backends.base import Hit
+    from hybrid_qpr.types import Hit
     from hybrid_qpr.fusion import rrf
 
     return {q: [f.id for f in rrf([[Hit(d, 0.0) for d in run_a[q]], [Hit(d, 0.0) for d in run_b[q]]], depth=depth + 1)]
@@ -135,7 +135,7 @@ def ensure_models(args, dataset: str, dataset_dir: Path) -> dict[str, Path]:
         run_dir = models / f"{dataset}-{loss}"
         onnx_dir = models / f"{dataset}-{loss}-onnx"
         if not (onnx_dir / "config.json").exists():
-            from hybrid_qpr.finetune import FinetuneSettings, finetune
+            from hybrid_qpr.training.transformer import FinetuneSettings, finetune
 
             settings = FinetuneSettings(loss=loss, max_length=args.max_length, batch_size=args.batch_size,
                                         accumulate=args.accumulate, steps=args.steps, max_clusters=args.train_clusters,
@@ -152,7 +152,7 @@ def ensure_models(args, dataset: str, dataset_dir: Path) -> dict[str, Path]:
 
 def encode_cached(args, dataset: str, model_dir: Path, texts: list[str]) -> tuple[np.ndarray, float, str]:
     """Vectors of the subset, cached as .npy beside the models (keyed by model fingerprint)."""
-    from hybrid_qpr.encoder import Encoder
+    from hybrid_qpr.encoders import Encoder
 
     encoder = Encoder.load(model_dir)
     stem = args.models / "vectors" / f"{dataset}-{encoder.fingerprint}-{len(texts)}-{args.seed}"
@@ -171,7 +171,7 @@ def encode_cached(args, dataset: str, model_dir: Path, texts: list[str]) -> tupl
 # ---------------------------------------------------------------- speed
 def speed(args, texts: list[str], results: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
     """Fill ``results`` with the encoders not measured yet (a later run adds the CNN when it lands)."""
-    from hybrid_qpr.encoder import Encoder
+    from hybrid_qpr.encoders import Encoder
 
     texts = texts[: args.speed_texts]
     singles = texts[:200]
@@ -219,7 +219,7 @@ def speed(args, texts: list[str], results: dict[str, dict[str, float]]) -> dict[
 
 # ---------------------------------------------------------------- report
 def write_report(results: dict, out_dir: Path) -> None:
-    from hybrid_qpr.data._io import atomic_write
+    from hybrid_qpr.artifacts import atomic_write
 
     with atomic_write(out_dir / "transformer-bench.json") as fh:
         json.dump(results, fh, indent=2)

@@ -423,7 +423,7 @@ def build() -> list[dict]:
 
 
 def main() -> None:
-    from hybrid_qpr.data._io import write_jsonl
+    from hybrid_qpr.artifacts import write_jsonl
     from hybrid_qpr.data.beir import write_beir
     from hybrid_qpr.data.clusters import Cluster, Question
 

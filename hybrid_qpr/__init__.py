@@ -3,7 +3,7 @@
 Inference needs only numpy and onnxruntime; ``import hybrid_qpr`` never imports torch.
 """
 
-from hybrid_qpr.encoder import Encoder
+from hybrid_qpr.encoders import Encoder
 from hybrid_qpr.errors import HybridQPRError
 
 __version__ = "0.1.0"

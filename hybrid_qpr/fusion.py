@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from hybrid_qpr.backends.base import Hit
+from hybrid_qpr.types import Hit
 from hybrid_qpr.errors import ConfigError
 
 FusionMethod = Literal["rrf", "minmax", "zscore", "l2"]

@@ -26,7 +26,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from hybrid_qpr.backends.base import Backend, Filters, Hit
+from hybrid_qpr.backends.base import Backend
+from hybrid_qpr.types import Filters, Hit
 from hybrid_qpr import fusion as fusion_lib
 from hybrid_qpr.errors import ConfigError
 

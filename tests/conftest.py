@@ -50,7 +50,7 @@ def opensearch_url():
     else:
         tried.append("$HYBRID_QPR_OPENSEARCH_URL is unset")
 
-    from hybrid_qpr.cluster import LocalNode
+    from hybrid_qpr.localnode import LocalNode
 
     status = LocalNode().status()
     if status.running:
@@ -92,7 +92,7 @@ def index_name(opensearch_client):
 @pytest.fixture(scope="session")
 def local_node(opensearch_url):
     """The ``LocalNode`` serving ``opensearch_url``, or None when the node is not ours to stop."""
-    from hybrid_qpr.cluster import LocalNode
+    from hybrid_qpr.localnode import LocalNode
 
     node = LocalNode()
     return node if node.status().running and node.url == opensearch_url else None
@@ -102,7 +102,7 @@ def local_node(opensearch_url):
 def committed_encoder():
     """The encoder committed in onnx/ (``Encoder.load(None)``); ``$HYBRID_QPR_TEST_MODEL``
     may point at another model directory while that one is being trained."""
-    from hybrid_qpr.encoder import Encoder
+    from hybrid_qpr.encoders import Encoder
 
     return Encoder.load(os.environ.get("HYBRID_QPR_TEST_MODEL") or None)
 
@@ -121,7 +121,7 @@ _TEMPLATES = ["how do i change my {s}?", "how can i update my {s}?", "what is th
 def question_bank():
     """200 synthetic questions (20 subjects x 10 phrasings) with metadata for filter tests:
     ``lang`` alternates en/de, ``topic`` is the subject, ``n`` the position."""
-    from hybrid_qpr.backends.base import Document
+    from hybrid_qpr.types import Document
 
     docs = []
     for i, (subject, template) in enumerate((s, t) for s in _SUBJECTS for t in _TEMPLATES):

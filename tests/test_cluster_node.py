@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from hybrid_qpr.cli.main import cli
-from hybrid_qpr.cluster import LocalNode, default_home
-from hybrid_qpr.cluster.artifacts import OPENSEARCH_VERSION, check_tools
-from hybrid_qpr.cluster.node import _unzip_single_root
+from hybrid_qpr.localnode import LocalNode, default_home
+from hybrid_qpr.localnode.maven import OPENSEARCH_VERSION, check_tools
+from hybrid_qpr.localnode.node import _unzip_single_root
 from hybrid_qpr.errors import ClusterError, ConfigError
 
 

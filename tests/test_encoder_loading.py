@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from hybrid_qpr.encoder import Encoder, read_config
+from hybrid_qpr.encoders import Encoder, read_config
 from hybrid_qpr.errors import ArtifactError, ConfigError
 
 

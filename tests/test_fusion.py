@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from hybrid_qpr.backends.base import Hit
+from hybrid_qpr.types import Hit
 from hybrid_qpr.errors import ConfigError
 from hybrid_qpr.fusion import fuse, normalize, rrf, weighted_sum
 

@@ -9,10 +9,11 @@ import shutil
 import numpy as np
 import pytest
 
-from hybrid_qpr.backends.base import Backend, Document
+from hybrid_qpr.backends.base import Backend
+from hybrid_qpr.types import Document
 from hybrid_qpr.backends.local import LocalIndex, faiss_factory
 from hybrid_qpr.distance import similarity
-from hybrid_qpr.encoder import Encoder
+from hybrid_qpr.encoders import Encoder
 from hybrid_qpr.errors import ArtifactError, InputError, ModelMismatchError
 
 

@@ -119,7 +119,7 @@ def test_msem_errors_name_the_problem():
 def test_tiny_msem_training_raises_val_mrr_and_trains_the_classifier(tmp_path):
     from hybrid_qpr.model.cnn import CNNModel
     from hybrid_qpr.text.tokenizer import Vocabulary
-    from hybrid_qpr.train import TrainConfig, train, validate
+    from hybrid_qpr.training.cnn import TrainConfig, train, validate
 
     tr, va = topic_clusters(300, 2, varied_sizes=True), topic_clusters(60, 3, varied_sizes=True)
     vocab = Vocabulary.build((q.text for c in tr for q in c.questions), top_words=1000, hash_bins=20)
@@ -140,7 +140,7 @@ def test_msem_cli_run_exports_cosine_distance_and_data_fingerprint(tmp_path):
 
     from hybrid_qpr.cli.export import export
     from hybrid_qpr.cli.train import train as train_cmd
-    from hybrid_qpr.encoder import Encoder
+    from hybrid_qpr.encoders import Encoder
 
     data = write_dataset_dir(tmp_path / "data", {"train": topic_clusters(60, 7, varied_sizes=True),
                                                  "val": topic_clusters(20, 8, varied_sizes=True)}, fingerprint="0123456789abcdef")

@@ -37,7 +37,7 @@ def minilm_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def minilm(minilm_dir):
-    from hybrid_qpr.encoder import Encoder
+    from hybrid_qpr.encoders import Encoder
 
     return Encoder.load(minilm_dir)
 
@@ -168,8 +168,8 @@ def test_cluster_embeds_like_hybrid_qpr_and_neural_query_finds_paraphrases(
 
 def test_djl_cache_layout_and_classifier_dependency(tmp_path):
     """The names DJL 0.31.1 looks for, and the Maven coordinates with a classifier."""
-    from hybrid_qpr.cluster.artifacts import _dependency
-    from hybrid_qpr.cluster.djl import cache_dir
+    from hybrid_qpr.localnode.maven import _dependency
+    from hybrid_qpr.localnode.djl import cache_dir
 
     assert cache_dir(tmp_path) == tmp_path / "data" / "ml_cache" / "pytorch" / "2.4.0-cpu-precxx11-linux-x86_64"
     xml = _dependency("ai.djl.pytorch", "pytorch-native-cpu-precxx11", "2.4.0", classifier="linux-x86_64")

@@ -11,7 +11,7 @@ import torch
 from hybrid_qpr.model.cnn import CNNModel
 from hybrid_qpr.model.losses import SDMLLoss
 from hybrid_qpr.text.tokenizer import Vocabulary
-from hybrid_qpr.train import TrainConfig, epoch_batches, train
+from hybrid_qpr.training.cnn import TrainConfig, epoch_batches, train
 from synthetic import topic_clusters, write_dataset_dir
 
 
@@ -46,7 +46,7 @@ def test_tiny_training_raises_val_mrr_and_resumes(tmp_path):
     vocab = Vocabulary.build((q.text for c in tr for q in c.questions), top_words=1000, hash_bins=20)
     torch.manual_seed(0)
     model = CNNModel(vocab, embedding_dim=32, channels=32, dim=32)
-    from hybrid_qpr.train import validate
+    from hybrid_qpr.training.cnn import validate
 
     before = validate(model, va, 500, 0)["mrr@20"]
     result = train(model, SDMLLoss(0.3), tr, va, tmp_path, TrainConfig(batch_size=32, epochs=12, patience=20), show_progress=False)
@@ -68,7 +68,7 @@ def test_onnx_parity_and_inference_without_torch(tmp_path):
     assert parity(model, out, texts) <= 1e-4
     code = (
         "import sys, json; sys.modules['torch'] = None\n"
-        "from hybrid_qpr.encoder import Encoder\n"
+        "from hybrid_qpr.encoders import Encoder\n"
         f"v = Encoder.load({str(out)!r}).encode(['hello world ?', ''])\n"
         "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]\n"
         "print(json.dumps([list(v.shape), str(v.dtype)]))"
@@ -82,7 +82,7 @@ def test_train_and_export_cli(tmp_path):
 
     from hybrid_qpr.cli.export import export
     from hybrid_qpr.cli.train import train as train_cmd
-    from hybrid_qpr.encoder import Encoder
+    from hybrid_qpr.encoders import Encoder
 
     data = write_dataset_dir(tmp_path / "data", {"train": topic_clusters(100, 7), "val": topic_clusters(30, 8)})
     args = [str(data), "--out", str(tmp_path / "run"), "--vocab", "500", "--hash-bins", "10", "--embedding-dim", "8",

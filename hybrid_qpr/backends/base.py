@@ -8,29 +8,13 @@ Scores are "higher is better" (see ``hybrid_qpr.distance``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-Filters = Mapping[str, Any]  # field -> value (or list of values): exact match on metadata
-
-
-@dataclass(frozen=True)
-class Document:
-    id: str
-    text: str
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Hit:
-    """One document from one retriever, with that retriever's score."""
-
-    id: str
-    score: float
-
+from hybrid_qpr.types import Document, Filters, Hit
 
 @runtime_checkable
 class Backend(Protocol):

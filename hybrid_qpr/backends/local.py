@@ -11,7 +11,7 @@ Layout of an index directory (every file written aside and swapped in atomically
     bm25/           the bm25s index (sparse matrix as .npy + vocabulary JSON)
 
 Why rebuild instead of update in place: an ingest or delete writes a complete new directory
-beside the old one and renames it into place (``hybrid_qpr.data._io.atomic_directory``), so
+beside the old one and renames it into place (``hybrid_qpr.artifacts.atomic_directory``), so
 a crash or a bad input line can never leave a half-written index, and re-ingesting an id
 replaces its row instead of adding a second one. Only new or changed texts are re-encoded;
 BM25 and FAISS are rebuilt from the stored tokens and vectors (seconds for 100k questions).
@@ -41,7 +41,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from hybrid_qpr.backends.base import Document, Filters, Hit, IngestReport
+from hybrid_qpr.backends.base import IngestReport
+from hybrid_qpr.types import Document, Filters, Hit
 from hybrid_qpr.distance import Distance, check_distance, faiss_metric, prepare_vectors, score_from_faiss, similarity
 from hybrid_qpr.errors import ArtifactError, BackendError, ConfigError, ModelMismatchError, require
 from hybrid_qpr.text import tokenize
@@ -265,7 +266,7 @@ class LocalIndex:
 
     def set_fusion_defaults(self, defaults: Mapping[str, Any]) -> None:
         """Store tuned fusion defaults in ``manifest.json`` (written aside, then renamed)."""
-        from hybrid_qpr.data._io import atomic_write
+        from hybrid_qpr.artifacts import atomic_write
 
         self.manifest["fusion"] = dict(defaults)
         with atomic_write(self.path / MANIFEST) as fh:
@@ -446,7 +447,7 @@ def _as_text(value: Any) -> str:
 def _write_directory(path: Path, manifest: dict[str, Any], ids: list[str], texts: list[str], metas: list[str],
                      vectors: np.ndarray, bm25_impl: str = "bm25s") -> None:
     """Write a complete index directory aside and rename it over ``path``."""
-    from hybrid_qpr.data._io import atomic_directory
+    from hybrid_qpr.artifacts import atomic_directory
 
     n = len(ids)
     faiss_info = manifest["faiss"]

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hybrid_qpr.encoder import MODEL_FILE, TOKENIZER_FILE, read_config
+from hybrid_qpr.encoders import MODEL_FILE, TOKENIZER_FILE, read_config
 from hybrid_qpr.errors import ArtifactError, ClusterError, ConfigError
 
 logger = logging.getLogger(__name__)

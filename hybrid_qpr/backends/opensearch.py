@@ -3,7 +3,7 @@
 For an app that already has a client::
 
     from hybrid_qpr.backends.opensearch import OpenSearchBackend
-    from hybrid_qpr.encoder import Encoder
+    from hybrid_qpr.encoders import Encoder
     from hybrid_qpr.search import HybridSearcher
 
     backend = OpenSearchBackend(my_client, "questions")
@@ -39,7 +39,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
-from hybrid_qpr.backends.base import Document, Filters, Hit, IngestReport
+from hybrid_qpr.backends.base import IngestReport
+from hybrid_qpr.types import Document, Filters, Hit
 from hybrid_qpr.distance import (Distance, check_distance, opensearch_space_type, prepare_vectors,
                                  score_from_opensearch)
 from hybrid_qpr.errors import BackendError, ClusterError, ConfigError, ModelMismatchError, require
@@ -168,7 +169,7 @@ def connect(url: str | None = None, *, username: str | None = None, password: st
     if url is None:
         url = os.environ.get("HYBRID_QPR_OPENSEARCH_URL")
     if not url:
-        from hybrid_qpr.cluster import LocalNode
+        from hybrid_qpr.localnode import LocalNode
 
         url = LocalNode().url
     username = username if username is not None else os.environ.get("HYBRID_QPR_OPENSEARCH_USER")
@@ -541,7 +542,7 @@ class OpenSearchBackend:
             pass
 
         if report.failed and rejects_path:
-            from hybrid_qpr.data._io import write_jsonl
+            from hybrid_qpr.artifacts import write_jsonl
 
             write_jsonl(rejects_path, report.failed)
         self._refresh()

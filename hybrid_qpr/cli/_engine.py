@@ -64,7 +64,7 @@ def open_backend(index: str, connection: dict[str, Any]):
 def load_encoder(model: str | None, backend=None):
     """``--model`` if given; else the model the local index was built with (when it still
     exists); else the model committed in ``onnx/``."""
-    from hybrid_qpr.encoder import Encoder
+    from hybrid_qpr.encoders import Encoder
 
     if model is None and backend is not None:
         built_with = getattr(backend, "model_dir", None)

@@ -40,7 +40,7 @@ def start(home: str | None, port: int, heap: str, timeout: float) -> None:
     On failure the error shows the tail of the node's log. As root, the node runs as the
     system user 'hybridqpr' (created if missing) because OpenSearch refuses root.
     """
-    from hybrid_qpr.cluster import LocalNode
+    from hybrid_qpr.localnode import LocalNode
 
     node = LocalNode(home, port=port, heap=heap, say=lambda message: click.echo(f"[cluster] {message}", err=True))
     timings = node.start(timeout=timeout)
@@ -59,7 +59,7 @@ def start(home: str | None, port: int, heap: str, timeout: float) -> None:
 @friendly_errors
 def stop(home: str | None, timeout: float) -> None:
     """Stop the node started by 'cluster start' (only that process, found by its pid file)."""
-    from hybrid_qpr.cluster import LocalNode
+    from hybrid_qpr.localnode import LocalNode
 
     node = LocalNode(home)
     click.echo("stopped" if node.stop(timeout=timeout) else "no node running")
@@ -79,7 +79,7 @@ def status(home: str | None, url_only: bool, as_json: bool) -> None:
     """
     from dataclasses import asdict
 
-    from hybrid_qpr.cluster import LocalNode
+    from hybrid_qpr.localnode import LocalNode
 
     node = LocalNode(home)
     state = node.status(with_plugins=not url_only)

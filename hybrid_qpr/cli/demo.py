@@ -44,7 +44,7 @@ def demo(index, model, examples_dir, top_k) -> None:
     from hybrid_qpr.backends.local import LocalIndex
     from hybrid_qpr.data.beir import load_beir
     from hybrid_qpr.data.documents import iter_documents
-    from hybrid_qpr.encoder import Encoder
+    from hybrid_qpr.encoders import Encoder
     from hybrid_qpr.evaluation.evaluator import evaluate, sample_queries, tune
     from hybrid_qpr.evaluation.report import markdown_table
     from hybrid_qpr.search import HybridSearcher

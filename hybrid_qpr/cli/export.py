@@ -47,7 +47,7 @@ def export(model_dir: str | None, out_dir: str, kind: str, max_length: int | Non
     from pathlib import Path
 
     from hybrid_qpr.export.transformer import export_transformer_dir
-    from hybrid_qpr.finetune import MODEL_SUBDIR
+    from hybrid_qpr.training.transformer import MODEL_SUBDIR
 
     source = Path(model_dir) if model_dir else None
     if source is not None and (source / MODEL_SUBDIR).is_dir():

@@ -54,7 +54,7 @@ def finetune(dataset_dir: str, out_dir: str, loss: str, base_model: str | None, 
       hybrid-qpr finetune data/quora --out models/minilm-sdml --loss sdml --max-length 32 --steps 200
       hybrid-qpr export --kind transformer models/minilm-sdml --out onnx/minilm-sdml
     """
-    from hybrid_qpr.finetune import FinetuneSettings, finetune as run
+    from hybrid_qpr.training.transformer import FinetuneSettings, finetune as run
 
     settings = FinetuneSettings(loss=loss, base_model=base_model, max_length=max_length, batch_size=batch_size,
                                 accumulate=accumulate, steps=steps, lr=lr, max_clusters=max_clusters, normalize=normalize,

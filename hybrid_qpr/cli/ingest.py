@@ -48,7 +48,7 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
     """
     from hybrid_qpr.cli._engine import quiet_bm25s
     from hybrid_qpr.data.documents import iter_documents
-    from hybrid_qpr.encoder import Encoder
+    from hybrid_qpr.encoders import Encoder
 
     quiet_bm25s()
 

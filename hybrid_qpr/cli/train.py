@@ -58,7 +58,7 @@ def train(dataset_dir, run_dir, loss, epsilon, margin, triplet_distance, negativ
     from hybrid_qpr.model.cnn import CNNModel
     from hybrid_qpr.model.losses import build_loss
     from hybrid_qpr.text.tokenizer import Vocabulary
-    from hybrid_qpr.train import TrainConfig, train as run_training, write_run_meta
+    from hybrid_qpr.training.cnn import TrainConfig, train as run_training, write_run_meta
 
     tr, va = load_split(dataset_dir, "train"), load_split(dataset_dir, "val")
     Path(run_dir).mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
-from hybrid_qpr.data._io import atomic_write, iter_jsonl, iter_rows, open_text, write_jsonl
+from hybrid_qpr.artifacts import atomic_write, iter_jsonl, iter_rows, open_text, write_jsonl
 from hybrid_qpr.data.clusters import Cluster
 from hybrid_qpr.errors import ConfigError, InputError
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hybrid_qpr.data._io import atomic_directory, atomic_write, display_name
+from hybrid_qpr.artifacts import atomic_directory, atomic_write, display_name
 from hybrid_qpr.data.beir import write_beir
 from hybrid_qpr.data.clusters import Cluster, KeyMode, clusters_from_pairs, clusters_from_qa_log
 from hybrid_qpr.data.pairs import OnBadLine, iter_pairs

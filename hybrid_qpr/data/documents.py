@@ -30,8 +30,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from hybrid_qpr.backends.base import Document
-from hybrid_qpr.data._io import base_suffix, display_name, iter_jsonl, iter_rows, open_text
+from hybrid_qpr.types import Document
+from hybrid_qpr.artifacts import base_suffix, display_name, iter_jsonl, iter_rows, open_text
 from hybrid_qpr.errors import ConfigError, InputError
 
 logger = logging.getLogger(__name__)

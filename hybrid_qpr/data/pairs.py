@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from hybrid_qpr.data._io import display_name, iter_rows, open_text
+from hybrid_qpr.artifacts import display_name, iter_rows, open_text
 from hybrid_qpr.errors import ConfigError, InputError
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
-from hybrid_qpr.data._io import base_suffix, display_name, iter_jsonl, iter_rows, open_text
+from hybrid_qpr.artifacts import base_suffix, display_name, iter_jsonl, iter_rows, open_text
 from hybrid_qpr.data.clusters import QALogRecord
 from hybrid_qpr.data.pairs import OnBadLine
 from hybrid_qpr.errors import ConfigError, InputError

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from hybrid_qpr.data._io import iter_jsonl, write_jsonl
+from hybrid_qpr.artifacts import iter_jsonl, write_jsonl
 from hybrid_qpr.data.clusters import Cluster, Question, normalize_text
 from hybrid_qpr.errors import ConfigError, InputError
 

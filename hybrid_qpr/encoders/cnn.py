@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hybrid_qpr.encoder import MODEL_FILE, TOKENIZER_FILE, Encoder, onnx_session
+from hybrid_qpr.encoders.base import MODEL_FILE, TOKENIZER_FILE, Encoder, onnx_session
 from hybrid_qpr.text.tokenizer import Vocabulary
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hybrid_qpr.encoder import MODEL_FILE, TOKENIZER_FILE, Encoder, onnx_session
+from hybrid_qpr.encoders.base import MODEL_FILE, TOKENIZER_FILE, Encoder, onnx_session
 from hybrid_qpr.errors import ArtifactError, ConfigError
 
 DEFAULT_MAX_LENGTH = 64

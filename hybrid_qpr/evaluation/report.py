@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hybrid_qpr.data._io import atomic_write
+from hybrid_qpr.artifacts import atomic_write
 from hybrid_qpr.errors import require
 from hybrid_qpr.evaluation.evaluator import METRIC_NAMES
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hybrid_qpr.encoder import MODEL_FILE, TOKENIZER_FILE
+from hybrid_qpr.encoders import MODEL_FILE, TOKENIZER_FILE
 from hybrid_qpr.model.cnn import CNNModel
 
 PARITY_TEXTS = ["", "hello", "How do I learn Python?", "Что такое машинное обучение?", "why " * 200, "¿Qué es? 日本語の質問"]
@@ -67,7 +67,7 @@ def export_cnn(model: CNNModel, out_dir: str | Path, training: dict | None = Non
 @torch.no_grad()
 def parity(model: CNNModel, model_dir: str | Path, texts: Sequence[str] = PARITY_TEXTS) -> float:
     """Max |torch - onnxruntime| over ``texts`` (encoded as one padded batch)."""
-    from hybrid_qpr.encoder import Encoder
+    from hybrid_qpr.encoders import Encoder
 
     model.eval()
     expected = model(model.collate(texts)).numpy()

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from hybrid_qpr.data._io import atomic_directory
-from hybrid_qpr.encoder import CONFIG_FILE, CONFIG_FORMAT, MODEL_FILE, TOKENIZER_FILE
+from hybrid_qpr.artifacts import atomic_directory
+from hybrid_qpr.encoders import CONFIG_FILE, CONFIG_FORMAT, MODEL_FILE, TOKENIZER_FILE
 from hybrid_qpr.errors import ArtifactError
 from hybrid_qpr.model.transformer import SETTINGS_FILE, TransformerEmbedder
 

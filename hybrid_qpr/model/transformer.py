@@ -8,7 +8,7 @@ real (non-padding) tokens,
     e = sum_t m_t * h_t / max(sum_t m_t, 1e-9),
 
 optionally L2-normalised, trained with a metric-learning loss. The module follows the
-trainer contract of ``hybrid_qpr.train``: ``collate(texts)`` turns strings into a batch,
+trainer contract of ``hybrid_qpr.training.cnn``: ``collate(texts)`` turns strings into a batch,
 ``forward(batch)`` returns embeddings [N, dim].
 
 Everything is read from a local directory: nothing is fetched from a model hub (the
@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hybrid_qpr.data._io import atomic_directory
+from hybrid_qpr.artifacts import atomic_directory
 from hybrid_qpr.encoders.transformer import DEFAULT_MAX_LENGTH, wordpiece_tokenizer
 from hybrid_qpr.errors import ArtifactError, MissingDependencyError
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hybrid_qpr.data._io import atomic_write
+from hybrid_qpr.artifacts import atomic_write
 from hybrid_qpr.errors import ArtifactError, ConfigError
 
 PAD_ID = 0

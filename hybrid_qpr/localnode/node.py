@@ -2,7 +2,7 @@
 
 Life cycle (``hybrid-qpr cluster start|stop|status`` are thin wrappers):
 
-1. ``install()`` - fetch the artifacts (``hybrid_qpr.cluster.artifacts``), unzip the server,
+1. ``install()`` - fetch the artifacts (``hybrid_qpr.localnode.maven``), unzip the server,
    rebuild the ``lang-painless`` and ``analysis-common`` modules from their jars plus a
    descriptor and policy, install the four plugins offline with ``opensearch-plugin install
    --batch file://...``. Built beside the target and moved in place with ``os.replace``,
@@ -36,9 +36,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hybrid_qpr.cluster.artifacts import (MODULES, OPENSEARCH_VERSION, PLUGINS, Artifacts, check_tools,
+from hybrid_qpr.localnode.maven import (MODULES, OPENSEARCH_VERSION, PLUGINS, Artifacts, check_tools,
                                           default_home, fetch)
-from hybrid_qpr.cluster.djl import prepare_pytorch
+from hybrid_qpr.localnode.djl import prepare_pytorch
 from hybrid_qpr.errors import ClusterError, ConfigError
 
 logger = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class NodeStatus:
 
 
 class LocalNode:
-    """The local node under ``home`` (default ``hybrid_qpr.cluster.artifacts.default_home()``)."""
+    """The local node under ``home`` (default ``hybrid_qpr.localnode.maven.default_home()``)."""
 
     def __init__(self, home: str | Path | None = None, port: int = DEFAULT_PORT, heap: str = DEFAULT_HEAP,
                  version: str = OPENSEARCH_VERSION, say: Callable[[str], None] | None = None):
@@ -147,7 +147,7 @@ class LocalNode:
             t_installed = time.monotonic()
             mvn, java_home = check_tools()
             user = _node_user()
-            # ml-commons local models: PyTorch libraries for DJL from Maven Central (hybrid_qpr.cluster.djl)
+            # ml-commons local models: PyTorch libraries for DJL from Maven Central (hybrid_qpr.localnode.djl)
             ml_env = prepare_pytorch(self.node_dir, self.home, mvn, say=self.say)
             self._write_config()
             if user:

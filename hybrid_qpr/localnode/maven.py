@@ -9,7 +9,7 @@ Why Maven Central: it is reachable where Docker Hub and artifacts.opensearch.org
   opensearch-knn, neural-search}:2.19.6.0:zip`` (the k-NN zip has no native faiss/nmslib
   libraries, so only the Lucene engine works);
 * the module jars ``org.opensearch.plugin:lang-painless`` (with antlr4, asm and the painless
-  SPI) and ``analysis-common``, from which ``hybrid_qpr.cluster.node`` assembles module
+  SPI) and ``analysis-common``, from which ``hybrid_qpr.localnode.node`` assembles module
   directories with a descriptor and a security policy.
 
 Everything lands in ``<home>/downloads`` and is reused by later runs; ``mvn`` itself also

@@ -4,7 +4,7 @@
 ``docs/opensearch.md`` for the facts each step relies on.
 """
 
-from hybrid_qpr.cluster.artifacts import OPENSEARCH_VERSION, default_home
-from hybrid_qpr.cluster.node import LocalNode, NodeStatus
+from hybrid_qpr.localnode.maven import OPENSEARCH_VERSION, default_home
+from hybrid_qpr.localnode.node import LocalNode, NodeStatus
 
 __all__ = ["LocalNode", "NodeStatus", "OPENSEARCH_VERSION", "default_home"]

@@ -28,7 +28,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from hybrid_qpr.cluster.artifacts import _dependency, _mvn_copy
+from hybrid_qpr.localnode.maven import _dependency, _mvn_copy
 from hybrid_qpr.errors import ClusterError
 
 logger = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "config.json"
 
 # The model committed with the package; used when no --model is given.
-DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "onnx" / "sdml-cnn-quora"
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "onnx" / "sdml-cnn-quora"
 
 
 def read_config(model_dir: str | Path) -> dict[str, Any]:

@@ -139,7 +139,7 @@ def _lr_factor(step: int, total: int, warmup: float) -> float:
 
 
 def _save_checkpoint(path: Path, model, optimizer, scheduler, step: int, settings: FinetuneSettings) -> None:
-    from hybrid_qpr.train import save_atomic
+    from hybrid_qpr.training.cnn import save_atomic
 
     save_atomic({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                  "scheduler": scheduler.state_dict(), "settings": dataclasses.asdict(settings)}, path)

@@ -1,0 +1,24 @@
+"""The records passed between backends, fusion and search; no dependencies, so any module may import them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+Filters = Mapping[str, Any]  # field -> value (or list of values): exact match on metadata
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    text: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One document from one retriever, with that retriever's score."""
+
+    id: str
+    score: float
