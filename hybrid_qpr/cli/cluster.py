@@ -12,6 +12,8 @@ _HOME_HELP = ("Where artifacts and nodes live. [default: $HYBRID_QPR_HOME, else 
               "as root, else ~/.cache/hybrid-qpr/opensearch]")
 _ENGINE = click.option("--engine", type=click.Choice(["opensearch", "elasticsearch"]), default="opensearch",
                        show_default=True, help="Which search engine.")
+_NODES = click.option("--nodes", type=click.IntRange(1, 9), default=None,
+                      help="Which deployment: the single node (default) or the N-node OpenSearch cluster.")
 _HOME = click.option("--home", type=click.Path(file_okay=False), default=None, help=_HOME_HELP)
 
 
@@ -32,8 +34,8 @@ def cluster() -> None:
       hybrid-qpr cluster start --engine elasticsearch
       export HYBRID_QPR_OPENSEARCH_URL=$(hybrid-qpr cluster status --url)
       export HYBRID_QPR_ELASTICSEARCH_URL=$(hybrid-qpr cluster status --engine elasticsearch --url)
-      hybrid-qpr cluster start --nodes 3 --port 9210          # a three-node OpenSearch cluster
-      hybrid-qpr cluster stop; hybrid-qpr cluster stop --engine elasticsearch
+      hybrid-qpr cluster start --nodes 3                       # a three-node OpenSearch cluster on 9210-9212
+      hybrid-qpr cluster stop; hybrid-qpr cluster stop --engine elasticsearch; hybrid-qpr cluster stop --nodes 3
     """
 
 
@@ -42,10 +44,11 @@ def cluster() -> None:
 @click.option("--version", "version", default=None,
               help="Engine version: OpenSearch 3.6.0 (default) or 2.19.6; Elasticsearch 9.5.3 (default) or 8.19.21.")
 @click.option("--nodes", type=click.IntRange(1, 9), default=None,
-              help="Number of OpenSearch nodes (HTTP ports PORT..PORT+N-1, transport ports +100). [default: 1]")
+              help="Number of OpenSearch nodes (HTTP ports PORT..PORT+N-1, transport ports +100); a cluster is a "
+              "deployment of its own beside the single node. [default: 1]")
 @_HOME
 @click.option("--port", type=int, default=None, help="HTTP port on 127.0.0.1 (of the first node). "
-              "[default: 9200 for OpenSearch, 9201 for Elasticsearch]")
+              "[default: 9200 for OpenSearch, 9201 for Elasticsearch, 9210 for a multi-node cluster]")
 @click.option("--heap", default=None, help="JVM heap per node (-Xms and -Xmx), e.g. 1g or 512m. "
               "[default: 1g for one OpenSearch node, else 512m]")
 @click.option("--timeout", type=float, default=240.0, show_default=True, help="Seconds to wait for green health.")
@@ -75,24 +78,26 @@ def start(engine: str, version: str | None, nodes: int | None, home: str | None,
 
 @cluster.command()
 @_ENGINE
+@_NODES
 @_HOME
 @click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds before SIGKILL.")
 @friendly_errors
-def stop(engine: str, home: str | None, timeout: float) -> None:
+def stop(engine: str, nodes: int | None, home: str | None, timeout: float) -> None:
     """Stop the node(s) of ENGINE started by 'cluster start' (only those processes, found by their pid files)."""
     from hybrid_qpr.localnode import LocalNode
 
-    node = LocalNode(home, engine=engine)
+    node = LocalNode(home, engine=engine, nodes=nodes)
     click.echo(f"stopped {node.dist.label}" if node.stop(timeout=timeout) else f"no {engine} node running")
 
 
 @cluster.command()
 @_ENGINE
+@_NODES
 @_HOME
 @click.option("--url", "url_only", is_flag=True, help="Print only the URL (exit 1 if the node is not running).")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @friendly_errors
-def status(engine: str, home: str | None, url_only: bool, as_json: bool) -> None:
+def status(engine: str, nodes: int | None, home: str | None, url_only: bool, as_json: bool) -> None:
     """Show whether the node(s) run, health, version and plugins.
 
     \b
@@ -104,7 +109,7 @@ def status(engine: str, home: str | None, url_only: bool, as_json: bool) -> None
 
     from hybrid_qpr.localnode import LocalNode
 
-    node = LocalNode(home, engine=engine)
+    node = LocalNode(home, engine=engine, nodes=nodes)
     state = node.status(with_plugins=not url_only)
     if url_only:
         if not state.running:

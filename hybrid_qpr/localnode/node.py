@@ -19,9 +19,10 @@ Life cycle (``hybrid-qpr cluster start|stop|status`` are thin wrappers):
 3. ``stop()`` - SIGTERM to every pid in the pid files (each checked to be the engine's JVM),
    SIGKILL after a grace period.
 
-One deployment per engine per home runs at a time; ``<home>/<engine>-node.json`` records it
-(version, port, node count, token), so ``LocalNode(engine=...)`` without a version or port
-finds the running one.
+A single node and an N-node cluster of the same engine are separate deployments (they may run
+at once on different ports); each is recorded in ``<home>/<engine>-node.json`` or
+``<home>/<engine>-<N>nodes.json`` (version, port, token), so ``LocalNode(engine=..., nodes=...)``
+without a version or port finds the running one.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ TOKEN_ATTRIBUTE = "hybrid_qpr_token"  # node.attr.<this>: proves a port is answe
 TRANSPORT_OFFSET = 100  # a node of a multi-node cluster listens for transport on its HTTP port + 100
 DEFAULT_HEAPS = {("opensearch", 1): "1g", ("elasticsearch", 1): "512m"}  # else 512m per node
 MAX_NODES = 9
+MULTI_NODE_PORT = 9210  # default first HTTP port of a multi-node cluster: clear of 9200 (OpenSearch) and 9201 (ES)
 
 
 @dataclass(frozen=True)
@@ -95,9 +97,10 @@ class NodeStatus:
 class LocalNode:
     """The local deployment of ``engine`` under ``home`` (default ``maven.default_home()``).
 
-    ``version``, ``port`` and ``nodes`` left as None mean: those of the deployment recorded as
-    started from this home, else the engine's defaults (OpenSearch 3.6.0 on 9200,
-    Elasticsearch 9.5.3 on 9201, one node). With ``nodes=N`` the HTTP ports are port ... port+N-1.
+    ``version`` and ``port`` left as None mean: those of the deployment recorded as started from
+    this home with this node count, else the engine's defaults (OpenSearch 3.6.0 on 9200,
+    Elasticsearch 9.5.3 on 9201; a multi-node cluster on 9210). With ``nodes=N`` (default 1) the
+    HTTP ports are port ... port+N-1 and the transport ports port+100 ... port+100+N-1.
     """
 
     def __init__(self, home: str | Path | None = None, port: int | None = None, heap: str | None = None,
@@ -107,17 +110,19 @@ class LocalNode:
         self.say = say or logger.info
         self.home = Path(home) if home is not None else default_home()
         self.engine = engine
-        distribution(engine, version)  # an unknown engine or version fails here, before the state file is read
-        saved = self._saved_state(engine)
-        self.dist: Distribution = distribution(engine, version or saved.get("version"))
-        self.version = self.dist.version
-        self.port = port or saved.get("port") or DEFAULT_PORTS[engine]
-        self.nodes = nodes or saved.get("nodes") or 1
+        self.nodes = nodes or 1
         if not 1 <= self.nodes <= MAX_NODES:
             raise ConfigError(f"nodes={self.nodes}: use 1 to {MAX_NODES}")
         if self.nodes > 1 and engine != "opensearch":
             raise ConfigError(f"nodes={self.nodes}: only OpenSearch runs as a multi-node local cluster; "
                               f"Elasticsearch runs as one node")
+        distribution(engine, version)  # an unknown engine or version fails here, before the state file is read
+        # a single node and a cluster of N nodes are separate deployments, each with its state file
+        self.state_file = self.home / (f"{engine}-node.json" if self.nodes == 1 else f"{engine}-{self.nodes}nodes.json")
+        saved = self._saved_state()
+        self.dist: Distribution = distribution(engine, version or saved.get("version"))
+        self.version = self.dist.version
+        self.port = port or saved.get("port") or (DEFAULT_PORTS[engine] if self.nodes == 1 else MULTI_NODE_PORT)
         self.heap = heap or DEFAULT_HEAPS.get((engine, self.nodes), "512m")
         if not re.fullmatch(r"[1-9][0-9]*[mMgG]", self.heap):
             raise ConfigError(f"heap={self.heap!r}: use a JVM size such as 512m or 1g")
@@ -125,7 +130,6 @@ class LocalNode:
         self.cluster_name = "hybrid-qpr" if engine == "opensearch" else f"hybrid-qpr-{engine}"
         if self.nodes > 1:
             self.cluster_name += f"-{self.nodes}nodes"
-        self.state_file = self.home / f"{engine}-node.json"
         self.members = self._members()
 
     # ------------------------------------------------------------------ public API
@@ -169,7 +173,7 @@ class LocalNode:
 
     def status(self, with_plugins: bool = False) -> NodeStatus:
         # nodes started before tokens existed (state without "token") carry no token attribute either
-        token = self._saved_state(self.engine).get("token") if self._is_recorded() else "(not started from here)"
+        token = self._saved_state().get("token") if self._is_recorded() else "(not started from here)"
         rows, problem = [], None
         for member in self.members:
             pid = self._live_pid(member)
@@ -215,7 +219,8 @@ class LocalNode:
             if not down:
                 raise ClusterError(
                     f"{self.dist.label} processes from {self.node_dir} are alive but {self.url} does not answer; "
-                    f"wait for them or run 'hybrid-qpr cluster stop --engine {self.engine}'. Log: {self.log_file}"
+                    f"wait for them or run 'hybrid-qpr cluster stop --engine {self.engine}"
+                f"{f' --nodes {self.nodes}' if self.nodes > 1 else ''}'. Log: {self.log_file}"
                 )
             for member in down:
                 member.pid_file.unlink(missing_ok=True)
@@ -233,7 +238,7 @@ class LocalNode:
             jdk = ensure_jdk(*self.dist.java, say=self.say)
             user = _node_user()
             # a node still alive keeps the token it was started with; a fresh start draws a new one
-            token = self._saved_state(self.engine).get("token") if len(down) < len(self.members) else None
+            token = self._saved_state().get("token") if len(down) < len(self.members) else None
             token = token or uuid.uuid4().hex
             self._write_state(token)
             extra_env: dict[str, str] = {}
@@ -289,9 +294,9 @@ class LocalNode:
                        self.port + i - 1 + TRANSPORT_OFFSET, cluster_dir / f"node-{i}" / f"{self.engine}.pid")
                 for i in range(1, self.nodes + 1)]
 
-    def _saved_state(self, engine: str) -> dict:
-        paths = [self.home / f"{engine}-node.json"]
-        if engine == "opensearch":
+    def _saved_state(self) -> dict:
+        paths = [self.state_file]
+        if self.engine == "opensearch" and self.nodes == 1:
             paths.append(self.home / "node.json")  # written by versions before 3.6 support: port and version
         for path in paths:
             try:
@@ -303,8 +308,8 @@ class LocalNode:
         return {}
 
     def _is_recorded(self) -> bool:
-        saved = self._saved_state(self.engine)
-        return (saved.get("version"), saved.get("port"), saved.get("nodes", 1)) == (self.version, self.port, self.nodes)
+        saved = self._saved_state()
+        return (saved.get("version"), saved.get("port")) == (self.version, self.port)
 
     def _write_state(self, token: str) -> None:
         state = {"version": self.version, "port": self.port, "nodes": self.nodes, "token": token,
@@ -314,14 +319,15 @@ class LocalNode:
         os.replace(tmp, self.state_file)
 
     def _refuse_other_deployment(self) -> None:
-        """One deployment per engine and home: another version, port or node count must be stopped first."""
+        """One deployment per engine, node count and home: another version or port must be stopped first."""
         if self._is_recorded():
             return
-        recorded = LocalNode(self.home, engine=self.engine)
+        recorded = LocalNode(self.home, engine=self.engine, nodes=self.nodes)
         if any(recorded._live_pid(m) is not None for m in recorded.members):
             raise ClusterError(
                 f"{recorded.dist.label} ({recorded.nodes} node(s), {recorded.url}) started from {self.home} is still "
-                f"running; stop it first with 'hybrid-qpr cluster stop --engine {self.engine}'"
+                f"running; stop it first with 'hybrid-qpr cluster stop --engine {self.engine}"
+                f"{f' --nodes {self.nodes}' if self.nodes > 1 else ''}'"
                 f"{' --home ' + str(self.home) if 'HYBRID_QPR_HOME' not in os.environ else ''}, or use another "
                 f"HYBRID_QPR_HOME"
             )
