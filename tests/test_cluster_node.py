@@ -108,7 +108,7 @@ def test_defaults_and_layout(monkeypatch, tmp_path):
     assert default_home() == tmp_path / "h"
     node = LocalNode()
     assert node.node_dir == tmp_path / "h" / f"opensearch-{OPENSEARCH_VERSION}" and node.url == "http://127.0.0.1:9200"
-    assert node.heap == "1g" and node.dist.modules == ()  # 3.6's zip has lang-painless & co already
+    assert node.heap == "2g" and node.dist.modules == ()  # 3.6's zip has lang-painless & co already
     es = LocalNode(engine="elasticsearch")
     assert es.node_dir == tmp_path / "h" / "elasticsearch-9.5.3" and es.url == "http://127.0.0.1:9201"
     assert es.heap == "512m" and es.pid_file == es.node_dir / "elasticsearch.pid"

@@ -59,7 +59,9 @@ NODE_USER = "hybridqpr"
 MARKER = "hybrid-qpr-node.json"  # written last by install(): the node directory is complete
 TOKEN_ATTRIBUTE = "hybrid_qpr_token"  # node.attr.<this>: proves a port is answered by our node
 TRANSPORT_OFFSET = 100  # a node of a multi-node cluster listens for transport on its HTTP port + 100
-DEFAULT_HEAPS = {("opensearch", 1): "1g", ("elasticsearch", 1): "512m"}  # else 512m per node
+# one OpenSearch node: 2g, because ml-commons refuses predictions while the heap (garbage included) is
+# above 85 %, which a 1g 3.6.0 node stayed at after deploying a MiniLM (429 "Memory Circuit Breaker")
+DEFAULT_HEAPS = {("opensearch", 1): "2g", ("elasticsearch", 1): "512m"}  # else 512m per node
 MAX_NODES = 9
 MULTI_NODE_PORT = 9210  # default first HTTP port of a multi-node cluster: clear of 9200 (OpenSearch) and 9201 (ES)
 
