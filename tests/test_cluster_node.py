@@ -122,13 +122,15 @@ def test_defaults_and_layout(monkeypatch, tmp_path):
     assert trio.state_file != node.state_file  # a cluster is a deployment of its own
 
 
-def test_status_finds_the_recorded_deployment(tmp_path):
+def test_a_recorded_deployment_that_no_longer_runs_gives_way_to_the_defaults(tmp_path):
+    """The state file names what ran last; once it is stopped, a plain start gets the defaults
+    (scripts/test's 2.19.6 smoke phase must not turn the next run's default into 2.19.6)."""
     (tmp_path / "elasticsearch-node.json").write_text(json.dumps({"version": "8.19.21", "port": 9333, "token": "t"}))
     node = LocalNode(tmp_path, engine="elasticsearch")
-    assert node.version == "8.19.21" and node.url == "http://127.0.0.1:9333"
-    # written by versions before 3.6 support: port and version only
-    (tmp_path / "node.json").write_text(json.dumps({"port": 9444, "version": "2.19.6"}))
-    assert LocalNode(tmp_path).url == "http://127.0.0.1:9444" and LocalNode(tmp_path).version == "2.19.6"
+    assert node.version == "9.5.3" and node.url == "http://127.0.0.1:9201"
+    assert LocalNode(tmp_path, engine="elasticsearch", version="8.19.21").url == "http://127.0.0.1:9201"
+    (tmp_path / "node.json").write_text(json.dumps({"port": 9444, "version": "2.19.6"}))  # pre-3.6 state file
+    assert LocalNode(tmp_path).version == OPENSEARCH_VERSION and LocalNode(tmp_path).port == 9200
 
 
 def test_nothing_running_in_a_fresh_home(tmp_path):

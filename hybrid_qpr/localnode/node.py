@@ -100,7 +100,7 @@ class LocalNode:
     """The local deployment of ``engine`` under ``home`` (default ``maven.default_home()``).
 
     ``version`` and ``port`` left as None mean: those of the deployment recorded as started from
-    this home with this node count, else the engine's defaults (OpenSearch 3.6.0 on 9200,
+    this home with this node count while any of its nodes runs, else the engine's defaults (OpenSearch 3.6.0 on 9200,
     Elasticsearch 9.5.3 on 9201; a multi-node cluster on 9210). With ``nodes=N`` (default 1) the
     HTTP ports are port ... port+N-1 and the transport ports port+100 ... port+100+N-1.
     """
@@ -121,18 +121,27 @@ class LocalNode:
         distribution(engine, version)  # an unknown engine or version fails here, before the state file is read
         # a single node and a cluster of N nodes are separate deployments, each with its state file
         self.state_file = self.home / (f"{engine}-node.json" if self.nodes == 1 else f"{engine}-{self.nodes}nodes.json")
-        saved = self._saved_state()
-        self.dist: Distribution = distribution(engine, version or saved.get("version"))
-        self.version = self.dist.version
-        self.port = port or saved.get("port") or (DEFAULT_PORTS[engine] if self.nodes == 1 else MULTI_NODE_PORT)
         self.heap = heap or DEFAULT_HEAPS.get((engine, self.nodes), "512m")
         if not re.fullmatch(r"[1-9][0-9]*[mMgG]", self.heap):
             raise ConfigError(f"heap={self.heap!r}: use a JVM size such as 512m or 1g")
-        self.node_dir = self.home / f"{engine}-{self.version}"
         self.cluster_name = "hybrid-qpr" if engine == "opensearch" else f"hybrid-qpr-{engine}"
         if self.nodes > 1:
             self.cluster_name += f"-{self.nodes}nodes"
+        saved = self._saved_state()
+        self._configure(version or saved.get("version"), port or saved.get("port"))
+        if (version is None or port is None) and saved and not self._any_alive():
+            # what ran last is not running: a new start gets the defaults, not the last version or port
+            self._configure(version, port)
+
+    def _configure(self, version: str | None, port: int | None) -> None:
+        self.dist: Distribution = distribution(self.engine, version)
+        self.version = self.dist.version
+        self.port = port or (DEFAULT_PORTS[self.engine] if self.nodes == 1 else MULTI_NODE_PORT)
+        self.node_dir = self.home / f"{self.engine}-{self.version}"
         self.members = self._members()
+
+    def _any_alive(self) -> bool:
+        return any(self._live_pid(member) is not None for member in self.members)
 
     # ------------------------------------------------------------------ public API
     @property
@@ -325,7 +334,7 @@ class LocalNode:
         if self._is_recorded():
             return
         recorded = LocalNode(self.home, engine=self.engine, nodes=self.nodes)
-        if any(recorded._live_pid(m) is not None for m in recorded.members):
+        if recorded._any_alive():
             raise ClusterError(
                 f"{recorded.dist.label} ({recorded.nodes} node(s), {recorded.url}) started from {self.home} is still "
                 f"running; stop it first with 'hybrid-qpr cluster stop --engine {self.engine}"
