@@ -47,6 +47,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hybrid_qpr.artifacts import atomic_write
 from hybrid_qpr.errors import ClusterError, ConfigError
 from hybrid_qpr.localnode.distributions import DEFAULT_PORTS, Distribution, distribution
 from hybrid_qpr.localnode.djl import prepare_pytorch
@@ -325,9 +326,8 @@ class LocalNode:
     def _write_state(self, token: str) -> None:
         state = {"version": self.version, "port": self.port, "nodes": self.nodes, "token": token,
                  "cluster_name": self.cluster_name}
-        tmp = self.state_file.with_name(self.state_file.name + ".tmp")
-        tmp.write_text(json.dumps(state, indent=2), encoding="utf-8")
-        os.replace(tmp, self.state_file)
+        with atomic_write(self.state_file) as handle:
+            handle.write(json.dumps(state, indent=2))
 
     def _refuse_other_deployment(self) -> None:
         """One deployment per engine, node count and home: another version or port must be stopped first."""
