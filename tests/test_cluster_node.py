@@ -209,6 +209,7 @@ def test_unzip_keeps_executable_bits(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- live nodes
 @pytest.mark.cluster
+@pytest.mark.smoke
 def test_live_node_loads_knn_and_neural_search_and_start_is_idempotent(local_node, opensearch_client):
     if local_node is None:
         pytest.skip("the node under test is not the local node of 'hybrid-qpr cluster start'")
