@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from hybrid_qpr import resources
 from hybrid_qpr.distance import Distance, check_distance
 from hybrid_qpr.errors import ArtifactError
 
@@ -26,8 +27,8 @@ MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "config.json"
 
-# The model committed with the package; used when no --model is given.
-DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "onnx" / "sdml-cnn-quora"
+# The model shipped with the package (top-level onnx/); used when no --model is given.
+DEFAULT_MODEL_DIR = resources.model_dir()
 
 
 def read_config(model_dir: str | Path) -> dict[str, Any]:
