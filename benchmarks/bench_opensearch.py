@@ -36,6 +36,7 @@ DEFAULT_DATA = "/work/shared/data/quora-pairs.tsv.gz"
 def load(path: str, n_docs: int, n_queries: int, seed: int):
     from hybrid_qpr.types import Document
     from hybrid_qpr.data.pairs import iter_pairs
+    from hybrid_qpr.text import text_id
 
     docs: dict[str, Document] = {}
     by_text: dict[str, str] = {}
@@ -43,7 +44,7 @@ def load(path: str, n_docs: int, n_queries: int, seed: int):
     for pair in iter_pairs(path, on_bad_line="skip"):
         for qid, text in ((pair.qid1, pair.question1), (pair.qid2, pair.question2)):
             if len(docs) < n_docs and text not in by_text:
-                doc_id = qid or f"t{len(docs)}"
+                doc_id = qid or text_id(text)
                 docs[doc_id] = Document(doc_id, text)
                 by_text[text] = doc_id
         if pair.is_duplicate and pair.question1 in by_text and pair.question2 not in by_text:
