@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -55,9 +54,6 @@ def load(path: str, n_docs: int, n_queries: int, seed: int):
     return list(docs.values()), candidates[:n_queries]
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from hybrid_qpr.backends.opensearch import OpenSearchBackend, connect, install_pipelines
     from hybrid_qpr.encoders import Encoder
+    from hybrid_qpr.evaluation.evaluator import latency_summary
     from hybrid_qpr.search import HybridSearcher
 
     docs, queries = load(args.data, args.docs, args.queries + args.warmup, args.seed)
@@ -117,9 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, run in modes.items():
             t = time.perf_counter()
             run(q)
-            times[name].append((time.perf_counter() - t) * 1000.0)
-    latency = {name: {"p50_ms": percentile(ts, 50), "p99_ms": percentile(ts, 99), "mean_ms": statistics.fmean(ts)}
-               for name, ts in times.items()}
+            times[name].append(time.perf_counter() - t)
+    latency = {name: {key: summary[key] for key in ("p50_ms", "p99_ms", "mean_ms")}
+               for name, summary in ((name, latency_summary(ts)) for name, ts in times.items())}
     base = latency["bm25"]["p50_ms"]
 
     print(f"\ncorpus: {len(docs)} unique questions from {Path(args.data).name}; {len(timed)} timed queries "

@@ -34,6 +34,7 @@ from torch import nn
 
 from hybrid_qpr.data.clusters import Cluster
 from hybrid_qpr.distance import check_distance, similarity
+from hybrid_qpr.evaluation.evaluator import top_k_indices
 from hybrid_qpr.evaluation.metrics import drop_self, mrr_at_k, roc_auc
 from hybrid_qpr.model.losses import search_distance
 from hybrid_qpr.progress import track
@@ -106,10 +107,10 @@ def validate(model: nn.Module, clusters: Sequence[Cluster], max_queries: int, se
     for start in range(0, len(picked), 256):
         chunk = list(picked[start : start + 256])
         sims = similarity(vectors[chunk], vectors, distance)
+        top = top_k_indices(sims, 21)  # 20 after the question itself is dropped
         for row, i in enumerate(chunk):
             s = sims[row]
-            top = np.argsort(-s, kind="stable")[:21]
-            run[ids[i]] = [ids[j] for j in top]
+            run[ids[i]] = [ids[j] for j in top[row]]
             qrels[ids[i]] = {q.id: 1 for q in owner[ids[i]].questions if q.id != ids[i]}
             pos = index[next(iter(qrels[ids[i]]))]
             neg = int(rng.integers(len(ids)))
