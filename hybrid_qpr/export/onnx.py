@@ -79,13 +79,14 @@ def export_run(run_dir: str | Path, out_dir: str | Path) -> dict:
     """Export the best checkpoint of a ``hybrid-qpr train`` run directory; returns config.json."""
     from hybrid_qpr.errors import ArtifactError
     from hybrid_qpr.text.tokenizer import Vocabulary
+    from hybrid_qpr.training.checkpoints import load_checkpoint
 
     run_dir = Path(run_dir)
     if not (run_dir / "best.pt").exists():
         raise ArtifactError(f"{run_dir}: no best.pt (is this a 'hybrid-qpr train' run directory?)")
     meta = json.loads((run_dir / "model.json").read_text(encoding="utf-8"))
     model = CNNModel(Vocabulary.load(run_dir / TOKENIZER_FILE), **meta["architecture"])
-    best = torch.load(run_dir / "best.pt", weights_only=False)
+    best = load_checkpoint(run_dir / "best.pt", "train the run again with 'hybrid-qpr train'")
     model.load_state_dict(best["model"])
     # runs written before model.json recorded a distance were all squared-Euclidean (SDML/triplet)
     out = export_cnn(model, out_dir, training={**meta, "best_epoch": best["epoch"]}, metrics={"val": best["metrics"]},
