@@ -1,8 +1,10 @@
-"""Low-level file helpers for the data readers and writers: open plain, gzipped or
-stdin input as text, pick the delimiter, number the rows, and write files atomically.
+"""Files in and out, one way each: the readers' input (plain, gzipped or stdin text, the
+delimiter, numbered rows, JSONL), atomic writes of a file or a whole directory, the library
+versions an artifact records, versioned manifests, and the encoder ``config.json``.
 
-Kept in one place so every reader treats ``.gz``, ``-`` (stdin), byte-order marks,
-CSV quoting and line numbers the same way.
+Kept in one place so every reader treats ``.gz``, ``-`` (stdin), byte-order marks, CSV
+quoting and line numbers the same way, and every writer commits the same way: build beside,
+then rename, so a reader sees the old artifact or the new one, never half of one.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ import tempfile
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Any, Literal
 
-from hybrid_qpr.errors import InputError
+from hybrid_qpr.errors import ArtifactError, InputError
 
 Delimiter = Literal[",", "\t"]
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -247,3 +249,86 @@ def atomic_directory(path: str | Path, marker: str) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def library_versions(packages: Iterable[str]) -> dict[str, str]:
+    """``{distribution: version}`` of the installed ``packages`` (absent ones left out): what an
+    artifact records about the code that wrote it."""
+    from importlib import metadata
+
+    out = {}
+    for package in packages:
+        try:
+            out[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON (UTF-8, not ASCII-escaped), atomically."""
+    with atomic_write(path) as fh:
+        json.dump(obj, fh, indent=2, ensure_ascii=False)
+        fh.write("\n")
+
+
+def read_manifest(path: str | Path, fmt: str, version: int | None, *, what: str, missing: str, fix: str) -> dict[str, Any]:
+    """Read a versioned JSON manifest (``{"format": fmt, "format_version": version, ...}``).
+
+    ``missing`` is the whole error message for an absent file; ``what`` names the artifact
+    ("hybrid-qpr local index") in the other errors, which end with ``fix``. ``version=None``
+    accepts any version. Raises ``ArtifactError``."""
+    path = Path(path)
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise ArtifactError(missing) from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ArtifactError(f"{path}: not valid JSON ({exc}); {fix}") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != fmt:
+        raise ArtifactError(f"{path}: not a {what} (format must be {fmt!r})")
+    if version is not None and manifest.get("format_version") != version:
+        raise ArtifactError(f"{path}: format_version {manifest.get('format_version')} is not supported "
+                            f"(this hybrid-qpr reads {version}); {fix}")
+    return manifest
+
+
+# ---------------------------------------------------------------------- encoder config.json
+ENCODER_CONFIG_FILE = "config.json"
+ENCODER_MODEL_FILE = "model.onnx"
+ENCODER_TOKENIZER_FILE = "tokenizer.json"
+ENCODER_FORMAT = "hybrid-qpr-encoder"
+ENCODER_FORMAT_VERSION = 1
+
+
+def write_encoder_config(model_dir: str | Path, config: dict[str, Any]) -> dict[str, Any]:
+    """Write ``model_dir/config.json`` with the format and version stamped in; return what was written."""
+    written = {"format": ENCODER_FORMAT, "format_version": ENCODER_FORMAT_VERSION, **config}
+    write_json(Path(model_dir) / ENCODER_CONFIG_FILE, written)
+    return written
+
+
+def read_encoder_config(model_dir: str | Path) -> dict[str, Any]:
+    """Read and check an encoder directory's ``config.json`` (the directory must also hold
+    ``model.onnx`` and ``tokenizer.json``). A config without ``format_version`` predates the
+    field and is read as version 1. Raises ``ArtifactError`` naming the missing or bad file."""
+    from hybrid_qpr.distance import check_distance
+
+    model_dir = Path(model_dir)
+    config_path = model_dir / ENCODER_CONFIG_FILE
+    if not model_dir.is_dir():
+        raise ArtifactError(f"{model_dir}: model directory does not exist (expected {ENCODER_MODEL_FILE}, "
+                            f"{ENCODER_TOKENIZER_FILE}, {ENCODER_CONFIG_FILE})")
+    for name in (ENCODER_CONFIG_FILE, ENCODER_MODEL_FILE, ENCODER_TOKENIZER_FILE):
+        if not (model_dir / name).is_file():
+            raise ArtifactError(f"{model_dir}: {name} is missing; export the model again with 'hybrid-qpr export'")
+    config = read_manifest(config_path, ENCODER_FORMAT, None, what="hybrid-qpr encoder config",
+                           missing=f"{config_path}: missing", fix="export the model again with 'hybrid-qpr export'")
+    for key in ("kind", "dim", "distance"):
+        if key not in config:
+            raise ArtifactError(f"{config_path}: the field {key!r} is missing")
+    check_distance(config["distance"])
+    if config.get("format_version", ENCODER_FORMAT_VERSION) != ENCODER_FORMAT_VERSION:
+        raise ArtifactError(f"{config_path}: format_version {config['format_version']} is not supported (this "
+                            f"hybrid-qpr reads {ENCODER_FORMAT_VERSION}); export the model again with 'hybrid-qpr export'")
+    return config

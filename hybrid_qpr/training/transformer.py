@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import torch
 
-from hybrid_qpr.errors import ArtifactError, ConfigError
+from hybrid_qpr.errors import ConfigError
 from hybrid_qpr.progress import track
 
 logger = logging.getLogger(__name__)
