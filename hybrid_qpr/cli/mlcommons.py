@@ -44,6 +44,9 @@ def register(model_dir, name, version, allow_local_upload, **connection) -> None
       hybrid-qpr mlcommons register models/minilm --name minilm-questions
     """
     from hybrid_qpr.backends.mlcommons import register_dir
+    from hybrid_qpr.errors import require
+
+    require("onnx", feature="'hybrid-qpr mlcommons register' (it adapts the ONNX graph)")  # before connecting
 
     client = opensearch_client(**connection)
     click.echo(register_dir(client, model_dir, name, version=version, allow_local_upload=allow_local_upload))
