@@ -407,7 +407,7 @@ class OpenSearchBackend:
                       pipeline: str | Mapping[str, Any] = DEFAULT_PIPELINE) -> list[Hit]:
         """Fusion in the cluster: neural-search's ``hybrid`` query (a ``match`` and a ``knn``
         sub-query, each returning up to ``depth`` documents) normalised and combined by a
-        search pipeline - the name of one installed by ``hybrid-qpr pipeline install``
+        search pipeline - the name of one installed by ``hybrid-qpr search-pipeline install``
         (default ``hybrid-qpr-rrf``), or a pipeline body to use for this request only.
         Filters are applied inside each sub-query (2.19's ``hybrid`` has no top-level filter)."""
         clauses = filter_clauses(filters)
@@ -633,7 +633,7 @@ class OpenSearchBackend:
             try:
                 self.client.transport.perform_request("GET", f"/_search/pipeline/{name}")
             except NotFoundError as exc:
-                raise BackendError(f"search pipeline {name!r} is not installed; run 'hybrid-qpr pipeline install "
+                raise BackendError(f"search pipeline {name!r} is not installed; run 'hybrid-qpr search-pipeline install "
                                    f"--opensearch URL' first") from exc
 
 
