@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from _results import relative_if_path
 from bench_encode import test_quality
 from hybrid_qpr.data.beir import load_beir
 from hybrid_qpr.data.splits import load_split
@@ -60,7 +61,7 @@ def main() -> None:
     corpus, queries, qrels = load_beir(f"{args.dataset}/beir", "test")
     vocab = Vocabulary.build((q.text for c in tr for q in c.questions), top_words=20000, hash_bins=5000)
     cfg = TrainConfig(batch_size=512, lr=1e-3, epochs=50, patience=3, seed=13, max_minutes=args.minutes, val_queries=1000)
-    report = {"command": "python " + " ".join(sys.argv),
+    report = {"command": "python " + " ".join(str(relative_if_path(a)) for a in sys.argv),
               "machine": f"{platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads",
               "config": {"vocab_top_words": 20000, "hash_bins": 5000, **ARCH, "window": 5, "batch_size": cfg.batch_size,
                          "optimizer": "Adam lr 1e-3", "seed": cfg.seed, "max_minutes": args.minutes,

@@ -25,7 +25,9 @@ import time
 import uuid
 from pathlib import Path
 
-BANK = Path(__file__).resolve().parent.parent / "examples" / "questions.jsonl"
+from hybrid_qpr import resources
+
+BANK = resources.examples_dir() / "questions.jsonl"
 
 
 def _ms(samples: list[float]) -> str:

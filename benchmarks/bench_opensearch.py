@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=13)
     args = parser.parse_args(argv)
 
+    from _results import relative_if_path, repo_relative
     from hybrid_qpr.backends.opensearch import OpenSearchBackend, connect, install_pipelines
     from hybrid_qpr.encoders import Encoder
     from hybrid_qpr.evaluation.evaluator import latency_summary
@@ -130,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<15}{row['p50_ms']:>9.2f}{row['p99_ms']:>9.2f}{row['p50_ms'] / base:>11.2f}x")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({
-            "command": "python " + " ".join(sys.argv), "docs": len(docs), "queries": len(timed), "top_k": k, "depth": depth,
-            "model": str(encoder.model_dir), "ingest_docs_per_s": report.docs_per_second,
+            "command": "python " + " ".join(str(relative_if_path(a)) for a in sys.argv), "docs": len(docs), "queries": len(timed), "top_k": k, "depth": depth,
+            "model": repo_relative(encoder.model_dir), "ingest_docs_per_s": report.docs_per_second,
             "encode_docs_per_s": encode_rate, "latency": latency}, indent=2), encoding="utf-8")
     if not args.keep:
         backend.drop()

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
+from _results import REPO, relative_if_path, repo_relative
 LOSSES = ("sdml", "triplet", "siamese")
 CNN_NAME = "SDML CNN (Quora)"  # the committed CNN's row name in results and tables
 logger = logging.getLogger("bench_transformer")
@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     results = json.loads(cache.read_text()) if cache.exists() else {}
     results.setdefault("quality", {})
     results.setdefault("subsets", {})
-    results["settings"] = {k: str(v) for k, v in vars(args).items()}
+    results["settings"] = {k: str(relative_if_path(v)) for k, v in vars(args).items()}
     speed_texts: list[str] = []
     for dataset in args.datasets:
         dataset_dir = args.data / dataset
@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, model_dir in ensure_models(args, dataset, dataset_dir).items():
             vectors, seconds, distance = encode_cached(args, dataset, model_dir, texts)
             knn = knn_run(doc_ids, vectors, qids, distance, args.depth)
-            rows[name] = {"model": str(model_dir), "encode_seconds": seconds, "alone": metrics(knn, qrels)}
+            rows[name] = {"model": repo_relative(model_dir), "encode_seconds": seconds, "alone": metrics(knn, qrels)}
             rows[name]["hybrid"] = metrics(fuse(bm25, knn, args.depth), qrels)
             logger.info("%s %s: %s", dataset, name, rows[name])
             cache.write_text(json.dumps(results, indent=2))

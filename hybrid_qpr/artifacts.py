@@ -171,6 +171,8 @@ def atomic_write(path: str | Path, mode: Literal["w", "wb"] = "w") -> Iterator[I
             fh = os.fdopen(fd, "wb")
         with fh:
             yield fh
+            fh.flush()
+            os.fsync(fh.fileno())  # the data is on disk before the rename makes it visible
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -332,3 +334,33 @@ def read_encoder_config(model_dir: str | Path) -> dict[str, Any]:
         raise ArtifactError(f"{config_path}: format_version {config['format_version']} is not supported (this "
                             f"hybrid-qpr reads {ENCODER_FORMAT_VERSION}); export the model again with 'hybrid-qpr export'")
     return config
+
+
+# ---------------------------------------------------------------------- training checkpoints
+def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
+    """Write a training checkpoint atomically: plain state only (tensors, numbers, strings, and
+    lists and dicts of them - state dicts, never pickled objects), so that
+    :func:`load_checkpoint` can read it with ``weights_only=True``. Needs torch."""
+    import torch
+
+    with atomic_write(path, "wb") as fh:
+        torch.save(state, fh)
+
+
+def load_checkpoint(path: str | Path, hint: str) -> dict[str, Any]:
+    """Read a checkpoint of :func:`save_checkpoint` with ``torch.load(weights_only=True)``, which
+    refuses anything that would run code on load. A missing, truncated or foreign file becomes
+    ``ArtifactError`` naming the file and ending with ``hint`` (what to do about it)."""
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError as exc:
+        raise ArtifactError(f"{path}: missing; {hint}") from exc
+    except Exception as exc:  # torch raises unpickling and zip errors of several types
+        reason = ("it holds pickled objects, not only tensors and plain values, so a weights-only load refuses it"
+                  if "Weights only load failed" in str(exc) else str(exc).strip().splitlines()[0])
+        raise ArtifactError(f"{path}: cannot read the checkpoint ({reason}); {hint}") from exc
+    if not isinstance(state, dict):
+        raise ArtifactError(f"{path}: not a hybrid-qpr checkpoint (found {type(state).__name__}); {hint}")
+    return state

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hybrid_qpr.artifacts import atomic_directory, library_versions, read_encoder_config, write_encoder_config
+from hybrid_qpr.artifacts import (atomic_directory, library_versions, load_checkpoint, read_encoder_config,
+                                  write_encoder_config)
 from hybrid_qpr.encoders import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE
 from hybrid_qpr.model.cnn import CNNModel
 
@@ -66,7 +67,6 @@ def export_run(run_dir: str | Path, out_dir: str | Path) -> dict:
     """Export the best checkpoint of a ``hybrid-qpr train`` run directory; returns config.json."""
     from hybrid_qpr.errors import ArtifactError
     from hybrid_qpr.text.tokenizer import Vocabulary
-    from hybrid_qpr.training.checkpoints import load_checkpoint
 
     run_dir = Path(run_dir)
     if not (run_dir / "best.pt").exists():

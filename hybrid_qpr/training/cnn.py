@@ -32,13 +32,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from hybrid_qpr.artifacts import load_checkpoint, save_checkpoint
 from hybrid_qpr.data.clusters import Cluster
 from hybrid_qpr.distance import check_distance, similarity
 from hybrid_qpr.evaluation.evaluator import top_k_indices
 from hybrid_qpr.evaluation.metrics import drop_self, mrr_at_k, roc_auc
 from hybrid_qpr.model.losses import search_distance
 from hybrid_qpr.progress import track
-from hybrid_qpr.training.checkpoints import load_checkpoint, save_checkpoint
 
 log = logging.getLogger(__name__)
 

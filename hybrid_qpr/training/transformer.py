@@ -135,7 +135,7 @@ def _lr_factor(step: int, total: int, warmup: float) -> float:
 
 
 def _save_checkpoint(path: Path, model, optimizer, scheduler, step: int, settings: FinetuneSettings) -> None:
-    from hybrid_qpr.training.checkpoints import save_checkpoint
+    from hybrid_qpr.artifacts import save_checkpoint
 
     save_checkpoint({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                  "scheduler": scheduler.state_dict(), "settings": dataclasses.asdict(settings)}, path)
@@ -172,7 +172,7 @@ def finetune(dataset_dir: str | Path, out_dir: str | Path, settings: FinetuneSet
     checkpoint = out_dir / CHECKPOINT_FILE
     start = 0
     if resume and checkpoint.is_file():
-        from hybrid_qpr.training.checkpoints import load_checkpoint
+        from hybrid_qpr.artifacts import load_checkpoint
 
         state = load_checkpoint(checkpoint, "remove it or run without --resume")
         _resumable(state["settings"], settings)
