@@ -43,7 +43,7 @@ def test_cli_ingest_query_every_mode_and_pipelines(opensearch_url, opensearch_cl
         _run("ingest", str(QUESTIONS), "--opensearch", opensearch_url, "--index", index)  # same ids: replaced
         assert _count(opensearch_client, index) == len(lines)
 
-        output = _run("pipeline", "install", "--opensearch", opensearch_url, "--index", index)
+        output = _run("search-pipeline", "install", "--opensearch", opensearch_url, "--index", index)
         pipelines = opensearch_client.transport.perform_request("GET", "/_search/pipeline/hybrid-qpr-*")
         expected = {"hybrid-qpr-rrf", "hybrid-qpr-minmax", "hybrid-qpr-l2"}
         if not version.startswith("2."):
