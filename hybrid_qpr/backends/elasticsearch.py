@@ -33,11 +33,12 @@ import numpy as np
 
 from hybrid_qpr.backends.base import Capabilities
 from hybrid_qpr.backends.cluster.backend import KNN_CANDIDATES, ClusterBackend
-from hybrid_qpr.backends.cluster.bodies import DEFAULT_SHARDS, VECTOR_FIELD, check_shards, filter_clauses, load_body
+from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, VECTOR_FIELD, bm25_query, check_shards, filter_clauses,
+                                                load_body)
 from hybrid_qpr.backends.cluster.connection import PROBE_PATH, HttpFailure, Transport, redact, resolve_options, translate
 from hybrid_qpr.distance import check_distance, elasticsearch_similarity, prepare_vectors, similarity
 from hybrid_qpr.errors import require
-from hybrid_qpr.types import Filters
+from hybrid_qpr.types import Filters, Hit
 
 # Measured on 20,000 Quora questions with the committed CNN (docs/elasticsearch.md): plain
 # float HNSW; int8_hnsw (Elasticsearch's default for new dense_vector fields) is chosen or
@@ -174,3 +175,16 @@ class ElasticsearchBackend(ClusterBackend):
         stored = np.asarray([v for _, v in found], dtype=np.float32)
         scores = similarity(query, stored, self.distance)[0]
         return {doc_id: float(s) for (doc_id, _), s in zip(found, scores)}
+
+    def hybrid_one_request(self, query: str, vector: np.ndarray, depth: int, filters: Filters | None = None, *,
+                           alpha: float = 0.5) -> list[Hit]:
+        """What a basic licence allows server-side: ``query`` (BM25) and ``knn`` in one search,
+        each document scored ``(1 - alpha) * bm25 + alpha * knn_score`` on the raw scales (no
+        normalisation: BM25 runs 0..~20, the kNN score 0..1). Kept for the measurement in
+        docs/elasticsearch.md against client-side fusion, which won; ``search.py`` does not use it."""
+        body = self.knn_body(vector, depth, filters)
+        body["knn"]["boost"] = float(alpha)
+        query_clause = bm25_query(query, filters)
+        query_clause["bool"]["boost"] = float(1.0 - alpha)
+        body["query"] = query_clause
+        return self._raw_hits(self._search(body, "BM25 + kNN in one search"))
