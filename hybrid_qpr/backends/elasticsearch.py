@@ -109,13 +109,14 @@ def connect(url: str | None = None, *, username: str | None = None, password: st
 
 
 def index_body(dim: int, distance: str, fingerprint: str, kind: str, *, shards: int = DEFAULT_SHARDS,
-               replicas: int = 0, vector_index_type: str = VECTOR_INDEX_TYPE) -> dict:
-    """The create-index body for a model with ``dim`` dims trained for ``distance``."""
+               replicas: int = 0, vector_index_type: str | None = None) -> dict:
+    """The create-index body for a model with ``dim`` dims trained for ``distance``;
+    ``vector_index_type`` (``hnsw``, ``int8_hnsw``, ...) defaults to ``VECTOR_INDEX_TYPE``."""
     distance = check_distance(distance)
     shards, replicas = check_shards(shards, replicas)
     return load_body("elasticsearch/index.json", {
         "DIM": int(dim), "DISTANCE": distance, "MODEL_FINGERPRINT": fingerprint, "MODEL_KIND": kind,
-        "ES_SIMILARITY": elasticsearch_similarity(distance), "VECTOR_INDEX_TYPE": vector_index_type,
+        "ES_SIMILARITY": elasticsearch_similarity(distance), "VECTOR_INDEX_TYPE": vector_index_type or VECTOR_INDEX_TYPE,
         "SHARDS": shards, "REPLICAS": replicas})
 
 
@@ -126,18 +127,10 @@ class ElasticsearchBackend(ClusterBackend):
     vector_type = "dense_vector"
     capabilities = Capabilities(batched_bm25_and_knn=True)
 
-    @staticmethod
-    def make_transport(client: Any) -> Transport:
-        return ElasticsearchTransport(client)
-
-    @staticmethod
-    def index_body(dim: int, distance: str, fingerprint: str, kind: str, *, shards: int = DEFAULT_SHARDS,
-                   replicas: int = 0) -> dict:
-        return index_body(dim, distance, fingerprint, kind, shards=shards, replicas=replicas)
+    transport_class = ElasticsearchTransport
+    index_body = staticmethod(index_body)
 
     def vector_field_problems(self, field: Mapping[str, Any], encoder) -> list[str]:
-        if field.get("type") != self.vector_type:
-            return [f"field {VECTOR_FIELD!r} is {field.get('type') or 'missing'}, expected {self.vector_type}"]
         problems = []
         if int(field.get("dims", 0)) != encoder.dim:
             problems.append(f"{VECTOR_FIELD} has dims {field.get('dims')}, the model produces {encoder.dim}")

@@ -182,18 +182,10 @@ class OpenSearchBackend(ClusterBackend):
     vector_type = "knn_vector"
     capabilities = Capabilities(batched_bm25_and_knn=True, server_side_hybrid=True, server_side_rerank=True)
 
-    @staticmethod
-    def make_transport(client: Any) -> Transport:
-        return OpenSearchTransport(client)
-
-    @staticmethod
-    def index_body(dim: int, distance: str, fingerprint: str, kind: str, *, shards: int = DEFAULT_SHARDS,
-                   replicas: int = 0) -> dict:
-        return index_body(dim, distance, fingerprint, kind, shards=shards, replicas=replicas)
+    transport_class = OpenSearchTransport
+    index_body = staticmethod(index_body)
 
     def vector_field_problems(self, field: Mapping[str, Any], encoder) -> list[str]:
-        if field.get("type") != self.vector_type:
-            return [f"field {VECTOR_FIELD!r} is {field.get('type') or 'missing'}, expected {self.vector_type}"]
         if int(field.get("dimension", 0)) != encoder.dim:
             return [f"{VECTOR_FIELD} has dimension {field.get('dimension')}, the model produces {encoder.dim}"]
         return []

@@ -52,25 +52,25 @@ class ClusterBackend:
             raise ConfigError(f"index name {index!r}: {self.engine_name} needs lowercase, no spaces or \\/*?\"<>|,#:, "
                               "not starting with _ - +")
         self.client = client
-        self.transport = self.make_transport(client)
+        self.transport = self.transport_class(client)
         self.index = index
         self.request_timeout = request_timeout
         self._meta: dict[str, Any] | None = None
 
     # ---- what an engine module provides
-    @staticmethod
-    def make_transport(client: Any) -> Transport:
-        raise NotImplementedError
+    transport_class: type[Transport]
 
     @staticmethod
     def index_body(dim: int, distance: str, fingerprint: str, kind: str, *, shards: int = DEFAULT_SHARDS,
                    replicas: int = 0) -> dict:
+        """The create-index body (the engine module's ``index_body``)."""
         raise NotImplementedError
 
     def knn_body(self, vector: np.ndarray, depth: int, filters: Filters | None) -> dict:
         raise NotImplementedError
 
     def vector_field_problems(self, field: Mapping[str, Any], encoder) -> list[str]:
+        """What is wrong with a vector field of the right type for ``encoder`` (dims, similarity)."""
         raise NotImplementedError
 
     def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
@@ -167,7 +167,11 @@ class ClusterBackend:
     def layout_problems(self, meta: Mapping[str, Any], encoder) -> list[str]:
         """What differs between an index's mapping and what ``encoder`` needs (empty = fine)."""
         properties = meta.get("_properties", {})
-        problems = self.vector_field_problems(properties.get(VECTOR_FIELD, {}), encoder)
+        vector = properties.get(VECTOR_FIELD, {})
+        if vector.get("type") != self.vector_type:
+            problems = [f"field {VECTOR_FIELD!r} is {vector.get('type') or 'missing'}, expected {self.vector_type}"]
+        else:
+            problems = self.vector_field_problems(vector, encoder)
         if properties.get(TEXT_FIELD, {}).get("type") != "text":
             problems.append(f"field {TEXT_FIELD!r} is {properties.get(TEXT_FIELD, {}).get('type') or 'missing'}, "
                             "expected text")
