@@ -237,7 +237,15 @@ class OpenSearchBackend(ClusterBackend):
             params["search_pipeline"] = pipeline
         else:
             body["search_pipeline"] = dict(pipeline) if pipeline is not None else pipeline_body(method, alpha, rrf_k)
-        return self._raw_hits(self._search(body, "server-side hybrid search", params))
+        try:
+            return self._raw_hits(self._search(body, "server-side hybrid search", params))
+        except BackendError as exc:
+            failure = exc.__cause__
+            if pipeline is None and isinstance(failure, HttpFailure) and failure.error_type == "illegal_argument_exception":
+                raise ConfigError(f"server-side hybrid with fusion={method}, alpha={alpha}: this cluster's neural-search "
+                                  f"rejects it ({reason(failure.body)}). Weighted RRF (alpha != 0.5) and z-score need "
+                                  "neural-search 3.x; use client-side fusion (drop --server-side) instead") from failure
+            raise
 
     def rerank_server(self, query: str, vector: np.ndarray, depth: int = 30, filters: Filters | None = None) -> list[Hit]:
         """The MSEM flow in one request: BM25 recall of ``depth``, then a ``rescore`` of that
