@@ -50,6 +50,7 @@ DEFAULT_DATA = "/work/shared/data/quora-pairs.tsv.gz"
 def load(path: str, n_docs: int, n_queries: int, seed: int):
     """``(documents, [(query text, relevant doc id)])`` from a Quora-layout pairs file."""
     from hybrid_qpr.data.pairs import iter_pairs
+    from hybrid_qpr.text import text_id
     from hybrid_qpr.types import Document
 
     docs: dict[str, Document] = {}
@@ -58,7 +59,7 @@ def load(path: str, n_docs: int, n_queries: int, seed: int):
     for pair in iter_pairs(path, on_bad_line="skip"):
         for qid, text in ((pair.qid1, pair.question1), (pair.qid2, pair.question2)):
             if len(docs) < n_docs and text not in by_text:
-                doc_id = qid or f"t{len(docs)}"
+                doc_id = qid or text_id(text)
                 docs[doc_id] = Document(doc_id, text)
                 by_text[text] = doc_id
         if pair.is_duplicate and pair.question1 in by_text and pair.question2 not in by_text:
@@ -114,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=13)
     args = parser.parse_args(argv)
 
+    from _results import relative_if_path, repo_relative
     from hybrid_qpr.distance import similarity
     from hybrid_qpr.encoders import Encoder
     from hybrid_qpr.evaluation.evaluator import latency_summary
@@ -192,10 +194,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row['H@1']:>8.3f}{row[f'MRR@{k}']:>9.3f}")
         if args.json_out:
             Path(args.json_out).write_text(json.dumps({
-                "command": "python " + " ".join(sys.argv), "engine": args.engine, "docs": len(docs),
+                "command": "python " + " ".join(str(relative_if_path(a)) for a in sys.argv), "engine": args.engine, "docs": len(docs),
                 "queries": len(timed), "top_k": k, "depth": depth, "fusion": args.fusion, "alpha": args.alpha,
                 "vector_index_type": args.vector_index_type if args.engine == "elasticsearch" else None,
-                "model": str(encoder.model_dir), "ingest_docs_per_s": report.docs_per_second,
+                "model": repo_relative(encoder.model_dir), "ingest_docs_per_s": report.docs_per_second,
                 "knn_recall_at_10": recall, "modes": rows}, indent=2), encoding="utf-8")
         if args.engine != "local" and not args.keep:
             backend.drop()

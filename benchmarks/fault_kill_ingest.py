@@ -119,7 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         results[scenario] = row
         backend.drop()
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps({"command": "python " + " ".join(sys.argv), "engine": args.engine,
+        from _results import relative_if_path
+
+        Path(args.json_out).write_text(json.dumps({"command": "python " + " ".join(str(relative_if_path(a)) for a in sys.argv),
+                                                   "engine": args.engine,
                                                    "results": results}, indent=2), encoding="utf-8")
     return 0 if all(r["exact"] for r in results.values()) else 1
 

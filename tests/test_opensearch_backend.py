@@ -107,7 +107,7 @@ def test_server_side_and_client_side_hybrid_are_sensible(filled, committed_encod
 def test_missing_pipeline_and_index_give_clear_errors(opensearch_client, index_name, filled, committed_encoder):
     backend, _ = filled
     vector = committed_encoder.encode(["x"])[0]
-    with pytest.raises(BackendError, match="pipeline 'no-such-pipeline' is not installed.*pipeline install"):
+    with pytest.raises(BackendError, match="pipeline .no-such-pipeline. is not installed.*search-pipeline install"):
         backend.hybrid_server("x", vector, 5, pipeline="no-such-pipeline")
     absent = OpenSearchBackend(opensearch_client, index_name + "-absent")
     with pytest.raises(BackendError, match="does not exist; create it with 'hybrid-qpr ingest"):

@@ -227,7 +227,7 @@ class OpenSearchBackend(ClusterBackend):
         By default the pipeline is built from ``method``, ``alpha`` and ``rrf_k`` and sent inline
         with the request, so the cluster fuses exactly as ``hybrid_qpr.fusion`` would (nothing to
         install, and a tuned index's settings are honoured). ``pipeline`` overrides it with the
-        name of one installed by ``hybrid-qpr pipeline install`` or with a pipeline body.
+        name of one installed by ``hybrid-qpr search-pipeline install`` or with a pipeline body.
         Filters are applied inside each sub-query (2.19's ``hybrid`` has no top-level filter)."""
         body: dict[str, Any] = {"size": depth, "_source": False, "query": {"hybrid": {"queries": [
             bm25_query(query, filters), {"knn": {VECTOR_FIELD: self._knn_clause(vector, depth, filters)}}]}}}
@@ -262,6 +262,6 @@ class OpenSearchBackend(ClusterBackend):
                 self.transport.request("GET", f"/_search/pipeline/{name}")
             except HttpFailure as failure:
                 if failure.status == 404:
-                    raise BackendError(f"search pipeline {name!r} is not installed; run 'hybrid-qpr pipeline install "
+                    raise BackendError(f"search pipeline {name!r} is not installed; run 'hybrid-qpr search-pipeline install "
                                        f"--opensearch URL' first") from failure
                 raise

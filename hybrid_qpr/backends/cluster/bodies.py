@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
+from hybrid_qpr import resources
 from hybrid_qpr.errors import BackendError, ConfigError
 from hybrid_qpr.types import Filters
 
-MAPPINGS_DIR = Path(__file__).resolve().parents[3] / "mappings"
 TEXT_FIELD, VECTOR_FIELD, METADATA_FIELD = "text", "embedding", "metadata"
 DEFAULT_SHARDS = 1
 _PLACEHOLDER = re.compile(r"^\$\{([A-Z0-9_]+)\}$")
@@ -27,7 +26,7 @@ HITS_WITH_SOURCE_FILTER = "hits.hits._id,hits.hits._score,hits.hits._source"
 def load_body(relative: str, values: Mapping[str, Any]) -> dict:
     """Read ``mappings/<relative>`` and replace every ``"${NAME}"`` string by ``values[NAME]``
     (typed: a number stays a number). A placeholder without a value is an error."""
-    path = MAPPINGS_DIR / relative
+    path = resources.mapping_file(relative)
     try:
         body = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
