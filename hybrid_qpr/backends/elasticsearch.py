@@ -20,8 +20,8 @@ Why fusion is client-side: Elasticsearch's own hybrid tools (the ``rrf`` and ``l
 retrievers) need an Enterprise licence, and the Maven Central distribution has no
 ``rank-rrf`` module and no ``lang-painless`` (so no ``script_score``). hybrid-qpr sends the
 BM25 and kNN searches in one ``_msearch`` and fuses with ``hybrid_qpr.fusion`` using the
-defaults tuned for the index (kept in the mapping ``_meta``). The MSEM rerank reads the 30
-candidates' stored vectors (``_mget``) and scores them exactly in the client.
+defaults tuned for the index (kept in the mapping ``_meta``). The MSEM rerank scores the 30
+BM25 candidates exactly with a ``knn`` search filtered to their ids.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from hybrid_qpr.backends.cluster.backend import KNN_CANDIDATES, ClusterBackend
 from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, VECTOR_FIELD, bm25_query, check_shards, filter_clauses,
                                                 load_body)
 from hybrid_qpr.backends.cluster.connection import PROBE_PATH, HttpFailure, Transport, redact, resolve_options, translate
-from hybrid_qpr.distance import check_distance, elasticsearch_similarity, prepare_vectors, similarity
+from hybrid_qpr.distance import check_distance, elasticsearch_similarity
 from hybrid_qpr.errors import require
 from hybrid_qpr.types import Filters, Hit
 
@@ -44,6 +44,7 @@ from hybrid_qpr.types import Filters, Hit
 # float HNSW; int8_hnsw (Elasticsearch's default for new dense_vector fields) is chosen or
 # not by that measurement of recall@10 against exact search.
 VECTOR_INDEX_TYPE = "hnsw"
+MAX_KNN_K = 10_000  # Elasticsearch's limit on k and num_candidates
 JSON_HEADERS = {"accept": "application/json", "content-type": "application/json"}
 NDJSON_HEADERS = {"accept": "application/json", "content-type": "application/x-ndjson"}
 
@@ -152,22 +153,20 @@ class ElasticsearchBackend(ClusterBackend):
         return {"size": depth, "_source": False, "knn": knn}
 
     def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
-        """Exact similarity of ``vector`` to the stored vectors of ``ids``: the vectors are read
-        with one ``_mget`` and scored by ``hybrid_qpr.distance.similarity`` (no painless here)."""
+        """Exact similarity of ``vector`` to the stored vectors of ``ids`` (MSEM rerank), without
+        painless: a ``knn`` search restricted to those ids by an ``ids`` filter. When the filter
+        matches no more documents than ``num_candidates``, Lucene scores them all exactly
+        instead of walking the graph; measured exact to 1e-5 and faster than reading the
+        vectors back with ``_mget`` and scoring them here (docs/elasticsearch.md)."""
         ids = list(dict.fromkeys(ids))
-        if not ids:
-            return {}
-        response = self.request("POST", f"/{self.index}/_mget", {"ids": ids},
-                                {"_source_includes": VECTOR_FIELD,
-                                 "filter_path": "docs._id,docs.found,docs._source"}, what="reading stored vectors")
-        found = [(d["_id"], d["_source"][VECTOR_FIELD]) for d in response.get("docs", [])
-                 if d.get("found") and VECTOR_FIELD in d.get("_source", {})]
-        if not found:
-            return {}
-        query = prepare_vectors(np.asarray(vector, dtype=np.float32).reshape(1, -1), self.distance)
-        stored = np.asarray([v for _, v in found], dtype=np.float32)
-        scores = similarity(query, stored, self.distance)[0]
-        return {doc_id: float(s) for (doc_id, _), s in zip(found, scores)}
+        scores: dict[str, float] = {}
+        for start in range(0, len(ids), MAX_KNN_K):
+            chunk = ids[start:start + MAX_KNN_K]
+            body = {"size": len(chunk), "_source": False,
+                    "knn": {"field": VECTOR_FIELD, "query_vector": self.query_vector(vector), "k": len(chunk),
+                            "num_candidates": len(chunk), "filter": {"ids": {"values": chunk}}}}
+            scores.update((hit.id, hit.score) for hit in self._to_hits(self._search(body, "vector re-scoring")))
+        return scores
 
     def hybrid_one_request(self, query: str, vector: np.ndarray, depth: int, filters: Filters | None = None, *,
                            alpha: float = 0.5) -> list[Hit]:
