@@ -42,7 +42,7 @@ from typing import Any, Literal
 import numpy as np
 
 from hybrid_qpr.artifacts import library_versions, read_manifest
-from hybrid_qpr.backends.base import IngestReport
+from hybrid_qpr.backends.base import Capabilities, IngestReport
 from hybrid_qpr.types import Document, Filters, Hit
 from hybrid_qpr.distance import Distance, check_distance, faiss_metric, prepare_vectors, score_from_faiss, similarity
 from hybrid_qpr.errors import ArtifactError, BackendError, ConfigError, ModelMismatchError, require
@@ -169,6 +169,8 @@ def _top(scores: np.ndarray, positions: np.ndarray | None, ids: Sequence[str], d
 
 class LocalIndex:
     """``hybrid_qpr.backends.base.Backend`` over a local index directory."""
+
+    capabilities = Capabilities()  # everything runs in-process: no batching or server side to offer
 
     def __init__(self, path: Path, manifest: dict[str, Any], bm25: Bm25Impl | None = None):
         self.path = Path(path)
