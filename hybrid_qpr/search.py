@@ -126,6 +126,8 @@ class HybridSearcher:
         (``hybrid_server`` with the ``hybrid-qpr-<fusion>`` pipeline, ``rerank_server``); the
         cluster then reports only the final score, so ``bm25``/``knn`` are ``None``."""
         self._check(mode, top_k, offset, depth, rerank_depth)
+        if not isinstance(query, str) or not query.strip():
+            raise ConfigError(f"query={query!r}: the query text is empty; give the question to search for")
         need = offset + top_k
         if server_side and mode in ("hybrid", "rerank"):
             return self._server_side(query, mode, need, offset, fusion, filters, depth, rerank_depth, vector)

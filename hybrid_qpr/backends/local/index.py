@@ -115,7 +115,7 @@ _VALUE_TEXT = "CASE type WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' ELSE 
 class LocalIndex:
     """``hybrid_qpr.backends.base.Backend`` over a local index directory (see the module docstring)."""
 
-    def __init__(self, path: Path, manifest: dict[str, Any], bm25: Bm25Impl | None = None):
+    def __init__(self, path: Path, manifest: dict[str, Any], bm25: Bm25Impl | None = None, *, load: bool = True):
         self.path = Path(path)
         self.manifest = manifest
         self.distance: Distance = check_distance(manifest["model"]["distance"])
@@ -125,7 +125,8 @@ class LocalIndex:
             raise ConfigError(f"bm25={self.bm25_impl!r}: allowed values are {', '.join(BM25_IMPLS)}")
         self._lock = WriteLock(self.path)
         self.segments: list[Segment] = []
-        self._load_segments()
+        if load:
+            self._load_segments()
 
     # ------------------------------------------------------------------ open / create
     @classmethod
@@ -142,6 +143,13 @@ class LocalIndex:
             finally:
                 lock.release()
         return cls(path, read_manifest(path), bm25=bm25)
+
+    @classmethod
+    def open_for_repair(cls, path: str | Path) -> "LocalIndex":
+        """The index at ``path`` with its segments not yet opened, for ``optimize`` on a
+        damaged index (the manifest itself must be readable)."""
+        path = Path(path)
+        return cls(path, read_manifest(path), load=False)
 
     @classmethod
     def create(cls, path: str | Path, encoder, *, faiss: FaissKind = "auto", bm25: Bm25Impl = "bm25s",

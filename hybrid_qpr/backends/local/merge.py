@@ -1,7 +1,8 @@
 """Which segments to merge: a size-tiered policy (Lucene's TieredMergePolicy, simplified).
 
-Segments fall into tiers by the order of magnitude of their live documents (1-9, 10-99,
-100-999, ...). When a tier holds more than ``SEGMENTS_PER_TIER`` segments, its
+Segments fall into tiers by the order of magnitude of their live documents, with every
+segment below ``FLOOR_DOCS`` in the lowest tier (below 10,000, 10,000-99,999, ...; Lucene's
+floor segment size: tiny segments are merged early instead of forming their own tiers). When a tier holds more than ``SEGMENTS_PER_TIER`` segments, its
 ``SEGMENTS_PER_TIER`` smallest are merged into one (which lands in a higher tier), unless
 the result would exceed ``MAX_MERGED_DOCS`` (``hybrid-qpr index optimize`` has no cap). A
 segment with more than half of its rows deleted is rewritten on its own, so tombstones do
@@ -18,6 +19,7 @@ from typing import Any
 SEGMENTS_PER_TIER = 10
 MAX_MERGED_DOCS = 2_000_000
 EXPUNGE_SHARE = 0.5
+FLOOR_DOCS = 1_000
 
 
 def live_docs(entry: dict[str, Any]) -> int:
@@ -25,7 +27,7 @@ def live_docs(entry: dict[str, Any]) -> int:
 
 
 def tier(live: int) -> int:
-    return int(math.log10(max(live, 1)))
+    return int(math.log10(max(live, FLOOR_DOCS)))
 
 
 def plan_merge(entries: Sequence[dict[str, Any]], per_tier: int = SEGMENTS_PER_TIER,

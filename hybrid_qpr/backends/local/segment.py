@@ -115,9 +115,12 @@ def write_deletions(segment_dir: Path, generation: int, deleted: np.ndarray) -> 
 
 
 def damaged(index_path: Path, problem: str, fix: str) -> IndexDamagedError:
-    """The one-line error for a damaged index: what is wrong, how to see all, how to recover."""
-    return IndexDamagedError(f"index {index_path} is damaged: {problem}. Fix: {fix} "
-                             f"('hybrid-qpr index check {index_path}' lists every problem)")
+    """The one-line error for a damaged index: what is wrong, how to see all, how to recover.
+    ``problem`` and ``fix`` stay available as attributes (``index check`` lists them)."""
+    error = IndexDamagedError(f"index {index_path} is damaged: {problem}. Fix: {fix} "
+                              f"('hybrid-qpr index check {index_path}' lists every problem)")
+    error.problem, error.fix = problem, fix
+    return error
 
 
 def fix_for(file: str, index_path: Path) -> str:
@@ -248,6 +251,10 @@ class Segment:
         if self._faiss is None:
             faiss = require("faiss", feature="the local index")
             path = self.dir / FAISS_FILE
+            record = (self.entry.get("files") or {}).get(FAISS_FILE)
+            if record and path.is_file() and checksum(path) != record["crc32"]:  # a corrupt file can crash FAISS
+                raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} has changed since it was written (CRC32 "
+                              "mismatch)", fix_for(FAISS_FILE, self.index_path))
             try:
                 index = faiss.read_index(str(path))
             except (RuntimeError, OSError) as exc:
