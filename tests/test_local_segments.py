@@ -158,3 +158,18 @@ def test_filters_booleans_lists_and_unknown_fields(tmp_path, committed_encoder):
     assert sorted(h.id for h in idx.knn(vec, 10, {"tags": "billing"})) == ["a", "b"]
     with pytest.raises(ConfigError, match=r"filter field 'topic' is not in any document .*known fields: n, paid, r, tags"):
         idx.bm25("pay", 5, {"topic": "x"})
+
+
+def test_failed_ingest_after_flushed_segments_commits_nothing(tmp_path, committed_encoder, question_bank):
+    idx = LocalIndex.create(tmp_path / "idx", committed_encoder)
+    idx.ingest(question_bank[:20], committed_encoder, show_progress=False)
+    before = ({p.name for p in (idx.path / "segments").iterdir()}, idx.manifest["generation"])
+
+    def failing():
+        yield from question_bank[20:60]  # four 10-document segments are written before the failure
+        raise ValueError("input broke")
+
+    with pytest.raises(ValueError, match="input broke"):
+        idx.ingest(failing(), committed_encoder, show_progress=False, segment_docs=10)
+    assert ({p.name for p in (idx.path / "segments").iterdir()}, idx.manifest["generation"]) == before
+    assert LocalIndex.open(idx.path).count() == 20

@@ -31,6 +31,7 @@ import contextlib
 import json
 import logging
 import secrets
+import shutil
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -433,21 +434,25 @@ class LocalIndex:
         with self._writing(wait):
             self.check_encoder(encoder)
             writer = _IngestWriter(self, encoder, report, batch_size, show_progress)
-            pending: dict[str, tuple[str, str]] = {}
-            for number, item in enumerate(documents, start=1):
-                line, doc = item if isinstance(item, tuple) else (number, item)
-                doc_id = str(doc.id).strip() if doc.id is not None else ""
-                if not doc_id or not isinstance(doc.text, str) or not doc.text.strip():
-                    report.skipped.append((line, "empty id" if not doc_id else "empty text"))
-                    continue
-                if doc_id in pending:
-                    report.updated += 1
-                    del pending[doc_id]  # keep the input order of the last version
-                pending[doc_id] = (doc.text, json.dumps(doc.metadata or {}, ensure_ascii=False, sort_keys=True))
-                if len(pending) >= segment_docs:
-                    writer.flush(pending)
-                    pending = {}
-            writer.flush(pending)
+            try:
+                pending: dict[str, tuple[str, str]] = {}
+                for number, item in enumerate(documents, start=1):
+                    line, doc = item if isinstance(item, tuple) else (number, item)
+                    doc_id = str(doc.id).strip() if doc.id is not None else ""
+                    if not doc_id or not isinstance(doc.text, str) or not doc.text.strip():
+                        report.skipped.append((line, "empty id" if not doc_id else "empty text"))
+                        continue
+                    if doc_id in pending:
+                        report.updated += 1
+                        del pending[doc_id]  # keep the input order of the last version
+                    pending[doc_id] = (doc.text, json.dumps(doc.metadata or {}, ensure_ascii=False, sort_keys=True))
+                    if len(pending) >= segment_docs:
+                        writer.flush(pending)
+                        pending = {}
+                writer.flush(pending)
+            except BaseException:
+                writer.abandon()
+                raise
             writer.commit()
             self._merge_by_policy()
         report.seconds = time.perf_counter() - started
@@ -667,6 +672,14 @@ class _IngestWriter:
         self.new_segments.append(seg)
         for row, doc_id in enumerate(ids):
             self.written[doc_id] = (number, row)
+
+    def abandon(self) -> None:
+        """Remove what this ingest wrote (nothing of it was committed)."""
+        for seg in self.new_segments:
+            seg.close()
+            shutil.rmtree(seg.dir, ignore_errors=True)
+        for name in self.tombstones:
+            (self.index.path / SEGMENTS_DIR / name / f"deleted.{self.generation}.npy").unlink(missing_ok=True)
 
     def commit(self) -> None:
         """One manifest commit naming the new segments and the new tombstones."""
