@@ -32,7 +32,8 @@ def check(directory) -> None:
     for note in report.notes:
         click.echo(f"note: {note}")
     if report.ok:
-        click.echo(f"ok: {directory}: {report.documents} documents in {report.segments} segments (commit "
+        segments = f"{report.segments} segment" + ("" if report.segments == 1 else "s")
+        click.echo(f"ok: {directory}: {report.documents} documents in {segments} (commit "
                    f"{report.generation}); every file matches its checksum")
         return
     for problem in report.problems:
@@ -72,7 +73,7 @@ def optimize(directory, model, drop_damaged, wait) -> None:
         encoder = Encoder.load(model)
         target.check_encoder(encoder)
     result = target.optimize(encoder=encoder, drop_damaged=drop_damaged, wait=wait)
-    click.echo(f"optimized {directory}: {result['segments_before']} segments -> {len(target.segments)}, "
+    click.echo(f"optimized {directory}: {result['segments_before']} segment(s) -> {len(target.segments)}, "
                f"{result['documents']} documents")
     for dropped in result["dropped"]:
         click.echo(f"  dropped damaged segment {dropped}; re-ingest your source file to restore its documents", err=True)

@@ -67,21 +67,18 @@ class Postings:
 def build_postings(token_lists: Sequence[Sequence[str]]) -> Postings:
     """Postings of documents given as token lists (row ``i`` = ``token_lists[i]``)."""
     columns: dict[str, int] = {}
-    token_col: list[int] = []
-    doc_row: list[int] = []
-    lengths = np.zeros(len(token_lists), dtype=np.float32)
-    for row, tokens in enumerate(token_lists):
-        lengths[row] = len(tokens)
-        for token in tokens:
-            token_col.append(columns.setdefault(token, len(columns)))
-            doc_row.append(row)
+    flat = [token for tokens in token_lists for token in tokens]
+    token_col = [columns.setdefault(token, len(columns)) for token in flat]
+    lengths = np.fromiter((len(tokens) for tokens in token_lists), dtype=np.int64, count=len(token_lists))
+    doc_row = np.repeat(np.arange(len(token_lists), dtype=np.int64), lengths)
     n_docs = max(len(token_lists), 1)
-    keys = np.asarray(token_col, dtype=np.int64) * n_docs + np.asarray(doc_row, dtype=np.int64)
+    keys = np.asarray(token_col, dtype=np.int64) * n_docs + doc_row
     keys, counts = np.unique(keys, return_counts=True)  # sorted by column, then row
     cols = keys // n_docs
     ptr = np.zeros(len(columns) + 1, dtype=np.int64)
     np.cumsum(np.bincount(cols, minlength=len(columns)), out=ptr[1:])
-    return Postings(list(columns), ptr, (keys % n_docs).astype(np.int32), counts.astype(np.float32), lengths)
+    return Postings(list(columns), ptr, (keys % n_docs).astype(np.int32), counts.astype(np.float32),
+                    lengths.astype(np.float32))
 
 
 def save_postings(postings: Postings, directory: Path) -> None:
@@ -123,10 +120,19 @@ def corpus_stats(parts: Sequence[tuple[Postings, np.ndarray | None]]) -> CorpusS
     return CorpusStats(n_docs, total / n_docs if n_docs else 0.0)
 
 
+def length_norms(parts: Sequence[tuple[Postings, np.ndarray | None]], stats: CorpusStats, k1: float = BM25_K1,
+                 b: float = BM25_B) -> list[np.ndarray]:
+    """``k1 * (1 - b + b * |d| / avgdl)`` for every document of every segment (cacheable
+    until the corpus statistics change)."""
+    avg = stats.avg_len or 1.0
+    return [k1 * (1.0 - b + b * np.asarray(p.doc_len, dtype=np.float64) / avg) for p, _ in parts]
+
+
 def score_segments(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: Sequence[str],
-                   stats: CorpusStats, k1: float = BM25_K1, b: float = BM25_B) -> list[np.ndarray]:
+                   stats: CorpusStats, norms: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
     """BM25 score of every document of every segment (deleted ones score 0) for the query
-    ``tokens``; one float32 array per segment, aligned with its rows."""
+    ``tokens``; one float32 array per segment, aligned with its rows. ``norms``: the
+    ``length_norms`` of ``parts`` (computed here when not given)."""
     scores = [np.zeros(len(p.doc_len), dtype=np.float32) for p, _ in parts]
     if stats.n_docs == 0 or not tokens:
         return scores
@@ -141,6 +147,8 @@ def score_segments(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: 
         if df:
             postings_of[token] = found
             weights[token] = idf(df, stats.n_docs)
+    if norms is None:
+        norms = length_norms(parts, stats)
     for token in tokens:  # query order, repeats included: the same sum for every split of the corpus
         if token not in weights:
             continue
@@ -148,8 +156,7 @@ def score_segments(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: 
             if hit is None:
                 continue
             rows, tf = hit
-            norm = k1 * (1.0 - b + b * np.asarray(parts[seg][0].doc_len[rows], dtype=np.float64) / stats.avg_len)
-            scores[seg][rows] += (weights[token] * tf / (tf + norm)).astype(np.float32)
+            scores[seg][rows] += (weights[token] * tf / (tf + norms[seg][rows])).astype(np.float32)
     for (_, deleted), seg_scores in zip(parts, scores):
         if deleted is not None:
             seg_scores[deleted] = 0.0

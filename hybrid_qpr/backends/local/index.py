@@ -301,7 +301,8 @@ class LocalIndex:
         parts = [(s.postings, s.deleted) for s in self.segments]
         if self._stats is None:
             self._stats = bm25_lib.corpus_stats(parts)
-        return bm25_lib.score_segments(parts, tokens, self._stats)
+            self._norms = bm25_lib.length_norms(parts, self._stats)
+        return bm25_lib.score_segments(parts, tokens, self._stats, self._norms)
 
     def _rank_bm25_scores(self, tokens: list[str]) -> list[np.ndarray]:
         """rank-bm25 (for benchmarks): one BM25Okapi over the live texts, rebuilt on open."""
@@ -445,7 +446,8 @@ class LocalIndex:
                     if doc_id in pending:
                         report.updated += 1
                         del pending[doc_id]  # keep the input order of the last version
-                    pending[doc_id] = (doc.text, json.dumps(doc.metadata or {}, ensure_ascii=False, sort_keys=True))
+                    metadata = json.dumps(doc.metadata, ensure_ascii=False, sort_keys=True) if doc.metadata else "{}"
+                    pending[doc_id] = (doc.text, metadata)
                     if len(pending) >= segment_docs:
                         writer.flush(pending)
                         pending = {}
