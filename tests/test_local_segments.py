@@ -173,3 +173,19 @@ def test_failed_ingest_after_flushed_segments_commits_nothing(tmp_path, committe
         idx.ingest(failing(), committed_encoder, show_progress=False, segment_docs=10)
     assert ({p.name for p in (idx.path / "segments").iterdir()}, idx.manifest["generation"]) == before
     assert LocalIndex.open(idx.path).count() == 20
+
+
+def test_index_check_reports_leftovers_and_open_removes_them(tmp_path, committed_encoder, question_bank):
+    from click.testing import CliRunner
+
+    from hybrid_qpr.cli.main import cli
+
+    idx = LocalIndex.create(tmp_path / "idx", committed_encoder)
+    idx.ingest(question_bank[:30], committed_encoder, show_progress=False)
+    (idx.path / "segments" / ".s000009-dead.tmp").mkdir()  # what a killed writer leaves
+    (idx.path / "segments" / "s000009-dead").mkdir()
+    result = CliRunner().invoke(cli, ["index", "check", str(idx.path)], catch_exceptions=False)
+    assert result.exit_code == 0 and "ok: " in result.output and "30 documents in 1 segment " in result.output
+    assert result.output.count("left over from an interrupted writer") == 2
+    LocalIndex.open(idx.path)
+    assert [p.name for p in (idx.path / "segments").iterdir()] == [idx.manifest["segments"][0]["name"]]

@@ -10,6 +10,7 @@ Each problem comes with its recovery.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,21 +116,23 @@ def _check_postings(seg: Segment, report: CheckReport, path: Path) -> None:
 
 
 def _notes(path: Path, manifest: dict, report: CheckReport) -> None:
+    writer = None
+    if (path / LOCK_FILE).exists():
+        lock = WriteLock(path)
+        if lock.try_acquire():
+            lock.release()
+        else:
+            fd = os.open(path / LOCK_FILE, os.O_RDONLY)
+            try:
+                writer = WriteLock.holder(fd)
+            finally:
+                os.close(fd)
+            report.notes.append(f"the index is being written by {writer} right now")
     keep = referenced(manifest) | set(manifest.get("retained", []))
     segments = path / SEGMENTS_DIR
     if segments.is_dir():
         for child in sorted(segments.iterdir()):
             rel = f"{SEGMENTS_DIR}/{child.name}"
             if rel not in keep:
-                report.notes.append(f"{rel} is left over from an interrupted writer (removed at the next open)")
-    lock = WriteLock(path)
-    if (path / LOCK_FILE).exists() and not lock.try_acquire():
-        import os
-
-        fd = os.open(path / LOCK_FILE, os.O_RDONLY)
-        try:
-            report.notes.append(f"the index is being written by {WriteLock.holder(fd)} right now")
-        finally:
-            os.close(fd)
-    else:
-        lock.release()
+                report.notes.append(f"{rel} is not committed yet ({writer} is writing it)" if writer else
+                                    f"{rel} is left over from an interrupted writer (removed at the next open)")
