@@ -39,6 +39,7 @@ FORMAT = "hybrid-qpr-local-index"
 FORMAT_VERSION = 2
 MANIFEST, LOCK_FILE = "manifest.json", "write.lock"
 REQUIRED_MODEL_KEYS = ("fingerprint", "dim", "distance")
+GRACE_S = 2.0  # even without --wait, a writer waits this long: a reader's cleanup holds the lock for a moment
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
@@ -149,10 +150,10 @@ class WriteLock:
         self._fd: int | None = None
 
     def acquire(self, wait: bool | float = False) -> None:
-        """Take the lock. ``wait=False`` fails at once if another process holds it; ``True``
-        waits as long as needed; a number waits that many seconds at most."""
+        """Take the lock. ``wait=False`` fails if another process still holds it after
+        ``GRACE_S``; ``True`` waits as long as needed; a number waits that many seconds at most."""
         fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
-        deadline = None if wait is True else time.monotonic() + float(wait or 0)
+        deadline = None if wait is True else time.monotonic() + max(float(wait or 0), GRACE_S)
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait is True else fcntl.LOCK_NB))
