@@ -90,7 +90,8 @@ def save_postings(postings: Postings, directory: Path) -> None:
 
 def load_postings(directory: Path, mmap: bool = True) -> Postings:
     mode = "r" if mmap else None
-    arrays = [np.load(directory / name, mmap_mode=mode, allow_pickle=False) for name in (PTR, ROWS, TF, DOCLEN)]
+    # plain ndarray views of the maps: slicing a np.memmap costs a Python object per slice
+    arrays = [np.asarray(np.load(directory / name, mmap_mode=mode, allow_pickle=False)) for name in (PTR, ROWS, TF, DOCLEN)]
     vocab = json.loads((directory / VOCAB).read_text(encoding="utf-8"))
     return Postings(vocab, *arrays)
 
@@ -120,44 +121,56 @@ def corpus_stats(parts: Sequence[tuple[Postings, np.ndarray | None]]) -> CorpusS
     return CorpusStats(n_docs, total / n_docs if n_docs else 0.0)
 
 
-def length_norms(parts: Sequence[tuple[Postings, np.ndarray | None]], stats: CorpusStats, k1: float = BM25_K1,
+def term_weights(parts: Sequence[tuple[Postings, np.ndarray | None]], stats: CorpusStats, k1: float = BM25_K1,
                  b: float = BM25_B) -> list[np.ndarray]:
-    """``k1 * (1 - b + b * |d| / avgdl)`` for every document of every segment (cacheable
-    until the corpus statistics change)."""
+    """``tf / (tf + k1 * (1 - b + b * |d| / avgdl))`` of every posting of every segment,
+    aligned with its ``rows`` (float32). Depends on the corpus statistics, so it is
+    computed per open (cached by the index until the next commit), not stored."""
     avg = stats.avg_len or 1.0
-    return [k1 * (1.0 - b + b * np.asarray(p.doc_len, dtype=np.float64) / avg) for p, _ in parts]
+    out = []
+    for postings, _ in parts:
+        norm = k1 * (1.0 - b + b * np.asarray(postings.doc_len, dtype=np.float64) / avg)
+        tf = np.asarray(postings.tf, dtype=np.float64)
+        out.append((tf / (tf + norm[postings.rows])).astype(np.float32))
+    return out
 
 
 def score_segments(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: Sequence[str],
-                   stats: CorpusStats, norms: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+                   stats: CorpusStats, weights: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
     """BM25 score of every document of every segment (deleted ones score 0) for the query
-    ``tokens``; one float32 array per segment, aligned with its rows. ``norms``: the
-    ``length_norms`` of ``parts`` (computed here when not given)."""
+    ``tokens``; one float32 array per segment, aligned with its rows. ``weights``: the
+    ``term_weights`` of ``parts`` (computed here when not given).
+
+    Each document's contributions are summed in query-token order (``np.bincount`` adds in
+    input order), so the score is the same whichever segment holds the document."""
     scores = [np.zeros(len(p.doc_len), dtype=np.float32) for p, _ in parts]
     if stats.n_docs == 0 or not tokens:
         return scores
-    postings_of: dict[str, list[tuple[np.ndarray, np.ndarray] | None]] = {}
-    weights: dict[str, float] = {}
+    idfs: dict[str, float] = {}
     for token in dict.fromkeys(tokens):
-        found = [p.posting(token) for p, _ in parts]
         df = 0
-        for hit, (_, deleted) in zip(found, parts):
+        for postings, deleted in parts:
+            hit = postings.posting(token)
             if hit is not None:
                 df += len(hit[0]) - (int(deleted[hit[0]].sum()) if deleted is not None else 0)
         if df:
-            postings_of[token] = found
-            weights[token] = idf(df, stats.n_docs)
-    if norms is None:
-        norms = length_norms(parts, stats)
-    for token in tokens:  # query order, repeats included: the same sum for every split of the corpus
-        if token not in weights:
-            continue
-        for seg, hit in enumerate(postings_of[token]):
-            if hit is None:
+            idfs[token] = idf(df, stats.n_docs)
+    if not idfs:
+        return scores
+    if weights is None:
+        weights = term_weights(parts, stats)
+    for seg, (postings, deleted) in enumerate(parts):
+        rows, values = [], []
+        for token in tokens:  # query order, repeats included
+            col = postings.column(token) if token in idfs else None
+            if col is None:
                 continue
-            rows, tf = hit
-            scores[seg][rows] += (weights[token] * tf / (tf + norms[seg][rows])).astype(np.float32)
-    for (_, deleted), seg_scores in zip(parts, scores):
-        if deleted is not None:
-            seg_scores[deleted] = 0.0
+            start, end = int(postings.ptr[col]), int(postings.ptr[col + 1])
+            rows.append(postings.rows[start:end])
+            values.append(idfs[token] * weights[seg][start:end])
+        if rows:
+            scores[seg] = np.bincount(np.concatenate(rows), weights=np.concatenate(values),
+                                      minlength=len(postings.doc_len)).astype(np.float32)
+            if deleted is not None:
+                scores[seg][deleted] = 0.0
     return scores

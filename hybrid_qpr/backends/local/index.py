@@ -77,29 +77,35 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _top(scores: np.ndarray, positions: np.ndarray | None, id_of, depth: int, positive_only: bool) -> list[Hit]:
-    """Best ``depth`` of ``scores`` (aligned with ``positions``; ``None`` = row numbers),
-    ties broken by id: every document tied with the last one kept competes on its id.
-    ``id_of(rows)`` returns the ids of segment rows."""
-    if len(scores) == 0 or depth <= 0:
-        return []
+def _best_rows(scores: np.ndarray, rows: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``depth`` best of ``scores`` (aligned with segment ``rows``) plus every row tied
+    with the last of them (ties are broken by id later, across segments)."""
     if len(scores) > depth:
-        cutoff = scores[np.argpartition(scores, len(scores) - depth)[len(scores) - depth]]
-        picked = np.flatnonzero(scores >= cutoff)
-    else:
-        picked = np.arange(len(scores))
-    if positive_only:
-        picked = picked[scores[picked] > 0]
-    rows = picked if positions is None else positions[picked]
-    ids = id_of(rows)
-    ranked = sorted(zip(scores[picked].tolist(), ids), key=lambda si: (-si[0], si[1]))
+        cutoff = np.partition(scores, len(scores) - depth)[len(scores) - depth]  # values only: cheaper than argpartition
+        keep = scores >= cutoff
+        scores, rows = scores[keep], rows[keep]
+    return scores, rows
+
+
+def _merge_ranked(found: list[tuple["Segment", np.ndarray, np.ndarray]], depth: int) -> list[Hit]:
+    """Best ``depth`` over every segment's ``(segment, scores, rows)`` candidates, ties broken
+    by id. Exact: each segment contributes its own best ``depth`` and all ties with them. Ids
+    are read only for the candidates that can still make the list."""
+    if depth <= 0 or not found:
+        return []
+    all_scores = np.concatenate([scores for _, scores, _ in found])
+    if len(all_scores) == 0:
+        return []
+    cutoff = -np.inf
+    if len(all_scores) > depth:
+        cutoff = np.partition(all_scores, len(all_scores) - depth)[len(all_scores) - depth]
+    ranked: list[tuple[float, str]] = []
+    for seg, scores, rows in found:
+        keep = scores >= cutoff
+        if keep.any():
+            ranked.extend(zip(scores[keep].tolist(), seg.ids_at(rows[keep])))
+    ranked.sort(key=lambda si: (-si[0], si[1]))
     return [Hit(doc_id, float(score)) for score, doc_id in ranked[:depth]]
-
-
-def _best(hits: Iterable[Hit], depth: int) -> list[Hit]:
-    """Merge per-segment lists: best ``depth`` by score, ties by id (exact, since every
-    segment list holds its own best ``depth`` in the same order)."""
-    return sorted(hits, key=lambda h: (-h.score, h.id))[:depth]
 
 
 def _filter_value(value: Any) -> str:
@@ -284,16 +290,6 @@ class LocalIndex:
             out.append(rows)
         return out
 
-    def _id_of(self, seg: Segment):
-        def ids(rows: np.ndarray) -> list[str]:
-            rows = [int(r) for r in rows]
-            found: dict[int, str] = {}
-            for start in range(0, len(rows), 900):
-                chunk = rows[start:start + 900]
-                found.update(seg.sql(f"SELECT pos, id FROM docs WHERE pos IN ({', '.join('?' * len(chunk))})", chunk))
-            return [found[r] for r in rows]
-        return ids
-
     def _bm25_scores(self, tokens: list[str]) -> list[np.ndarray]:
         """BM25 score of every row of every segment (deleted rows 0)."""
         if self.bm25_impl == "rank-bm25":
@@ -301,8 +297,8 @@ class LocalIndex:
         parts = [(s.postings, s.deleted) for s in self.segments]
         if self._stats is None:
             self._stats = bm25_lib.corpus_stats(parts)
-            self._norms = bm25_lib.length_norms(parts, self._stats)
-        return bm25_lib.score_segments(parts, tokens, self._stats, self._norms)
+            self._weights = bm25_lib.term_weights(parts, self._stats)
+        return bm25_lib.score_segments(parts, tokens, self._stats, self._weights)
 
     def _rank_bm25_scores(self, tokens: list[str]) -> list[np.ndarray]:
         """rank-bm25 (for benchmarks): one BM25Okapi over the live texts, rebuilt on open."""
@@ -328,13 +324,11 @@ class LocalIndex:
         allowed = self.matching(filters)
         if not self.segments:
             return []
-        hits: list[Hit] = []
+        found = []
         for i, (seg, scores) in enumerate(zip(self.segments, self._bm25_scores(tokenize(query)))):
-            rows = None if allowed is None else allowed[i]
-            if rows is not None:
-                scores = scores[rows]
-            hits.extend(_top(scores, rows, self._id_of(seg), depth, positive_only=True))
-        return _best(hits, depth)
+            rows = np.flatnonzero(scores > 0) if allowed is None else allowed[i][scores[allowed[i]] > 0]
+            found.append((seg, *_best_rows(scores[rows], rows, depth)))
+        return _merge_ranked(found, depth)
 
     def knn(self, vector: np.ndarray, depth: int, filters: Filters | None = None) -> list[Hit]:
         """Top ``depth`` by similarity: FAISS per segment without filters; exact over the
@@ -343,23 +337,23 @@ class LocalIndex:
         if query.shape[1] != self.dim:
             raise ModelMismatchError(f"query vector has {query.shape[1]} dims; index {self.path} has {self.dim}")
         allowed = self.matching(filters)
-        hits: list[Hit] = []
+        found = []
         for i, seg in enumerate(self.segments):
             if allowed is not None:
                 rows = allowed[i]
                 if len(rows):
                     scores = similarity(query, np.asarray(seg.vectors[rows]), self.distance)[0]
-                    hits.extend(_top(scores, rows, self._id_of(seg), depth, positive_only=False))
+                    found.append((seg, *_best_rows(scores, rows, depth)))
                 continue
             n_deleted = seg.count - seg.live
-            raw, found = seg.faiss.search(query, min(depth + n_deleted, seg.count))
-            rows = found[0][found[0] >= 0].astype(np.int64)
-            scores = score_from_faiss(raw[0][found[0] >= 0], self.distance)
+            raw, hits = seg.faiss.search(query, min(depth + n_deleted, seg.count))
+            rows = hits[0][hits[0] >= 0].astype(np.int64)
+            scores = score_from_faiss(raw[0][hits[0] >= 0], self.distance)
             if seg.deleted is not None:
                 keep = ~seg.deleted[rows]
                 rows, scores = rows[keep], scores[keep]
-            hits.extend(_top(scores, rows, self._id_of(seg), depth, positive_only=False))
-        return _best(hits, depth)
+            found.append((seg, *_best_rows(scores, rows, depth)))
+        return _merge_ranked(found, depth)
 
     def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
         """Exact similarity of ``vector`` to the stored vectors of ``ids`` (MSEM rerank)."""

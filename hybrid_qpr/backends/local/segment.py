@@ -202,7 +202,6 @@ class Segment:
             self.deleted = np.zeros(self.count, dtype=bool)
             self.deleted[rows] = True
         self._faiss = None
-        self._ids: list[str] | None = None
 
     # ------------------------------------------------------------------ checks
     def rel(self, file: str) -> str:
@@ -239,12 +238,14 @@ class Segment:
             raise damaged(self.index_path, f"{self.rel(DOCS_DB)} cannot be read ({exc})",
                           fix_for(DOCS_DB, self.index_path)) from None
 
-    @property
-    def ids(self) -> list[str]:
-        """Id of every row (loaded on first use)."""
-        if self._ids is None:
-            self._ids = [r[0] for r in self.sql("SELECT id FROM docs ORDER BY pos")]
-        return self._ids
+    def ids_at(self, rows: np.ndarray) -> list[str]:
+        """Ids of segment ``rows``, in that order."""
+        wanted = [int(r) for r in rows]
+        found: dict[int, str] = {}
+        for start in range(0, len(wanted), SQL_CHUNK):
+            chunk = wanted[start:start + SQL_CHUNK]
+            found.update(self.sql(f"SELECT pos, id FROM docs WHERE pos IN ({', '.join('?' * len(chunk))})", chunk))
+        return [found[r] for r in wanted]
 
     @property
     def faiss(self):
