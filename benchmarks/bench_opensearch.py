@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -36,6 +35,7 @@ DEFAULT_DATA = "/work/shared/data/quora-pairs.tsv.gz"
 def load(path: str, n_docs: int, n_queries: int, seed: int):
     from hybrid_qpr.types import Document
     from hybrid_qpr.data.pairs import iter_pairs
+    from hybrid_qpr.text import text_id
 
     docs: dict[str, Document] = {}
     by_text: dict[str, str] = {}
@@ -43,7 +43,7 @@ def load(path: str, n_docs: int, n_queries: int, seed: int):
     for pair in iter_pairs(path, on_bad_line="skip"):
         for qid, text in ((pair.qid1, pair.question1), (pair.qid2, pair.question2)):
             if len(docs) < n_docs and text not in by_text:
-                doc_id = qid or f"t{len(docs)}"
+                doc_id = qid or text_id(text)
                 docs[doc_id] = Document(doc_id, text)
                 by_text[text] = doc_id
         if pair.is_duplicate and pair.question1 in by_text and pair.question2 not in by_text:
@@ -54,9 +54,6 @@ def load(path: str, n_docs: int, n_queries: int, seed: int):
     return list(docs.values()), candidates[:n_queries]
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,8 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=13)
     args = parser.parse_args(argv)
 
+    from _results import relative_if_path, repo_relative
     from hybrid_qpr.backends.opensearch import OpenSearchBackend, connect, install_pipelines
     from hybrid_qpr.encoders import Encoder
+    from hybrid_qpr.evaluation.evaluator import latency_summary
     from hybrid_qpr.search import HybridSearcher
 
     docs, queries = load(args.data, args.docs, args.queries + args.warmup, args.seed)
@@ -116,9 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, run in modes.items():
             t = time.perf_counter()
             run(q)
-            times[name].append((time.perf_counter() - t) * 1000.0)
-    latency = {name: {"p50_ms": percentile(ts, 50), "p99_ms": percentile(ts, 99), "mean_ms": statistics.fmean(ts)}
-               for name, ts in times.items()}
+            times[name].append(time.perf_counter() - t)
+    latency = {name: {key: summary[key] for key in ("p50_ms", "p99_ms", "mean_ms")}
+               for name, summary in ((name, latency_summary(ts)) for name, ts in times.items())}
     base = latency["bm25"]["p50_ms"]
 
     print(f"\ncorpus: {len(docs)} unique questions from {Path(args.data).name}; {len(timed)} timed queries "
@@ -132,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<15}{row['p50_ms']:>9.2f}{row['p99_ms']:>9.2f}{row['p50_ms'] / base:>11.2f}x")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({
-            "command": "python " + " ".join(sys.argv), "docs": len(docs), "queries": len(timed), "top_k": k, "depth": depth,
-            "model": str(encoder.model_dir), "ingest_docs_per_s": report.docs_per_second,
+            "command": "python " + " ".join(str(relative_if_path(a)) for a in sys.argv), "docs": len(docs), "queries": len(timed), "top_k": k, "depth": depth,
+            "model": repo_relative(encoder.model_dir), "ingest_docs_per_s": report.docs_per_second,
             "encode_docs_per_s": encode_rate, "latency": latency}, indent=2), encoding="utf-8")
     if not args.keep:
         backend.drop()

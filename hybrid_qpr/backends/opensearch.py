@@ -39,6 +39,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
+from hybrid_qpr import resources
 from hybrid_qpr.backends.base import IngestReport
 from hybrid_qpr.types import Document, Filters, Hit
 from hybrid_qpr.distance import (Distance, check_distance, opensearch_space_type, prepare_vectors,
@@ -47,7 +48,6 @@ from hybrid_qpr.errors import BackendError, ClusterError, ConfigError, ModelMism
 
 logger = logging.getLogger(__name__)
 
-MAPPINGS_DIR = Path(__file__).resolve().parents[2] / "mappings"
 TEXT_FIELD, VECTOR_FIELD, METADATA_FIELD = "text", "embedding", "metadata"
 ServerFusion = Literal["rrf", "minmax", "zscore", "l2"]
 SERVER_FUSIONS: tuple[str, ...] = ("rrf", "minmax", "zscore", "l2")
@@ -60,7 +60,7 @@ _PLACEHOLDER = re.compile(r"^\$\{([A-Z0-9_]+)\}$")
 def load_body(relative: str, values: Mapping[str, Any]) -> dict:
     """Read ``mappings/<relative>`` and replace every ``"${NAME}"`` string by ``values[NAME]``
     (typed: a number stays a number). A placeholder without a value is an error."""
-    path = MAPPINGS_DIR / relative
+    path = resources.mapping_file(relative)
     try:
         body = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
@@ -407,7 +407,7 @@ class OpenSearchBackend:
                       pipeline: str | Mapping[str, Any] = DEFAULT_PIPELINE) -> list[Hit]:
         """Fusion in the cluster: neural-search's ``hybrid`` query (a ``match`` and a ``knn``
         sub-query, each returning up to ``depth`` documents) normalised and combined by a
-        search pipeline - the name of one installed by ``hybrid-qpr pipeline install``
+        search pipeline - the name of one installed by ``hybrid-qpr search-pipeline install``
         (default ``hybrid-qpr-rrf``), or a pipeline body to use for this request only.
         Filters are applied inside each sub-query (2.19's ``hybrid`` has no top-level filter)."""
         clauses = filter_clauses(filters)
@@ -633,7 +633,7 @@ class OpenSearchBackend:
             try:
                 self.client.transport.perform_request("GET", f"/_search/pipeline/{name}")
             except NotFoundError as exc:
-                raise BackendError(f"search pipeline {name!r} is not installed; run 'hybrid-qpr pipeline install "
+                raise BackendError(f"search pipeline {name!r} is not installed; run 'hybrid-qpr search-pipeline install "
                                    f"--opensearch URL' first") from exc
 
 

@@ -6,11 +6,12 @@ import functools
 
 import click
 
-from hybrid_qpr.errors import HybridQPRError
+from hybrid_qpr.errors import HybridQPRError, missing_dependency
 
 
 def friendly_errors(func):
-    """Turn ``HybridQPRError`` into ``click.ClickException`` (one line, exit code 1)."""
+    """Turn ``HybridQPRError``, and a missing optional package (torch for train, onnx for
+    export...), into ``click.ClickException``: one line with the fix, exit code 1."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
@@ -18,6 +19,11 @@ def friendly_errors(func):
             return func(*args, **kwargs)
         except HybridQPRError as exc:
             raise click.ClickException(str(exc)) from exc
+        except ModuleNotFoundError as exc:
+            missing = missing_dependency(exc, f"'{click.get_current_context().command_path}'")
+            if missing is None:
+                raise
+            raise click.ClickException(str(missing)) from exc
 
     return wrapper
 

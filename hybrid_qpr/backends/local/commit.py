@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import shutil
@@ -30,8 +29,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from hybrid_qpr import artifacts
 from hybrid_qpr.backends.local.segment import SEGMENTS_DIR, fsync_path
-from hybrid_qpr.errors import ArtifactError, IndexDamagedError, IndexLockedError
+from hybrid_qpr.errors import IndexDamagedError, IndexLockedError
 
 logger = logging.getLogger(__name__)
 
@@ -44,20 +44,10 @@ GRACE_S = 2.0  # even without --wait, a writer waits this long: a reader's clean
 
 def read_manifest(path: Path) -> dict[str, Any]:
     """The committed manifest of the index at ``path``, checked for the keys every reader needs."""
-    manifest_path = path / MANIFEST
-    if not manifest_path.is_file():
-        raise ArtifactError(f"{path}: not a hybrid-qpr index ({MANIFEST} missing); build one with "
-                            f"'hybrid-qpr ingest FILE --index {path}'")
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ArtifactError(f"{manifest_path}: not valid JSON ({exc}); rebuild the index") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ArtifactError(f"{manifest_path}: not a hybrid-qpr local index (format must be {FORMAT!r})")
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise ArtifactError(f"{manifest_path}: format_version {manifest.get('format_version')} is not supported "
-                            f"(this hybrid-qpr reads {FORMAT_VERSION}); rebuild the index by ingesting your source "
-                            "file into a new --index directory")
+    manifest = artifacts.read_manifest(
+        path / MANIFEST, FORMAT, FORMAT_VERSION, what="hybrid-qpr local index",
+        missing=f"{path}: not a hybrid-qpr index ({MANIFEST} missing); build one with 'hybrid-qpr ingest FILE --index {path}'",
+        fix="rebuild the index by ingesting your source file into a new --index directory")
     problem = manifest_problem(manifest)
     if problem:
         raise IndexDamagedError(f"index {path} is damaged: {MANIFEST} {problem}. Fix: the index cannot be used; "
@@ -85,13 +75,8 @@ def manifest_problem(manifest: dict[str, Any]) -> str | None:
 
 
 def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
-    """Commit: write the manifest aside, fsync, rename over ``manifest.json``, fsync the directory."""
-    tmp = path / f".{MANIFEST}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(manifest, fh, indent=2)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path / MANIFEST)
+    """Commit: write the manifest aside (fsynced), rename it over ``manifest.json``, fsync the directory."""
+    artifacts.write_json(path / MANIFEST, manifest)
     fsync_path(path)
 
 

@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from hybrid_qpr.artifacts import library_versions
 from hybrid_qpr.backends.base import IngestReport
 from hybrid_qpr.backends.local import bm25 as bm25_lib
 from hybrid_qpr.backends.local.commit import (FORMAT, FORMAT_VERSION, LOCK_FILE, MANIFEST, WriteLock, read_manifest,
@@ -62,15 +63,7 @@ SEGMENT_DOCS = 100_000  # an ingest flushes a segment every this many documents 
 
 
 def _versions() -> dict[str, str]:
-    from importlib import metadata
-
-    out = {}
-    for package in ("hybrid-qpr", "faiss-cpu", "bm25s", "numpy"):
-        try:
-            out[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
+    return library_versions(("hybrid-qpr", "faiss-cpu", "bm25s", "numpy"))
 
 
 def _now() -> str:
