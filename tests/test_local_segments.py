@@ -189,3 +189,15 @@ def test_index_check_reports_leftovers_and_open_removes_them(tmp_path, committed
     assert result.output.count("left over from an interrupted writer") == 2
     LocalIndex.open(idx.path)
     assert [p.name for p in (idx.path / "segments").iterdir()] == [idx.manifest["segments"][0]["name"]]
+
+
+def test_postings_built_in_chunks_equal_one_pass():
+    from hybrid_qpr.backends.local.bm25 import build_postings
+
+    docs = [["a", "b", "a"], [], ["c"], ["b", "c", "c", "d"], ["a"]]
+    whole, chunked = build_postings(docs), build_postings(iter(docs), chunk=2)
+    assert whole.vocab == chunked.vocab == ["a", "b", "c", "d"]
+    for name in ("ptr", "rows", "tf", "doc_len"):
+        assert np.array_equal(getattr(whole, name), getattr(chunked, name))
+    assert whole.posting("a")[0].tolist() == [0, 4] and whole.posting("a")[1].tolist() == [2, 1]
+    assert whole.doc_len.tolist() == [3, 0, 1, 4, 1] and whole.posting("zzz") is None

@@ -24,9 +24,10 @@ in column order), ``bm25.ptr.npy`` (int64, vocabulary + 1), ``bm25.rows.npy`` (i
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,20 +65,29 @@ class Postings:
         return self.rows[start:end], self.tf[start:end]
 
 
-def build_postings(token_lists: Sequence[Sequence[str]]) -> Postings:
-    """Postings of documents given as token lists (row ``i`` = ``token_lists[i]``)."""
+def build_postings(token_lists: Iterable[Sequence[str]], chunk: int = 50_000) -> Postings:
+    """Postings of documents given as token lists (row ``i`` = the ``i``-th list). Consumed
+    ``chunk`` documents at a time into integer arrays, so a generator of a million token
+    lists never holds them all at once."""
     columns: dict[str, int] = {}
-    flat = [token for tokens in token_lists for token in tokens]
-    token_col = [columns.setdefault(token, len(columns)) for token in flat]
-    lengths = np.fromiter((len(tokens) for tokens in token_lists), dtype=np.int64, count=len(token_lists))
-    doc_row = np.repeat(np.arange(len(token_lists), dtype=np.int64), lengths)
-    n_docs = max(len(token_lists), 1)
-    keys = np.asarray(token_col, dtype=np.int64) * n_docs + doc_row
-    keys, counts = np.unique(keys, return_counts=True)  # sorted by column, then row
-    cols = keys // n_docs
+    col_parts, row_parts, length_parts = [], [], []
+    n_docs = 0
+    it = iter(token_lists)
+    while batch := list(itertools.islice(it, chunk)):
+        lengths = np.fromiter((len(tokens) for tokens in batch), dtype=np.int64, count=len(batch))
+        col_parts.append(np.fromiter((columns.setdefault(t, len(columns)) for tokens in batch for t in tokens),
+                                     dtype=np.int64, count=int(lengths.sum())))
+        row_parts.append(np.repeat(np.arange(n_docs, n_docs + len(batch), dtype=np.int64), lengths))
+        length_parts.append(lengths)
+        n_docs += len(batch)
+    lengths = np.concatenate(length_parts) if length_parts else np.zeros(0, dtype=np.int64)
+    cols = np.concatenate(col_parts) if col_parts else np.zeros(0, dtype=np.int64)
+    rows = np.concatenate(row_parts) if row_parts else np.zeros(0, dtype=np.int64)
+    span = max(n_docs, 1)
+    keys, counts = np.unique(cols * span + rows, return_counts=True)  # sorted by column, then row
     ptr = np.zeros(len(columns) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(cols, minlength=len(columns)), out=ptr[1:])
-    return Postings(list(columns), ptr, (keys % n_docs).astype(np.int32), counts.astype(np.float32),
+    np.cumsum(np.bincount(keys // span, minlength=len(columns)), out=ptr[1:])
+    return Postings(list(columns), ptr, (keys % span).astype(np.int32), counts.astype(np.float32),
                     lengths.astype(np.float32))
 
 

@@ -513,6 +513,7 @@ class LocalIndex:
         texts = [t for p in parts for t in p[1]]
         metas = [m for p in parts for m in p[2]]
         vectors = np.concatenate([p[3] for p in parts]) if parts else np.zeros((0, self.dim), np.float32)
+        parts.clear()  # the per-segment copies (the caller's list): a merge holds its vectors once
         counter = int(self.manifest.get("next_segment", 1))
         entries = [e for e in self.manifest["segments"] if e["name"] not in names]
         if ids:

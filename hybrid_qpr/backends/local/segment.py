@@ -84,7 +84,7 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         np.save(tmp / VECTORS, vectors, allow_pickle=False)
         faiss.write_index(build_faiss(vectors, distance, factory, nprobe), str(tmp / FAISS_FILE))
-        bm25_lib.save_postings(bm25_lib.build_postings([tokenize(t) for t in texts]), tmp)
+        bm25_lib.save_postings(bm25_lib.build_postings(tokenize(t) for t in texts), tmp)
         fields = sorted({key for m in metas if m != "{}" for key in json.loads(m)})
         files = {}
         for file in SEGMENT_FILES:
