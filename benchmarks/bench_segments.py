@@ -9,6 +9,8 @@ Steps (each its own command, so peak memory is measured per step by ``/usr/bin/t
            the CLI adds its start-up, measured separately with ``time``).
 ``query``  p50/p95 ms of the BM25 list, the kNN list (query vectors encoded beforehand)
            and the full hybrid search (encoding included), one query at a time.
+``bm25``   scoring time per query of the segment postings (corpus-wide statistics) against
+           the bm25s library over the same tokens of a JSONL corpus, in one process.
 
 Usage (the numbers in docs/engine.md; the machine is shared, so they are noisy)::
 
@@ -19,6 +21,7 @@ Usage (the numbers in docs/engine.md; the machine is shared, so they are noisy):
     /usr/bin/time -v hybrid-qpr index optimize /work/data/seg-bench/idx-merged
     python benchmarks/bench_segments.py query /work/data/seg-bench/idx-merged --queries /work/data/seg-bench/queries.txt
     python benchmarks/bench_segments.py add /work/data/seg-bench/idx --docs /work/data/seg-bench/add.jsonl
+    python benchmarks/bench_segments.py bm25 /work/data/quora/beir/corpus.jsonl --queries /work/data/quora/beir/queries.jsonl
 """
 
 from __future__ import annotations
@@ -96,6 +99,37 @@ def bench_query(index_dir: Path, queries_path: Path, limit: int) -> dict:
     return out
 
 
+def bench_bm25(corpus: Path, queries_path: Path, limit: int) -> dict:
+    import bm25s
+
+    from hybrid_qpr.backends.local import bm25 as bm25_lib
+    from hybrid_qpr.text import tokenize
+
+    tokens = [tokenize(doc.text) for _, doc in iter_documents(corpus)]
+    start = time.perf_counter()
+    postings = bm25_lib.build_postings(tokens)
+    ours_build = time.perf_counter() - start
+    start = time.perf_counter()
+    reference = bm25s.BM25(k1=bm25_lib.BM25_K1, b=bm25_lib.BM25_B)
+    reference.index(tokens, show_progress=False)
+    bm25s_build = time.perf_counter() - start
+    parts = [(postings, None)]
+    stats = bm25_lib.corpus_stats(parts)
+    weights = bm25_lib.term_weights(parts, stats)
+    queries = [tokenize(doc.text) for _, doc in iter_documents(queries_path)][:limit]
+    known = [[t for t in q if t in reference.vocab_dict] for q in queries]
+    out = {"documents": len(tokens), "queries": len(queries), "build_s": {"postings": ours_build, "bm25s": bm25s_build}}
+    for name, call in (("postings", lambda i: bm25_lib.score_segments(parts, queries[i], stats, weights)),
+                       ("bm25s", lambda i: reference.get_scores(known[i]) if known[i] else None)):
+        times = []
+        for i in range(len(queries)):
+            start = time.perf_counter()
+            call(i)
+            times.append(time.perf_counter() - start)
+        out[name] = latency_summary(times)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="step", required=True)
@@ -112,9 +146,15 @@ def main() -> None:
     query.add_argument("index", type=Path)
     query.add_argument("--queries", type=Path, required=True)
     query.add_argument("--limit", type=int, default=300)
+    bm25 = sub.add_parser("bm25")
+    bm25.add_argument("corpus", type=Path)
+    bm25.add_argument("--queries", type=Path, required=True)
+    bm25.add_argument("--limit", type=int, default=1000)
     args = parser.parse_args()
     if args.step == "data":
         make_data(args.pairs, args.out, args.n, args.add, args.queries)
+    elif args.step == "bm25":
+        print(json.dumps(bench_bm25(args.corpus, args.queries, args.limit), indent=2))
     elif args.step == "add":
         print(json.dumps(bench_add(args.index, args.docs), indent=2))
     else:
