@@ -149,7 +149,7 @@ def _request(client, method: str, path: str, body: Any = None, *, retries: int =
     for a moment after bulk work until the garbage collector runs."""
     from opensearchpy.exceptions import TransportError
 
-    from hybrid_qpr.backends.opensearch import _reason
+    from hybrid_qpr.backends.cluster.connection import reason
 
     for attempt in range(retries + 1):
         try:
@@ -159,7 +159,7 @@ def _request(client, method: str, path: str, body: Any = None, *, retries: int =
                 logger.info("%s %s: 429 (%s), retrying", method, path, exc.error)
                 time.sleep(0.5 * 2 ** attempt)
                 continue
-            raise ClusterError(f"{method} {path} failed: {exc.status_code} {_reason(exc)}") from exc
+            raise ClusterError(f"{method} {path} failed: {exc.status_code} {reason(exc.info) or exc.error}") from exc
     raise AssertionError("unreachable")  # pragma: no cover
 
 

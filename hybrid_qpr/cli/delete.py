@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import click
 
-from hybrid_qpr.cli._common import friendly_errors, opensearch_options
+from hybrid_qpr.cli._common import cluster_options, friendly_errors
 
 
 @click.command()
 @click.argument("ids", nargs=-1)
-@click.option("--index", required=True, help="Local index directory, or the OpenSearch index name with --opensearch.")
+@click.option("--index", required=True, help="Local index directory, or the cluster index name with --opensearch/--elasticsearch.")
 @click.option("--ids-file", type=click.Path(allow_dash=True, dir_okay=False), default=None,
               help="Also delete the ids listed in this file, one per line ('-' = stdin).")
 @click.option("--wait", is_flag=True, help="Local index: if another process is writing it, wait for it instead of failing.")
-@opensearch_options(selects_backend=True)
+@cluster_options(selects_backend=True)
 @friendly_errors
 def delete(ids, index, ids_file, wait, **connection) -> None:
     """Delete the documents with the given IDS (a local index records tombstones; the
@@ -23,7 +23,7 @@ def delete(ids, index, ids_file, wait, **connection) -> None:
     Example:
       hybrid-qpr delete q17 q18 --index ./qidx
     """
-    from hybrid_qpr.cli._engine import open_backend, use_opensearch
+    from hybrid_qpr.cli._engine import open_backend, use_cluster
 
     wanted = list(ids)
     if ids_file:
@@ -32,5 +32,5 @@ def delete(ids, index, ids_file, wait, **connection) -> None:
     if not wanted:
         raise click.UsageError("give at least one id (or --ids-file)")
     backend = open_backend(index, connection)
-    removed = backend.delete(wanted) if use_opensearch(connection) else backend.delete(wanted, wait=wait)
+    removed = backend.delete(wanted) if use_cluster(connection) else backend.delete(wanted, wait=wait)
     click.echo(f"deleted {removed} of {len(wanted)} ids from {index}")

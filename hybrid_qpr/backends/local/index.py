@@ -42,7 +42,7 @@ from typing import Any, Literal
 import numpy as np
 
 from hybrid_qpr.artifacts import library_versions
-from hybrid_qpr.backends.base import IngestReport
+from hybrid_qpr.backends.base import Capabilities, IngestReport
 from hybrid_qpr.backends.local import bm25 as bm25_lib
 from hybrid_qpr.backends.local.commit import (FORMAT, FORMAT_VERSION, LOCK_FILE, MANIFEST, WriteLock, read_manifest,
                                               referenced, remove_paths, remove_unreferenced, write_manifest)
@@ -114,6 +114,8 @@ _VALUE_TEXT = "CASE type WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' ELSE 
 
 class LocalIndex:
     """``hybrid_qpr.backends.base.Backend`` over a local index directory (see the module docstring)."""
+
+    capabilities = Capabilities()  # everything runs in-process: no batching or server side to offer
 
     def __init__(self, path: Path, manifest: dict[str, Any], bm25: Bm25Impl | None = None, *, load: bool = True):
         self.path = Path(path)
