@@ -406,7 +406,8 @@ class LocalIndex:
         if report.indexed + report.updated == 0:
             report.seconds = time.perf_counter() - started
             return report
-        new_vectors = encoder.encode([texts[i] for i in to_encode], batch_size=batch_size, show_progress=show_progress)
+        new_vectors = encoder.encode([texts[i] for i in to_encode], batch_size=batch_size, show_progress=show_progress,
+                                     side="document")
         full = np.zeros((len(ids), self.dim), dtype=np.float32)
         full[: len(vectors)] = vectors
         if to_encode:

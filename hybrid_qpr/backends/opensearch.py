@@ -467,7 +467,8 @@ class OpenSearchBackend:
 
         def actions() -> Iterator[dict]:
             for batch in _batches(documents, batch_size):
-                vectors = prepare_vectors(encoder.encode([doc.text for _, doc in batch], batch_size=batch_size), distance)
+                vectors = prepare_vectors(encoder.encode([doc.text for _, doc in batch], batch_size=batch_size,
+                                                         side="document"), distance)
                 for (line, doc), vector in zip(batch, vectors):
                     lines[doc.id] = line
                     yield {"_op_type": "index", "_index": self.index, "_id": doc.id,

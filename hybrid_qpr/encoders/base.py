@@ -3,6 +3,14 @@
 This module never imports torch, so ingest and query run where torch is not installed.
 A model directory holds ``model.onnx``, ``tokenizer.json`` and ``config.json``;
 ``config.json["kind"]`` says which encoder reads it ("cnn" or "transformer").
+
+An **asymmetric** model directory (``kind: "asymmetric"``, ``format_version`` 2) holds one
+such directory per side instead: ``config.json["sides"]`` names the subdirectory that
+encodes queries (questions) and the one that encodes documents (answers); both may name the
+same subdirectory (shared weights). ``Encoder.encode(texts, side=...)`` picks the side;
+``side`` is ignored by symmetric encoders, so every caller can pass it. Backends encode
+documents with ``side="document"``, searches encode queries with the default ``"query"``.
+Directories of format_version 1 (or none) load exactly as before.
 """
 
 from __future__ import annotations
@@ -12,16 +20,19 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from hybrid_qpr.distance import Distance, check_distance
-from hybrid_qpr.errors import ArtifactError
+from hybrid_qpr.errors import ArtifactError, ConfigError
 
 logger = logging.getLogger(__name__)
 
 CONFIG_FORMAT = "hybrid-qpr-encoder"
+FORMAT_VERSION = 2  # the newest config layout this code reads (2 added kind "asymmetric")
+Side = Literal["query", "document"]
+SIDES: tuple[str, ...] = ("query", "document")
 MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "config.json"
@@ -35,27 +46,62 @@ def read_config(model_dir: str | Path) -> dict[str, Any]:
     model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise ArtifactError(f"{model_dir}: model directory does not exist (expected {MODEL_FILE}, {TOKENIZER_FILE}, {CONFIG_FILE})")
-    for name in (CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE):
-        if not (model_dir / name).is_file():
-            raise ArtifactError(f"{model_dir}: {name} is missing; export the model again with 'hybrid-qpr export'")
+    if not (model_dir / CONFIG_FILE).is_file():
+        raise ArtifactError(f"{model_dir}: {CONFIG_FILE} is missing; export the model again with 'hybrid-qpr export'")
     try:
         config = json.loads((model_dir / CONFIG_FILE).read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ArtifactError(f"{model_dir / CONFIG_FILE}: not valid JSON ({exc})") from exc
+    asymmetric = isinstance(config, dict) and config.get("kind") == "asymmetric"
+    for name in (() if asymmetric else (MODEL_FILE, TOKENIZER_FILE)):
+        if not (model_dir / name).is_file():
+            raise ArtifactError(f"{model_dir}: {name} is missing; export the model again with 'hybrid-qpr export'")
     if not isinstance(config, dict) or config.get("format") != CONFIG_FORMAT:
         raise ArtifactError(f"{model_dir / CONFIG_FILE}: not a hybrid-qpr encoder config (format must be {CONFIG_FORMAT!r})")
+    version = config.get("format_version", 1)
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise ArtifactError(f"{model_dir / CONFIG_FILE}: format_version {version!r} is newer than this hybrid-qpr reads "
+                            f"(up to {FORMAT_VERSION}); upgrade hybrid-qpr")
     for key in ("kind", "dim", "distance"):
         if key not in config:
             raise ArtifactError(f"{model_dir / CONFIG_FILE}: the field {key!r} is missing")
     check_distance(config["distance"])
+    if asymmetric:
+        side_dirs(model_dir, config)  # checks the sides exist
     return config
 
 
+def side_dirs(model_dir: str | Path, config: dict[str, Any]) -> dict[str, Path]:
+    """``{"query": dir, "document": dir}`` of an asymmetric model directory, checked."""
+    model_dir = Path(model_dir)
+    sides = config.get("sides")
+    if not isinstance(sides, dict) or set(sides) != set(SIDES):
+        raise ArtifactError(f"{model_dir / CONFIG_FILE}: an asymmetric model needs \"sides\": "
+                            '{"query": SUBDIR, "document": SUBDIR}')
+    out = {}
+    for side in SIDES:
+        sub = sides[side]
+        if not isinstance(sub, str) or not sub or Path(sub).is_absolute() or ".." in Path(sub).parts:
+            raise ArtifactError(f"{model_dir / CONFIG_FILE}: sides.{side} must name a subdirectory, found {sub!r}")
+        if not (model_dir / sub / CONFIG_FILE).is_file():
+            raise ArtifactError(f"{model_dir / sub}: the {side} side's model directory is missing or has no {CONFIG_FILE}")
+        out[side] = model_dir / sub
+    return out
+
+
 def fingerprint(model_dir: str | Path) -> str:
-    """sha256 over the model and tokenizer bytes: an index records it and refuses other models."""
+    """sha256 over the model and tokenizer bytes: an index records it and refuses other models.
+    For an asymmetric model, over both sides' files in side order."""
+    model_dir = Path(model_dir)
     digest = hashlib.sha256()
-    for name in (MODEL_FILE, TOKENIZER_FILE):
-        digest.update((Path(model_dir) / name).read_bytes())
+    if (model_dir / MODEL_FILE).is_file():
+        for name in (MODEL_FILE, TOKENIZER_FILE):
+            digest.update((model_dir / name).read_bytes())
+        return digest.hexdigest()[:16]
+    for side, directory in side_dirs(model_dir, read_config(model_dir)).items():
+        digest.update(side.encode())
+        for name in (MODEL_FILE, TOKENIZER_FILE):
+            digest.update((directory / name).read_bytes())
     return digest.hexdigest()[:16]
 
 
@@ -102,8 +148,12 @@ class Encoder:
             raise ArtifactError(f"{model_dir / CONFIG_FILE}: kind={kind!r}; allowed kinds are {sorted(Encoder._kinds)}")
         return Encoder._kinds[kind](model_dir, config, threads=threads)  # type: ignore[call-arg]
 
-    def encode(self, texts: Sequence[str] | str, batch_size: int = 256, show_progress: bool = False) -> np.ndarray:
-        """float32 [n, dim]; a single string gives [1, dim]."""
+    def encode(self, texts: Sequence[str] | str, batch_size: int = 256, show_progress: bool = False,
+               side: Side = "query") -> np.ndarray:
+        """float32 [n, dim]; a single string gives [1, dim]. ``side`` ("query" or "document")
+        matters only to asymmetric encoders; a symmetric one encodes both sides alike."""
+        if side not in SIDES:
+            raise ConfigError(f"side={side!r}: allowed values are {', '.join(SIDES)}")
         if isinstance(texts, str):
             texts = [texts]
         texts = list(texts)
@@ -130,7 +180,7 @@ def _import_encoder_kinds() -> None:
     """Register the encoder kinds (each module subclasses ``Encoder`` with its ``kind``)."""
     import importlib
 
-    for module in ("hybrid_qpr.encoders.cnn", "hybrid_qpr.encoders.transformer"):
+    for module in ("hybrid_qpr.encoders.cnn", "hybrid_qpr.encoders.transformer", "hybrid_qpr.encoders.asymmetric"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:
