@@ -93,16 +93,42 @@ def encode_speed(data: Path, model_dir: Path, limit: int = 1000) -> float:
     return len(texts) / (time.perf_counter() - start)
 
 
+def markdown(results: dict, names: list[str]) -> str:
+    """The README table: BM25, then each encoder alone and its tuned hybrid with BM25."""
+    runs = results["runs"]
+
+    def cells(name: str, mode: str) -> list[str]:
+        out = []
+        for eval_set, metrics in (("wikiqa", ("MAP", "MRR")), ("trecqa", ("MAP", "MRR")), ("squad", ("MRR", "R@1", "R@5"))):
+            row = runs.get(f"{eval_set}/{name}")
+            out.append(" / ".join(f"{row['results'][mode][m]:.3f}" for m in metrics) if row else "-")
+        return out
+
+    head = "| method | WikiQA dev MAP / MRR | TrecQA dev MAP / MRR | SQuAD held-out MRR / R@1 / R@5 | encode sentences/s |"
+    lines = [head, "|---|---|---|---|---:|", "| BM25 | " + " | ".join(cells(names[0], "bm25")) + " | - |"]
+    for name in names:
+        speed = results["encode_per_s"].get(name)
+        lines.append(f"| {name} | " + " | ".join(cells(name, "knn")) + f" | {speed if speed else '-'} |")
+        lines.append(f"| BM25 + {name} (tuned) | " + " | ".join(cells(name, "hybrid")) + " | |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, required=True, help="Folder holding wikiqa/, trecqa/, squad/ answer datasets.")
     parser.add_argument("--work", type=Path, required=True, help="Folder for the indexes (reused when present).")
-    parser.add_argument("--model", action="append", required=True, help="NAME=MODEL_DIR (repeatable).")
+    parser.add_argument("--model", action="append", default=[], help="NAME=MODEL_DIR (repeatable).")
+    parser.add_argument("--table", nargs="+", default=None, metavar="NAME",
+                        help="Only print the markdown table of these encoders from --out.")
     parser.add_argument("--sets", nargs="+", default=list(EVAL_SETS), choices=list(EVAL_SETS))
     parser.add_argument("--out", type=Path, required=True, help="JSON results file (merged with an existing one).")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets itself to DEBUG on import
     results = json.loads(args.out.read_text()) if args.out.is_file() else {"runs": {}, "encode_per_s": {}}
+    if args.table:
+        print(markdown(results, args.table))
+        return
     for spec in args.model:
         name, _, model_dir = spec.partition("=")
         for eval_set in args.sets:

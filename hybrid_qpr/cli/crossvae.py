@@ -19,6 +19,9 @@ from hybrid_qpr.cli._common import friendly_errors
               help="Write the asymmetric ONNX model directory (question and answer sides) here.")
 @click.option("--int8", "quantize", is_flag=True, help="Quantize both exported sides to int8 (dynamic).")
 @click.option("--latent", type=int, default=128, show_default=True, help="Latent dimension (the vector size).")
+@click.option("--vocab", type=int, default=8000, show_default=True, help="Decoder vocabulary (most frequent training words).")
+@click.option("--decoder-hidden", type=int, default=256, show_default=True, help="GRU size of each decoder.")
+@click.option("--decoder-max-tokens", type=int, default=40, show_default=True, help="Tokens each decoder rebuilds per text.")
 @click.option("--epochs", type=int, default=20, show_default=True)
 @click.option("--batch-size", type=int, default=64, show_default=True, help="Pairs per batch (the others are the matching negatives).")
 @click.option("--lr", type=float, default=1e-3, show_default=True)
@@ -30,7 +33,7 @@ from hybrid_qpr.cli._common import friendly_errors
 @click.option("--max-length", type=int, default=128, show_default=True, help="Backbone tokens per text.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @friendly_errors
-def crossvae(datasets, out_dir, val_beir, export_dir, quantize, latent, epochs, batch_size, lr, beta, kl_warmup, lam,
+def crossvae(datasets, out_dir, val_beir, export_dir, quantize, latent, vocab, decoder_hidden, decoder_max_tokens, epochs, batch_size, lr, beta, kl_warmup, lam,
              patience, max_minutes, max_length, seed) -> None:
     """Train Cross-VAE (Yu et al. 2020) on the train questions of DATASETS (directories written
     by 'dataset from-squad' or 'from-answers') [needs torch and transformers].
@@ -47,7 +50,8 @@ def crossvae(datasets, out_dir, val_beir, export_dir, quantize, latent, epochs, 
     """
     from hybrid_qpr.training.crossvae import CrossVAESettings, train_crossvae
 
-    settings = CrossVAESettings(latent=latent, epochs=epochs, batch_size=batch_size, lr=lr, beta=beta, kl_warmup=kl_warmup,
+    settings = CrossVAESettings(latent=latent, vocab=vocab, decoder_hidden=decoder_hidden,
+                                decoder_max_tokens=decoder_max_tokens, epochs=epochs, batch_size=batch_size, lr=lr, beta=beta, kl_warmup=kl_warmup,
                                 lam=lam, patience=patience, max_minutes=max_minutes, max_length=max_length, seed=seed)
     report = train_crossvae(datasets, out_dir, settings, val_beir=val_beir, export_dir=export_dir, quantize=quantize)
     click.echo(json.dumps({k: v for k, v in report.items() if k != "history"}, indent=2))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import click
@@ -188,9 +189,11 @@ def _print(report, as_json: bool) -> None:
 
 # ---------------------------------------------------------------- question -> answer sentence datasets
 def _answer_options(func):
+    """--out, the split choice (--split-name, --val, --test), --seed, --on-bad-line, --json."""
+    out = click.option("--out", required=True, type=click.Path(file_okay=False),
+                       help="Dataset directory to write (replaced atomically if it holds an earlier build).")
     options = [
-        click.option("--out", required=True, type=click.Path(file_okay=False),
-                     help="Dataset directory to write (replaced atomically if it holds an earlier build)."),
+        out,
         click.option("--split-name", type=click.Choice(["train", "val", "test"]), default=None,
                      help="The whole FILE is this split (e.g. a dev file as val). [default: train when --val/--test "
                           "are given, else FILE is split with --seed and --split]"),
@@ -203,9 +206,7 @@ def _answer_options(func):
                      help=_BAD_LINE_HELP),
         click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON instead of a table."),
     ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+    return functools.reduce(lambda f, option: option(f), reversed(options), func)
 
 
 def _extra(val_file, test_file) -> dict:
