@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -40,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from hybrid_qpr.artifacts import atomic_directory, atomic_write, iter_jsonl, write_jsonl
+from hybrid_qpr.artifacts import atomic_directory, iter_jsonl, write_json, write_jsonl
 from hybrid_qpr.data.beir import write_beir_files
 from hybrid_qpr.data.dataset import _sha256, _source
 from hybrid_qpr.data.pairs import OnBadLine
@@ -241,9 +240,7 @@ def _write(out, task: Task, built: dict[str, tuple[list[AnswerRecord], EvalItems
             tmp / "beir", (d for s in eval_splits for d in built[s][1].corpus),
             (q for s in eval_splits for q in built[s][1].queries), {s: built[s][1].qrels for s in eval_splits})
         report.seconds = round(time.perf_counter() - started, 3)
-        with atomic_write(tmp / MANIFEST) as fh:
-            json.dump(report.manifest(), fh, indent=2, ensure_ascii=False)
-            fh.write("\n")
+        write_json(tmp / MANIFEST, report.manifest())
     log.info("wrote %s (%s) in %.1fs", out, task, report.seconds)
     return report
 

@@ -16,77 +16,31 @@ Directories of format_version 1 (or none) load exactly as before.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
-from hybrid_qpr.distance import Distance, check_distance
+from hybrid_qpr import resources
+from hybrid_qpr.artifacts import (ENCODER_CONFIG_FILE, ENCODER_FORMAT, ENCODER_MODEL_FILE, ENCODER_SIDES,
+                                  ENCODER_TOKENIZER_FILE, EncoderSide, encoder_side_dirs, read_encoder_config)
+from hybrid_qpr.distance import Distance
 from hybrid_qpr.errors import ArtifactError, ConfigError
 
 logger = logging.getLogger(__name__)
 
-CONFIG_FORMAT = "hybrid-qpr-encoder"
-FORMAT_VERSION = 2  # the newest config layout this code reads (2 added kind "asymmetric")
-Side = Literal["query", "document"]
-SIDES: tuple[str, ...] = ("query", "document")
-MODEL_FILE = "model.onnx"
-TOKENIZER_FILE = "tokenizer.json"
-CONFIG_FILE = "config.json"
+# The encoder directory's layout and config.json are written and read by hybrid_qpr.artifacts.
+CONFIG_FORMAT = ENCODER_FORMAT
+MODEL_FILE, TOKENIZER_FILE, CONFIG_FILE = ENCODER_MODEL_FILE, ENCODER_TOKENIZER_FILE, ENCODER_CONFIG_FILE
+read_config = read_encoder_config
+side_dirs = encoder_side_dirs
+Side = EncoderSide
+SIDES = ENCODER_SIDES
 
-# The model committed with the package; used when no --model is given.
-DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "onnx" / "sdml-cnn-quora"
-
-
-def read_config(model_dir: str | Path) -> dict[str, Any]:
-    """Read and check ``config.json``; raise ``ArtifactError`` naming the missing or bad file."""
-    model_dir = Path(model_dir)
-    if not model_dir.is_dir():
-        raise ArtifactError(f"{model_dir}: model directory does not exist (expected {MODEL_FILE}, {TOKENIZER_FILE}, {CONFIG_FILE})")
-    if not (model_dir / CONFIG_FILE).is_file():
-        raise ArtifactError(f"{model_dir}: {CONFIG_FILE} is missing; export the model again with 'hybrid-qpr export'")
-    try:
-        config = json.loads((model_dir / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ArtifactError(f"{model_dir / CONFIG_FILE}: not valid JSON ({exc})") from exc
-    asymmetric = isinstance(config, dict) and config.get("kind") == "asymmetric"
-    for name in (() if asymmetric else (MODEL_FILE, TOKENIZER_FILE)):
-        if not (model_dir / name).is_file():
-            raise ArtifactError(f"{model_dir}: {name} is missing; export the model again with 'hybrid-qpr export'")
-    if not isinstance(config, dict) or config.get("format") != CONFIG_FORMAT:
-        raise ArtifactError(f"{model_dir / CONFIG_FILE}: not a hybrid-qpr encoder config (format must be {CONFIG_FORMAT!r})")
-    version = config.get("format_version", 1)
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise ArtifactError(f"{model_dir / CONFIG_FILE}: format_version {version!r} is newer than this hybrid-qpr reads "
-                            f"(up to {FORMAT_VERSION}); upgrade hybrid-qpr")
-    for key in ("kind", "dim", "distance"):
-        if key not in config:
-            raise ArtifactError(f"{model_dir / CONFIG_FILE}: the field {key!r} is missing")
-    check_distance(config["distance"])
-    if asymmetric:
-        side_dirs(model_dir, config)  # checks the sides exist
-    return config
-
-
-def side_dirs(model_dir: str | Path, config: dict[str, Any]) -> dict[str, Path]:
-    """``{"query": dir, "document": dir}`` of an asymmetric model directory, checked."""
-    model_dir = Path(model_dir)
-    sides = config.get("sides")
-    if not isinstance(sides, dict) or set(sides) != set(SIDES):
-        raise ArtifactError(f"{model_dir / CONFIG_FILE}: an asymmetric model needs \"sides\": "
-                            '{"query": SUBDIR, "document": SUBDIR}')
-    out = {}
-    for side in SIDES:
-        sub = sides[side]
-        if not isinstance(sub, str) or not sub or Path(sub).is_absolute() or ".." in Path(sub).parts:
-            raise ArtifactError(f"{model_dir / CONFIG_FILE}: sides.{side} must name a subdirectory, found {sub!r}")
-        if not (model_dir / sub / CONFIG_FILE).is_file():
-            raise ArtifactError(f"{model_dir / sub}: the {side} side's model directory is missing or has no {CONFIG_FILE}")
-        out[side] = model_dir / sub
-    return out
+# The model shipped with the package (top-level onnx/); used when no --model is given.
+DEFAULT_MODEL_DIR = resources.model_dir()
 
 
 def fingerprint(model_dir: str | Path) -> str:

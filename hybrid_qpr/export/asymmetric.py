@@ -8,16 +8,15 @@ atomically. No torch needed.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
 
-from hybrid_qpr.artifacts import atomic_directory
-from hybrid_qpr.encoders.base import CONFIG_FILE, CONFIG_FORMAT, FORMAT_VERSION, read_config
+from hybrid_qpr.artifacts import ENCODER_CONFIG_FILE, atomic_directory, read_encoder_config, write_encoder_config
 from hybrid_qpr.errors import ArtifactError
 
 QUESTION_SUBDIR, ANSWER_SUBDIR, SHARED_SUBDIR = "question", "answer", "shared"
+ASYMMETRIC_FORMAT_VERSION = 2  # the config layout that introduced kind "asymmetric"
 
 
 def assemble_asymmetric(out_dir: str | Path, query_dir: str | Path, document_dir: str | Path | None = None,
@@ -27,8 +26,8 @@ def assemble_asymmetric(out_dir: str | Path, query_dir: str | Path, document_dir
     give vectors of the same dimension and distance. ``extra`` is merged into config.json."""
     query_dir = Path(query_dir)
     shared = document_dir is None or Path(document_dir).resolve() == query_dir.resolve()
-    q_config = read_config(query_dir)
-    d_config = q_config if shared else read_config(document_dir)  # type: ignore[arg-type]
+    q_config = read_encoder_config(query_dir)
+    d_config = q_config if shared else read_encoder_config(document_dir)  # type: ignore[arg-type]
     for key in ("dim", "distance"):
         if q_config[key] != d_config[key]:
             raise ArtifactError(f"{query_dir} has {key} {q_config[key]!r} but {document_dir} has {d_config[key]!r}; "
@@ -37,12 +36,12 @@ def assemble_asymmetric(out_dir: str | Path, query_dir: str | Path, document_dir
         raise ArtifactError("a side of an asymmetric model must be an ordinary (cnn or transformer) model directory")
     sides = ({"query": SHARED_SUBDIR, "document": SHARED_SUBDIR} if shared
              else {"query": QUESTION_SUBDIR, "document": ANSWER_SUBDIR})
-    config = {"format": CONFIG_FORMAT, "format_version": FORMAT_VERSION, "kind": "asymmetric",
+    config = {"format_version": ASYMMETRIC_FORMAT_VERSION, "kind": "asymmetric",
               "dim": q_config["dim"], "distance": q_config["distance"], "sides": sides, "shared": shared,
               "side_kinds": {"query": q_config["kind"], "document": d_config["kind"]}, **(extra or {})}
-    with atomic_directory(out_dir, CONFIG_FILE) as tmp:
+    with atomic_directory(out_dir, ENCODER_CONFIG_FILE) as tmp:
         shutil.copytree(query_dir, tmp / sides["query"])
         if not shared:
             shutil.copytree(document_dir, tmp / sides["document"])  # type: ignore[arg-type]
-        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        write_encoder_config(tmp, config)  # last: the commit point
     return Path(out_dir)

@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from hybrid_qpr.errors import ArtifactError, ConfigError
+from hybrid_qpr.artifacts import atomic_write, load_checkpoint, save_checkpoint
+from hybrid_qpr.errors import ConfigError
 from hybrid_qpr.model.crossvae import CrossVAE, LossTerms
 from hybrid_qpr.text.tokenizer import Vocabulary
 
@@ -91,7 +92,7 @@ def kl_weight(step: int, beta: float, warmup: int) -> float:
 
 def fit(model: CrossVAE, q_features: np.ndarray, a_features: np.ndarray, q_tokens: np.ndarray, a_tokens: np.ndarray,
         settings: CrossVAESettings, *, validate: Callable[[CrossVAE], float] | None = None,
-        run_dir: Path | None = None, show_progress: bool = False) -> dict[str, Any]:
+        run_dir: Path | None = None) -> dict[str, Any]:
     """The training loop over aligned rows (row i of the four arrays is pair i).
 
     Returns ``{"history": [per-epoch mean loss terms, beta, val], "best_epoch", "best_val",
@@ -105,10 +106,7 @@ def fit(model: CrossVAE, q_features: np.ndarray, a_features: np.ndarray, q_token
     start_epoch, step, best_val, best_epoch, best_state, history = 0, 0, -1.0, 0, None, []
     checkpoint = run_dir / CHECKPOINT_FILE if run_dir else None
     if checkpoint is not None and checkpoint.is_file():
-        try:
-            state = torch.load(checkpoint, map_location="cpu", weights_only=False)
-        except Exception as exc:  # truncated or foreign file
-            raise ArtifactError(f"{checkpoint}: cannot read the checkpoint ({exc}); remove it to start over") from exc
+        state = load_checkpoint(checkpoint, "remove it to start over")
         if state.get("settings") != dataclasses.asdict(settings):
             raise ConfigError(f"{checkpoint} was written with other settings; remove it or use the same settings")
         model.load_state_dict(state["model"])
@@ -150,14 +148,10 @@ def fit(model: CrossVAE, q_features: np.ndarray, a_features: np.ndarray, q_token
                 best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
         history.append(row)
         logger.info("epoch %d: %s", epoch + 1, ", ".join(f"{k} {v:.4f}" for k, v in row.items() if isinstance(v, float)))
-        if show_progress:
-            print(json.dumps(row), flush=True)
         if run_dir is not None:
             with (run_dir / "log.jsonl").open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(row) + "\n")
-            from hybrid_qpr.training.cnn import save_atomic
-
-            save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch + 1,
+            save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch + 1,
                          "step": step, "best_val": best_val, "best_epoch": best_epoch, "best_state": best_state,
                          "history": history, "settings": dataclasses.asdict(settings)}, checkpoint)
         if validate is not None and epoch + 1 - best_epoch >= settings.patience:
@@ -198,8 +192,6 @@ def sentence_features(embedder, texts: Sequence[str], cache_dir: Path | None, ba
         rows = order[i:i + batch_size]
         features[rows] = embedder.encode([texts[j] for j in rows]).numpy()
     if cache_dir is not None:
-        from hybrid_qpr.artifacts import atomic_write
-
         with atomic_write(cache_dir / f"features-{key}.npy", mode="wb") as fh:
             np.save(fh, features)
     return features
@@ -229,7 +221,7 @@ def retrieval_validator(model_features: Callable[[Sequence[str]], np.ndarray], b
 
 def train_crossvae(dataset_dirs: Sequence[str | Path], out_dir: str | Path, settings: CrossVAESettings, *,
                    val_beir: str | Path | None = None, export_dir: str | Path | None = None, quantize: bool = False,
-                   base_model: str | Path | None = None, show_progress: bool = True) -> dict[str, Any]:
+                   base_model: str | Path | None = None) -> dict[str, Any]:
     """The full run (module docstring); returns a report with the per-epoch history."""
     from hybrid_qpr.model.transformer import TransformerEmbedder
 
@@ -256,7 +248,7 @@ def train_crossvae(dataset_dirs: Sequence[str | Path], out_dir: str | Path, sett
     (out_dir / "settings.json").write_text(json.dumps(dataclasses.asdict(settings), indent=2) + "\n")
     started = time.perf_counter()
     result = fit(model, features[rows[0]], features[rows[1]], q_tokens, a_tokens, settings, validate=validate,
-                 run_dir=out_dir, show_progress=show_progress)
+                 run_dir=out_dir)
     torch.save(model.state_dict(), out_dir / "crossvae.pt")
     report = {"pairs": len(pairs), "texts": len(texts), "datasets": [str(d) for d in dataset_dirs],
               "val_beir": str(val_beir) if val_beir else None, "seconds": round(time.perf_counter() - started, 1),
