@@ -31,6 +31,8 @@ import logging
 import time
 from pathlib import Path
 
+from _results import repo_relative
+
 EVAL_SETS = {  # name: (dataset dir name, task, tuning split, report split)
     "wikiqa": ("wikiqa", "answer-selection", "val", "val"),
     "trecqa": ("trecqa", "answer-selection", "val", "val"),
@@ -73,7 +75,7 @@ def run_one(data: Path, work: Path, eval_set: str, name: str, model_dir: Path) -
     index.set_fusion_defaults(tuned.defaults)
     queries, qrels, filters = split_inputs(report_split)
     results = evaluate(searcher, queries, qrels, modes=("bm25", "knn", "hybrid"), task=task_name, query_filters=filters)
-    return {"eval_set": eval_set, "encoder": name, "model": str(model_dir), "task": task_name,
+    return {"eval_set": eval_set, "encoder": name, "model": repo_relative(model_dir), "task": task_name,
             "tune_split": tune_split, "report_split": report_split, "queries": len(queries),
             "tuned": {"fusion": tuned.fusion, "alpha": tuned.alpha, task.main_metric: tuned.mrr,
                       "bm25": tuned.bm25_mrr, "knn": tuned.knn_mrr},

@@ -139,7 +139,9 @@ def train_asbert(train_dirs: list[str | Path], dev_dir: str | Path, out_dir: str
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, settings.steps, settings.warmup))
     (out_dir / "settings.json").write_text(json.dumps(dataclasses.asdict(settings), indent=2) + "\n")
     history: list[dict[str, Any]] = [{"step": 0, "dev_map": dev_map(model, dev)}]
-    best, best_step, best_state, waited = history[0]["dev_map"], 0, None, 0
+    # The untrained state is the one to beat: if no step improves the dev MAP, it is what is kept.
+    best, best_step, waited = history[0]["dev_map"], 0, 0
+    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     logger.info("step 0: dev MAP %.4f", best)
     started, losses, stopped = time.perf_counter(), [], "steps"
     model.train()
@@ -176,8 +178,7 @@ def train_asbert(train_dirs: list[str | Path], dev_dir: str | Path, out_dir: str
         if over_time:
             stopped = "max_minutes"
             break
-    if best_state is not None:
-        model.load_state_dict(best_state)
+    model.load_state_dict(best_state)
     report = {"loss": settings.loss, "train_questions": len(records), "best_dev_map": best, "best_step": best_step,
               "stopped": stopped, "seconds": round(time.perf_counter() - started, 1), "history": history,
               "train": [str(d) for d in train_dirs], "dev": str(dev_dir)}
