@@ -300,7 +300,10 @@ ENCODER_CONFIG_FILE = "config.json"
 ENCODER_MODEL_FILE = "model.onnx"
 ENCODER_TOKENIZER_FILE = "tokenizer.json"
 ENCODER_FORMAT = "hybrid-qpr-encoder"
-ENCODER_FORMAT_VERSION = 1
+ENCODER_FORMAT_VERSION = 1  # what write_encoder_config writes for a single model
+ENCODER_READABLE_VERSIONS = (1, 2)  # 2 added kind "asymmetric" (a question side and an answer side)
+EncoderSide = Literal["query", "document"]
+ENCODER_SIDES: tuple[str, ...] = ("query", "document")
 
 
 def write_encoder_config(model_dir: str | Path, config: dict[str, Any]) -> dict[str, Any]:
@@ -312,8 +315,10 @@ def write_encoder_config(model_dir: str | Path, config: dict[str, Any]) -> dict[
 
 def read_encoder_config(model_dir: str | Path) -> dict[str, Any]:
     """Read and check an encoder directory's ``config.json`` (the directory must also hold
-    ``model.onnx`` and ``tokenizer.json``). A config without ``format_version`` predates the
-    field and is read as version 1. Raises ``ArtifactError`` naming the missing or bad file."""
+    ``model.onnx`` and ``tokenizer.json``, except an asymmetric one, whose sides hold them).
+    A config without ``format_version`` predates the field and is read as version 1; version
+    2 added ``kind: "asymmetric"`` (``hybrid_qpr.encoders.asymmetric``). Raises
+    ``ArtifactError`` naming the missing or bad file."""
     from hybrid_qpr.distance import check_distance
 
     model_dir = Path(model_dir)
@@ -321,7 +326,9 @@ def read_encoder_config(model_dir: str | Path) -> dict[str, Any]:
     if not model_dir.is_dir():
         raise ArtifactError(f"{model_dir}: model directory does not exist (expected {ENCODER_MODEL_FILE}, "
                             f"{ENCODER_TOKENIZER_FILE}, {ENCODER_CONFIG_FILE})")
-    for name in (ENCODER_CONFIG_FILE, ENCODER_MODEL_FILE, ENCODER_TOKENIZER_FILE):
+    files = [ENCODER_CONFIG_FILE] if _says_asymmetric(config_path) else [ENCODER_CONFIG_FILE, ENCODER_MODEL_FILE,
+                                                                        ENCODER_TOKENIZER_FILE]
+    for name in files:
         if not (model_dir / name).is_file():
             raise ArtifactError(f"{model_dir}: {name} is missing; export the model again with 'hybrid-qpr export'")
     config = read_manifest(config_path, ENCODER_FORMAT, None, what="hybrid-qpr encoder config",
@@ -330,10 +337,41 @@ def read_encoder_config(model_dir: str | Path) -> dict[str, Any]:
         if key not in config:
             raise ArtifactError(f"{config_path}: the field {key!r} is missing")
     check_distance(config["distance"])
-    if config.get("format_version", ENCODER_FORMAT_VERSION) != ENCODER_FORMAT_VERSION:
-        raise ArtifactError(f"{config_path}: format_version {config['format_version']} is not supported (this "
-                            f"hybrid-qpr reads {ENCODER_FORMAT_VERSION}); export the model again with 'hybrid-qpr export'")
+    version = config.get("format_version", ENCODER_FORMAT_VERSION)
+    if version not in ENCODER_READABLE_VERSIONS:
+        raise ArtifactError(f"{config_path}: format_version {version} is not supported (this hybrid-qpr reads "
+                            f"{', '.join(map(str, ENCODER_READABLE_VERSIONS))}); export the model again with "
+                            "'hybrid-qpr export' or upgrade hybrid-qpr")
+    if config["kind"] == "asymmetric":
+        encoder_side_dirs(model_dir, config)  # checks that both sides exist
     return config
+
+
+def _says_asymmetric(config_path: Path) -> bool:
+    try:
+        return json.loads(config_path.read_text(encoding="utf-8")).get("kind") == "asymmetric"
+    except (OSError, ValueError, AttributeError):
+        return False  # missing or unreadable: read_manifest reports it
+
+
+def encoder_side_dirs(model_dir: str | Path, config: dict[str, Any]) -> dict[str, Path]:
+    """``{"query": dir, "document": dir}`` of an asymmetric encoder directory, checked:
+    ``config["sides"]`` names a subdirectory (holding its own config.json) for each side."""
+    model_dir = Path(model_dir)
+    sides = config.get("sides")
+    if not isinstance(sides, dict) or set(sides) != set(ENCODER_SIDES):
+        raise ArtifactError(f"{model_dir / ENCODER_CONFIG_FILE}: an asymmetric model needs \"sides\": "
+                            '{"query": SUBDIR, "document": SUBDIR}')
+    out = {}
+    for side in ENCODER_SIDES:
+        sub = sides[side]
+        if not isinstance(sub, str) or not sub or Path(sub).is_absolute() or ".." in Path(sub).parts:
+            raise ArtifactError(f"{model_dir / ENCODER_CONFIG_FILE}: sides.{side} must name a subdirectory, found {sub!r}")
+        if not (model_dir / sub / ENCODER_CONFIG_FILE).is_file():
+            raise ArtifactError(f"{model_dir / sub}: the {side} side's model directory is missing or has no "
+                                f"{ENCODER_CONFIG_FILE}")
+        out[side] = model_dir / sub
+    return out
 
 
 # ---------------------------------------------------------------------- training checkpoints

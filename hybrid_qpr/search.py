@@ -192,11 +192,22 @@ class HybridSearcher:
                                     bm25, knn))
         return out
 
-    def search_many(self, queries: Iterable[str], **kwargs) -> list[list[SearchResult]]:
-        """``search`` for each query; the queries are encoded in one batch first."""
+    def search_many(self, queries: Iterable[str], *, query_filters: Sequence[Filters | None] | None = None,
+                    **kwargs) -> list[list[SearchResult]]:
+        """``search`` for each query; the queries are encoded in one batch first.
+
+        ``query_filters`` gives each query its own filter (or ``None``), merged with
+        ``filters`` by ``hybrid_qpr.filters.merge_filters``: a query can narrow the shared
+        filter, e.g. to its own group of candidate answers."""
+        from hybrid_qpr.filters import merge_filters
+
         queries = list(queries)
+        if query_filters is not None and len(query_filters) != len(queries):
+            raise ConfigError(f"{len(query_filters)} query filters for {len(queries)} queries: give one per query")
+        shared = kwargs.pop("filters", None)
+        per_query = [merge_filters(shared, f) for f in (query_filters or [None] * len(queries))]
         mode = kwargs.get("mode", "hybrid")
         if mode == "bm25" or not queries:
-            return [self.search(q, **kwargs) for q in queries]
+            return [self.search(q, filters=f, **kwargs) for q, f in zip(queries, per_query)]
         vectors = self.encoder.encode(queries)
-        return [self.search(q, vector=v, **kwargs) for q, v in zip(queries, vectors)]
+        return [self.search(q, vector=v, filters=f, **kwargs) for q, v, f in zip(queries, vectors, per_query)]

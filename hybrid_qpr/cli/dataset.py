@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 
 import click
@@ -184,3 +185,108 @@ def _print(report, as_json: bool) -> None:
             console.print(f"  line {line}: {reason}", markup=False)
         if len(skipped) > _SHOWN_BAD_LINES:
             console.print(f"  ... {len(skipped) - _SHOWN_BAD_LINES} more, all listed in manifest.json")
+
+
+# ---------------------------------------------------------------- question -> answer sentence datasets
+def _answer_options(func):
+    """--out, the split choice (--split-name, --val, --test), --seed, --on-bad-line, --json."""
+    out = click.option("--out", required=True, type=click.Path(file_okay=False),
+                       help="Dataset directory to write (replaced atomically if it holds an earlier build).")
+    options = [
+        out,
+        click.option("--split-name", type=click.Choice(["train", "val", "test"]), default=None,
+                     help="The whole FILE is this split (e.g. a dev file as val). [default: train when --val/--test "
+                          "are given, else FILE is split with --seed and --split]"),
+        click.option("--val", "val_file", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="A file of the same layout to use as the val split."),
+        click.option("--test", "test_file", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="A file of the same layout to use as the test split."),
+        click.option("--seed", type=int, default=13, show_default=True, help="Seed of the shuffle before splitting."),
+        click.option("--on-bad-line", type=click.Choice(["error", "skip"]), default="error", show_default=True,
+                     help=_BAD_LINE_HELP),
+        click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON instead of a table."),
+    ]
+    return functools.reduce(lambda f, option: option(f), reversed(options), func)
+
+
+def _extra(val_file, test_file) -> dict:
+    return {name: f for name, f in (("val", val_file), ("test", test_file)) if f}
+
+
+@dataset.command("from-answers")
+@click.argument("file", type=click.Path(allow_dash=True))
+@_answer_options
+@click.option("--split", "split", default="0.8,0.1,0.1", show_default=True,
+              help="Fractions of questions for train,val,test when FILE is split (no --split-name, --val, --test).")
+@friendly_errors
+def from_answers(file, out, split_name, val_file, test_file, seed, on_bad_line, as_json, split) -> None:
+    """Build an answer-selection dataset from FILE in the WikiQA/TrecQA layout.
+
+    \b
+    FILE: TSV/CSV rows 'qid question sentence label' (label 1 = correct answer), header optional.
+    Writes train/val/test.jsonl (question, correct sentences, labelled wrong candidates as hard
+    negatives) and beir/ whose corpus is the candidate sentences of the val/test questions, each
+    with its question as 'group'; evaluate with --task answer-selection (MAP, MRR), which ranks
+    only each question's own candidates.
+
+    \b
+    Examples:
+      hybrid-qpr dataset from-answers wikiqa-train.tsv --val wikiqa-dev.tsv --out data/wikiqa
+      hybrid-qpr dataset from-answers trecqa-dev.tsv --split-name val --out data/trecqa-dev
+      hybrid-qpr dataset from-answers some-answers.tsv --out data/mine --split 0.8,0.1,0.1 --seed 13
+    """
+    from hybrid_qpr.data.answer_dataset import build_answer_selection
+
+    report = build_answer_selection(file, out, split_name=split_name, extra=_extra(val_file, test_file), seed=seed,
+                                    fractions=split, on_bad_line=on_bad_line)
+    _print_answers(report, as_json)
+
+
+@dataset.command("from-squad")
+@click.argument("file", type=click.Path(allow_dash=True))
+@_answer_options
+@click.option("--split", "split", default="0.7,0.15,0.15", show_default=True,
+              help="Fractions of articles for train,val,test when FILE is split (no --split-name, --val, --test).")
+@friendly_errors
+def from_squad(file, out, split_name, val_file, test_file, seed, on_bad_line, as_json, split) -> None:
+    """Build a sentence-level answer-retrieval dataset (ReQA style) from a SQuAD 1.1 JSON FILE.
+
+    \b
+    Every paragraph is split into sentences; a question's gold sentence holds its answer span
+    (character offsets). Articles are split train/val/test with --seed. The BEIR corpus is
+    every sentence of the val and test articles (metadata 'article'); evaluate with
+    --task answer-retrieval (MRR, R@1, R@5). train.jsonl pairs each question with its gold
+    sentence and the other sentences of its paragraph as hard negatives.
+
+    \b
+    Example:
+      hybrid-qpr dataset from-squad ../shared/data/answers/squad-dev-part-a.json --out data/squad --seed 13
+    """
+    from hybrid_qpr.data.answer_dataset import build_answer_retrieval
+
+    report = build_answer_retrieval(file, out, split_name=split_name, extra=_extra(val_file, test_file), seed=seed,
+                                    fractions=split, on_bad_line=on_bad_line)
+    _print_answers(report, as_json)
+
+
+def _print_answers(report, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(report.manifest(), indent=2, ensure_ascii=False))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    table = Table(title=f"{report.task} dataset {report.out}", title_justify="left")
+    for header in ("split", "questions", "with answer", "positives", "negatives", "corpus", "queries"):
+        table.add_column(header, justify="left" if header == "split" else "right")
+    for name, row in report.counts.items():
+        table.add_row(name, *(f"{row[k]:,}" for k in ("questions", "with_answer", "positives", "negatives", "corpus", "queries")))
+    console.print(table)
+    for source in report.sources:
+        console.print(f"source {source['path']} -> {source['split']}", markup=False)
+    console.print("beir: " + ", ".join(f"{k} {v:,}" for k, v in report.beir.items()))
+    if report.skipped:
+        console.print(f"skipped records ({len(report.skipped)}):")
+        for file, where, problem in report.skipped[:_SHOWN_BAD_LINES]:
+            console.print(f"  {file}:{where}: {problem}", markup=False)

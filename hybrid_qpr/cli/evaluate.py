@@ -6,6 +6,7 @@ import click
 
 from hybrid_qpr.cli._common import cluster_options, friendly_errors
 from hybrid_qpr.cli._engine import model_option
+from hybrid_qpr.cli._tasks import task_options
 
 
 @click.command()
@@ -20,17 +21,25 @@ from hybrid_qpr.cli._engine import model_option
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="eval-report", show_default=True,
               help="Directory for report.md, report.json and report.png.")
 @click.option("--no-plot", is_flag=True, help="Skip report.png (no matplotlib needed).")
+@task_options
 @model_option
 @cluster_options(selects_backend=True)
 @friendly_errors
-def evaluate(beir_dir, split, index, modes, max_queries, fusion, alpha, out_dir, no_plot, model, **connection) -> None:
+def evaluate(beir_dir, split, index, modes, max_queries, fusion, alpha, out_dir, no_plot, task, filter_field, model,
+             **connection) -> None:
     """H@1, H@10, MRR@20, Recall@10/20, nDCG@10, MAP and p50/p95/p99 latency and queries/s
     for each mode. Each query retrieves 20 results and its own id is dropped (the SDML
     paper's protocol).
 
     \b
-    Example:
+    --task answer-selection ranks each question's own candidates (a per-query filter on
+    --filter-field, default 'group') and reports MAP and MRR; --task answer-retrieval ranks
+    the whole corpus and reports MRR, R@1, R@5 and MAP (hybrid_qpr.evaluation.tasks).
+
+    \b
+    Examples:
       hybrid-qpr evaluate --beir data/quora/beir --split test --index ./quora-idx --out reports/quora
+      hybrid-qpr evaluate --beir data/wikiqa/beir --split val --index ./wikiqa-idx --task answer-selection
     """
     from hybrid_qpr.cli._engine import load_encoder, open_backend
     from hybrid_qpr.data.beir import load_beir
@@ -42,12 +51,15 @@ def evaluate(beir_dir, split, index, modes, max_queries, fusion, alpha, out_dir,
     bad = [m for m in wanted if m not in MODES]
     if bad or not wanted:
         raise click.BadParameter(f"{', '.join(bad) or modes!r}: allowed modes are {', '.join(MODES)}", param_hint="--modes")
+    from hybrid_qpr.evaluation.tasks import task_query_filters
+
     _, queries, qrels = load_beir(beir_dir, split)
     backend = open_backend(index, connection)
     searcher = HybridSearcher(backend, load_encoder(model, backend))
     sample = sample_queries(queries, qrels, max_queries)
-    results = run_evaluate(searcher, sample, qrels, modes=wanted, fusion=fusion, alpha=alpha)
-    context = {"beir": str(beir_dir), "split": split, "index": str(index), "queries": len(sample),
+    results = run_evaluate(searcher, sample, qrels, modes=wanted, fusion=fusion, alpha=alpha, task=task,
+                           query_filters=task_query_filters(beir_dir, task, filter_field, list(sample)))
+    context = {"beir": str(beir_dir), "split": split, "task": task, "index": str(index), "queries": len(sample),
                "documents": backend.count(), "model": searcher.encoder.fingerprint}
     paths = write_report(results, out_dir, title=f"hybrid-qpr evaluation ({split})", context=context, plot=not no_plot)
     click.echo(markdown_table(results))

@@ -13,6 +13,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "dataset": ("hybrid_qpr.cli.dataset", "dataset", "Turn question pairs or QA logs into clusters, splits and BEIR eval sets."),
     "train": ("hybrid_qpr.cli.train", "train", "Train a paraphrase encoder (SDML, softmax, triplet, MSEM) [needs torch]."),
     "finetune": ("hybrid_qpr.cli.finetune", "finetune", "Fine-tune a pretrained transformer (MiniLM) on question pairs [needs torch]."),
+    "asbert": ("hybrid_qpr.cli.asbert", "asbert", "Fine-tune MiniLM for answer selection (ASBERT: triplet, siamese, SDML) [needs torch]."),
+    "crossvae": ("hybrid_qpr.cli.crossvae", "crossvae", "Train Cross-VAE for answer retrieval; export question/answer encoders [needs torch]."),
     "export": ("hybrid_qpr.cli.export", "export", "Export a trained encoder to ONNX (model.onnx, tokenizer.json, config.json)."),
     "ingest": ("hybrid_qpr.cli.ingest", "ingest", "Index questions into a local index directory or an OpenSearch index."),
     "query": ("hybrid_qpr.cli.query", "query", "Search: bm25, knn, hybrid (fused) or rerank; one query or a batch file."),

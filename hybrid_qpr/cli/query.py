@@ -33,7 +33,7 @@ def results_table(query: str, mode: str, results, offset: int = 0):
 @click.argument("text", required=False)
 @click.option("--index", required=True, help="Local index directory, or the cluster index name with --opensearch/--elasticsearch.")
 @click.option("--queries", "queries_path", type=click.Path(allow_dash=True, dir_okay=False), default=None,
-              help="Batch mode: a file with one query per line, or JSONL with id and text ('-' = stdin). Prints one JSON object per line.")
+              help="Batch mode: a file with one query per line, or JSONL with id, text and optionally \"filter\": {\"field\": \"value\"} (merged with --filter) ('-' = stdin). Prints one JSON object per line.")
 @click.option("--mode", type=click.Choice(["hybrid", "bm25", "knn", "rerank"]), default="hybrid", show_default=True,
               help="hybrid fuses BM25 and kNN; rerank is the MSEM baseline (BM25 recall of --rerank-depth, re-ranked by the encoder).")
 @click.option("-k", "--top-k", type=int, default=10, show_default=True, help="Results per query (per page).")
@@ -80,12 +80,12 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
     options = dict(mode=mode, top_k=top_k, offset=offset, fusion=fusion, alpha=alpha, depth=depth,
                    rerank_depth=rerank_depth, filters=parse_filters(filters), server_side=server_side)
     if queries_path is not None:
-        from hybrid_qpr.data.documents import iter_queries
+        from hybrid_qpr.data.documents import iter_batch_queries
 
-        batch = list(iter_queries(queries_path))
-        answers = searcher.search_many([q for _, _, q in batch], **options)
-        for (_, qid, q), results in zip(batch, answers):
-            click.echo(json.dumps({"query_id": qid, "query": q, "hits": [r.to_dict() for r in results]}, ensure_ascii=False))
+        batch = list(iter_batch_queries(queries_path))
+        answers = searcher.search_many([q.text for q in batch], query_filters=[q.filter for q in batch], **options)
+        for q, results in zip(batch, answers):
+            click.echo(json.dumps({"query_id": q.id, "query": q.text, "hits": [r.to_dict() for r in results]}, ensure_ascii=False))
         return
     results = searcher.search(text, **options)
     if as_json:

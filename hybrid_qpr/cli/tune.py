@@ -6,6 +6,7 @@ import click
 
 from hybrid_qpr.cli._common import cluster_options, friendly_errors
 from hybrid_qpr.cli._engine import model_option
+from hybrid_qpr.cli._tasks import task_options
 
 
 @click.command()
@@ -16,10 +17,11 @@ from hybrid_qpr.cli._engine import model_option
 @click.option("--max-queries", type=int, default=None, help="Tune on a seeded sample of this many judged queries. [default: all]")
 @click.option("--depth", type=int, default=100, show_default=True, help="Candidates per list before fusion.")
 @click.option("--dry-run", is_flag=True, help="Print the result without storing it as the index default.")
+@task_options
 @model_option
 @cluster_options(selects_backend=True)
 @friendly_errors
-def tune(beir_dir, split, index, max_queries, depth, dry_run, model, **connection) -> None:
+def tune(beir_dir, split, index, max_queries, depth, dry_run, task, filter_field, model, **connection) -> None:
     """Grid-search fusion (rrf, minmax, zscore, l2) x alpha (0, 0.1, ..., 1) for the best
     MRR@20 (retrieve 20, drop the query's own id) and store the winner as the index's
     default for 'query --mode hybrid'. The grid contains the pure BM25 and pure kNN
@@ -35,15 +37,20 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, model, **connectio
     from hybrid_qpr.evaluation.evaluator import sample_queries, tune as run_tune
     from hybrid_qpr.search import HybridSearcher
 
+    from hybrid_qpr.evaluation.tasks import task_query_filters
+
     _, queries, qrels = load_beir(beir_dir, split)
     backend = open_backend(index, connection)
     searcher = HybridSearcher(backend, load_encoder(model, backend))
-    result = run_tune(searcher, sample_queries(queries, qrels, max_queries), qrels, depth=depth)
-    best_grid = sorted(result.grid, key=lambda g: -g["MRR@20"])[:5]
-    click.echo(f"MRR@20 on {result.queries} {split} queries: bm25 {result.bm25_mrr:.4f}, knn {result.knn_mrr:.4f}")
+    sample = sample_queries(queries, qrels, max_queries)
+    result = run_tune(searcher, sample, qrels, depth=depth, task=task,
+                      query_filters=task_query_filters(beir_dir, task, filter_field, list(sample)))
+    metric = result.metric
+    best_grid = sorted(result.grid, key=lambda g: -g[metric])[:5]
+    click.echo(f"{metric} on {result.queries} {split} queries: bm25 {result.bm25_mrr:.4f}, knn {result.knn_mrr:.4f}")
     for g in best_grid:
-        click.echo(f"  {g['fusion']:<7} alpha={g['alpha']:.1f}  MRR@20 {g['MRR@20']:.4f}")
-    click.echo(f"best: fusion={result.fusion} alpha={result.alpha:.1f} MRR@20 {result.mrr:.4f} "
+        click.echo(f"  {g['fusion']:<7} alpha={g['alpha']:.1f}  {metric} {g[metric]:.4f}")
+    click.echo(f"best: fusion={result.fusion} alpha={result.alpha:.1f} {metric} {result.mrr:.4f} "
                f"({result.mrr - max(result.bm25_mrr, result.knn_mrr):+.4f} vs the better single mode)")
     if not dry_run:
         backend.set_fusion_defaults(result.defaults)

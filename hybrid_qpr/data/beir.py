@@ -10,7 +10,7 @@ is in the corpus: evaluation must drop it from the results
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -33,24 +33,47 @@ def write_beir(beir_dir: str | Path, splits: Mapping[str, Sequence[Cluster]]) ->
                 if q.id in seen:
                     raise ConfigError(f"question id {q.id!r} occurs twice (cluster {cluster.id}); corpus ids must be unique")
                 seen.add(q.id)
-    counts = {"corpus": write_jsonl(beir_dir / "corpus.jsonl", (
-        {"_id": q.id, "title": "", "text": q.text} for clusters in splits.values() for c in clusters for q in c.questions))}
     eval_splits = [s for s in ("val", "test") if s in splits]
-    counts["queries"] = write_jsonl(beir_dir / "queries.jsonl", (
-        {"_id": q.id, "text": q.text} for s in eval_splits for c in splits[s] for q in c.questions))
-    for split in eval_splits:
+    corpus = ({"_id": q.id, "title": "", "text": q.text} for clusters in splits.values() for c in clusters for q in c.questions)
+    queries = ({"_id": q.id, "text": q.text} for s in eval_splits for c in splits[s] for q in c.questions)
+    qrels = {split: ((query.id, doc.id, 1) for cluster in splits[split] for query in cluster.questions
+                     for doc in cluster.questions if doc.id != query.id) for split in eval_splits}
+    return write_beir_files(beir_dir, corpus, queries, qrels)
+
+
+def write_beir_files(beir_dir: str | Path, corpus: Iterable[dict], queries: Iterable[dict],
+                     qrels: Mapping[str, Iterable[tuple[str, str, int]]]) -> dict[str, int]:
+    """Write ``corpus.jsonl`` (records with ``_id``, ``title``, ``text`` and any metadata),
+    ``queries.jsonl`` (``_id``, ``text``, any metadata) and ``qrels/<split>.tsv`` for each
+    split of ``qrels`` (``(query id, corpus id, grade)`` rows), each file atomically.
+    Returns counts: corpus, queries and ``qrels_<split>``."""
+    beir_dir = Path(beir_dir)
+    counts = {"corpus": write_jsonl(beir_dir / "corpus.jsonl", corpus),
+              "queries": write_jsonl(beir_dir / "queries.jsonl", queries)}
+    for split, rows in qrels.items():
         n = 0
         with atomic_write(beir_dir / "qrels" / f"{split}.tsv") as fh:
             fh.write("\t".join(QRELS_HEADER) + "\n")
-            for cluster in splits[split]:
-                ids = [q.id for q in cluster.questions]
-                for query in ids:
-                    for doc in ids:
-                        if doc != query:
-                            fh.write(f"{query}\t{doc}\t1\n")
-                            n += 1
+            for query, doc, grade in rows:
+                fh.write(f"{query}\t{doc}\t{grade}\n")
+                n += 1
         counts[f"qrels_{split}"] = n
     return counts
+
+
+def load_query_metadata(beir_dir: str | Path, field: str) -> dict[str, str]:
+    """Query id -> the value of ``field`` in ``queries.jsonl`` (queries without it are absent).
+    Used for per-query filters, e.g. ranking only a question's own candidates (``group``)."""
+    path = Path(beir_dir) / "queries.jsonl"
+    out: dict[str, str] = {}
+    for line, obj in iter_jsonl(path):
+        if field not in obj:
+            continue
+        value = obj[field]
+        if not isinstance(value, (str, int)) or isinstance(value, bool):
+            raise InputError(path, line, f"field {field!r} must be a string or an integer, found {type(value).__name__}")
+        out[str(obj.get("_id"))] = str(value)
+    return out
 
 
 def load_qrels(path: str | Path) -> dict[str, dict[str, int]]:

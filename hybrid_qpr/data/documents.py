@@ -29,6 +29,7 @@ import json
 import logging
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -172,24 +173,52 @@ def _pairs(path, skipped) -> Iterator[tuple[int, Document]]:
                 yield pair.line, Document(doc_id, text, {})
 
 
-def iter_queries(path: str | Path) -> Iterator[tuple[int, str, str]]:
-    """Yield ``(line, query id, text)`` from a queries file ('-' = stdin): plain text, one
-    query per line (id = line number), or JSONL with ``id`` (or BEIR ``_id``) and ``text``."""
+@dataclass(frozen=True)
+class BatchQuery:
+    """One line of a queries file: its line number, id, text and its own filter (or ``None``)."""
+
+    line: int
+    id: str
+    text: str
+    filter: dict[str, Any] | None = None
+
+
+def iter_batch_queries(path: str | Path) -> Iterator[BatchQuery]:
+    """Yield the queries of a queries file ('-' = stdin): plain text, one query per line
+    (id = line number), or JSONL with ``id`` (or BEIR ``_id``), ``text`` and optionally
+    ``"filter": {"field": value or [values]}`` (checked by ``hybrid_qpr.filters``). A bad
+    line raises ``InputError`` naming the file and line."""
+    from hybrid_qpr.filters import filter_problem
+
     name = display_name(path)
     with open_text(path) as fh:
         for line, raw in enumerate(fh, start=1):
             raw = raw.strip()
             if not raw:
                 continue
-            if raw.startswith("{"):
-                try:
-                    record = json.loads(raw)
-                except json.JSONDecodeError as exc:
-                    raise InputError(name, line, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
-                doc = _document(record, "text", "id") if isinstance(record, dict) else "expected a JSON object"
-                if isinstance(doc, str):
-                    raise InputError(name, line, doc)
-                qid = doc.id if ("id" in record or "_id" in record) else str(line)
-                yield line, qid, doc.text
-            else:
-                yield line, str(line), raw
+            if not raw.startswith("{"):
+                yield BatchQuery(line, str(line), raw)
+                continue
+            try:
+                record = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise InputError(name, line, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+            if not isinstance(record, dict):
+                raise InputError(name, line, "expected a JSON object")
+            own_filter = record.pop("filter", None)
+            if own_filter is not None:
+                problem = filter_problem(own_filter)
+                if problem:
+                    raise InputError(name, line, problem)
+            doc = _document(record, "text", "id")
+            if isinstance(doc, str):
+                raise InputError(name, line, doc)
+            qid = doc.id if ("id" in record or "_id" in record) else str(line)
+            yield BatchQuery(line, qid, doc.text, own_filter)
+
+
+def iter_queries(path: str | Path) -> Iterator[tuple[int, str, str]]:
+    """``(line, query id, text)`` of each query of a queries file (``iter_batch_queries``
+    without the per-query filters)."""
+    for query in iter_batch_queries(path):
+        yield query.line, query.id, query.text

@@ -60,6 +60,22 @@ def parse_fractions(text: str | Sequence[float]) -> tuple[float, float, float]:
     return values[0], values[1], values[2]
 
 
+def assign_indices(n: int, fractions: Sequence[float] = DEFAULT_FRACTIONS, seed: int = 13) -> dict[str, list[int]]:
+    """Seeded assignment of ``n`` items (clusters, questions, articles) to train/val/test.
+
+    The items are shuffled with ``random.Random(seed)``; val and test get ``round(n * fraction)``
+    items each, train the rest. Each list is sorted, so items keep their input order."""
+    fr = parse_fractions(fractions)
+    n_val = round(n * fr[1])
+    n_test = round(n * fr[2])
+    if n_val + n_test > n:
+        n_test = n - n_val
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    return {"train": sorted(order[n_val + n_test:]), "val": sorted(order[:n_val]),
+            "test": sorted(order[n_val:n_val + n_test])}
+
+
 def split_clusters(
     clusters: Sequence[Cluster],
     fractions: Sequence[float] = DEFAULT_FRACTIONS,
@@ -74,17 +90,7 @@ def split_clusters(
     """
     fr = parse_fractions(fractions)
     n = len(clusters)
-    n_val = round(n * fr[1])
-    n_test = round(n * fr[2])
-    if n_val + n_test > n:
-        n_test = n - n_val
-    order = list(range(n))
-    random.Random(seed).shuffle(order)
-    assigned = {
-        "val": sorted(order[:n_val]),
-        "test": sorted(order[n_val:n_val + n_test]),
-        "train": sorted(order[n_val + n_test:]),
-    }
+    assigned = assign_indices(n, fr, seed)
     report = SplitReport(seed=seed, fractions=fr)
     out: dict[str, list[Cluster]] = {"train": [clusters[i] for i in assigned["train"]]}
     report.clusters_assigned = {s: len(assigned[s]) for s in SPLITS}

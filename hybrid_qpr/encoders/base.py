@@ -3,6 +3,14 @@
 This module never imports torch, so ingest and query run where torch is not installed.
 A model directory holds ``model.onnx``, ``tokenizer.json`` and ``config.json``;
 ``config.json["kind"]`` says which encoder reads it ("cnn" or "transformer").
+
+An **asymmetric** model directory (``kind: "asymmetric"``, ``format_version`` 2) holds one
+such directory per side instead: ``config.json["sides"]`` names the subdirectory that
+encodes queries (questions) and the one that encodes documents (answers); both may name the
+same subdirectory (shared weights). ``Encoder.encode(texts, side=...)`` picks the side;
+``side`` is ignored by symmetric encoders, so every caller can pass it. Backends encode
+documents with ``side="document"``, searches encode queries with the default ``"query"``.
+Directories of format_version 1 (or none) load exactly as before.
 """
 
 from __future__ import annotations
@@ -16,10 +24,10 @@ from typing import Any
 import numpy as np
 
 from hybrid_qpr import resources
-from hybrid_qpr.artifacts import (ENCODER_CONFIG_FILE, ENCODER_FORMAT, ENCODER_MODEL_FILE, ENCODER_TOKENIZER_FILE,
-                                  read_encoder_config)
+from hybrid_qpr.artifacts import (ENCODER_CONFIG_FILE, ENCODER_FORMAT, ENCODER_MODEL_FILE, ENCODER_SIDES,
+                                  ENCODER_TOKENIZER_FILE, EncoderSide, encoder_side_dirs, read_encoder_config)
 from hybrid_qpr.distance import Distance
-from hybrid_qpr.errors import ArtifactError
+from hybrid_qpr.errors import ArtifactError, ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -27,16 +35,27 @@ logger = logging.getLogger(__name__)
 CONFIG_FORMAT = ENCODER_FORMAT
 MODEL_FILE, TOKENIZER_FILE, CONFIG_FILE = ENCODER_MODEL_FILE, ENCODER_TOKENIZER_FILE, ENCODER_CONFIG_FILE
 read_config = read_encoder_config
+side_dirs = encoder_side_dirs
+Side = EncoderSide
+SIDES = ENCODER_SIDES
 
 # The model shipped with the package (top-level onnx/); used when no --model is given.
 DEFAULT_MODEL_DIR = resources.model_dir()
 
 
 def fingerprint(model_dir: str | Path) -> str:
-    """sha256 over the model and tokenizer bytes: an index records it and refuses other models."""
+    """sha256 over the model and tokenizer bytes: an index records it and refuses other models.
+    For an asymmetric model, over both sides' files in side order."""
+    model_dir = Path(model_dir)
     digest = hashlib.sha256()
-    for name in (MODEL_FILE, TOKENIZER_FILE):
-        digest.update((Path(model_dir) / name).read_bytes())
+    if (model_dir / MODEL_FILE).is_file():
+        for name in (MODEL_FILE, TOKENIZER_FILE):
+            digest.update((model_dir / name).read_bytes())
+        return digest.hexdigest()[:16]
+    for side, directory in side_dirs(model_dir, read_config(model_dir)).items():
+        digest.update(side.encode())
+        for name in (MODEL_FILE, TOKENIZER_FILE):
+            digest.update((directory / name).read_bytes())
     return digest.hexdigest()[:16]
 
 
@@ -83,8 +102,12 @@ class Encoder:
             raise ArtifactError(f"{model_dir / CONFIG_FILE}: kind={kind!r}; allowed kinds are {sorted(Encoder._kinds)}")
         return Encoder._kinds[kind](model_dir, config, threads=threads)  # type: ignore[call-arg]
 
-    def encode(self, texts: Sequence[str] | str, batch_size: int = 256, show_progress: bool = False) -> np.ndarray:
-        """float32 [n, dim]; a single string gives [1, dim]."""
+    def encode(self, texts: Sequence[str] | str, batch_size: int = 256, show_progress: bool = False,
+               side: Side = "query") -> np.ndarray:
+        """float32 [n, dim]; a single string gives [1, dim]. ``side`` ("query" or "document")
+        matters only to asymmetric encoders; a symmetric one encodes both sides alike."""
+        if side not in SIDES:
+            raise ConfigError(f"side={side!r}: allowed values are {', '.join(SIDES)}")
         if isinstance(texts, str):
             texts = [texts]
         texts = list(texts)
@@ -111,7 +134,7 @@ def _import_encoder_kinds() -> None:
     """Register the encoder kinds (each module subclasses ``Encoder`` with its ``kind``)."""
     import importlib
 
-    for module in ("hybrid_qpr.encoders.cnn", "hybrid_qpr.encoders.transformer"):
+    for module in ("hybrid_qpr.encoders.cnn", "hybrid_qpr.encoders.transformer", "hybrid_qpr.encoders.asymmetric"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:

@@ -22,15 +22,17 @@ from typing import Any
 import numpy as np
 
 from hybrid_qpr.errors import ConfigError
-from hybrid_qpr.evaluation.metrics import (average_precision, drop_self, hits_at_k, mrr_at_k, ndcg_at_k,
-                                           recall_at_k)
+from hybrid_qpr.evaluation.metrics import drop_self
+from hybrid_qpr.evaluation.tasks import TASKS, get_task
+from hybrid_qpr.filters import merge_filters
 from hybrid_qpr.fusion import FUSION_METHODS
+from hybrid_qpr.types import Filters
 
 logger = logging.getLogger(__name__)
 
 RETRIEVE = 20
 ALPHAS: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(11))
-METRIC_NAMES = ("H@1", "H@10", "MRR@20", "Recall@10", "Recall@20", "nDCG@10", "MAP")
+METRIC_NAMES = TASKS["paraphrase"].metric_names
 
 
 def sample_queries(queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], max_queries: int | None,
@@ -43,12 +45,10 @@ def sample_queries(queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
 
 
 def score_run(run: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, int]]) -> dict[str, float]:
-    """All report metrics of a run whose queries' own ids are already dropped. Only the
+    """All paraphrase-task metrics of a run whose queries' own ids are already dropped. Only the
     queries present in ``run`` are judged (the run was made for a sample of the queries)."""
     judged = {q: qrels[q] for q in run if q in qrels}
-    return {"H@1": hits_at_k(run, judged, 1), "H@10": hits_at_k(run, judged, 10), "MRR@20": mrr_at_k(run, judged, 20),
-            "Recall@10": recall_at_k(run, judged, 10), "Recall@20": recall_at_k(run, judged, 20),
-            "nDCG@10": ndcg_at_k(run, judged, 10), "MAP": average_precision(run, judged)}
+    return TASKS["paraphrase"].scorer(run, judged, RETRIEVE)
 
 
 def exact_run(query_ids: Sequence[str], query_vectors: np.ndarray, doc_ids: Sequence[str], doc_vectors: np.ndarray,
@@ -104,36 +104,46 @@ def latency_summary(seconds: Sequence[float]) -> dict[str, float]:
 
 
 def evaluate(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *,
-             modes: Sequence[str] = ("bm25", "knn", "hybrid", "rerank"), retrieve: int = RETRIEVE,
+             modes: Sequence[str] = ("bm25", "knn", "hybrid", "rerank"), retrieve: int | None = None,
+             task: str = "paraphrase", query_filters: Mapping[str, Filters] | None = None,
              **search_kwargs: Any) -> dict[str, dict[str, Any]]:
     """``{mode: {"metrics": {...}, "latency": {...}, "queries": n, "settings": {...}}}``.
 
     Each query is searched one at a time (as a user would), so the latency includes
-    encoding the query. ``search_kwargs`` go to ``HybridSearcher.search`` (fusion, alpha...)."""
+    encoding the query. ``task`` picks the metrics and the default depth
+    (``hybrid_qpr.evaluation.tasks``); ``query_filters`` gives queries their own filter
+    (merged with ``filters``), e.g. answer selection ranks each question's own candidates.
+    ``search_kwargs`` go to ``HybridSearcher.search`` (fusion, alpha, filters...)."""
+    spec = get_task(task)
+    retrieve = spec.retrieve if retrieve is None else retrieve
     if retrieve < 1:
         raise ConfigError(f"retrieve={retrieve}: must be >= 1")
+    shared = search_kwargs.pop("filters", None)
+    filters = {q: merge_filters(shared, (query_filters or {}).get(q)) for q in queries}
     out: dict[str, dict[str, Any]] = {}
     for mode in modes:
         run: dict[str, list[str]] = {}
         times: list[float] = []
         for qid, text in queries.items():
             start = time.perf_counter()
-            results = searcher.search(text, mode=mode, top_k=retrieve, **search_kwargs)
+            results = searcher.search(text, mode=mode, top_k=retrieve, filters=filters[qid], **search_kwargs)
             times.append(time.perf_counter() - start)
             run[qid] = [r.id for r in results]
-        settings: dict[str, Any] = {"retrieve": retrieve}
+        settings: dict[str, Any] = {"retrieve": retrieve, "task": spec.name}
         if mode == "hybrid":
             method, alpha = searcher.fusion_settings(search_kwargs.get("fusion"), search_kwargs.get("alpha"))
             settings.update(fusion=method, alpha=alpha)
-        out[mode] = {"metrics": score_run(drop_self(run), qrels), "latency": latency_summary(times),
+        out[mode] = {"metrics": spec.score(run, qrels), "latency": latency_summary(times),
                      "queries": len(run), "settings": settings}
-        logger.info("%s: MRR@20 %.4f over %d queries", mode, out[mode]["metrics"]["MRR@20"], len(run))
+        logger.info("%s: %s %.4f over %d queries", mode, spec.main_metric, out[mode]["metrics"][spec.main_metric], len(run))
     return out
 
 
 @dataclass
 class TuneResult:
-    """The chosen fusion and the evidence: MRR@20 of every grid point and of each single mode."""
+    """The chosen fusion and the evidence: the tuning metric (``metric``, MRR@20 for paraphrase
+    retrieval) of every grid point and of each single mode. ``mrr``, ``bm25_mrr`` and
+    ``knn_mrr`` hold values of ``metric`` (named after the original metric)."""
 
     fusion: str
     alpha: float
@@ -143,42 +153,48 @@ class TuneResult:
     depth: int
     queries: int
     grid: list[dict[str, Any]] = field(default_factory=list)
+    metric: str = "MRR@20"
 
     @property
     def defaults(self) -> dict[str, Any]:
         """What is stored as the index's fusion defaults."""
         return {"fusion": self.fusion, "alpha": self.alpha, "depth": self.depth,
-                "tuned": {"metric": "MRR@20", "value": self.mrr, "bm25": self.bm25_mrr, "knn": self.knn_mrr,
+                "tuned": {"metric": self.metric, "value": self.mrr, "bm25": self.bm25_mrr, "knn": self.knn_mrr,
                           "queries": self.queries}}
 
 
 def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *,
          methods: Sequence[str] = FUSION_METHODS, alphas: Sequence[float] = ALPHAS, depth: int = 100,
-         retrieve: int = RETRIEVE, batch_size: int = 256) -> TuneResult:
-    """Choose the fusion method and ``alpha`` maximising MRR@20 on ``queries``.
+         retrieve: int | None = None, batch_size: int = 256, task: str = "paraphrase",
+         query_filters: Mapping[str, Filters] | None = None) -> TuneResult:
+    """Choose the fusion method and ``alpha`` maximising the task's main metric on ``queries``
+    (MRR@20 for paraphrase retrieval, MAP for answer selection, MRR for answer retrieval).
 
-    The BM25 and kNN lists of every query are fetched once at ``depth``; each grid point
-    re-fuses them (``HybridSearcher.fuse``), so tuning costs one retrieval per query. The
-    grid always contains RRF at ``alpha = 0`` and ``alpha = 1``, which rank exactly like
-    BM25 alone and kNN alone (documents from the other list only follow), so the tuned
-    hybrid is never worse than the better single mode on these queries; this is checked.
-    Ties between grid points go to the earlier one (methods order, then smaller alpha).
+    The BM25 and kNN lists of every query are fetched once at ``depth`` (with the query's own
+    filter, if any); each grid point re-fuses them (``HybridSearcher.fuse``), so tuning costs
+    one retrieval per query. The grid always contains RRF at ``alpha = 0`` and ``alpha = 1``,
+    which rank exactly like BM25 alone and kNN alone (documents from the other list only
+    follow), so the tuned hybrid is never worse than the better single mode on these queries;
+    this is checked. Ties between grid points go to the earlier one (methods order, then smaller alpha).
     """
+    spec = get_task(task)
+    retrieve = spec.retrieve if retrieve is None else retrieve
     if depth < retrieve:
         raise ConfigError(f"depth={depth}: must be >= retrieve ({retrieve}) so fusion sees every candidate")
     qids = list(queries)
     texts = [queries[q] for q in qids]
+    own = query_filters or {}
     cands = {}
     for start in range(0, len(qids), batch_size):
         vectors = searcher.encoder.encode(texts[start:start + batch_size])
         for qid, text, vector in zip(qids[start:start + batch_size], texts[start:start + batch_size], vectors):
-            cands[qid] = searcher.candidates(text, vector, depth)
+            cands[qid] = searcher.candidates(text, vector, depth, own.get(qid))
 
-    def mrr(run: dict[str, list[str]]) -> float:
-        return score_run(drop_self(run), qrels)["MRR@20"]
+    def score(run: dict[str, list[str]]) -> float:
+        return spec.score(run, qrels)[spec.main_metric]
 
-    bm25_mrr = mrr({q: [h.id for h in c.bm25[:retrieve]] for q, c in cands.items()})
-    knn_mrr = mrr({q: [h.id for h in c.knn[:retrieve]] for q, c in cands.items()})
+    bm25_value = score({q: [h.id for h in c.bm25[:retrieve]] for q, c in cands.items()})
+    knn_value = score({q: [h.id for h in c.knn[:retrieve]] for q, c in cands.items()})
     grid_points = [(m, float(a)) for m in methods for a in alphas]
     for forced in (("rrf", 0.0), ("rrf", 1.0)):
         if forced not in grid_points:
@@ -188,13 +204,14 @@ def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
     for method, alpha in grid_points:
         run = {q: [f.id for f in searcher.fuse(c, method=method, alpha=alpha, depth=depth, top_k=retrieve)]
                for q, c in cands.items()}
-        value = mrr(run)
-        grid.append({"fusion": method, "alpha": alpha, "MRR@20": value})
+        value = score(run)
+        grid.append({"fusion": method, "alpha": alpha, spec.main_metric: value})
         if best is None or value > best[0]:
             best = (value, method, alpha)
-    assert best is not None
+    if best is None:
+        raise ConfigError("tuning needs at least one fusion method and one alpha")
     value, method, alpha = best
-    if value + 1e-12 < max(bm25_mrr, knn_mrr):  # cannot happen with the forced points; kept as a check
-        raise ConfigError(f"tuning found MRR@20 {value:.4f} below the best single mode "
-                          f"({max(bm25_mrr, knn_mrr):.4f}); report this as a bug")
-    return TuneResult(method, alpha, value, bm25_mrr, knn_mrr, depth, len(qids), grid)
+    if value + 1e-12 < max(bm25_value, knn_value):  # cannot happen with the forced points; kept as a check
+        raise ConfigError(f"tuning found {spec.main_metric} {value:.4f} below the best single mode "
+                          f"({max(bm25_value, knn_value):.4f}); report this as a bug")
+    return TuneResult(method, alpha, value, bm25_value, knn_value, depth, len(qids), grid, spec.main_metric)

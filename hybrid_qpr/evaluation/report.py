@@ -18,12 +18,19 @@ from hybrid_qpr.evaluation.evaluator import METRIC_NAMES
 LATENCY_NAMES = ("p50_ms", "p95_ms", "p99_ms", "qps")
 
 
+def metric_names(results: Mapping[str, Mapping[str, Any]]) -> tuple[str, ...]:
+    """The metrics the results hold, in their order (the paraphrase set when there are none)."""
+    first = next(iter(results.values()), None)
+    return tuple(first["metrics"]) if first else METRIC_NAMES
+
+
 def markdown_table(results: Mapping[str, Mapping[str, Any]]) -> str:
     """One row per mode: the quality metrics, then latency and throughput."""
-    head = ["mode", *METRIC_NAMES, "p50 ms", "p95 ms", "p99 ms", "queries/s"]
+    names = metric_names(results)
+    head = ["mode", *names, "p50 ms", "p95 ms", "p99 ms", "queries/s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for mode, r in results.items():
-        cells = [mode] + [f"{r['metrics'][m]:.4f}" for m in METRIC_NAMES]
+        cells = [mode] + [f"{r['metrics'][m]:.4f}" for m in names]
         cells += [f"{r['latency'][k]:.2f}" for k in ("p50_ms", "p95_ms", "p99_ms")] + [f"{r['latency']['qps']:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -42,8 +49,7 @@ def write_report(results: Mapping[str, Mapping[str, Any]], out_dir: str | Path, 
                          for mode, r in results.items())
     facts = "\n".join(f"- {k}: {v}" for k, v in context.items())
     body = (f"# {title}\n\n{facts}\n\n{markdown_table(results)}\n\nSettings per mode:\n{settings}\n\n"
-            "Metrics: retrieve 20 per query, drop the query's own id, then H@k / MRR@20 / Recall@k / nDCG@10 / MAP "
-            "(hybrid_qpr.evaluation.metrics). Latency per query includes encoding.\n")
+            f"{_protocol(results)} Latency per query includes encoding.\n")
     if plot:
         paths["png"] = out_dir / "report.png"
         body += "\n![modes compared](report.png)\n"
@@ -54,6 +60,16 @@ def write_report(results: Mapping[str, Mapping[str, Any]], out_dir: str | Path, 
     return paths
 
 
+def _protocol(results: Mapping[str, Mapping[str, Any]]) -> str:
+    first = next(iter(results.values()), {})
+    task = first.get("settings", {}).get("task", "paraphrase")
+    if task == "paraphrase":
+        return ("Metrics: retrieve 20 per query, drop the query's own id, then H@k / MRR@20 / Recall@k / nDCG@10 / MAP "
+                "(hybrid_qpr.evaluation.metrics).")
+    return (f"Task {task}: retrieve {first.get('settings', {}).get('retrieve')} per query, then "
+            f"{' / '.join(metric_names(results))} (hybrid_qpr.evaluation.tasks).")
+
+
 def plot_modes(results: Mapping[str, Mapping[str, Any]], path: str | Path, title: str = "Evaluation") -> None:
     """Bars of H@1, H@10, MRR@20, nDCG@10 per mode, and p50 latency per mode."""
     matplotlib = require("matplotlib", extra="report", feature="the report plot")
@@ -61,7 +77,8 @@ def plot_modes(results: Mapping[str, Mapping[str, Any]], path: str | Path, title
     import matplotlib.pyplot as plt
 
     modes = list(results)
-    shown = ("H@1", "H@10", "MRR@20", "nDCG@10")
+    names = metric_names(results)
+    shown = tuple(m for m in ("H@1", "H@10", "MRR@20", "nDCG@10") if m in names) or names[:4]
     fig, (ax_quality, ax_latency) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 1]})
     width = 0.8 / max(len(modes), 1)
     for i, mode in enumerate(modes):

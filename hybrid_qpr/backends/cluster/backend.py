@@ -289,7 +289,7 @@ class ClusterBackend:
 
         def actions() -> Iterator[BulkAction]:
             for batch in _batches(documents, batch_size):
-                vectors = prepare_vectors(encoder.encode([doc.text for _, doc in batch], batch_size=batch_size),
+                vectors = prepare_vectors(encoder.encode([doc.text for _, doc in batch], batch_size=batch_size, side="document"),
                                           encoder.distance)
                 for (line, doc), vector in zip(batch, vectors):
                     yield BulkAction("index", doc.id, {TEXT_FIELD: doc.text, VECTOR_FIELD: vector.tolist(),

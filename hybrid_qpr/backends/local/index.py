@@ -585,7 +585,8 @@ def _read_live_rows(index_path: Path, entry: dict[str, Any], dim: int, distance:
             raise damaged(index_path, f"{rel}/{VECTORS} is damaged and no encoder was given to re-encode it",
                           fix_for(VECTORS, index_path))
         logger.warning("re-encoding %d texts of segment %s (its vectors are damaged)", len(keep), entry["name"])
-        vectors = prepare_vectors(encoder.encode([rows[i][1] for i in keep], show_progress=False), distance)
+        vectors = prepare_vectors(encoder.encode([rows[i][1] for i in keep], show_progress=False, side="document"),
+                                  distance)
     return ([rows[i][0] for i in keep], [rows[i][1] for i in keep], [rows[i][2] for i in keep], vectors)
 
 
@@ -651,7 +652,7 @@ class _IngestWriter:
             vectors[row] = vector
         if to_encode:
             encoded = self.encoder.encode([texts[i] for i in to_encode], batch_size=self.batch_size,
-                                          show_progress=self.show_progress)
+                                          show_progress=self.show_progress, side="document")
             vectors[np.asarray(to_encode)] = prepare_vectors(encoded, self.index.distance)
         faiss_info = self.index.manifest["faiss"]
         factory = faiss_factory(len(ids), faiss_info.get("kind", "auto"),

@@ -37,6 +37,21 @@ TripletDistance = Literal["euclidean", "squared"]
 Negatives = Literal["random", "hard", "semi-hard"]
 
 
+def pick_among(dist: torch.Tensor, positive: torch.Tensor, allowed: torch.Tensor,
+               negatives: Literal["hard", "semi-hard"]) -> torch.Tensor:
+    """Column of the negative of each row of ``dist`` [N, C] (anchor-to-candidate distances),
+    among the ``allowed`` [N, C] columns (each row needs one): ``hard`` the closest,
+    ``semi-hard`` the closest farther than the row's ``positive`` [N] distance, else the
+    farthest allowed one (see the module docstring)."""
+    d = dist.detach()
+    if negatives == "hard":
+        return d.masked_fill(~allowed, float("inf")).argmin(1)
+    farther = (d > positive.detach()[:, None]) & allowed
+    semi = d.masked_fill(~farther, float("inf")).argmin(1)
+    easiest = d.masked_fill(~allowed, float("-inf")).argmax(1)
+    return torch.where(farther.any(1), semi, easiest)
+
+
 class TripletLoss(nn.Module):
     def __init__(self, margin: float = 0.5, distance: TripletDistance = "euclidean", negatives: Negatives = "random"):
         super().__init__()
@@ -61,14 +76,7 @@ class TripletLoss(nn.Module):
         if self.negatives == "random":
             offset = torch.randint(1, n, (n,), device=dist.device)
             return (torch.arange(n, device=dist.device) + offset) % n
-        d = dist.detach()
-        if self.negatives == "hard":
-            return d.masked_fill(eye, float("inf")).argmin(1)
-        positive = d.diagonal()[:, None]
-        farther = (d > positive) & ~eye
-        semi = d.masked_fill(~farther, float("inf")).argmin(1)
-        easiest = d.masked_fill(eye, float("-inf")).argmax(1)
-        return torch.where(farther.any(1), semi, easiest)
+        return pick_among(dist, dist.diagonal(), ~eye, self.negatives)  # type: ignore[arg-type]
 
     def forward(self, anchors: torch.Tensor, positives: torch.Tensor) -> torch.Tensor:
         if anchors.shape != positives.shape or anchors.dim() != 2:

@@ -1,0 +1,16 @@
+"""The --task and --filter-field options shared by 'evaluate' and 'tune'."""
+
+from __future__ import annotations
+
+import click
+
+TASK_HELP = ("What is measured: paraphrase (H@k, MRR@20, drop the query's own id), answer-selection (MAP, MRR over "
+             "each question's own candidates) or answer-retrieval (MRR, R@1, R@5 over the whole corpus).")
+FILTER_FIELD_HELP = ("Filter each query on its own value of this field in queries.jsonl (a per-query filter). "
+                     "[default: group for answer-selection, none otherwise]")
+
+
+def task_options(func):
+    func = click.option("--filter-field", default=None, help=FILTER_FIELD_HELP)(func)
+    return click.option("--task", type=click.Choice(["paraphrase", "answer-selection", "answer-retrieval"]),
+                        default="paraphrase", show_default=True, help=TASK_HELP)(func)

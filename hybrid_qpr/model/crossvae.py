@@ -1,0 +1,195 @@
+"""Crossing variational auto-encoders for answer retrieval (Cross-VAE).
+
+Yu, Wu, Zeng, Tao, Deng & Jiang, "Crossing Variational Autoencoders for Answer Retrieval",
+ACL 2020 (arXiv:2005.02557).
+
+A question VAE and an answer VAE, each with its own Gaussian encoder
+``q_φ(z_q | q) = N(μ_q, diag σ_q²)`` and ``q_φ(z_a | a) = N(μ_a, diag σ_a²)``. Unlike dual VAEs,
+whose decoders rebuild their own input, the decoders are **crossed**: the question decoder
+rebuilds the question from the *answer's* latent, ``p_θ(q | z_a)``, and the answer decoder
+the answer from the *question's* latent, ``p_θ(a | z_q)``. A matching predictor
+``p(y | z_q, z_a)`` aligns the two latent spaces. Answers are retrieved by comparing latent
+means. The objective minimised here, per aligned pair (q, a), is
+
+    L = L_rec_q + L_rec_a + β·(L_KL_q + L_KL_a) + λ·L_match                            (this module)
+
+with the terms, as they read in the paper's objective (its crossed ELBO plus the matching
+loss; the paper maximises the ELBO, this module minimises its negative):
+
+    L_rec_q  = −E_{z_a ~ q_φ(z_a|a)} [log p_θ(q | z_a)]    question rebuilt from the answer latent
+    L_rec_a  = −E_{z_q ~ q_φ(z_q|q)} [log p_θ(a | z_q)]    answer rebuilt from the question latent
+    L_KL_q   = KL(q_φ(z_q|q) ‖ N(0, I)) = ½ Σ_d (μ_d² + σ_d² − 1 − log σ_d²)           (Kingma & Welling 2014, app. B)
+    L_KL_a   = KL(q_φ(z_a|a) ‖ N(0, I))
+    L_match  = −[y log p(y=1|z_q,z_a) + (1−y) log(1 − p(y=1|z_q,z_a))]             binary cross-entropy
+
+Each expectation is estimated with one reparameterised sample ``z = μ + σ ⊙ ε``; ``log p(q|z)``
+is the sum of token log-probabilities of a GRU language model whose initial state and
+every input step are conditioned on z (Bowman et al. 2016). Matching uses, for each aligned
+pair (y = 1), the other answers of the batch as mismatched pairs (y = 0); the positive and
+negative halves are averaged separately so the batch size does not tilt them.
+
+What is **not** certain (read from memory of the paper, not checked against its text):
+
+* the exact form of ``p(y | z_q, z_a)``. Here it is ``σ(w·cos(z_q, z_a) + b)`` with learned
+  w > 0 and b, chosen so that ranking answers by the cosine of the latent means is exactly
+  ranking by the predictor's score at the means, which a vector index can serve;
+* the weights: β (KL) and λ (matching) default to 1, with β annealed linearly from 0 over
+  the first steps (``kl_warmup``) against posterior collapse, a standard VAE practice the
+  paper may or may not use;
+* the encoders: the paper fine-tunes a pretrained (BERT) encoder. Here the encoder is a
+  frozen pretrained sentence encoder (MiniLM, mean pooling) followed by a trainable two-layer
+  network to (μ, log σ²) per side, so training fits minutes on a CPU. The decoders are
+  word-level GRUs over the training vocabulary (the project's ``Vocabulary`` with one
+  unknown-word bin).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+def gaussian_kl(mu: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
+    """KL(N(μ, diag e^logvar) ‖ N(0, I)) per row: ½ Σ_d (μ_d² + e^logvar_d − 1 − logvar_d)."""
+    return 0.5 * (mu.pow(2) + logvar.exp() - 1.0 - logvar).sum(-1)
+
+
+def reparameterize(mu: torch.Tensor, logvar: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
+    """``z = μ + σ ⊙ ε`` with ε ~ N(0, I) (or the given ``noise``)."""
+    eps = torch.randn_like(mu) if noise is None else noise
+    return mu + torch.exp(0.5 * logvar) * eps
+
+
+def matching_loss(zq: torch.Tensor, za: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """Binary cross-entropy of ``p(y=1 | z_q, z_a) = σ(w·cos(z_q, z_a) + b)``: row i of ``zq``
+    is aligned with row i of ``za`` (y = 1) and mismatched with every other row (y = 0);
+    mean over the positives plus mean over the negatives."""
+    logits = weight * F.normalize(zq, dim=-1) @ F.normalize(za, dim=-1).T + bias
+    n = logits.shape[0]
+    eye = torch.eye(n, dtype=torch.bool, device=logits.device)
+    positive = F.binary_cross_entropy_with_logits(logits[eye], torch.ones(n, device=logits.device))
+    if n < 2:
+        return positive
+    negative = F.binary_cross_entropy_with_logits(logits[~eye], torch.zeros(n * n - n, device=logits.device))
+    return positive + negative
+
+
+class GaussianHead(nn.Module):
+    """Sentence features -> (μ, log σ²) of the latent: the trainable part of one side's encoder."""
+
+    def __init__(self, feature_dim: int, hidden: int, latent: int):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(feature_dim, hidden), nn.Tanh())
+        self.mu = nn.Linear(hidden, latent)
+        self.logvar = nn.Linear(hidden, latent)
+
+    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.body(features)
+        return self.mu(h), self.logvar(h)
+
+
+class LatentDecoder(nn.Module):
+    """GRU language model conditioned on z: ``log p(x | z) = Σ_t log p(x_t | x_<t, z)``."""
+
+    def __init__(self, vocab_size: int, latent: int, embedding: int, hidden: int, bos_id: int):
+        super().__init__()
+        self.bos_id = bos_id
+        self.embed = nn.Embedding(vocab_size, embedding, padding_idx=0)
+        self.init = nn.Linear(latent, hidden)
+        self.gru = nn.GRU(embedding + latent, hidden, batch_first=True)
+        self.out = nn.Linear(hidden, vocab_size)
+
+    def nll(self, z: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """−log p(tokens | z) per row, summed over the real tokens and the end marker.
+        ``tokens`` [N, T] are right-padded with 0; the end marker is ``bos_id`` (one id
+        serves as both begin and end of sentence)."""
+        n = tokens.shape[0]
+        lengths = (tokens > 0).sum(1)
+        bos = torch.full((n, 1), self.bos_id, dtype=tokens.dtype, device=tokens.device)
+        inputs = torch.cat([bos, tokens], 1)  # BOS w1 .. wT
+        targets = torch.cat([tokens, torch.zeros_like(bos)], 1)
+        targets[torch.arange(n), lengths] = self.bos_id  # w1 .. wT EOS, then padding
+        steps = inputs.shape[1]
+        x = torch.cat([self.embed(inputs), z.unsqueeze(1).expand(n, steps, z.shape[-1])], -1)
+        h0 = torch.tanh(self.init(z)).unsqueeze(0)
+        output, _ = self.gru(x, h0)
+        logp = F.log_softmax(self.out(output), -1)
+        token_logp = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        return -(token_logp * (targets > 0)).sum(1)
+
+
+@dataclass(frozen=True)
+class LossTerms:
+    rec_q: torch.Tensor  # −log p(q | z_a), mean over the batch
+    rec_a: torch.Tensor  # −log p(a | z_q)
+    kl_q: torch.Tensor
+    kl_a: torch.Tensor
+    match: torch.Tensor
+
+    def total(self, beta: float, lam: float) -> torch.Tensor:
+        """L = L_rec_q + L_rec_a + β·(L_KL_q + L_KL_a) + λ·L_match (module docstring)."""
+        return self.rec_q + self.rec_a + beta * (self.kl_q + self.kl_a) + lam * self.match
+
+    def as_floats(self) -> dict[str, float]:
+        return {k: float(getattr(self, k).detach()) for k in ("rec_q", "rec_a", "kl_q", "kl_a", "match")}
+
+
+class CrossVAE(nn.Module):
+    """The two Gaussian heads, the two crossed decoders and the matching predictor."""
+
+    def __init__(self, feature_dim: int, vocab_size: int, *, latent: int = 128, hidden: int = 256,
+                 embedding: int = 128, decoder_hidden: int = 256):
+        super().__init__()
+        self.question_head = GaussianHead(feature_dim, hidden, latent)
+        self.answer_head = GaussianHead(feature_dim, hidden, latent)
+        bos = vocab_size  # one extra id for begin/end of sentence
+        self.question_decoder = LatentDecoder(vocab_size + 1, latent, embedding, decoder_hidden, bos)
+        self.answer_decoder = LatentDecoder(vocab_size + 1, latent, embedding, decoder_hidden, bos)
+        self.match_weight = nn.Parameter(torch.tensor(5.0))
+        self.match_bias = nn.Parameter(torch.tensor(0.0))
+
+    def loss_terms(self, q_features: torch.Tensor, a_features: torch.Tensor, q_tokens: torch.Tensor,
+                   a_tokens: torch.Tensor, noise: tuple[torch.Tensor, torch.Tensor] | None = None) -> LossTerms:
+        """The five terms for a batch of aligned pairs (row i of each input is pair i)."""
+        mu_q, logvar_q = self.question_head(q_features)
+        mu_a, logvar_a = self.answer_head(a_features)
+        zq = reparameterize(mu_q, logvar_q, None if noise is None else noise[0])
+        za = reparameterize(mu_a, logvar_a, None if noise is None else noise[1])
+        return LossTerms(
+            rec_q=self.question_decoder.nll(za, q_tokens).mean(),  # question from the ANSWER latent
+            rec_a=self.answer_decoder.nll(zq, a_tokens).mean(),  # answer from the QUESTION latent
+            kl_q=gaussian_kl(mu_q, logvar_q).mean(),
+            kl_a=gaussian_kl(mu_a, logvar_a).mean(),
+            match=matching_loss(zq, za, self.match_weight.abs(), self.match_bias),
+        )
+
+    @torch.no_grad()
+    def means(self, features: torch.Tensor, side: str) -> torch.Tensor:
+        """Latent means μ of ``side`` ("query" or "document"): what retrieval compares."""
+        head = self.question_head if side == "query" else self.answer_head
+        return head(features)[0]
+
+
+def latent_mean_embedder(base, head: GaussianHead):
+    """One side of a trained Cross-VAE as a ``TransformerEmbedder``: the pretrained backbone,
+    mean pooling, the side's head μ and L2 normalisation (retrieval by the cosine of latent
+    means), so ``hybrid_qpr.export.transformer`` exports and parity-checks it like any other."""
+    from hybrid_qpr.model.transformer import TransformerEmbedder, mean_pool
+
+    class LatentMeanEmbedder(TransformerEmbedder):
+        def __init__(self):
+            super().__init__(base.backbone, base.tokenizer_path, max_length=base.max_length, normalize=True,
+                             source=f"{base.source} + Cross-VAE head")
+            self.head = head
+            self.dim = int(head.mu.out_features)
+
+        def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+            hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
+                                   token_type_ids=torch.zeros_like(input_ids)).last_hidden_state
+            mu = self.head(mean_pool(hidden, attention_mask))[0]
+            return F.normalize(mu, p=2.0, dim=1, eps=1e-12)
+
+    return LatentMeanEmbedder()

@@ -1,0 +1,193 @@
+"""ASBERT: fine-tune a pretrained transformer for answer selection on question -> correct sentence pairs.
+
+Shonibare, "ASBERT: Siamese and Triplet network embedding for open question answering",
+arXiv:2104.08558 (2021). Recipe followed: one shared (siamese) pretrained encoder with mean
+pooling (``hybrid_qpr.model.transformer``), texts cut at ``max_length`` = 128 tokens, AdamW
+with linear warm-up then linear decay, gradient norm clipped at 1, and early stopping on the
+dev MAP. Objectives (``hybrid_qpr.model.losses.labelled_negatives``): triplet with a margin
+and hard or semi-hard negatives taken from the question's labelled wrong candidates as well
+as in-batch; siamese (binary cross-entropy on the cosine); and SDML as a third loss.
+
+Batches: each step draws ``batch_size`` distinct train questions (seeded by step, so a
+resumed run sees the same batches), one correct sentence of each and up to
+``negatives_per_question`` of its labelled wrong sentences.
+
+Dev MAP: every ``eval_every`` steps the model (eval mode) ranks each dev question's own
+candidates by its similarity (cosine, or −squared L2 when not normalised) and MAP is
+computed with ``hybrid_qpr.evaluation.metrics``; the best state is kept and training stops
+after ``patience`` evaluations without a gain.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from hybrid_qpr.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+AsbertLoss = Literal["triplet", "siamese", "sdml"]
+
+
+@dataclass(frozen=True)
+class AsbertSettings:
+    loss: AsbertLoss = "triplet"
+    base_model: str | None = None  # None: the bundled all-MiniLM-L6-v2
+    max_length: int = 128
+    batch_size: int = 16
+    negatives_per_question: int = 1
+    steps: int = 300
+    lr: float = 2e-5
+    warmup: float = 0.1
+    margin: float = 1.0
+    negatives: str = "hard"  # triplet: hard or semi-hard
+    epsilon: float = 0.3
+    normalize: bool | None = None  # None: True for triplet and siamese, False for sdml
+    eval_every: int = 50
+    patience: int = 3
+    max_minutes: float | None = None
+    seed: int = 0
+
+    def check(self) -> None:
+        if self.loss not in ("triplet", "siamese", "sdml"):
+            raise ConfigError(f"loss={self.loss!r}: allowed values are triplet, siamese, sdml")
+        for name in ("max_length", "batch_size", "steps", "eval_every", "patience"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}={getattr(self, name)}: must be >= 1")
+        if self.negatives_per_question < 0:
+            raise ConfigError(f"negatives_per_question={self.negatives_per_question}: must be >= 0")
+        if self.negatives not in ("hard", "semi-hard"):
+            raise ConfigError(f"negatives={self.negatives!r}: allowed values are hard, semi-hard")
+
+    @property
+    def normalized(self) -> bool:
+        return self.loss != "sdml" if self.normalize is None else self.normalize
+
+
+def build_loss(settings: AsbertSettings) -> torch.nn.Module:
+    from hybrid_qpr.model.losses.labelled_negatives import (SDMLNegativesLoss, SiameseNegativesLoss,
+                                                             TripletNegativesLoss)
+
+    if settings.loss == "triplet":
+        return TripletNegativesLoss(settings.margin, settings.negatives)  # type: ignore[arg-type]
+    if settings.loss == "siamese":
+        return SiameseNegativesLoss()
+    return SDMLNegativesLoss(settings.epsilon)
+
+
+def draw_batch(records, settings: AsbertSettings, step: int) -> tuple[list[str], list[str], list[str], list[int]]:
+    """(questions, one correct sentence each, labelled wrong sentences, owner row of each)."""
+    rng = random.Random(f"{settings.seed}:{step}")
+    questions, positives, negatives, owner = [], [], [], []
+    for row, index in enumerate(rng.sample(range(len(records)), min(settings.batch_size, len(records)))):
+        record = records[index]
+        questions.append(record.question)
+        positives.append(rng.choice(record.positives))
+        for wrong in rng.sample(record.negatives, min(settings.negatives_per_question, len(record.negatives))):
+            negatives.append(wrong)
+            owner.append(row)
+    return questions, positives, negatives, owner
+
+
+@torch.no_grad()
+def dev_map(model, records) -> float:
+    """MAP of ranking each dev question's own candidates by the model's similarity."""
+    from hybrid_qpr.evaluation.metrics import average_precision
+    from hybrid_qpr.model.losses.sdml import squared_distances
+
+    judged = [r for r in records if r.positives]
+    run, qrels = {}, {}
+    questions = model.encode([r.question for r in judged])
+    for r, q in zip(judged, questions):
+        candidates = r.positives + r.negatives
+        vectors = model.encode(candidates)
+        scores = (vectors @ q if model.normalize else -squared_distances(q[None], vectors)[0]).tolist()
+        order = sorted(range(len(candidates)), key=lambda i: (-scores[i], i))
+        run[r.id] = [f"c{i}" for i in order]
+        qrels[r.id] = {f"c{i}": 1 for i in range(len(r.positives))}
+    return average_precision(run, qrels)
+
+
+def train_asbert(train_dirs: list[str | Path], dev_dir: str | Path, out_dir: str | Path, settings: AsbertSettings, *,
+                 export_dir: str | Path | None = None, quantize: bool = False) -> dict[str, Any]:
+    """Fine-tune, keep the best dev-MAP state, save ``out_dir/model`` and optionally export it."""
+    from hybrid_qpr.data.answer_dataset import read_answer_records
+    from hybrid_qpr.model.transformer import TransformerEmbedder
+    from hybrid_qpr.training.transformer import _lr_factor
+
+    settings.check()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(settings.seed)
+    records = [r for d in train_dirs for r in read_answer_records(d, "train") if r.positives]
+    dev = read_answer_records(dev_dir, "val")
+    if len(records) < 2:
+        raise ConfigError("ASBERT needs at least 2 train questions with a correct sentence")
+    model = TransformerEmbedder.from_dir(settings.base_model, max_length=settings.max_length,
+                                         normalize=settings.normalized)
+    loss_fn = build_loss(settings)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, settings.steps, settings.warmup))
+    (out_dir / "settings.json").write_text(json.dumps(dataclasses.asdict(settings), indent=2) + "\n")
+    history: list[dict[str, Any]] = [{"step": 0, "dev_map": dev_map(model, dev)}]
+    # The untrained state is the one to beat: if no step improves the dev MAP, it is what is kept.
+    best, best_step, waited = history[0]["dev_map"], 0, 0
+    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    logger.info("step 0: dev MAP %.4f", best)
+    started, losses, stopped = time.perf_counter(), [], "steps"
+    model.train()
+    for step in range(settings.steps):
+        questions, positives, negatives, owner = draw_batch(records, settings, step)
+        texts = questions + positives + negatives
+        vectors = model(model.collate(texts))
+        n = len(questions)
+        loss = loss_fn(vectors[:n], vectors[n:2 * n], vectors[2 * n:], torch.as_tensor(owner, dtype=torch.long))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        losses.append(float(loss.detach()))
+        over_time = settings.max_minutes is not None and time.perf_counter() - started > 60 * settings.max_minutes
+        if (step + 1) % settings.eval_every == 0 or step + 1 == settings.steps or over_time:
+            value = dev_map(model, dev)
+            model.train()
+            recent = losses[-settings.eval_every:]
+            history.append({"step": step + 1, "loss": sum(recent) / len(recent), "dev_map": value,
+                            "seconds": round(time.perf_counter() - started, 1)})
+            logger.info("step %d: loss %.4f dev MAP %.4f", step + 1, history[-1]["loss"], value)
+            with (out_dir / "log.jsonl").open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(history[-1]) + "\n")
+            if value > best:
+                best, best_step, waited = value, step + 1, 0
+                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            else:
+                waited += 1
+                if waited >= settings.patience:
+                    stopped = "patience"
+                    break
+        if over_time:
+            stopped = "max_minutes"
+            break
+    model.load_state_dict(best_state)
+    report = {"loss": settings.loss, "train_questions": len(records), "best_dev_map": best, "best_step": best_step,
+              "stopped": stopped, "seconds": round(time.perf_counter() - started, 1), "history": history,
+              "train": [str(d) for d in train_dirs], "dev": str(dev_dir)}
+    training = {**dataclasses.asdict(settings), "report": {k: v for k, v in report.items() if k != "history"}}
+    model.save(out_dir / "model", extra={"training": training})
+    if export_dir is not None:
+        from hybrid_qpr.export.transformer import export_transformer
+
+        export_transformer(model, export_dir, quantize=quantize, training=training)
+        report["export"] = str(export_dir)
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
