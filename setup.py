@@ -1,5 +1,5 @@
-"""Build step: copy the top-level onnx/, mappings/ and examples/ directories whole into the
-wheel as hybrid_qpr/_data/, so an installed package carries its default model, request
+"""Build step: copy the top-level mappings/ and examples/ directories whole, and the default
+model of onnx/, into the wheel as hybrid_qpr/_data/, so an installed package carries its default model, request
 bodies and demo bank (read through hybrid_qpr.resources). The top-level directories stay
 the one source; the copy exists only in the build. An editable install reads them in place.
 All other metadata is in pyproject.toml."""
@@ -12,6 +12,9 @@ from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 BUNDLED_DIRS = ("onnx", "mappings", "examples")  # keep in step with hybrid_qpr/resources.py
+# Of onnx/, only the default model goes into the wheel (keeps it small); other model
+# directories there are used from a checkout with --model. Keep in step with resources.DEFAULT_MODEL.
+WHEEL_MODELS = ("sdml-cnn-quora",)
 SKIPPED = shutil.ignore_patterns("__pycache__", "*.py", "*.pyc", ".*")
 
 
@@ -26,7 +29,11 @@ class build_py_with_data(build_py):
                 raise SystemExit(f"{source}: missing; the wheel must carry it (run the build from a full checkout or sdist)")
             target = Path(self.build_lib) / "hybrid_qpr" / "_data" / name
             shutil.rmtree(target, ignore_errors=True)
-            shutil.copytree(source, target, ignore=SKIPPED)
+            if name == "onnx":
+                for model in WHEEL_MODELS:
+                    shutil.copytree(source / model, target / model, ignore=SKIPPED)
+            else:
+                shutil.copytree(source, target, ignore=SKIPPED)
 
 
 setup(cmdclass={"build_py": build_py_with_data})

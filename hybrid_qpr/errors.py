@@ -106,3 +106,12 @@ class IndexDamagedError(ArtifactError):
 
 class IndexLockedError(BackendError):
     """Another process is writing the local index (one writer at a time)."""
+
+
+def check_at_least(settings: object, names: tuple[str, ...], minimum: int = 1) -> None:
+    """Raise ``ConfigError`` naming the first of ``settings``' fields ``names`` below ``minimum``
+    (the shared check of training settings)."""
+    for name in names:
+        value = getattr(settings, name)
+        if value < minimum:
+            raise ConfigError(f"{name}={value}: must be >= {minimum}")

@@ -82,12 +82,15 @@ def test_wheel_is_small_and_carries_the_bundled_files(installed):
                    "hybrid_qpr/_data/mappings/opensearch/index.json", "hybrid_qpr/_data/examples/questions.jsonl",
                    "hybrid_qpr/_data/examples/beir/qrels/test.tsv"):
         assert needed in names
-    # Every file of the top-level directories (the one source) is in the wheel, whole.
-    for top in ("onnx", "mappings"):
+    # Every file of mappings/ and of the default model (the one source) is in the wheel, whole;
+    # other model directories under onnx/ stay out of it.
+    for top in ("onnx/sdml-cnn-quora", "mappings"):
         for path in (REPO / top).rglob("*"):
             if path.is_file():
                 assert f"hybrid_qpr/_data/{path.relative_to(REPO).as_posix()}" in names
     assert not any(n.endswith(".py") and n.startswith("hybrid_qpr/_data/") for n in names)
+    models = {n.split("/")[3] for n in names if n.startswith("hybrid_qpr/_data/onnx/")}
+    assert models == {"sdml-cnn-quora"}
 
 
 def test_installed_package_runs_ingest_query_and_demo_outside_the_tree(installed):

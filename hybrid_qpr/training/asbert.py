@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import torch
 
-from hybrid_qpr.errors import ConfigError
+from hybrid_qpr.errors import ConfigError, check_at_least
 
 logger = logging.getLogger(__name__)
 
@@ -60,9 +60,7 @@ class AsbertSettings:
     def check(self) -> None:
         if self.loss not in ("triplet", "siamese", "sdml"):
             raise ConfigError(f"loss={self.loss!r}: allowed values are triplet, siamese, sdml")
-        for name in ("max_length", "batch_size", "steps", "eval_every", "patience"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name}={getattr(self, name)}: must be >= 1")
+        check_at_least(self, ("max_length", "batch_size", "steps", "eval_every", "patience"))
         if self.negatives_per_question < 0:
             raise ConfigError(f"negatives_per_question={self.negatives_per_question}: must be >= 0")
         if self.negatives not in ("hard", "semi-hard"):

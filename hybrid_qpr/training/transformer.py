@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import torch
 
-from hybrid_qpr.errors import ConfigError
+from hybrid_qpr.errors import ConfigError, check_at_least
 from hybrid_qpr.progress import track
 
 logger = logging.getLogger(__name__)
@@ -71,9 +71,7 @@ class FinetuneSettings:
 
         if self.loss not in TRANSFORMER_LOSSES:
             raise ConfigError(f"loss={self.loss!r}: allowed values are {', '.join(TRANSFORMER_LOSSES)}")
-        for name in ("batch_size", "accumulate", "steps", "checkpoint_every", "log_every"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name}={getattr(self, name)}: must be >= 1")
+        check_at_least(self, ("batch_size", "accumulate", "steps", "checkpoint_every", "log_every"))
         if self.batch_size < 2:
             raise ConfigError(f"batch_size={self.batch_size}: in-batch negatives need at least 2 pairs per batch")
         if not self.lr > 0:
