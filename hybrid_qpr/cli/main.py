@@ -12,6 +12,7 @@ import click
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "dataset": ("hybrid_qpr.cli.dataset", "dataset", "Turn question pairs or QA logs into clusters, splits and BEIR eval sets."),
     "train": ("hybrid_qpr.cli.train", "train", "Train a paraphrase encoder (SDML, softmax, triplet, MSEM) [needs torch]."),
+    "distill": ("hybrid_qpr.cli.distill", "distill", "Distil a teacher encoder (MiniLM) into the fast CNN on unlabelled questions [needs torch]."),
     "finetune": ("hybrid_qpr.cli.finetune", "finetune", "Fine-tune a pretrained transformer (MiniLM) on question pairs [needs torch]."),
     "export": ("hybrid_qpr.cli.export", "export", "Export a trained encoder to ONNX (model.onnx, tokenizer.json, config.json)."),
     "ingest": ("hybrid_qpr.cli.ingest", "ingest", "Index questions into a local index directory or an OpenSearch index."),
