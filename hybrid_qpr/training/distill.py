@@ -221,7 +221,7 @@ class DistillConfig:
     architecture: dict | None = None  # CNNModel settings; default below
 
 
-DEFAULT_ARCHITECTURE = {"embedding_dim": 160, "channels": 320, "dim": 256, "layers": 1}
+DEFAULT_ARCHITECTURE = {"embedding_dim": 128, "channels": 256, "dim": 256, "layers": 1}  # the committed CNN's: ~13k questions/s
 
 
 def distill(corpus: str | Path, teacher_dir: str | Path, run_dir: str | Path, *, pairs: str | Path | None = None,
