@@ -12,11 +12,10 @@ import argparse
 import json
 import time
 
-import numpy as np
-
+from _results import repo_relative
 from hybrid_qpr.data.beir import load_beir
 from hybrid_qpr.encoders import Encoder
-from hybrid_qpr.evaluation.evaluator import exact_run
+from hybrid_qpr.evaluation.evaluator import exact_run, latency_summary
 from hybrid_qpr.evaluation.metrics import hits_at_k, mrr_at_k
 
 
@@ -50,10 +49,10 @@ def main() -> None:
         enc.encode([text])
         lat.append(time.perf_counter() - t)
     print(json.dumps({
-        "model": str(enc.model_dir), **quality,
+        "model": repo_relative(enc.model_dir), **quality,
         "encode_questions_per_s": quality["corpus"] / quality["corpus_encode_seconds"],
-        "single_query_ms_p50": 1000 * float(np.median(lat)),
-        "single_query_ms_p95": 1000 * float(np.percentile(lat, 95)), "threads": args.threads,
+        "single_query_ms_p50": latency_summary(lat)["p50_ms"],
+        "single_query_ms_p95": latency_summary(lat)["p95_ms"], "threads": args.threads,
     }, indent=2))
 
 

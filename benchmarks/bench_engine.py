@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hybrid_qpr.backends.local import LocalIndex, build_faiss, faiss_factory  # noqa: E402
 from hybrid_qpr.data.documents import iter_documents  # noqa: E402
 from hybrid_qpr.encoders import Encoder  # noqa: E402
+from _results import repo_relative  # noqa: E402
 from hybrid_qpr.evaluation.evaluator import latency_summary  # noqa: E402
 from hybrid_qpr.search import HybridSearcher  # noqa: E402
 
@@ -148,7 +149,7 @@ def main() -> None:
     args = parser.parse_args()
 
     encoder = Encoder.load(args.model, threads=args.threads)
-    result: dict = {"pairs": args.pairs, "model": str(encoder.model_dir), "fingerprint": encoder.fingerprint,
+    result: dict = {"pairs": repo_relative(args.pairs), "model": repo_relative(encoder.model_dir), "fingerprint": encoder.fingerprint,
                     "dim": encoder.dim, "cpus": os.cpu_count(), "load_average_at_start": os.getloadavg()}
     if not args.skip_ingest:
         result["ingest"] = bench_ingest(args.pairs, args.index, encoder)

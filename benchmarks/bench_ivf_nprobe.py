@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_engine import recall_and_latency  # noqa: E402
 from hybrid_qpr.backends.local import build_faiss, faiss_factory  # noqa: E402
+from hybrid_qpr.evaluation.evaluator import latency_summary  # noqa: E402
 
 
 def main() -> None:
@@ -44,7 +45,7 @@ def main() -> None:
     for nprobe in args.nprobe:
         index.nprobe = nprobe
         recall, times = recall_and_latency(index, queries, truth)
-        print(f"| {nprobe} | {recall:.3f} | {1000 * float(np.median(times)):.2f} |")
+        print(f"| {nprobe} | {recall:.3f} | {latency_summary(times)['p50_ms']:.2f} |")
 
 
 if __name__ == "__main__":

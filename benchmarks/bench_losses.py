@@ -24,15 +24,14 @@ from pathlib import Path
 
 import torch
 
+from _results import relative_if_path
 from bench_encode import test_quality
 from hybrid_qpr.data.beir import load_beir
 from hybrid_qpr.data.splits import load_split
-from hybrid_qpr.encoders import TOKENIZER_FILE, Encoder
+from hybrid_qpr.encoders import Encoder
 from hybrid_qpr.export.onnx import export_run
-from hybrid_qpr.model.cnn import CNNModel
-from hybrid_qpr.model.losses import build_loss
 from hybrid_qpr.text.tokenizer import Vocabulary
-from hybrid_qpr.training.cnn import TrainConfig, train, write_run_meta
+from hybrid_qpr.training.cnn import TrainConfig, prepare_cnn_run, train
 
 ARCH = dict(embedding_dim=128, channels=256, dim=256, layers=1)
 LOSSES = {  # name -> (build_loss kind, options)
@@ -62,7 +61,7 @@ def main() -> None:
     corpus, queries, qrels = load_beir(f"{args.dataset}/beir", "test")
     vocab = Vocabulary.build((q.text for c in tr for q in c.questions), top_words=20000, hash_bins=5000)
     cfg = TrainConfig(batch_size=512, lr=1e-3, epochs=50, patience=3, seed=13, max_minutes=args.minutes, val_queries=1000)
-    report = {"command": "python " + " ".join(sys.argv),
+    report = {"command": "python " + " ".join(str(relative_if_path(a)) for a in sys.argv),
               "machine": f"{platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads",
               "config": {"vocab_top_words": 20000, "hash_bins": 5000, **ARCH, "window": 5, "batch_size": cfg.batch_size,
                          "optimizer": "Adam lr 1e-3", "seed": cfg.seed, "max_minutes": args.minutes,
@@ -70,14 +69,10 @@ def main() -> None:
               "results": {}}
     for name in names:
         kind, options = LOSSES[name]
-        torch.manual_seed(cfg.seed)
-        model = CNNModel(vocab, **ARCH)
-        loss_fn = build_loss(kind, dim=ARCH["dim"], cluster_sizes=[len(c.questions) for c in tr], **options)
         with tempfile.TemporaryDirectory() as tmp:
             run_dir = Path(tmp) / "run"
-            write_run_meta(run_dir, architecture=ARCH, loss=kind, loss_options=options, loss_fn=loss_fn,
-                           dataset_dir=args.dataset)
-            vocab.save(run_dir / TOKENIZER_FILE)
+            model, loss_fn = prepare_cnn_run(run_dir, tr, vocab, architecture=ARCH, loss=kind, loss_options=options,
+                                             seed=cfg.seed, dataset_dir=args.dataset)
             t0 = time.monotonic()
             result = train(model, loss_fn, tr, va, run_dir, cfg, show_progress=False)
             wall = time.monotonic() - t0

@@ -25,12 +25,16 @@ import time
 import uuid
 from pathlib import Path
 
-BANK = Path(__file__).resolve().parent.parent / "examples" / "questions.jsonl"
+from hybrid_qpr import resources
+
+BANK = resources.examples_dir() / "questions.jsonl"
 
 
 def _ms(samples: list[float]) -> str:
-    ordered = sorted(samples)
-    return f"p50 {1000 * statistics.median(ordered):.1f} ms, p95 {1000 * ordered[int(0.95 * (len(ordered) - 1))]:.1f} ms"
+    from hybrid_qpr.evaluation.evaluator import latency_summary
+
+    summary = latency_summary(samples)
+    return f"p50 {summary['p50_ms']:.1f} ms, p95 {summary['p95_ms']:.1f} ms"
 
 
 def main() -> None:

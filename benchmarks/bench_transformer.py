@@ -31,14 +31,13 @@ import argparse
 import json
 import logging
 import random
-import statistics
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
+from _results import REPO, relative_if_path, repo_relative
 LOSSES = ("sdml", "triplet", "siamese")
 CNN_NAME = "SDML CNN (Quora)"  # the committed CNN's row name in results and tables
 logger = logging.getLogger("bench_transformer")
@@ -67,13 +66,14 @@ def eval_subset(dataset_dir: Path, n_queries: int, n_corpus: int, seed: int):
 def knn_run(doc_ids: list[str], vectors: np.ndarray, qids: list[str], distance: str, depth: int) -> dict[str, list[str]]:
     """Exact kNN of each query's own vector (queries are corpus documents) over the subset."""
     from hybrid_qpr.distance import similarity
+    from hybrid_qpr.evaluation.evaluator import top_k_indices
 
     row = {d: i for i, d in enumerate(doc_ids)}
     q = vectors[[row[x] for x in qids]]
     run = {}
     for start in range(0, len(qids), 256):
         scores = similarity(q[start : start + 256], vectors, distance)  # type: ignore[arg-type]
-        top = np.argsort(-scores, axis=1, kind="stable")[:, : depth + 1]
+        top = top_k_indices(scores, depth + 1)
         for qid, idx in zip(qids[start : start + 256], top):
             run[qid] = [doc_ids[i] for i in idx]
     return run
@@ -188,10 +188,12 @@ def speed(args, texts: list[str], results: dict[str, dict[str, float]]) -> dict[
         for t in singles:
             s = time.perf_counter()
             encode_one(t)
-            lat.append((time.perf_counter() - s) * 1000)
-        lat.sort()
-        results[name] = {"questions_per_s": rate, "latency_ms_median": statistics.median(lat),
-                         "latency_ms_p95": lat[int(0.95 * (len(lat) - 1))]}
+            lat.append(time.perf_counter() - s)
+        from hybrid_qpr.evaluation.evaluator import latency_summary
+
+        summary = latency_summary(lat)
+        results[name] = {"questions_per_s": rate, "latency_ms_median": summary["p50_ms"],
+                         "latency_ms_p95": summary["p95_ms"]}
         logger.info("speed %s: %s", name, results[name])
 
     cnn = Path(args.cnn)
@@ -328,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     results = json.loads(cache.read_text()) if cache.exists() else {}
     results.setdefault("quality", {})
     results.setdefault("subsets", {})
-    results["settings"] = {k: str(v) for k, v in vars(args).items()}
+    results["settings"] = {k: str(relative_if_path(v)) for k, v in vars(args).items()}
     speed_texts: list[str] = []
     for dataset in args.datasets:
         dataset_dir = args.data / dataset
@@ -344,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, model_dir in ensure_models(args, dataset, dataset_dir).items():
             vectors, seconds, distance = encode_cached(args, dataset, model_dir, texts)
             knn = knn_run(doc_ids, vectors, qids, distance, args.depth)
-            rows[name] = {"model": str(model_dir), "encode_seconds": seconds, "alone": metrics(knn, qrels)}
+            rows[name] = {"model": repo_relative(model_dir), "encode_seconds": seconds, "alone": metrics(knn, qrels)}
             rows[name]["hybrid"] = metrics(fuse(bm25, knn, args.depth), qrels)
             logger.info("%s %s: %s", dataset, name, rows[name])
             cache.write_text(json.dumps(results, indent=2))

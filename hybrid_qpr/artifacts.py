@@ -1,8 +1,10 @@
-"""Low-level file helpers for the data readers and writers: open plain, gzipped or
-stdin input as text, pick the delimiter, number the rows, and write files atomically.
+"""Files in and out, one way each: the readers' input (plain, gzipped or stdin text, the
+delimiter, numbered rows, JSONL), atomic writes of a file or a whole directory, the library
+versions an artifact records, versioned manifests, and the encoder ``config.json``.
 
-Kept in one place so every reader treats ``.gz``, ``-`` (stdin), byte-order marks,
-CSV quoting and line numbers the same way.
+Kept in one place so every reader treats ``.gz``, ``-`` (stdin), byte-order marks, CSV
+quoting and line numbers the same way, and every writer commits the same way: build beside,
+then rename, so a reader sees the old artifact or the new one, never half of one.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ import tempfile
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Any, Literal
 
-from hybrid_qpr.errors import InputError
+from hybrid_qpr.errors import ArtifactError, InputError
 
 Delimiter = Literal[",", "\t"]
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -169,6 +171,8 @@ def atomic_write(path: str | Path, mode: Literal["w", "wb"] = "w") -> Iterator[I
             fh = os.fdopen(fd, "wb")
         with fh:
             yield fh
+            fh.flush()
+            os.fsync(fh.fileno())  # the data is on disk before the rename makes it visible
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -247,3 +251,116 @@ def atomic_directory(path: str | Path, marker: str) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def library_versions(packages: Iterable[str]) -> dict[str, str]:
+    """``{distribution: version}`` of the installed ``packages`` (absent ones left out): what an
+    artifact records about the code that wrote it."""
+    from importlib import metadata
+
+    out = {}
+    for package in packages:
+        try:
+            out[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON (UTF-8, not ASCII-escaped), atomically."""
+    with atomic_write(path) as fh:
+        json.dump(obj, fh, indent=2, ensure_ascii=False)
+        fh.write("\n")
+
+
+def read_manifest(path: str | Path, fmt: str, version: int | None, *, what: str, missing: str, fix: str) -> dict[str, Any]:
+    """Read a versioned JSON manifest (``{"format": fmt, "format_version": version, ...}``).
+
+    ``missing`` is the whole error message for an absent file; ``what`` names the artifact
+    ("hybrid-qpr local index") in the other errors, which end with ``fix``. ``version=None``
+    accepts any version. Raises ``ArtifactError``."""
+    path = Path(path)
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise ArtifactError(missing) from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ArtifactError(f"{path}: not valid JSON ({exc}); {fix}") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != fmt:
+        raise ArtifactError(f"{path}: not a {what} (format must be {fmt!r})")
+    if version is not None and manifest.get("format_version") != version:
+        raise ArtifactError(f"{path}: format_version {manifest.get('format_version')} is not supported "
+                            f"(this hybrid-qpr reads {version}); {fix}")
+    return manifest
+
+
+# ---------------------------------------------------------------------- encoder config.json
+ENCODER_CONFIG_FILE = "config.json"
+ENCODER_MODEL_FILE = "model.onnx"
+ENCODER_TOKENIZER_FILE = "tokenizer.json"
+ENCODER_FORMAT = "hybrid-qpr-encoder"
+ENCODER_FORMAT_VERSION = 1
+
+
+def write_encoder_config(model_dir: str | Path, config: dict[str, Any]) -> dict[str, Any]:
+    """Write ``model_dir/config.json`` with the format and version stamped in; return what was written."""
+    written = {"format": ENCODER_FORMAT, "format_version": ENCODER_FORMAT_VERSION, **config}
+    write_json(Path(model_dir) / ENCODER_CONFIG_FILE, written)
+    return written
+
+
+def read_encoder_config(model_dir: str | Path) -> dict[str, Any]:
+    """Read and check an encoder directory's ``config.json`` (the directory must also hold
+    ``model.onnx`` and ``tokenizer.json``). A config without ``format_version`` predates the
+    field and is read as version 1. Raises ``ArtifactError`` naming the missing or bad file."""
+    from hybrid_qpr.distance import check_distance
+
+    model_dir = Path(model_dir)
+    config_path = model_dir / ENCODER_CONFIG_FILE
+    if not model_dir.is_dir():
+        raise ArtifactError(f"{model_dir}: model directory does not exist (expected {ENCODER_MODEL_FILE}, "
+                            f"{ENCODER_TOKENIZER_FILE}, {ENCODER_CONFIG_FILE})")
+    for name in (ENCODER_CONFIG_FILE, ENCODER_MODEL_FILE, ENCODER_TOKENIZER_FILE):
+        if not (model_dir / name).is_file():
+            raise ArtifactError(f"{model_dir}: {name} is missing; export the model again with 'hybrid-qpr export'")
+    config = read_manifest(config_path, ENCODER_FORMAT, None, what="hybrid-qpr encoder config",
+                           missing=f"{config_path}: missing", fix="export the model again with 'hybrid-qpr export'")
+    for key in ("kind", "dim", "distance"):
+        if key not in config:
+            raise ArtifactError(f"{config_path}: the field {key!r} is missing")
+    check_distance(config["distance"])
+    if config.get("format_version", ENCODER_FORMAT_VERSION) != ENCODER_FORMAT_VERSION:
+        raise ArtifactError(f"{config_path}: format_version {config['format_version']} is not supported (this "
+                            f"hybrid-qpr reads {ENCODER_FORMAT_VERSION}); export the model again with 'hybrid-qpr export'")
+    return config
+
+
+# ---------------------------------------------------------------------- training checkpoints
+def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
+    """Write a training checkpoint atomically: plain state only (tensors, numbers, strings, and
+    lists and dicts of them - state dicts, never pickled objects), so that
+    :func:`load_checkpoint` can read it with ``weights_only=True``. Needs torch."""
+    import torch
+
+    with atomic_write(path, "wb") as fh:
+        torch.save(state, fh)
+
+
+def load_checkpoint(path: str | Path, hint: str) -> dict[str, Any]:
+    """Read a checkpoint of :func:`save_checkpoint` with ``torch.load(weights_only=True)``, which
+    refuses anything that would run code on load. A missing, truncated or foreign file becomes
+    ``ArtifactError`` naming the file and ending with ``hint`` (what to do about it)."""
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError as exc:
+        raise ArtifactError(f"{path}: missing; {hint}") from exc
+    except Exception as exc:  # torch raises unpickling and zip errors of several types
+        reason = ("it holds pickled objects, not only tensors and plain values, so a weights-only load refuses it"
+                  if "Weights only load failed" in str(exc) else str(exc).strip().splitlines()[0])
+        raise ArtifactError(f"{path}: cannot read the checkpoint ({reason}); {hint}") from exc
+    if not isinstance(state, dict):
+        raise ArtifactError(f"{path}: not a hybrid-qpr checkpoint (found {type(state).__name__}); {hint}")
+    return state

@@ -39,12 +39,38 @@ class ModelMismatchError(HybridQPRError):
     """An encoder does not match the index it is used with (fingerprint or dims)."""
 
 
+# Import name -> (PyPI distribution, the hybrid-qpr extra that installs it). The install hint
+# must name what pip knows: `import faiss` comes from faiss-cpu, `import opensearchpy` from opensearch-py.
+OPTIONAL_PACKAGES: dict[str, tuple[str, str | None]] = {
+    "torch": ("torch", "train"),
+    "onnx": ("onnx", "train"),
+    "onnxscript": ("onnxscript", "train"),
+    "transformers": ("transformers", "transformer"),
+    "safetensors": ("safetensors", "transformer"),
+    "faiss": ("faiss-cpu", None),
+    "bm25s": ("bm25s", None),
+    "opensearchpy": ("opensearch-py", None),
+    "elasticsearch": ("elasticsearch", None),
+    "rank_bm25": ("rank-bm25", "bench"),
+    "matplotlib": ("matplotlib", "report"),
+}
+
+
 class MissingDependencyError(HybridQPRError, ImportError):
     """An optional package is needed for this feature; the message gives the pip command."""
 
     def __init__(self, package: str, extra: str | None = None, feature: str = "this feature"):
-        hint = f"pip install 'hybrid-qpr[{extra}]'" if extra else f"pip install {package}"
-        super().__init__(f"{feature} needs the '{package}' package, which is not installed. Fix: {hint}")
+        distribution, default_extra = OPTIONAL_PACKAGES.get(package, (package, None))
+        extra = extra or default_extra
+        hint = f"pip install {distribution}" + (f" (or pip install 'hybrid-qpr[{extra}]')" if extra else "")
+        super().__init__(f"{feature} needs the '{distribution}' package, which is not installed. Fix: {hint}")
+
+
+def missing_dependency(exc: ModuleNotFoundError, feature: str) -> MissingDependencyError | None:
+    """The ``MissingDependencyError`` for an optional package that failed to import, or None
+    when ``exc`` is about some other module (a real bug, which should keep its traceback)."""
+    root = (exc.name or "").split(".")[0]
+    return MissingDependencyError(root, feature=feature) if root in OPTIONAL_PACKAGES else None
 
 
 class BackendError(HybridQPRError):

@@ -1,8 +1,8 @@
 """Search modes over any ``Backend``: bm25, knn, hybrid (fused) and rerank (MSEM baseline).
 
-The searcher is handed a backend that is already built (a ``LocalIndex`` or an
-``OpenSearchBackend``) and an encoder; it never builds either. Fusion is done by
-``hybrid_qpr.fusion`` only, so the embedded and OpenSearch backends fuse identically.
+The searcher is handed a backend that is already built (a ``LocalIndex``, an
+``OpenSearchBackend`` or an ``ElasticsearchBackend``) and an encoder; it never builds either. Fusion is done by
+``hybrid_qpr.fusion`` only, so every backend fuses identically.
 
 Modes:
 
@@ -82,14 +82,12 @@ class HybridSearcher:
     def __init__(self, backend: Backend, encoder):
         self.backend = backend
         self.encoder = encoder
-        check = getattr(backend, "check_encoder", None)
-        if check is not None:
-            check(encoder)
+        backend.check_encoder(encoder)
 
     # ------------------------------------------------------------------ settings
     def fusion_settings(self, fusion: str | None, alpha: float | None) -> tuple[str, float]:
         """Explicit arguments win; else the index's tuned defaults; else RRF with alpha 0.5."""
-        defaults = getattr(self.backend, "fusion_defaults", None) or {}
+        defaults = self.backend.fusion_defaults
         method = fusion or defaults.get("fusion") or DEFAULT_FUSION
         if alpha is None:
             alpha = defaults.get("alpha", DEFAULT_ALPHA) if method == defaults.get("fusion", method) else DEFAULT_ALPHA
@@ -111,9 +109,8 @@ class HybridSearcher:
     # ------------------------------------------------------------------ search
     def candidates(self, query: str, vector, depth: int, filters: Filters | None = None) -> Candidates:
         """BM25 and kNN lists of ``depth`` hits for one query (``vector`` = its encoding)."""
-        both = getattr(self.backend, "bm25_and_knn", None)  # one round trip where a backend offers it
-        if both is not None:
-            return Candidates(*both(query, vector, depth, filters))
+        if self.backend.capabilities.batched_bm25_and_knn:  # one round trip where a backend offers it
+            return Candidates(*self.backend.bm25_and_knn(query, vector, depth, filters))  # type: ignore[attr-defined]
         return Candidates(self.backend.bm25(query, depth, filters), self.backend.knn(vector, depth, filters))
 
     def search(self, query: str, *, mode: Mode = "hybrid", top_k: int = 10, offset: int = 0,
@@ -122,13 +119,14 @@ class HybridSearcher:
                server_side: bool = False) -> list[SearchResult]:
         """Results ``offset .. offset + top_k`` of ``query`` in ``mode``, best first.
 
-        ``server_side=True`` (OpenSearch only) runs hybrid and rerank inside the cluster
-        (``hybrid_server`` with the ``hybrid-qpr-<fusion>`` pipeline, ``rerank_server``); the
-        cluster then reports only the final score, so ``bm25``/``knn`` are ``None``."""
+        ``server_side=True`` (backends whose ``capabilities`` offer it: OpenSearch) runs hybrid
+        and rerank inside the engine (``hybrid_server`` with the same method, alpha and depth
+        as client-side fusion would use; ``rerank_server``); the engine then reports only the
+        final score, so ``bm25``/``knn`` are ``None``."""
         self._check(mode, top_k, offset, depth, rerank_depth)
         need = offset + top_k
         if server_side and mode in ("hybrid", "rerank"):
-            return self._server_side(query, mode, need, offset, fusion, filters, depth, rerank_depth, vector)
+            return self._server_side(query, mode, need, offset, fusion, alpha, filters, depth, rerank_depth, vector)
         if mode == "bm25":
             hits = self.backend.bm25(query, need, filters)[offset:need]
             return self._results([(h.id, h.score, RankedScore(h.score, offset + i + 1), None) for i, h in enumerate(hits)])
@@ -141,24 +139,32 @@ class HybridSearcher:
             recalled = self.backend.bm25(query, max(rerank_depth, need), filters)
             return self._results(self._rerank(recalled, vector)[offset:need])
         method, alpha = self.fusion_settings(fusion, alpha)
-        defaults = getattr(self.backend, "fusion_defaults", None) or {}
-        depth = max(depth or int(defaults.get("depth") or DEFAULT_DEPTH), need)
+        depth = self.fusion_depth(depth, need)
         cands = self.candidates(query, vector, depth, filters)
         fused = self.fuse(cands, method=method, alpha=alpha, depth=depth, top_k=need)[offset:need]
         return self._results([(f.id, f.score, None if f.ranks[0] is None else RankedScore(f.scores[0], f.ranks[0]),
                                None if f.ranks[1] is None else RankedScore(f.scores[1], f.ranks[1])) for f in fused])
 
-    def _server_side(self, query, mode, need, offset, fusion, filters, depth, rerank_depth, vector) -> list[SearchResult]:
-        if not hasattr(self.backend, "hybrid_server"):
-            raise ConfigError("server_side=True needs the OpenSearch backend (--opensearch URL)")
+    def fusion_depth(self, depth: int | None, need: int) -> int:
+        """Candidates per list: explicit ``depth``, else the tuned one, else ``DEFAULT_DEPTH``;
+        never less than the ``need`` results asked for."""
+        return max(depth or int(self.backend.fusion_defaults.get("depth") or DEFAULT_DEPTH), need)
+
+    def _server_side(self, query, mode, need, offset, fusion, alpha, filters, depth, rerank_depth,
+                     vector) -> list[SearchResult]:
+        caps = self.backend.capabilities
+        if not (caps.server_side_rerank if mode == "rerank" else caps.server_side_hybrid):
+            raise ConfigError(f"server_side=True for {mode} needs a backend that runs it in the engine "
+                              f"(OpenSearch: --opensearch URL); {type(self.backend).__name__} fuses client-side only")
         if vector is None:
             vector = self.encoder.encode([query])[0]
+        backend: Any = self.backend
         if mode == "rerank":
-            hits = self.backend.rerank_server(query, vector, max(rerank_depth, need), filters)
-        else:
-            method, _ = self.fusion_settings(fusion, None)
-            hits = self.backend.hybrid_server(query, vector, max(depth or DEFAULT_DEPTH, need), filters,
-                                              pipeline=f"hybrid-qpr-{method}")
+            hits = backend.rerank_server(query, vector, max(rerank_depth, need), filters)
+        else:  # the same method, weights and depth the client side would use
+            method, alpha = self.fusion_settings(fusion, alpha)
+            hits = backend.hybrid_server(query, vector, self.fusion_depth(depth, need), filters,
+                                         method=method, alpha=alpha, rrf_k=fusion_lib.RRF_K)
         return self._results([(h.id, h.score, None, None) for h in hits[offset:need]])
 
     @staticmethod

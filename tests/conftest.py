@@ -4,8 +4,12 @@
 2. the local node of ``hybrid-qpr cluster start`` when it is running;
 3. a testcontainers OpenSearch 2.19 container when a Docker engine answers.
 
+The Elasticsearch node likewise: ``$HYBRID_QPR_ELASTICSEARCH_URL``, else the local node of
+``hybrid-qpr cluster start --engine elasticsearch``. ``cluster_backend`` runs a test once per
+engine (parametrised over both).
+
 With none reachable the cluster tests skip - except when ``$CI`` is set: then they fail,
-so a CI run can never pass without really exercising OpenSearch.
+so a CI run can never pass without really exercising both engines.
 """
 
 from __future__ import annotations
@@ -21,12 +25,23 @@ import pytest
 CONTAINER_IMAGE = "opensearchproject/opensearch:2.19.1"
 
 
+CLUSTER_ENGINES = ("opensearch", "elasticsearch")
+
+
 def _answers(url: str) -> bool:
+    """A search node answers cluster health at ``url`` (the Maven Central Elasticsearch has no
+    rest-root: ``GET /`` is 405 there, so both engines are probed the same way)."""
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/", timeout=5) as response:
-            return "version" in json.loads(response.read().decode("utf-8"))
+        with urllib.request.urlopen(url.rstrip("/") + "/_cluster/health", timeout=5) as response:
+            return "cluster_name" in json.loads(response.read().decode("utf-8"))
     except (urllib.error.URLError, OSError, ValueError):
         return False
+
+
+def _unreachable(message: str):
+    if os.environ.get("CI"):
+        pytest.fail(message + " (CI is set, so cluster tests must not skip)")
+    pytest.skip(message)
 
 
 def _docker_answers() -> bool:
@@ -68,10 +83,63 @@ def opensearch_url():
         return
     tried.append("no Docker engine for testcontainers")
 
-    message = "no OpenSearch node reachable: " + "; ".join(tried)
-    if os.environ.get("CI"):
-        pytest.fail(message + " (CI is set, so cluster tests must not skip)")
-    pytest.skip(message)
+    _unreachable("no OpenSearch node reachable: " + "; ".join(tried))
+
+
+@pytest.fixture(scope="session")
+def elasticsearch_url():
+    url = os.environ.get("HYBRID_QPR_ELASTICSEARCH_URL")
+    if url:
+        if _answers(url):
+            return url.rstrip("/")
+        _unreachable(f"no Elasticsearch node reachable: $HYBRID_QPR_ELASTICSEARCH_URL={url} does not answer")
+    from hybrid_qpr.localnode import LocalNode
+
+    status = LocalNode(engine="elasticsearch").status()
+    if status.running:
+        return status.url
+    _unreachable(f"no Elasticsearch node reachable: $HYBRID_QPR_ELASTICSEARCH_URL is unset and no local node at "
+                 f"{status.url} (start one with 'hybrid-qpr cluster start --engine elasticsearch')")
+
+
+@pytest.fixture(scope="session", params=CLUSTER_ENGINES)
+def cluster_engine(request) -> str:
+    """Each engine in turn: a test using it runs once against OpenSearch, once against Elasticsearch."""
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def cluster_url(cluster_engine, request) -> str:
+    return request.getfixturevalue(f"{cluster_engine}_url")
+
+
+@pytest.fixture(scope="session")
+def cluster_client(cluster_engine, cluster_url):
+    """A checked client of ``cluster_engine`` (opensearch-py or elasticsearch-py)."""
+    import importlib
+
+    return importlib.import_module(f"hybrid_qpr.backends.{cluster_engine}").connect(cluster_url)
+
+
+@pytest.fixture()
+def cluster_backend(cluster_engine, cluster_client):
+    """An ``OpenSearchBackend`` or ``ElasticsearchBackend`` on a fresh index, dropped afterwards."""
+    from hybrid_qpr.backends.elasticsearch import ElasticsearchBackend
+    from hybrid_qpr.backends.opensearch import OpenSearchBackend
+
+    cls = OpenSearchBackend if cluster_engine == "opensearch" else ElasticsearchBackend
+    backend = cls(cluster_client, f"hqpr-test-{uuid.uuid4().hex[:10]}")
+    yield backend
+    backend.drop()
+
+
+@pytest.fixture(scope="session")
+def cluster_local_node(cluster_engine, cluster_url):
+    """The ``LocalNode`` serving ``cluster_url``, or None when the node is not ours to stop."""
+    from hybrid_qpr.localnode import LocalNode
+
+    node = LocalNode() if cluster_engine == "opensearch" else LocalNode(engine="elasticsearch")
+    return node if node.status().running and node.url == cluster_url else None
 
 
 @pytest.fixture(scope="session")

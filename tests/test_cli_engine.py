@@ -119,15 +119,39 @@ def test_demo_runs_on_the_sample_bank(committed_encoder):
 
 
 @pytest.mark.cluster
-def test_same_commands_drive_opensearch(opensearch_url, index_name, bank_file, model_args):
-    """ingest / query / delete with --opensearch URL call the OpenSearch backend (O's code)."""
-    os_args = ["--opensearch", opensearch_url]
-    first = run(["ingest", str(bank_file), "--index", index_name, *os_args, *model_args])
+def test_same_commands_drive_both_cluster_engines(cluster_engine, cluster_url, cluster_backend, bank_file, model_args,
+                                                 tmp_path):
+    """ingest / query (one and batch) / tune / evaluate / delete with --opensearch URL or
+    --elasticsearch URL run on that engine's backend, exactly as on a local index."""
+    index_name = cluster_backend.index  # dropped by the fixture afterwards
+    args = [f"--{cluster_engine}", cluster_url]
+    first = run(["ingest", str(bank_file), "--index", index_name, "--shards", "1", "--replicas", "0", *args, *model_args])
     assert first.exit_code == 0 and "indexed 200" in first.output
     for mode in ("bm25", "knn", "hybrid", "rerank"):
         out = run(["query", "how do i change my email address?", "--index", index_name, "--mode", mode, "-k", "5",
-                   "--json", "--filter", "lang=en", *os_args, *model_args])
+                   "--json", "--filter", "lang=en", *args, *model_args])
         hits = json.loads(out.output)["hits"]
         assert len(hits) == 5 and hits[0]["id"] == "q010", mode
         assert all(h["metadata"]["lang"] == "en" for h in hits)
-    assert "deleted 1 of 1" in run(["delete", "q010", "--index", index_name, *os_args]).output
+    batch = run(["query", "--queries", "-", "--index", index_name, "--json", "-k", "2", *args, *model_args],
+                input='where do i find my invoice?\n{"id": "x", "text": "who can see my avatar?"}\n')
+    assert [json.loads(line)["query_id"] for line in batch.output.splitlines()] == ["1", "x"]
+
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    bank = [json.loads(line) for line in bank_file.read_text().splitlines()]
+    (beir / "corpus.jsonl").write_text("".join(json.dumps({"_id": d["id"], "text": d["text"]}) + "\n" for d in bank))
+    queries = {f"v{i}": f"i forgot my {topic}, what should i do now?" for i, topic in enumerate(sorted({d["topic"] for d in bank}))}
+    (beir / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items()))
+    topic_of = {q: t.split("my ", 1)[1].split(",")[0] for q, t in queries.items()}
+    rows = ["query-id\tcorpus-id\tscore"] + [f"{q}\t{d['id']}\t1" for q in queries for d in bank if d["topic"] == topic_of[q]]
+    for split in ("val", "test"):
+        (beir / "qrels" / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    tuned = run(["tune", "--beir", str(beir), "--index", index_name, "--depth", "40", *args, *model_args])
+    assert tuned.exit_code == 0 and "stored as the default fusion" in tuned.output, tuned.output
+    evaluated = run(["evaluate", "--beir", str(beir), "--index", index_name, "--out", str(tmp_path / "eval"), "--no-plot",
+                     *args, *model_args])
+    assert evaluated.exit_code == 0 and "hybrid" in evaluated.output, evaluated.output
+    assert "deleted 1 of 1" in run(["delete", "q010", "--index", index_name, *args]).output
+    both = run(["query", "x", "--index", index_name, "--opensearch", "--elasticsearch"])
+    assert both.exit_code != 0 and "either --opensearch or --elasticsearch" in both.output

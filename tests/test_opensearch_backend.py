@@ -1,4 +1,6 @@
-"""OpenSearchBackend against a real node (see conftest.py for how the node is found).
+"""What only the OpenSearch backend has, against a real node: the knn_vector layout, search
+pipelines and the server-side modes (the shared contract runs per engine in
+test_cluster_backends.py).
 
 Every test makes its own index from ``question_bank`` (200 synthetic questions) and the
 committed encoder, and deletes it afterwards.
@@ -6,16 +8,11 @@ committed encoder, and deletes it afterwards.
 
 from __future__ import annotations
 
-import json
-
-import numpy as np
 import pytest
 
-from hybrid_qpr.backends.base import Backend
-from hybrid_qpr.types import Document
 from hybrid_qpr.backends.opensearch import OpenSearchBackend, index_body, install_pipelines, pipeline_body
-from hybrid_qpr.distance import similarity
-from hybrid_qpr.errors import BackendError, ClusterError, ModelMismatchError
+from hybrid_qpr.errors import BackendError, ModelMismatchError
+from hybrid_qpr.search import HybridSearcher
 
 pytestmark = pytest.mark.cluster
 
@@ -27,27 +24,11 @@ def filled(opensearch_client, index_name, question_bank, committed_encoder):
     return backend, report
 
 
-def test_ingest_then_count_and_read_back(filled, question_bank, committed_encoder):
-    backend, report = filled
-    assert isinstance(backend, Backend)
-    assert (report.indexed, report.updated, report.failed) == (len(question_bank), 0, [])
-    assert backend.count() == len(question_bank)
-    docs = backend.documents(["q000", "q123", "missing"])
-    assert set(docs) == {"q000", "q123"}
-    assert docs["q123"] == question_bank[123]
-    meta = backend.meta
-    assert (meta["dim"], meta["distance"]) == (committed_encoder.dim, committed_encoder.distance)
-    assert (meta["model_fingerprint"], meta["model_kind"]) == (committed_encoder.fingerprint, committed_encoder.kind)
-    assert meta["_properties"]["embedding"]["method"]["engine"] == "lucene"
-
-
-def test_reingest_replaces_and_never_duplicates(filled, question_bank, committed_encoder):
+def test_layout_is_a_lucene_knn_vector(filled, committed_encoder):
     backend, _ = filled
-    changed = [Document(d.id, d.text + " please", d.metadata) for d in question_bank[:10]]
-    report = backend.ingest(question_bank[10:] + changed, committed_encoder, show_progress=False)
-    assert (report.indexed, report.updated) == (0, len(question_bank))
-    assert backend.count() == len(question_bank)
-    assert backend.documents(["q005"])["q005"].text.endswith(" please")
+    vector = backend.meta["_properties"]["embedding"]
+    assert (vector["type"], vector["dimension"], vector["method"]["engine"]) == ("knn_vector", committed_encoder.dim, "lucene")
+    assert backend.capabilities.server_side_hybrid and backend.capabilities.server_side_rerank
 
 
 def test_wrong_dims_field_type_or_model_is_refused(opensearch_client, index_name, committed_encoder, question_bank):
@@ -71,38 +52,6 @@ def test_wrong_dims_field_type_or_model_is_refused(opensearch_client, index_name
         OpenSearchBackend(opensearch_client, index_name).check_encoder(enc)
 
 
-def test_knn_agrees_with_exact_search_in_the_embedded_engine(filled, tmp_path, question_bank, held_out_queries,
-                                                           committed_encoder):
-    from hybrid_qpr.backends.local import LocalIndex
-
-    backend, _ = filled
-    local = LocalIndex.create(tmp_path / "local", committed_encoder)
-    local.ingest(question_bank, committed_encoder, show_progress=False)
-    vectors = committed_encoder.encode(held_out_queries)
-    found = expected = 0
-    for vector in vectors:
-        exact = local.knn(vector, 10)
-        cluster = backend.knn(vector, 10)
-        expected += len(exact)
-        found += len({h.id for h in exact} & {h.id for h in cluster})
-        # same scale as the embedded engine: higher is better, same similarity values
-        common = {h.id: h.score for h in exact}
-        for hit in cluster:
-            if hit.id in common:
-                assert hit.score == pytest.approx(common[hit.id], rel=1e-3, abs=1e-3)
-    assert found / expected >= 0.95
-
-
-def test_vector_scores_are_exact_similarities(filled, question_bank, committed_encoder):
-    backend, _ = filled
-    query = committed_encoder.encode(["how to reset a forgotten password"])
-    ids = [d.id for d in question_bank[:30]]
-    scores = backend.vector_scores(query[0], ids + ["missing"])
-    exact = similarity(query, committed_encoder.encode([d.text for d in question_bank[:30]]), committed_encoder.distance)[0]
-    assert set(scores) == set(ids)
-    np.testing.assert_allclose([scores[i] for i in ids], exact, rtol=1e-3, atol=1e-3)
-
-
 def test_filters_apply_to_every_mode(filled, committed_encoder, question_bank):
     backend, _ = filled
     install_pipelines(backend.client, ["rrf"])
@@ -119,17 +68,6 @@ def test_filters_apply_to_every_mode(filled, committed_encoder, question_bank):
         assert all(by_id[h.id].metadata["lang"] == "de" for h in hits), mode
     topics = backend.knn(vector, 50, {"topic": ["password", "avatar"], "lang": "en"})
     assert len(topics) == 10 and {by_id[h.id].metadata["topic"] for h in topics} == {"password", "avatar"}
-
-
-def test_bm25_and_knn_in_one_round_trip_match_the_separate_searches(filled, committed_encoder):
-    backend, _ = filled
-    vector = committed_encoder.encode(["how do i change my password?"])[0]
-    for filters in (None, {"lang": "de"}):
-        bm25, knn = backend.bm25_and_knn("change my password", vector, 20, filters)
-        assert bm25 and knn
-        assert [h.id for h in bm25] == [h.id for h in backend.bm25("change my password", 20, filters)]
-        assert [h.id for h in knn] == [h.id for h in backend.knn(vector, 20, filters)]
-        np.testing.assert_allclose([h.score for h in knn], [h.score for h in backend.knn(vector, 20, filters)], rtol=1e-6)
 
 
 def test_server_side_and_client_side_hybrid_are_sensible(filled, committed_encoder, question_bank):
@@ -169,7 +107,7 @@ def test_server_side_and_client_side_hybrid_are_sensible(filled, committed_encod
 def test_missing_pipeline_and_index_give_clear_errors(opensearch_client, index_name, filled, committed_encoder):
     backend, _ = filled
     vector = committed_encoder.encode(["x"])[0]
-    with pytest.raises(BackendError, match="pipeline 'no-such-pipeline' is not installed.*pipeline install"):
+    with pytest.raises(BackendError, match="pipeline .no-such-pipeline. is not installed.*search-pipeline install"):
         backend.hybrid_server("x", vector, 5, pipeline="no-such-pipeline")
     absent = OpenSearchBackend(opensearch_client, index_name + "-absent")
     with pytest.raises(BackendError, match="does not exist; create it with 'hybrid-qpr ingest"):
@@ -178,43 +116,64 @@ def test_missing_pipeline_and_index_give_clear_errors(opensearch_client, index_n
         absent.bm25_and_knn("x", vector, 5)  # _msearch reports it per item, not as an HTTP error
 
 
-def test_rejected_documents_are_counted_and_written(opensearch_client, index_name, committed_encoder, tmp_path):
-    backend = OpenSearchBackend(opensearch_client, index_name)
-    docs = [Document("a", "first question?", {"size": 3}), Document("b", "second question?", {"size": 4})]
-    backend.ingest(docs, committed_encoder, show_progress=False)
-    bad = [(7, Document("c", "third question?", {"size": "large"})), (8, Document("d", "fourth?", {"size": 5}))]
-    rejects = tmp_path / "rejects.jsonl"
-    report = backend.ingest(bad, committed_encoder, rejects_path=rejects, show_progress=False)
-    assert (report.indexed, len(report.failed)) == (1, 1)
-    rows = [json.loads(line) for line in rejects.read_text().splitlines()]
-    assert [(r["id"], r["line"], r["status"]) for r in rows] == [("c", 7, 400)]
-    assert "mapper_parsing_exception" in rows[0]["error"]
-    assert backend.count() == 3
 
 
-@pytest.mark.slow
-def test_node_stopped_mid_ingest_then_resumed(local_node, opensearch_client, index_name, committed_encoder,
-                                               question_bank):
-    if local_node is None:
-        pytest.skip("the node under test is not the local node of 'hybrid-qpr cluster start', so it cannot be stopped")
-    backend = OpenSearchBackend(opensearch_client, index_name)
-    stopped = []
+def _tie_blocks(results):
+    """``results`` as blocks of equal score (order within a block is free); the last block may
+    be cut short by top_k, so it is returned apart."""
+    blocks: list[set[str]] = []
+    last = None
+    for r in results:
+        if last is None or abs(r.score - last) > 1e-9 * max(1.0, abs(last)):
+            blocks.append(set())
+        blocks[-1].add(r.id)
+        last = r.score
+    return blocks[:-1], blocks[-1] if blocks else set()
 
-    def documents():
-        for i, doc in enumerate(question_bank):
-            if i == 120 and not stopped:  # at least the first batch of 50 is acknowledged by now
-                stopped.append(local_node.stop())
-            yield doc
 
-    try:
-        with pytest.raises(ClusterError, match="re-run the same ingest once the cluster is back to resume"):
-            backend.ingest(documents(), committed_encoder, batch_size=50, show_progress=False,
-                           max_retries=2, initial_backoff=0.2, max_backoff=0.5)
-    finally:
-        local_node.start()
-    assert stopped == [True]
-    partial = backend.count()
-    assert 50 <= partial < len(question_bank)
-    report = backend.ingest(question_bank, committed_encoder, batch_size=50, show_progress=False)
-    assert report.indexed == len(question_bank) - partial and report.updated == partial
-    assert backend.count() == len(question_bank)
+def _assert_same_top(server, client, n=10):
+    """Same top ``n`` within ties: the same blocks of tied documents in the same order."""
+    whole_s, cut_s = _tie_blocks(server[:n])
+    whole_c, cut_c = _tie_blocks(client[:n])
+    assert whole_s == whole_c
+    assert (cut_s & cut_c) or not (cut_s or cut_c)
+
+
+@pytest.mark.parametrize("query", ["how do i change my password?", "i lost my phone number", "newsletter settings"])
+def test_server_side_rrf_gives_the_client_side_top_10(filled, committed_encoder, query):
+    """RRF is rank-based, so the cluster's fusion and hybrid_qpr.fusion must agree exactly
+    (the same lists of ``depth`` from each retriever, weights and rank constant)."""
+    backend, _ = filled
+    searcher = HybridSearcher(backend, committed_encoder)
+    for depth in (20, 50):
+        client = searcher.search(query, mode="hybrid", fusion="rrf", alpha=0.5, top_k=10, depth=depth)
+        server = searcher.search(query, mode="hybrid", fusion="rrf", alpha=0.5, top_k=10, depth=depth, server_side=True)
+        assert [r.id for r in server] == [r.id for r in client]
+        for s, c in zip(server, client):  # the cluster's unweighted RRF is 2x the client's (0.5, 0.5) weights
+            assert s.score == pytest.approx(2 * c.score, rel=1e-5)
+    filtered = {"lang": "de"}
+    client = searcher.search(query, mode="hybrid", fusion="rrf", top_k=10, depth=30, filters=filtered)
+    server = searcher.search(query, mode="hybrid", fusion="rrf", top_k=10, depth=30, filters=filtered, server_side=True)
+    assert [r.id for r in server] == [r.id for r in client]
+
+
+def test_server_side_pipeline_uses_the_tuned_method_alpha_and_depth(filled, committed_encoder):
+    """With tuned defaults stored on the index and no fusion arguments, the server side takes
+    the tuned method and alpha: min-max with alpha=1 ranks as kNN alone, alpha=0 as BM25
+    alone (the other list's weight is 0), on both sides; the tuned depth bounds each list."""
+    backend, _ = filled
+    query = "how can i see who views my profile picture?"
+    vector = committed_encoder.encode([query])[0]
+    for alpha, single in ((1.0, backend.knn(vector, 20)), (0.0, backend.bm25(query, 20))):
+        backend.set_fusion_defaults({"fusion": "minmax", "alpha": alpha, "depth": 20})
+        searcher = HybridSearcher(backend, committed_encoder)
+        assert searcher.fusion_settings(None, None) == ("minmax", alpha)
+        server = searcher.search(query, mode="hybrid", top_k=10, server_side=True)
+        client = searcher.search(query, mode="hybrid", top_k=10)
+        _assert_same_top(server, client)
+        _assert_same_top(server, single)  # the list with weight 1 decides alone
+    # the tuned depth is what the cluster gets: with depth 3 at most 3 + 3 documents can be fused
+    backend.set_fusion_defaults({"fusion": "rrf", "alpha": 0.5, "depth": 3})
+    server = HybridSearcher(backend, committed_encoder).search(query, mode="hybrid", top_k=3, server_side=True)
+    client = HybridSearcher(backend, committed_encoder).search(query, mode="hybrid", top_k=3)
+    assert [r.id for r in server] == [r.id for r in client]

@@ -1,14 +1,18 @@
-"""The small interface every search backend offers to ``hybrid_qpr.search``.
+"""The contract every search backend offers to ``hybrid_qpr.search`` and the CLI.
 
-A backend answers the two first-stage retrievals (BM25 and kNN) and re-scores a
-given candidate set with stored vectors (the MSEM rerank flow). Fusion, modes,
-pagination and result explanation live above it, in code shared by all backends.
-Scores are "higher is better" (see ``hybrid_qpr.distance``).
+A backend stores documents with their encoder vectors (write side: ``ingest``, ``delete``),
+answers the two first-stage retrievals (BM25 and kNN), re-scores a given candidate set with
+stored vectors (the MSEM rerank flow), returns stored documents, and keeps the fusion
+settings tuned for it. Fusion, modes, pagination and result explanation live above it, in
+code shared by all backends. Scores are "higher is better" (see ``hybrid_qpr.distance``).
+
+What a backend can do beyond the contract is declared in ``capabilities`` - never probed
+with ``getattr``/``hasattr`` - so ``search.py`` reads one flag instead of guessing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -16,10 +20,34 @@ import numpy as np
 
 from hybrid_qpr.types import Document, Filters, Hit
 
+
+@dataclass(frozen=True)
+class Capabilities:
+    """Optional abilities of a backend.
+
+    * ``batched_bm25_and_knn`` - ``bm25_and_knn`` answers both lists in one round trip
+      (a cluster's ``_msearch``); otherwise the searcher calls ``bm25`` then ``knn``.
+    * ``server_side_hybrid`` - ``hybrid_server`` fuses inside the engine with the same
+      method, weights and depth as client-side fusion (OpenSearch neural-search).
+    * ``server_side_rerank`` - ``rerank_server`` runs the MSEM flow in one request.
+    """
+
+    batched_bm25_and_knn: bool = False
+    server_side_hybrid: bool = False
+    server_side_rerank: bool = False
+
+
 @runtime_checkable
 class Backend(Protocol):
-    distance: str
+    """Read side, write side and settings of one index (embedded or in a cluster)."""
 
+    capabilities: Capabilities
+
+    @property
+    def distance(self) -> str:
+        """The encoder distance the index was built for (``hybrid_qpr.distance.DISTANCES``)."""
+
+    # ---- read side
     def bm25(self, query: str, depth: int, filters: Filters | None = None) -> list[Hit]:
         """Top ``depth`` documents by BM25, filters applied before ranking."""
 
@@ -27,13 +55,47 @@ class Backend(Protocol):
         """Top ``depth`` documents by vector similarity, filters applied before truncation."""
 
     def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
-        """Similarity of ``vector`` to each stored document in ``ids`` (for rerank)."""
+        """Exact similarity of ``vector`` to each stored document in ``ids`` (for rerank)."""
 
     def documents(self, ids: Sequence[str]) -> dict[str, Document]:
         """Stored text and metadata of ``ids`` (missing ids are absent from the result)."""
 
     def count(self) -> int:
         """Number of documents indexed."""
+
+    # ---- write side
+    def ingest(self, documents: Iterable[Document | tuple[int, Document]], encoder, *, batch_size: int = 256,
+               show_progress: bool = True) -> "IngestReport":
+        """Encode and store ``documents``; an id seen before is replaced, never duplicated."""
+
+    def delete(self, ids: Sequence[str]) -> int:
+        """Remove ``ids``; returns how many existed."""
+
+    # ---- settings and model check
+    @property
+    def fusion_defaults(self) -> dict[str, Any]:
+        """Fusion settings stored by tuning (``fusion``, ``alpha``, ``depth``), or ``{}``."""
+
+    def set_fusion_defaults(self, defaults: Mapping[str, Any]) -> None:
+        """Store tuned fusion settings with the index."""
+
+    def check_encoder(self, encoder) -> None:
+        """Raise ``ModelMismatchError`` if ``encoder`` is not the model the index was built with."""
+
+    def close(self) -> None:
+        """Release files or connections; the backend is not used afterwards."""
+
+
+class ServerSideBackend(Backend, Protocol):
+    """A backend whose ``capabilities`` say ``server_side_hybrid`` / ``server_side_rerank``."""
+
+    def hybrid_server(self, query: str, vector: np.ndarray, depth: int, filters: Filters | None = None, *,
+                      method: str = "rrf", alpha: float = 0.5, rrf_k: int = 60) -> list[Hit]:
+        """Fused top ``depth`` computed by the engine with ``method`` and weights ``(1 - alpha, alpha)``."""
+
+    def rerank_server(self, query: str, vector: np.ndarray, depth: int = 30,
+                      filters: Filters | None = None) -> list[Hit]:
+        """BM25 recall of ``depth`` re-ordered by vector similarity, in the engine."""
 
 
 @dataclass

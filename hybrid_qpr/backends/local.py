@@ -41,7 +41,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from hybrid_qpr.backends.base import IngestReport
+from hybrid_qpr.artifacts import library_versions, read_manifest
+from hybrid_qpr.backends.base import Capabilities, IngestReport
 from hybrid_qpr.types import Document, Filters, Hit
 from hybrid_qpr.distance import Distance, check_distance, faiss_metric, prepare_vectors, score_from_faiss, similarity
 from hybrid_qpr.errors import ArtifactError, BackendError, ConfigError, ModelMismatchError, require
@@ -148,18 +149,6 @@ class _Bm25:
         return np.asarray(self.model.get_scores(tokens), dtype=np.float32)
 
 
-def _versions() -> dict[str, str]:
-    from importlib import metadata
-
-    out = {}
-    for package in ("hybrid-qpr", "faiss-cpu", "bm25s", "numpy"):
-        try:
-            out[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
-
-
 def _top(scores: np.ndarray, positions: np.ndarray | None, ids: Sequence[str], depth: int, positive_only: bool) -> list[Hit]:
     """Best ``depth`` of ``scores`` (aligned with ``positions``; ``None`` = row numbers),
     ties broken by id: every document tied with the last one kept competes on its id."""
@@ -180,6 +169,8 @@ def _top(scores: np.ndarray, positions: np.ndarray | None, ids: Sequence[str], d
 
 class LocalIndex:
     """``hybrid_qpr.backends.base.Backend`` over a local index directory."""
+
+    capabilities = Capabilities()  # everything runs in-process: no batching or server side to offer
 
     def __init__(self, path: Path, manifest: dict[str, Any], bm25: Bm25Impl | None = None):
         self.path = Path(path)
@@ -212,19 +203,9 @@ class LocalIndex:
     def open(cls, path: str | Path, *, bm25: Bm25Impl | None = None) -> "LocalIndex":
         """Open an index directory written by ``create``/``ingest``."""
         path = Path(path)
-        manifest_path = path / MANIFEST
-        if not manifest_path.is_file():
-            raise ArtifactError(f"{path}: not a hybrid-qpr index ({MANIFEST} missing); build one with "
-                                f"'hybrid-qpr ingest FILE --index {path}'")
-        try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ArtifactError(f"{manifest_path}: not valid JSON ({exc}); rebuild the index") from exc
-        if manifest.get("format") != FORMAT:
-            raise ArtifactError(f"{manifest_path}: not a hybrid-qpr local index (format must be {FORMAT!r})")
-        if manifest.get("format_version") != FORMAT_VERSION:
-            raise ArtifactError(f"{manifest_path}: format_version {manifest.get('format_version')} is not supported "
-                                f"(this hybrid-qpr reads {FORMAT_VERSION}); rebuild the index")
+        manifest = read_manifest(path / MANIFEST, FORMAT, FORMAT_VERSION, what="hybrid-qpr local index",
+                                 missing=f"{path}: not a hybrid-qpr index ({MANIFEST} missing); build one with "
+                                         f"'hybrid-qpr ingest FILE --index {path}'", fix="rebuild the index")
         return cls(path, manifest, bm25=bm25)
 
     @classmethod
@@ -474,7 +455,7 @@ def _write_directory(path: Path, manifest: dict[str, Any], ids: list[str], texts
                 _Bm25.build("bm25s", [tokenize(t) for t in texts]).save(tmp / BM25_DIR)
         manifest["count"] = n
         manifest["faiss"]["factory"] = factory
-        manifest["versions"] = _versions()
+        manifest["versions"] = library_versions(("hybrid-qpr", "faiss-cpu", "bm25s", "numpy"))
         manifest["updated"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         manifest.setdefault("created", manifest["updated"])
         with open(tmp / MANIFEST, "w", encoding="utf-8") as fh:

@@ -117,8 +117,9 @@ def ml_model_config(config: dict[str, Any]) -> dict[str, Any]:
 def package_model(model_dir: str | Path, out_zip: str | Path) -> ModelPackage:
     """Zip an exported transformer directory in the ml-commons custom-model layout
     (``model.onnx`` with the adapted graph, ``tokenizer.json``) atomically at ``out_zip``."""
-    import os
     import tempfile
+
+    from hybrid_qpr.artifacts import atomic_write
 
     model_dir, out_zip = Path(model_dir), Path(out_zip)
     config = read_config(model_dir)
@@ -133,11 +134,9 @@ def package_model(model_dir: str | Path, out_zip: str | Path) -> ModelPackage:
     with tempfile.TemporaryDirectory(dir=out_zip.parent) as work:
         adapted = Path(work) / MODEL_FILE
         adapt_graph(model_dir / MODEL_FILE, adapted)
-        tmp_zip = Path(work) / "package.zip"
-        with zipfile.ZipFile(tmp_zip, "w", zipfile.ZIP_DEFLATED) as archive:
+        with atomic_write(out_zip, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as archive:
             archive.write(adapted, MODEL_FILE)
             archive.write(model_dir / TOKENIZER_FILE, TOKENIZER_FILE)
-        os.replace(tmp_zip, out_zip)
     data = out_zip.read_bytes()
     return ModelPackage(out_zip, len(data), hashlib.sha256(data).hexdigest(), int(config["dim"]),
                         ml_model_config(config))
@@ -150,7 +149,7 @@ def _request(client, method: str, path: str, body: Any = None, *, retries: int =
     for a moment after bulk work until the garbage collector runs."""
     from opensearchpy.exceptions import TransportError
 
-    from hybrid_qpr.backends.opensearch import _reason
+    from hybrid_qpr.backends.cluster.connection import reason
 
     for attempt in range(retries + 1):
         try:
@@ -160,7 +159,7 @@ def _request(client, method: str, path: str, body: Any = None, *, retries: int =
                 logger.info("%s %s: 429 (%s), retrying", method, path, exc.error)
                 time.sleep(0.5 * 2 ** attempt)
                 continue
-            raise ClusterError(f"{method} {path} failed: {exc.status_code} {_reason(exc)}") from exc
+            raise ClusterError(f"{method} {path} failed: {exc.status_code} {reason(exc.info) or exc.error}") from exc
     raise AssertionError("unreachable")  # pragma: no cover
 
 

@@ -6,11 +6,12 @@ import functools
 
 import click
 
-from hybrid_qpr.errors import HybridQPRError
+from hybrid_qpr.errors import HybridQPRError, missing_dependency
 
 
 def friendly_errors(func):
-    """Turn ``HybridQPRError`` into ``click.ClickException`` (one line, exit code 1)."""
+    """Turn ``HybridQPRError``, and a missing optional package (torch for train, onnx for
+    export...), into ``click.ClickException``: one line with the fix, exit code 1."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
@@ -18,64 +19,100 @@ def friendly_errors(func):
             return func(*args, **kwargs)
         except HybridQPRError as exc:
             raise click.ClickException(str(exc)) from exc
+        except ModuleNotFoundError as exc:
+            missing = missing_dependency(exc, f"'{click.get_current_context().command_path}'")
+            if missing is None:
+                raise
+            raise click.ClickException(str(missing)) from exc
 
     return wrapper
 
 
-def opensearch_options(func=None, *, selects_backend: bool = False):
-    """Add the OpenSearch connection options (URL, basic auth, TLS, timeout) to a command.
+from hybrid_qpr.backends.cluster.connection import ENGINE_NAMES  # noqa: E402  (stdlib-only module)
 
-    Every option also reads an environment variable, so passwords need not appear on the
-    command line (or in shell history). The command receives them as ``opensearch``,
-    ``os_user``, ``os_password``, ``os_ca_certs``, ``os_verify`` and ``os_timeout``; pass them
-    to ``opensearch_client(...)``.
+ENGINE_FLAGS = {"opensearch": "--opensearch", "elasticsearch": "--elasticsearch"}
+
+
+def cluster_options(func=None, *, engines: tuple[str, ...] = ("opensearch", "elasticsearch"),
+                    selects_backend: bool = False):
+    """Add the cluster connection options to a command: one URL flag per engine in ``engines``
+    (``--opensearch [URL]``, ``--elasticsearch [URL]``) and ``--user``, ``--password``,
+    ``--api-key``, ``--ca-certs``, ``--verify-certs/--no-verify-certs``, ``--timeout`` for
+    whichever engine is chosen.
+
+    Unset options are read from ``$HYBRID_QPR_<ENGINE>_USER``, ``_PASSWORD``, ``_API_KEY``,
+    ``_CA`` and ``_VERIFY`` of the chosen engine (``hybrid_qpr.backends.cluster.connection``),
+    so secrets need not appear on the command line. The command receives them as one
+    ``**connection`` dict; pass it to ``cluster_client(...)`` or ``open_backend(...)``.
 
     ``selects_backend=True`` is for commands that work on a local index too (ingest, query,
-    ...): there ``--opensearch`` must be given to choose the cluster, so an exported
+    ...): there a URL flag must be given to choose a cluster, so an exported
     ``HYBRID_QPR_OPENSEARCH_URL`` never silently redirects ``--index ./dir`` to a cluster.
-    A bare ``--opensearch`` takes the URL from the environment or the local node.
+    A bare flag takes the URL from ``$HYBRID_QPR_<ENGINE>_URL``, else the local node.
     """
     if func is None:
-        return lambda f: opensearch_options(f, selects_backend=selects_backend)
-    if selects_backend:
-        url_option = click.option(
-            "--opensearch", "opensearch", metavar="[URL]", is_flag=False, flag_value="", default=None,
-            help="Use the OpenSearch index --index at URL instead of a local index directory. A bare "
-                 "--opensearch takes $HYBRID_QPR_OPENSEARCH_URL, else the node of 'hybrid-qpr cluster start'.")
-    else:
-        url_option = click.option(
-            "--opensearch", "opensearch", metavar="URL", envvar="HYBRID_QPR_OPENSEARCH_URL",
-            help="OpenSearch URL, e.g. http://127.0.0.1:9200 [env HYBRID_QPR_OPENSEARCH_URL; "
-                 "default: the node of 'hybrid-qpr cluster start'].")
-    options = [
-        url_option,
-        click.option("--user", "os_user", envvar="HYBRID_QPR_OPENSEARCH_USER", help="Basic-auth user [env HYBRID_QPR_OPENSEARCH_USER]."),
-        click.option("--password", "os_password", envvar="HYBRID_QPR_OPENSEARCH_PASSWORD",
-                     help="Basic-auth password; prefer the env variable HYBRID_QPR_OPENSEARCH_PASSWORD. Never printed."),
-        click.option("--ca-certs", "os_ca_certs", type=click.Path(exists=True, dir_okay=False),
-                     envvar="HYBRID_QPR_OPENSEARCH_CA", help="CA bundle for https [env HYBRID_QPR_OPENSEARCH_CA]."),
-        click.option("--verify-certs/--no-verify-certs", "os_verify", default=None,
-                     help="Check the server's TLS certificate [default: on; env HYBRID_QPR_OPENSEARCH_VERIFY=false turns it off]."),
-        click.option("--timeout", "os_timeout", type=float, default=30.0, show_default=True,
-                     help="Seconds before an OpenSearch request times out."),
+        return lambda f: cluster_options(f, engines=engines, selects_backend=selects_backend)
+    options = []
+    for engine in engines:
+        name, flag, env = ENGINE_NAMES[engine], ENGINE_FLAGS[engine], f"HYBRID_QPR_{engine.upper()}_URL"
+        node = "'hybrid-qpr cluster start" + (" --engine elasticsearch'" if engine == "elasticsearch" else "'")
+        if selects_backend or len(engines) > 1:
+            options.append(click.option(
+                flag, engine, metavar="[URL]", is_flag=False, flag_value="", default=None,
+                help=f"Use the {name} index --index at URL instead of a local index directory. A bare {flag} "
+                     f"takes ${env}, else the node of {node}."))
+        else:
+            options.append(click.option(flag, engine, metavar="URL", envvar=env,
+                                        help=f"{name} URL, e.g. http://127.0.0.1:9200 [env {env}; default: the node of {node}]."))
+    options += [
+        click.option("--user", "user", default=None, help="Basic-auth user [env HYBRID_QPR_<ENGINE>_USER]."),
+        click.option("--password", "password", default=None,
+                     help="Basic-auth password; prefer the env variable HYBRID_QPR_<ENGINE>_PASSWORD. Never printed."),
+        click.option("--api-key", "api_key", default=None,
+                     help="API key (base64 'id:key'), sent as 'Authorization: ApiKey ...'; prefer HYBRID_QPR_<ENGINE>_API_KEY."),
+        click.option("--ca-certs", "ca_certs", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="CA bundle for https [env HYBRID_QPR_<ENGINE>_CA]."),
+        click.option("--verify-certs/--no-verify-certs", "verify_certs", default=None,
+                     help="Check the server's TLS certificate [default: on; env HYBRID_QPR_<ENGINE>_VERIFY=false turns it off]."),
+        click.option("--timeout", "timeout", type=float, default=30.0, show_default=True,
+                     help="Seconds before a cluster request times out."),
     ]
     for option in reversed(options):
         func = option(func)
     return func
 
 
-def opensearch_client(opensearch=None, os_user=None, os_password=None, os_ca_certs=None, os_verify=None,
-                      os_timeout=30.0):
-    """A checked client from the values of ``opensearch_options``.
+def opensearch_options(func=None, *, selects_backend: bool = False):
+    """``cluster_options`` for the commands that exist on OpenSearch only (pipeline, mlcommons)."""
+    return cluster_options(func, engines=("opensearch",), selects_backend=selects_backend)
 
-    opensearch-py logs every failed request with a traceback at WARNING; the CLI turns the
-    failure into one clear line instead, so that logger is quieted unless -v was given."""
+
+def chosen_engine(connection: dict) -> str | None:
+    """The engine whose URL flag was given (a bare flag arrives as ""), or None for a local index."""
+    chosen = [engine for engine in ENGINE_FLAGS if connection.get(engine) is not None]
+    if len(chosen) > 1:
+        raise click.UsageError("give either --opensearch or --elasticsearch, not both")
+    return chosen[0] if chosen else None
+
+
+def cluster_client(opensearch=None, elasticsearch=None, user=None, password=None, api_key=None, ca_certs=None,
+                   verify_certs=None, timeout=30.0):
+    """A checked client of the engine chosen by the values of ``cluster_options``.
+
+    The client libraries log every failed request with a traceback at WARNING; the CLI turns
+    the failure into one clear line instead, so those loggers are quieted unless -v was given."""
     import logging
 
-    from hybrid_qpr.backends.opensearch import connect
-
+    engine = chosen_engine({"opensearch": opensearch, "elasticsearch": elasticsearch}) or "opensearch"
     if logging.getLogger().getEffectiveLevel() > logging.INFO:
-        logging.getLogger("opensearch").setLevel(logging.ERROR)
+        for name in ("opensearch", "elasticsearch", "elastic_transport"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+    if engine == "elasticsearch":
+        from hybrid_qpr.backends.elasticsearch import connect
+    else:
+        from hybrid_qpr.backends.opensearch import connect
+    return connect((elasticsearch if engine == "elasticsearch" else opensearch) or None, username=user,
+                   password=password, api_key=api_key, ca_certs=ca_certs, verify_certs=verify_certs, timeout=timeout)
 
-    return connect(opensearch or None, username=os_user, password=os_password, ca_certs=os_ca_certs,
-                   verify_certs=os_verify, timeout=os_timeout)
+
+opensearch_client = cluster_client  # the OpenSearch-only commands pass no --elasticsearch

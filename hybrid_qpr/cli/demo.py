@@ -8,7 +8,6 @@ import click
 
 from hybrid_qpr.cli._common import friendly_errors
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DEMO_QUERIES = (
     "i can't remember my netflix login, help",
     "cheapest way to fly to lisbon?",
@@ -22,8 +21,8 @@ DEMO_QUERIES = (
 @click.option("--index", type=click.Path(file_okay=False), default=None,
               help="Where to build the index. [default: a temporary directory, removed afterwards]")
 @click.option("--model", type=click.Path(file_okay=False), default=None, help="Encoder directory. [default: the model committed in onnx/]")
-@click.option("--examples", "examples_dir", type=click.Path(exists=True, file_okay=False), default=str(EXAMPLES),
-              show_default=True, help="Directory with questions.jsonl and beir/.")
+@click.option("--examples", "examples_dir", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Directory with questions.jsonl and beir/. [default: the demo bank shipped with the package]")
 @click.option("-k", "--top-k", type=int, default=3, show_default=True, help="Hits shown per mode.")
 @friendly_errors
 def demo(index, model, examples_dir, top_k) -> None:
@@ -53,7 +52,9 @@ def demo(index, model, examples_dir, top_k) -> None:
 
     quiet_bm25s()
     console = Console()
-    examples_dir = Path(examples_dir)
+    from hybrid_qpr import resources
+
+    examples_dir = Path(examples_dir) if examples_dir else resources.examples_dir()
     encoder = Encoder.load(model)
     with tempfile.TemporaryDirectory(prefix="hybrid-qpr-demo-") as tmp:
         target = Path(index) if index else Path(tmp) / "index"

@@ -66,5 +66,6 @@ def distill(corpus, teacher_dir, run_dir, pairs, pairs_weight, init, teacher_tem
     train_config = TrainConfig(batch_size=batch_size, lr=lr, epochs=epochs, patience=patience, seed=seed,
                                max_minutes=max_minutes)
     result = run_distillation(corpus, teacher_dir, run_dir, pairs=pairs, init=init, config=config,
-                              train_config=train_config, teacher_cache=teacher_cache, resume=resume)
+                              train_config=train_config, teacher_cache=teacher_cache, resume=resume,
+                              on_epoch=lambda entry: click.echo(json.dumps(entry)))
     click.echo(json.dumps({"best_epoch": result.best_epoch, "best_val_mrr@20": result.best_val_mrr}))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from hybrid_qpr.cli._common import friendly_errors, opensearch_options
+from hybrid_qpr.cli._common import cluster_options, friendly_errors
 from hybrid_qpr.cli._engine import model_option
 
 
@@ -12,7 +12,7 @@ from hybrid_qpr.cli._engine import model_option
 @click.option("--beir", "beir_dir", required=True, type=click.Path(exists=True, file_okay=False),
               help="BEIR directory (corpus.jsonl, queries.jsonl, qrels/<split>.tsv).")
 @click.option("--split", type=click.Choice(["val", "test"]), default="test", show_default=True, help="Queries to evaluate.")
-@click.option("--index", required=True, help="Index holding the BEIR corpus (local directory, or OpenSearch index with --opensearch).")
+@click.option("--index", required=True, help="Index holding the BEIR corpus (local directory, or a cluster index with --opensearch/--elasticsearch).")
 @click.option("--modes", default="bm25,knn,hybrid,rerank", show_default=True, help="Comma-separated modes to compare.")
 @click.option("--max-queries", type=int, default=None, help="Evaluate a seeded sample of this many judged queries. [default: all]")
 @click.option("--fusion", type=click.Choice(["rrf", "minmax", "zscore", "l2"]), default=None, help="Hybrid fusion. [default: the index's tuned value, else rrf]")
@@ -21,7 +21,7 @@ from hybrid_qpr.cli._engine import model_option
               help="Directory for report.md, report.json and report.png.")
 @click.option("--no-plot", is_flag=True, help="Skip report.png (no matplotlib needed).")
 @model_option
-@opensearch_options(selects_backend=True)
+@cluster_options(selects_backend=True)
 @friendly_errors
 def evaluate(beir_dir, split, index, modes, max_queries, fusion, alpha, out_dir, no_plot, model, **connection) -> None:
     """H@1, H@10, MRR@20, Recall@10/20, nDCG@10, MAP and p50/p95/p99 latency and queries/s

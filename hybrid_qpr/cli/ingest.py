@@ -1,18 +1,18 @@
-"""``hybrid-qpr ingest``: index questions into a local index directory or an OpenSearch index."""
+"""``hybrid-qpr ingest``: index questions into a local index directory or an OpenSearch/Elasticsearch index."""
 
 from __future__ import annotations
 
 import click
 
-from hybrid_qpr.cli._common import friendly_errors, opensearch_options
-from hybrid_qpr.cli._engine import model_option, use_opensearch
+from hybrid_qpr.cli._common import cluster_options, friendly_errors
+from hybrid_qpr.cli._engine import model_option, use_cluster
 
 SHOW_SKIPPED = 20
 
 
 @click.command()
 @click.argument("input_path", metavar="INPUT", type=click.Path(exists=True, allow_dash=True, dir_okay=False))
-@click.option("--index", required=True, help="Local index directory (created if missing), or the OpenSearch index name with --opensearch.")
+@click.option("--index", required=True, help="Local index directory (created if missing), or the cluster index name with --opensearch/--elasticsearch.")
 @model_option
 @click.option("--format", "fmt", type=click.Choice(["auto", "jsonl", "table", "pairs"]), default="auto", show_default=True,
               help="Input format: JSONL/BEIR corpus, TSV/CSV with a header, or a Quora-layout pairs file. auto looks at "
@@ -27,11 +27,15 @@ SHOW_SKIPPED = 20
 @click.option("--batch-size", type=int, default=256, show_default=True, help="Texts per encoder batch (and per bulk request).")
 @click.option("--strict", is_flag=True, help="Stop at the first bad input line instead of skipping and reporting it.")
 @click.option("--rejects", type=click.Path(dir_okay=False), default=None,
-              help="OpenSearch only: write documents the cluster rejected here as JSON lines.")
-@opensearch_options(selects_backend=True)
+              help="Cluster only: write documents the cluster rejected here as JSON lines.")
+@click.option("--shards", type=click.IntRange(min=1), default=None,
+              help="Cluster only, when the index is created: primary shards. [default: 1]")
+@click.option("--replicas", type=click.IntRange(min=0), default=None,
+              help="Cluster only, when the index is created: replicas per shard. [default: 0 on a one-node cluster, else 1]")
+@cluster_options(selects_backend=True)
 @friendly_errors
 def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm25_impl, batch_size, strict, rejects,
-           **connection) -> None:
+           shards, replicas, **connection) -> None:
     """Encode and index the questions of INPUT ('-' = stdin).
 
     INPUT is JSONL (id, text, any metadata), TSV/CSV with a header naming the text column, a
@@ -45,6 +49,7 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
       hybrid-qpr ingest examples/questions.jsonl --index ./qidx
       hybrid-qpr ingest quora-pairs.tsv.gz --index ./quora-idx
       hybrid-qpr ingest corpus.jsonl --index questions --opensearch http://127.0.0.1:9200
+      hybrid-qpr ingest corpus.jsonl --index questions --elasticsearch --shards 3 --replicas 1
     """
     from hybrid_qpr.cli._engine import quiet_bm25s
     from hybrid_qpr.data.documents import iter_documents
@@ -54,11 +59,12 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
 
     skipped: list[tuple[int, str]] | None = None if strict else []
     documents = iter_documents(input_path, text_column=text_column, id_column=id_column, fmt=fmt, skipped=skipped)
-    if use_opensearch(connection):
+    if use_cluster(connection):
         from hybrid_qpr.cli._engine import open_backend
 
         encoder = Encoder.load(model)
-        report = open_backend(index, connection).ingest(documents, encoder, batch_size=batch_size, rejects_path=rejects)
+        report = open_backend(index, connection).ingest(documents, encoder, batch_size=batch_size, rejects_path=rejects,
+                                                        shards=shards, replicas=replicas)
     else:
         from hybrid_qpr.backends.local import LocalIndex, MANIFEST
         from pathlib import Path

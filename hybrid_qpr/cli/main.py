@@ -21,10 +21,15 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "tune": ("hybrid_qpr.cli.tune", "tune", "Choose fusion method and weight on validation data; store them as index defaults."),
     "evaluate": ("hybrid_qpr.cli.evaluate", "evaluate", "Evaluate search modes on a BEIR eval set; write report.md/json and a plot."),
     "cluster": ("hybrid_qpr.cli.cluster", "cluster", "Start, stop or check a local OpenSearch node built from Maven Central."),
-    "pipeline": ("hybrid_qpr.cli.pipeline", "pipeline", "Install the OpenSearch search pipelines used by server-side hybrid queries."),
+    "search-pipeline": ("hybrid_qpr.cli.search_pipeline", "search_pipeline",
+                        "Install the OpenSearch search pipelines used by server-side hybrid queries."),
     "mlcommons": ("hybrid_qpr.cli.mlcommons", "mlcommons", "Register and deploy a transformer encoder in OpenSearch ml-commons (in-cluster embedding)."),
     "demo": ("hybrid_qpr.cli.demo", "demo", "Build an index from the bundled sample question bank and compare the modes."),
 }
+
+
+# Old names that still work but are not listed: "pipeline" did not say which pipeline.
+ALIASES: dict[str, str] = {"pipeline": "search-pipeline"}
 
 
 class LazyGroup(click.Group):
@@ -32,6 +37,7 @@ class LazyGroup(click.Group):
         return sorted(name for name, (module, _, _) in COMMANDS.items() if importlib.util.find_spec(module))
 
     def get_command(self, ctx, name):
+        name = ALIASES.get(name, name)
         if name not in COMMANDS:
             return None
         module, attribute, _ = COMMANDS[name]

@@ -1,4 +1,4 @@
-"""``hybrid-qpr mlcommons register|deploy|pipeline|status``: let the cluster embed questions itself."""
+"""``hybrid-qpr mlcommons register|deploy|ingest-pipeline|status``: let the cluster embed questions itself."""
 
 from __future__ import annotations
 
@@ -9,7 +9,13 @@ import click
 from hybrid_qpr.cli._common import friendly_errors, opensearch_client, opensearch_options
 
 
-@click.group()
+class _MLCommonsGroup(click.Group):
+    def get_command(self, ctx, name):
+        # "pipeline", the old name of ingest-pipeline, still works (hidden: it did not say which pipeline)
+        return super().get_command(ctx, "ingest-pipeline" if name == "pipeline" else name)
+
+
+@click.group(cls=_MLCommonsGroup)
 def mlcommons() -> None:
     """Run an exported transformer encoder inside OpenSearch (ml-commons local model).
 
@@ -17,7 +23,7 @@ def mlcommons() -> None:
     Typical flow (local node of 'hybrid-qpr cluster start'):
       ID=$(hybrid-qpr mlcommons register models/minilm)
       hybrid-qpr mlcommons deploy $ID
-      hybrid-qpr mlcommons pipeline $ID --name hqpr-embed
+      hybrid-qpr mlcommons ingest-pipeline $ID --name hqpr-embed
     Then index {"text": ...} documents with ?pipeline=hqpr-embed and search with a 'neural'
     query. Only transformer encoders qualify (the CNN's tokenizer cannot run in the cluster).
     See docs/mlcommons.md for what deploying needs offline.
@@ -44,6 +50,9 @@ def register(model_dir, name, version, allow_local_upload, **connection) -> None
       hybrid-qpr mlcommons register models/minilm --name minilm-questions
     """
     from hybrid_qpr.backends.mlcommons import register_dir
+    from hybrid_qpr.errors import require
+
+    require("onnx", feature="'hybrid-qpr mlcommons register' (it adapts the ONNX graph)")  # before connecting
 
     client = opensearch_client(**connection)
     click.echo(register_dir(client, model_dir, name, version=version, allow_local_upload=allow_local_upload))
@@ -68,19 +77,19 @@ def deploy(model_id, wait_s, **connection) -> None:
     click.echo(f"{model_id}: {task.get('state')} on {', '.join(task.get('worker_node') or [])}")
 
 
-@mlcommons.command()
+@mlcommons.command("ingest-pipeline")
 @opensearch_options
 @click.argument("model_id")
 @click.option("--name", required=True, help="Ingest pipeline name, e.g. hqpr-embed.")
 @click.option("--source", default="text", show_default=True, help="Field holding the question text.")
 @click.option("--target", default="embedding", show_default=True, help="knn_vector field to fill.")
 @friendly_errors
-def pipeline(model_id, name, source, target, **connection) -> None:
+def ingest_pipeline(model_id, name, source, target, **connection) -> None:
     """Create (or replace) an ingest pipeline whose text_embedding processor embeds SOURCE into TARGET.
 
     \b
     Example:
-      hybrid-qpr mlcommons pipeline Xy12abc --name hqpr-embed
+      hybrid-qpr mlcommons ingest-pipeline Xy12abc --name hqpr-embed
     """
     from hybrid_qpr.backends.mlcommons import put_ingest_pipeline
 

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from hybrid_qpr.cli._common import friendly_errors, opensearch_options
+from hybrid_qpr.cli._common import cluster_options, friendly_errors
 from hybrid_qpr.cli._engine import FILTER_HELP, model_option
 
 
@@ -31,7 +31,7 @@ def results_table(query: str, mode: str, results, offset: int = 0):
 
 @click.command()
 @click.argument("text", required=False)
-@click.option("--index", required=True, help="Local index directory, or the OpenSearch index name with --opensearch.")
+@click.option("--index", required=True, help="Local index directory, or the cluster index name with --opensearch/--elasticsearch.")
 @click.option("--queries", "queries_path", type=click.Path(allow_dash=True, dir_okay=False), default=None,
               help="Batch mode: a file with one query per line, or JSONL with id and text ('-' = stdin). Prints one JSON object per line.")
 @click.option("--mode", type=click.Choice(["hybrid", "bm25", "knn", "rerank"]), default="hybrid", show_default=True,
@@ -45,9 +45,9 @@ def results_table(query: str, mode: str, results, offset: int = 0):
 @click.option("--rerank-depth", type=int, default=30, show_default=True, help="BM25 candidates re-ranked in rerank mode.")
 @click.option("--filter", "filters", multiple=True, help=FILTER_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.option("--server-side", is_flag=True, help="OpenSearch only: fuse (hybrid) or re-rank inside the cluster with its search pipelines.")
+@click.option("--server-side", is_flag=True, help="OpenSearch only: fuse (hybrid, with the same fusion, alpha and depth) or re-rank inside the cluster.")
 @model_option
-@opensearch_options(selects_backend=True)
+@cluster_options(selects_backend=True)
 @friendly_errors
 def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, rerank_depth, filters, as_json,
           server_side, model, **connection) -> None:

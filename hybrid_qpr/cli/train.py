@@ -52,29 +52,22 @@ def train(dataset_dir, run_dir, loss, epsilon, margin, triplet_distance, negativ
     import json
     from pathlib import Path
 
-    import torch
-
     from hybrid_qpr.data.splits import load_split
-    from hybrid_qpr.model.cnn import CNNModel
-    from hybrid_qpr.model.losses import build_loss
     from hybrid_qpr.text.tokenizer import Vocabulary
-    from hybrid_qpr.training.cnn import TrainConfig, train as run_training, write_run_meta
+    from hybrid_qpr.training.cnn import TrainConfig, prepare_cnn_run, train as run_training
 
     tr, va = load_split(dataset_dir, "train"), load_split(dataset_dir, "val")
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
     vocab_path = Path(run_dir) / "tokenizer.json"
     vocabulary = Vocabulary.load(vocab_path) if resume and vocab_path.exists() else Vocabulary.build(
         (q.text for c in tr for q in c.questions), top_words=vocab, hash_bins=hash_bins)
-    vocabulary.save(vocab_path)
     arch = dict(embedding_dim=embedding_dim, channels=channels, dim=dim, layers=layers)
     options = {"sdml": {"epsilon": epsilon}, "softmax": {},
                "triplet": {"margin": margin, "triplet_distance": triplet_distance, "negatives": negatives},
                "msem": {"gamma": msem_gamma, "alpha": msem_alpha, "weight": msem_weight,
                         "min_cluster_size": msem_min_cluster_size, "max_classes": msem_max_classes}}[loss]
-    torch.manual_seed(seed)
-    model = CNNModel(vocabulary, **arch)
-    loss_fn = build_loss(loss, dim=dim, cluster_sizes=[len(c.questions) for c in tr], **options)
-    write_run_meta(run_dir, architecture=arch, loss=loss, loss_options=options, loss_fn=loss_fn, dataset_dir=dataset_dir)
+    model, loss_fn = prepare_cnn_run(run_dir, tr, vocabulary, architecture=arch, loss=loss, loss_options=options,
+                                     seed=seed, dataset_dir=dataset_dir)
     config = TrainConfig(batch_size=batch_size, epochs=epochs, patience=patience, seed=seed, max_minutes=max_minutes)
-    result = run_training(model, loss_fn, tr, va, run_dir, config, resume=resume)
+    result = run_training(model, loss_fn, tr, va, run_dir, config, resume=resume,
+                          on_epoch=lambda entry: click.echo(json.dumps(entry)))
     click.echo(json.dumps({"best_epoch": result.best_epoch, "best_val_mrr@20": result.best_val_mrr}))

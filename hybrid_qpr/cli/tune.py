@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from hybrid_qpr.cli._common import friendly_errors, opensearch_options
+from hybrid_qpr.cli._common import cluster_options, friendly_errors
 from hybrid_qpr.cli._engine import model_option
 
 
@@ -12,12 +12,12 @@ from hybrid_qpr.cli._engine import model_option
 @click.option("--beir", "beir_dir", required=True, type=click.Path(exists=True, file_okay=False),
               help="BEIR directory (corpus.jsonl, queries.jsonl, qrels/<split>.tsv), e.g. <dataset>/beir from 'hybrid-qpr dataset build'.")
 @click.option("--split", type=click.Choice(["val", "test"]), default="val", show_default=True, help="Queries to tune on (tune on val, report on test).")
-@click.option("--index", required=True, help="Index holding the BEIR corpus (local directory, or OpenSearch index with --opensearch).")
+@click.option("--index", required=True, help="Index holding the BEIR corpus (local directory, or a cluster index with --opensearch/--elasticsearch).")
 @click.option("--max-queries", type=int, default=None, help="Tune on a seeded sample of this many judged queries. [default: all]")
 @click.option("--depth", type=int, default=100, show_default=True, help="Candidates per list before fusion.")
 @click.option("--dry-run", is_flag=True, help="Print the result without storing it as the index default.")
 @model_option
-@opensearch_options(selects_backend=True)
+@cluster_options(selects_backend=True)
 @friendly_errors
 def tune(beir_dir, split, index, max_queries, depth, dry_run, model, **connection) -> None:
     """Grid-search fusion (rrf, minmax, zscore, l2) x alpha (0, 0.1, ..., 1) for the best

@@ -8,7 +8,6 @@ needs them (a query's relevant documents are the other questions of its cluster)
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from typing import Literal
 
 from hybrid_qpr.data.pairs import QuestionPair
 from hybrid_qpr.errors import ConfigError
-from hybrid_qpr.text import tokenize
+from hybrid_qpr.text import normalize_text, text_id, tokenize
 
 log = logging.getLogger(__name__)
 
@@ -36,20 +35,6 @@ class Cluster:
 
     def to_dict(self) -> dict:
         return {"id": self.id, "questions": [{"id": q.id, "text": q.text} for q in self.questions]}
-
-
-def normalize_text(text: str) -> str:
-    """The key two questions share when they are "the same text": the project tokenizer's
-    tokens (lowercased, NFKC, words and ``?``) joined by one space, so case, spacing and
-    punctuation other than ``?`` do not matter. Falls back to the stripped lowercase text
-    when it has no tokens at all."""
-    tokens = tokenize(text)
-    return " ".join(tokens) if tokens else text.strip().lower()
-
-
-def text_id(key: str) -> str:
-    """Stable question id for a text without a qid: ``t`` + 16 hex of sha1(normalized text)."""
-    return "t" + hashlib.sha1(key.encode("utf-8")).hexdigest()[:16]
 
 
 class _UnionFind:
@@ -103,7 +88,7 @@ def clusters_from_pairs(pairs: Iterable[QuestionPair], key: KeyMode = "auto") ->
     """Group the questions of duplicate pairs into clusters by transitive closure.
 
     a~b and b~c put a, b, c in one cluster (union-find). Questions are identified by their
-    qids (``key="qid"``), or by :func:`normalize_text` when the file has no qids
+    qids (``key="qid"``), or by :func:`hybrid_qpr.text.text_id` when the file has no qids
     (``key="text"``); ``"auto"`` uses qids when every duplicate pair has them. Pairs with
     ``is_duplicate = False`` are counted and ignored. Clusters come out in order of first
     appearance with ids ``c0, c1, ...``; questions within a cluster in order of first
@@ -132,7 +117,7 @@ def clusters_from_pairs(pairs: Iterable[QuestionPair], key: KeyMode = "auto") ->
     questions: list[Question] = []
 
     def node(qid: str | None, text: str) -> int:
-        ident = qid if key == "qid" and qid is not None else text_id(normalize_text(text))
+        ident = qid if key == "qid" and qid is not None else text_id(text)
         found = node_of.get(ident)
         if found is not None:
             if key == "qid" and questions[found].text != text:
@@ -217,7 +202,7 @@ def clusters_from_qa_log(records: Iterable[QALogRecord], min_coherence: float = 
 
     Within one answer, questions with the same normalized text are merged (first text
     kept). Answers with fewer than two distinct questions cannot give a pair and are
-    counted as ``too_small``. Question ids are ``t`` + hash of the normalized text; a
+    counted as ``too_small``. Question ids come from :func:`hybrid_qpr.text.text_id`; a
     question that received several answers lands in several clusters, so its id is made
     unique per cluster (``<cluster>:<tid>``). Clusters are ordered by first appearance.
     """
@@ -243,8 +228,8 @@ def clusters_from_qa_log(records: Iterable[QALogRecord], min_coherence: float = 
             continue
         cluster_id = f"c{len(clusters)}"
         members = []
-        for norm, text in texts.items():
-            qid = text_id(norm)
+        for text in texts.values():
+            qid = text_id(text)
             seen_ids[qid] = seen_ids.get(qid, 0) + 1
             members.append(Question(qid if seen_ids[qid] == 1 else f"{cluster_id}:{qid}", text))
         clusters.append(Cluster(cluster_id, members))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -22,12 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hybrid_qpr.artifacts import atomic_directory, atomic_write, display_name
+from hybrid_qpr.artifacts import atomic_directory, display_name, read_manifest, write_json
 from hybrid_qpr.data.beir import write_beir
 from hybrid_qpr.data.clusters import Cluster, KeyMode, clusters_from_pairs, clusters_from_qa_log
 from hybrid_qpr.data.pairs import OnBadLine, iter_pairs
 from hybrid_qpr.data.splits import DEFAULT_FRACTIONS, SPLITS, load_split, split_clusters, split_summary, write_split
-from hybrid_qpr.errors import ArtifactError
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +90,7 @@ def _write(out: str | Path, clusters: list[Cluster], report: DatasetReport, frac
             report.files[f"{name}.jsonl"] = {"sha256": sha, **{k: report.summary[name][k] for k in ("clusters", "questions")}}
         report.fingerprint = digest.hexdigest()[:16]
         report.seconds = round(time.perf_counter() - started, 3)
-        with atomic_write(tmp / MANIFEST) as fh:
-            json.dump(report.manifest(), fh, indent=2, ensure_ascii=False)
-            fh.write("\n")
+        write_json(tmp / MANIFEST, report.manifest())
     log.info("wrote %s (%d/%d/%d clusters) in %.1fs", out, *(report.summary[s]["clusters"] for s in SPLITS), report.seconds)
     return report
 
@@ -156,15 +152,9 @@ def dataset_stats(dataset_dir: str | Path) -> DatasetReport:
     whose sha256 no longer matches the manifest listed in ``modified``."""
     dataset_dir = Path(dataset_dir)
     path = dataset_dir / MANIFEST
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise ArtifactError(f"{display_name(path)}: not found; is {dataset_dir} a directory written by "
-                            "'hybrid-qpr dataset build'?") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ArtifactError(f"{path}: not valid JSON ({exc})") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ArtifactError(f"{path}: not a hybrid-qpr dataset manifest (format must be {FORMAT!r})")
+    manifest = read_manifest(path, FORMAT, None, what="hybrid-qpr dataset manifest",
+                             missing=f"{display_name(path)}: not found; is {dataset_dir} a directory written by "
+                                     "'hybrid-qpr dataset build'?", fix="build the dataset again")
     fields = {k: manifest.get(k, {}) for k in ("source", "options", "reading", "grouping", "split", "beir", "files")}
     report = DatasetReport(out=str(dataset_dir), **fields, fingerprint=manifest.get("fingerprint", ""),
                            seconds=manifest.get("seconds", 0.0))

@@ -13,8 +13,9 @@ Formats (``fmt="auto"`` decides from the extension, else from the first line):
   (id = its qid). Chosen automatically when a table's header names question1/question2.
 * ``-`` reads stdin (the format is sniffed from the first line).
 
-A record without an id gets a stable id derived from its text (``t`` + 16 hex of sha256),
-so ingesting the same file twice updates instead of duplicating.
+A record without an id gets the stable id of :func:`hybrid_qpr.text.text_id` (the rule
+``dataset build`` uses too), so ingesting the same file twice updates instead of duplicating,
+and a pairs file without qids is indexed under the ids of the qrels built from it.
 
 Bad lines raise ``InputError(path, line, problem)``; when a ``skipped`` list is given
 they are skipped instead and ``(line, problem)`` appended to it.
@@ -22,7 +23,6 @@ they are skipped instead and ``(line, problem)`` appended to it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import sys
@@ -33,16 +33,12 @@ from typing import Any, Literal
 from hybrid_qpr.types import Document
 from hybrid_qpr.artifacts import base_suffix, display_name, iter_jsonl, iter_rows, open_text
 from hybrid_qpr.errors import ConfigError, InputError
+from hybrid_qpr.text import text_id
 
 logger = logging.getLogger(__name__)
 
 DocumentFormat = Literal["auto", "jsonl", "table", "pairs"]
 FORMATS: tuple[str, ...] = ("auto", "jsonl", "table", "pairs")
-
-
-def text_id(text: str) -> str:
-    """Stable id for a record that has none: ``t`` + 16 hex digits of sha256(text)."""
-    return "t" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def _first_line(path: str | Path) -> str:

@@ -8,7 +8,6 @@ A model directory holds ``model.onnx``, ``tokenizer.json`` and ``config.json``;
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -16,39 +15,21 @@ from typing import Any
 
 import numpy as np
 
-from hybrid_qpr.distance import Distance, check_distance
+from hybrid_qpr import resources
+from hybrid_qpr.artifacts import (ENCODER_CONFIG_FILE, ENCODER_FORMAT, ENCODER_MODEL_FILE, ENCODER_TOKENIZER_FILE,
+                                  read_encoder_config)
+from hybrid_qpr.distance import Distance
 from hybrid_qpr.errors import ArtifactError
 
 logger = logging.getLogger(__name__)
 
-CONFIG_FORMAT = "hybrid-qpr-encoder"
-MODEL_FILE = "model.onnx"
-TOKENIZER_FILE = "tokenizer.json"
-CONFIG_FILE = "config.json"
+# The encoder directory's layout and config.json are written and read by hybrid_qpr.artifacts.
+CONFIG_FORMAT = ENCODER_FORMAT
+MODEL_FILE, TOKENIZER_FILE, CONFIG_FILE = ENCODER_MODEL_FILE, ENCODER_TOKENIZER_FILE, ENCODER_CONFIG_FILE
+read_config = read_encoder_config
 
-# The model committed with the package; used when no --model is given.
-DEFAULT_MODEL_DIR = Path(__file__).resolve().parents[2] / "onnx" / "sdml-cnn-quora"
-
-
-def read_config(model_dir: str | Path) -> dict[str, Any]:
-    """Read and check ``config.json``; raise ``ArtifactError`` naming the missing or bad file."""
-    model_dir = Path(model_dir)
-    if not model_dir.is_dir():
-        raise ArtifactError(f"{model_dir}: model directory does not exist (expected {MODEL_FILE}, {TOKENIZER_FILE}, {CONFIG_FILE})")
-    for name in (CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE):
-        if not (model_dir / name).is_file():
-            raise ArtifactError(f"{model_dir}: {name} is missing; export the model again with 'hybrid-qpr export'")
-    try:
-        config = json.loads((model_dir / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ArtifactError(f"{model_dir / CONFIG_FILE}: not valid JSON ({exc})") from exc
-    if not isinstance(config, dict) or config.get("format") != CONFIG_FORMAT:
-        raise ArtifactError(f"{model_dir / CONFIG_FILE}: not a hybrid-qpr encoder config (format must be {CONFIG_FORMAT!r})")
-    for key in ("kind", "dim", "distance"):
-        if key not in config:
-            raise ArtifactError(f"{model_dir / CONFIG_FILE}: the field {key!r} is missing")
-    check_distance(config["distance"])
-    return config
+# The model shipped with the package (top-level onnx/); used when no --model is given.
+DEFAULT_MODEL_DIR = resources.model_dir()
 
 
 def fingerprint(model_dir: str | Path) -> str:

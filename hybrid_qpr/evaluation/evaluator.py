@@ -65,17 +65,31 @@ def exact_run(query_ids: Sequence[str], query_vectors: np.ndarray, doc_ids: Sequ
         raise ConfigError(f"{len(query_ids)} query ids for {len(query_vectors)} vectors, "
                           f"{len(doc_ids)} document ids for {len(doc_vectors)} vectors: counts must match")
     docs = prepare_vectors(doc_vectors, distance)
-    depth = min(retrieve + 1, len(doc_ids))
     run: dict[str, list[str]] = {}
     for start in range(0, len(query_ids), chunk):
         scores = similarity(query_vectors[start : start + chunk], docs, distance)
-        top = np.argpartition(-scores, depth - 1, axis=1)[:, :depth] if depth < len(doc_ids) else \
-            np.tile(np.arange(len(doc_ids)), (len(scores), 1))
-        for row, qid in enumerate(query_ids[start : start + chunk]):
-            cand = top[row]
-            order = cand[np.lexsort((cand, -scores[row, cand]))]
-            run[qid] = [doc_ids[j] for j in order]
+        for qid, top in zip(query_ids[start : start + chunk], top_k_indices(scores, retrieve + 1)):
+            run[qid] = [doc_ids[j] for j in top]
     return {q: ranked[:retrieve] for q, ranked in drop_self(run).items()}
+
+
+def top_k_indices(scores: np.ndarray, depth: int) -> list[np.ndarray]:
+    """For each row of ``scores`` [queries, documents] (higher is better), the column indices
+    of its ``depth`` best scores, best first; equal scores are ordered by column, also at the
+    cut, so the result is the head of a stable sort. Partitioning first keeps it linear in
+    the number of documents."""
+    scores = np.asarray(scores)
+    depth = min(depth, scores.shape[1])
+    if depth < 1:
+        return [np.zeros(0, dtype=np.int64) for _ in range(len(scores))]
+    cut = -np.partition(-scores, depth - 1, axis=1)[:, depth - 1]  # each row's depth-th best score
+    out = []
+    for row, threshold in zip(scores, cut):
+        above = np.flatnonzero(row > threshold)
+        tied = np.flatnonzero(row == threshold)[: depth - len(above)]
+        cand = np.concatenate([above, tied])
+        out.append(cand[np.lexsort((cand, -row[cand]))])
+    return out
 
 
 def latency_summary(seconds: Sequence[float]) -> dict[str, float]:

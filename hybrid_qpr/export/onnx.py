@@ -1,22 +1,22 @@
 """Export the SDML CNN to an encoder directory (model.onnx, tokenizer.json, config.json).
 
-The directory is built beside the target and renamed into place, so a reader never sees a
-half-written model. After export, torch and onnxruntime outputs are compared (parity check).
+The directory is built beside the target and renamed into place
+(``hybrid_qpr.artifacts.atomic_directory``), so a reader never sees a half-written model. After export, torch and onnxruntime outputs are compared (parity check).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from hybrid_qpr.encoders import MODEL_FILE, TOKENIZER_FILE
+from hybrid_qpr.artifacts import (atomic_directory, library_versions, load_checkpoint, read_encoder_config,
+                                  write_encoder_config)
+from hybrid_qpr.encoders import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE
 from hybrid_qpr.model.cnn import CNNModel
 
 PARITY_TEXTS = ["", "hello", "How do I learn Python?", "Что такое машинное обучение?", "why " * 200, "¿Qué es? 日本語の質問"]
@@ -30,37 +30,25 @@ def export_cnn(model: CNNModel, out_dir: str | Path, training: dict | None = Non
 
     distance = check_distance(distance)
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=out_dir.name + ".tmp"))
-    os.chmod(tmp, 0o755)
     model.eval()
-    example = model.collate(["how do i export a model ?", "hi"])
-    torch.onnx.export(
-        model, (example,), str(tmp / MODEL_FILE), input_names=["input_ids"], output_names=["embeddings"],
-        dynamic_axes={"input_ids": {0: "batch", 1: "sequence"}, "embeddings": {0: "batch"}}, opset_version=17, dynamo=False,
-    )
-    model.vocabulary.save(tmp / TOKENIZER_FILE)
-    import onnxruntime
-
-    config = {
-        "format": "hybrid-qpr-encoder", "format_version": 1, "kind": "cnn", "dim": model.dim, "distance": distance,
-        "max_length": model.vocabulary.max_length, "architecture": model.hparams,
-        "vocabulary": {"words": len(model.vocabulary.words), "hash_bins": model.vocabulary.hash_bins},
-        "versions": {"torch": torch.__version__, "onnxruntime": onnxruntime.__version__},
-        "training": training or {}, "metrics": metrics or {},
-    }
-    (tmp / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-    diff = parity(model, tmp)
-    config["parity_max_abs_diff"] = diff
-    (tmp / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-    if out_dir.exists():
-        old = out_dir.with_name(out_dir.name + ".old")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(out_dir, old)
-        os.replace(tmp, out_dir)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out_dir)
+    with atomic_directory(out_dir, marker=CONFIG_FILE) as tmp:
+        os.chmod(tmp, 0o755)
+        example = model.collate(["how do i export a model ?", "hi"])
+        torch.onnx.export(
+            model, (example,), str(tmp / MODEL_FILE), input_names=["input_ids"], output_names=["embeddings"],
+            dynamic_axes={"input_ids": {0: "batch", 1: "sequence"}, "embeddings": {0: "batch"}}, opset_version=17,
+            dynamo=False,
+        )
+        model.vocabulary.save(tmp / TOKENIZER_FILE)
+        config = {
+            "kind": "cnn", "dim": model.dim, "distance": distance,
+            "max_length": model.vocabulary.max_length, "architecture": model.hparams,
+            "vocabulary": {"words": len(model.vocabulary.words), "hash_bins": model.vocabulary.hash_bins},
+            "versions": library_versions(("hybrid-qpr", "torch", "onnx", "onnxruntime")),
+            "training": training or {}, "metrics": metrics or {},
+        }
+        write_encoder_config(tmp, config)  # parity loads the directory through Encoder.load
+        write_encoder_config(tmp, {**config, "parity_max_abs_diff": parity(model, tmp)})
     return out_dir
 
 
@@ -85,9 +73,9 @@ def export_run(run_dir: str | Path, out_dir: str | Path) -> dict:
         raise ArtifactError(f"{run_dir}: no best.pt (is this a 'hybrid-qpr train' run directory?)")
     meta = json.loads((run_dir / "model.json").read_text(encoding="utf-8"))
     model = CNNModel(Vocabulary.load(run_dir / TOKENIZER_FILE), **meta["architecture"])
-    best = torch.load(run_dir / "best.pt", weights_only=False)
+    best = load_checkpoint(run_dir / "best.pt", "train the run again with 'hybrid-qpr train'")
     model.load_state_dict(best["model"])
     # runs written before model.json recorded a distance were all squared-Euclidean (SDML/triplet)
     out = export_cnn(model, out_dir, training={**meta, "best_epoch": best["epoch"]}, metrics={"val": best["metrics"]},
                      distance=meta.get("distance", "sqeuclidean"))
-    return json.loads((out / "config.json").read_text(encoding="utf-8"))
+    return read_encoder_config(out)

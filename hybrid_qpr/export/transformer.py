@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from hybrid_qpr.artifacts import atomic_directory
-from hybrid_qpr.encoders import CONFIG_FILE, CONFIG_FORMAT, MODEL_FILE, TOKENIZER_FILE
+from hybrid_qpr.artifacts import atomic_directory, library_versions, write_encoder_config
+from hybrid_qpr.encoders import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE
 from hybrid_qpr.errors import ArtifactError
 from hybrid_qpr.model.transformer import SETTINGS_FILE, TransformerEmbedder
 
@@ -57,18 +57,6 @@ class _Graph(torch.nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.embedder.embed(input_ids, attention_mask)
-
-
-def _versions() -> dict[str, str]:
-    import importlib.metadata as md
-
-    out = {}
-    for package in ("hybrid-qpr", "torch", "transformers", "onnx", "onnxruntime", "tokenizers"):
-        try:
-            out[package] = md.version(package)
-        except md.PackageNotFoundError:
-            pass
-    return out
 
 
 def _write_onnx(embedder: TransformerEmbedder, path: Path) -> None:
@@ -144,8 +132,6 @@ def export_transformer(
             fp32.unlink()
         embedder.tokenizer.save(str(work / TOKENIZER_FILE))
         config = {
-            "format": CONFIG_FORMAT,
-            "format_version": 1,
             "kind": "transformer",
             "dim": embedder.dim,
             "distance": embedder.distance,
@@ -155,11 +141,11 @@ def export_transformer(
             "quantization": "int8-dynamic" if quantize else None,
             "base_model": embedder.source,
             "parity_max_abs_diff_fp32": diff,
-            "versions": _versions(),
+            "versions": library_versions(("hybrid-qpr", "torch", "transformers", "onnx", "onnxruntime", "tokenizers")),
             "training": training or {},
             "metrics": metrics or {},
         }
-        (work / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        config = write_encoder_config(work, config)
     return config
 
 

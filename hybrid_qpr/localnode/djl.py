@@ -1,7 +1,7 @@
 """PyTorch native libraries for ml-commons' DJL, from Maven Central, so the local node can
 deploy ONNX text-embedding models offline (``hybrid_qpr.backends.mlcommons``).
 
-Why this exists (verified on OpenSearch 2.19.6, see docs/mlcommons.md): deploying an ONNX
+Why this exists (verified on OpenSearch 2.19.6 and 3.6.0, see docs/mlcommons.md): deploying an ONNX
 model makes DJL's OnnxRuntime engine load PyTorch as its "alternative engine" (the
 translator's array operations run there). ml-commons pins ``PYTORCH_VERSION=1.13.1`` and
 ``PYTORCH_PRECXX11=true`` as Java system properties, and DJL then downloads libtorch and its
@@ -36,14 +36,15 @@ logger = logging.getLogger(__name__)
 PYTORCH_VERSION = "2.4.0"
 FLAVOR = "cpu-precxx11"  # ml-commons sets PYTORCH_PRECXX11=true
 CLASSIFIER = "linux-x86_64"
-DJL_VERSION = "0.31.1"  # the DJL in opensearch-ml 2.19.6 (plugins/opensearch-ml/api-0.31.1.jar)
+DJL_VERSION = "0.31.1"  # the DJL in opensearch-ml 2.19.6 and 3.6.0 (plugins/opensearch-ml/api-0.31.1.jar)
 JNI_BUILD = "2.4.0-0.30.0"  # pytorch-jni 2.4.0-0.31.1 / 2.5.1-0.31.1 are not fetchable here
 JNI_NAME = "libdjl_torch.so"
 
 
 def cache_dir(node_dir: Path) -> Path:
     """Where DJL looks: ``$DJL_CACHE_DIR/pytorch/<version>-<flavor>-<classifier>``; ml-commons sets
-    ``DJL_CACHE_DIR`` to ``<path.data>/ml_cache``."""
+    ``DJL_CACHE_DIR`` to ``<path.data>/ml_cache``. ``node_dir`` is the directory holding the
+    node's ``data/`` (each node of a local cluster has its own)."""
     return node_dir / "data" / "ml_cache" / "pytorch" / f"{PYTORCH_VERSION}-{FLAVOR}-{CLASSIFIER}"
 
 
@@ -51,7 +52,8 @@ def _ready(target: Path) -> bool:
     return (target / "libtorch.so").is_file() and (target / f"{DJL_VERSION}-{JNI_NAME}").is_file()
 
 
-def prepare_pytorch(node_dir: Path, home: Path, mvn: str, say: Callable[[str], None] = logger.info) -> dict[str, str]:
+def prepare_pytorch(node_dir: Path, home: Path, mvn: str, say: Callable[[str], None] = logger.info,
+                    java_home: Path | None = None) -> dict[str, str]:
     """Fill DJL's PyTorch cache of the node from Maven Central (once; ~110 MB) and return the
     environment the node must start with (``{"PYTORCH_VERSION": "2.4.0"}``).
 
@@ -71,7 +73,8 @@ def prepare_pytorch(node_dir: Path, home: Path, mvn: str, say: Callable[[str], N
         if not (native_jar.is_file() and jni_jar.is_file()):
             deps = [_dependency("ai.djl.pytorch", f"pytorch-native-{FLAVOR}", PYTORCH_VERSION, classifier=CLASSIFIER),
                     _dependency("ai.djl.pytorch", "pytorch-jni", JNI_BUILD)]
-            _mvn_copy(mvn, deps, downloads, transitive=False, say=say)
+            _mvn_copy(mvn, deps, downloads, transitive=False, say=say, java_home=java_home,
+                      what="PyTorch libraries for ml-commons (~110 MB)")
         target.parent.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=".djl.", dir=target.parent))
         os.chmod(work, 0o755)

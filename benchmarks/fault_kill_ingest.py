@@ -1,0 +1,131 @@
+"""Kill -9 a search node in the middle of a bulk ingest, then show the final state is exact.
+
+Two scenarios, on OpenSearch or Elasticsearch (a node you may kill: give its pid file and the
+command that starts it again):
+
+* ``rerun`` - the node is SIGKILLed after ``--kill-after`` documents were handed to the bulk
+  writer and stays down; the ingest gives up with ``ClusterError`` after its retries. The node
+  is restarted and the same ingest re-run: the index must hold exactly ``--docs`` documents,
+  every id once (ids are the ``_id``s, so a re-sent document replaces, never duplicates).
+* ``survive`` - the node is SIGKILLed and restarted at once while the ingest keeps retrying
+  (capped exponential backoff): the one ingest run must end with the exact count.
+
+Example (the run quoted in docs/elasticsearch.md)::
+
+    python benchmarks/fault_kill_ingest.py --engine elasticsearch --url http://127.0.0.1:9231 \\
+        --pid-file /var/cache/hqpr-backends/es/elasticsearch-9.5.3/es.pid \\
+        --start-cmd /var/cache/hqpr-backends/es-start.sh --docs 5000 --kill-after 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.bench_cluster import DEFAULT_DATA, load  # noqa: E402
+
+
+def wait_for_node(transport, timeout: float = 180.0) -> float:
+    """Seconds until the node answers cluster health (yellow or green) again."""
+    from hybrid_qpr.backends.cluster.connection import HttpFailure
+
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        try:
+            health = transport.request("GET", "/_cluster/health", params={"wait_for_status": "yellow", "timeout": "5s"})
+            if health.get("status") in ("yellow", "green"):
+                return time.monotonic() - start
+        except HttpFailure:
+            pass
+        time.sleep(1.0)
+    raise SystemExit(f"the node did not come back within {timeout:.0f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--engine", choices=["opensearch", "elasticsearch"], required=True)
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--pid-file", required=True, help="pid file of the node to SIGKILL")
+    parser.add_argument("--start-cmd", required=True, help="shell command that starts the node again (daemonised)")
+    parser.add_argument("--data", default=DEFAULT_DATA)
+    parser.add_argument("--docs", type=int, default=5000)
+    parser.add_argument("--kill-after", type=int, default=2000, help="documents handed to the writer before the kill")
+    parser.add_argument("--scenario", choices=["rerun", "survive", "both"], default="both")
+    parser.add_argument("--index", default="hqpr-fault")
+    parser.add_argument("--json", dest="json_out", default=None)
+    args = parser.parse_args(argv)
+
+    import importlib
+
+    from hybrid_qpr.encoders import Encoder
+    from hybrid_qpr.errors import ClusterError
+
+    engine = importlib.import_module(f"hybrid_qpr.backends.{args.engine}")
+    backend_cls = engine.OpenSearchBackend if args.engine == "opensearch" else engine.ElasticsearchBackend
+    docs, _ = load(args.data, args.docs, 0, 13)
+    encoder = Encoder.load(None)
+    results = {}
+
+    def kill() -> int:
+        pid = int(Path(args.pid_file).read_text().strip())
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    def documents(on_kill):
+        for i, doc in enumerate(docs):
+            if i == args.kill_after:
+                on_kill()
+            yield doc
+
+    for scenario in (["rerun", "survive"] if args.scenario == "both" else [args.scenario]):
+        backend = backend_cls(engine.connect(args.url, timeout=60), args.index)
+        backend.drop()
+        row: dict = {"docs": len(docs), "kill_after": args.kill_after}
+        if scenario == "rerun":
+            try:
+                backend.ingest(documents(lambda: row.update(killed_pid=kill())), encoder, batch_size=250,
+                               show_progress=False, max_retries=3, initial_backoff=0.5, max_backoff=2.0)
+                row["first_run"] = "completed (the kill came too late to interrupt it)"
+            except ClusterError as exc:
+                row["first_run"] = f"ClusterError: {str(exc)[:160]}..."
+            subprocess.run(args.start_cmd, shell=True, check=True)
+            row["restart_s"] = wait_for_node(backend.transport)
+            backend = backend_cls(engine.connect(args.url, timeout=60), args.index)
+            row["count_after_kill"] = backend.count()
+            report = backend.ingest(docs, encoder, batch_size=250, show_progress=False)
+            row["second_run"] = {"indexed": report.indexed, "updated": report.updated, "failed": len(report.failed)}
+        else:
+            def kill_and_restart():
+                row["killed_pid"] = kill()
+                threading.Thread(target=lambda: subprocess.run(args.start_cmd, shell=True, check=True)).start()
+
+            report = backend.ingest(documents(kill_and_restart), encoder, batch_size=250, show_progress=False,
+                                    max_retries=10, initial_backoff=1.0, max_backoff=15.0)
+            row["one_run"] = {"indexed": report.indexed, "updated": report.updated, "failed": len(report.failed),
+                              "seconds": round(report.seconds, 1)}
+        row["final_count"] = backend.count()
+        row["ids_found"] = len(backend.documents([d.id for d in docs]))
+        row["exact"] = row["final_count"] == row["ids_found"] == len(docs)
+        print(scenario, json.dumps(row, indent=2))
+        results[scenario] = row
+        backend.drop()
+    if args.json_out:
+        from _results import relative_if_path
+
+        Path(args.json_out).write_text(json.dumps({"command": "python " + " ".join(str(relative_if_path(a)) for a in sys.argv),
+                                                   "engine": args.engine,
+                                                   "results": results}, indent=2), encoding="utf-8")
+    return 0 if all(r["exact"] for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

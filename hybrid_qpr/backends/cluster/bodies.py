@@ -1,0 +1,87 @@
+"""Request bodies both cluster engines share: index layout from ``mappings/``, BM25, filters, ids.
+
+The kNN clause is the one body that differs between the engines (OpenSearch's ``knn``
+query vs Elasticsearch's ``knn`` search section); it lives in each engine module.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from hybrid_qpr import resources
+from hybrid_qpr.errors import BackendError, ConfigError
+from hybrid_qpr.types import Filters
+
+TEXT_FIELD, VECTOR_FIELD, METADATA_FIELD = "text", "embedding", "metadata"
+DEFAULT_SHARDS = 1
+_PLACEHOLDER = re.compile(r"^\$\{([A-Z0-9_]+)\}$")
+# responses trimmed to what the backends read: smaller JSON to send and to decode
+HITS_FILTER = "hits.hits._id,hits.hits._score"
+HITS_WITH_SOURCE_FILTER = "hits.hits._id,hits.hits._score,hits.hits._source"
+
+
+def load_body(relative: str, values: Mapping[str, Any]) -> dict:
+    """Read ``mappings/<relative>`` and replace every ``"${NAME}"`` string by ``values[NAME]``
+    (typed: a number stays a number). A placeholder without a value is an error."""
+    path = resources.mapping_file(relative)
+    try:
+        body = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise BackendError(f"{path}: mapping file is missing from the installation") from exc
+
+    def fill(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: fill(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [fill(v) for v in node]
+        if isinstance(node, str) and (match := _PLACEHOLDER.match(node)):
+            if match.group(1) not in values:
+                raise BackendError(f"{path}: no value for placeholder {node}")
+            return values[match.group(1)]
+        return node
+
+    return fill(body)
+
+
+def check_shards(shards: int, replicas: int) -> tuple[int, int]:
+    if not isinstance(shards, int) or shards < 1:
+        raise ConfigError(f"shards={shards!r}: must be an integer >= 1")
+    if not isinstance(replicas, int) or replicas < 0:
+        raise ConfigError(f"replicas={replicas!r}: must be an integer >= 0")
+    return shards, replicas
+
+
+def filter_clauses(filters: Filters | None) -> list[dict]:
+    """``{"lang": "en", "tag": ["a", "b"]}`` -> exact ``term``/``terms`` clauses on ``metadata.*``."""
+    clauses = []
+    for key, value in (filters or {}).items():
+        if not isinstance(key, str) or not key or key.startswith(".") or key.endswith("."):
+            raise ConfigError(f"filter field {key!r}: use a metadata field name such as 'lang' or 'source.site'")
+        field = f"{METADATA_FIELD}.{key}"
+        if isinstance(value, (list, tuple, set, frozenset)):
+            values = list(value)
+            if not values or any(v is None for v in values):
+                raise ConfigError(f"filter {key}={value!r}: give at least one value and no nulls")
+            clauses.append({"terms": {field: values}})
+        elif value is None or isinstance(value, dict):
+            raise ConfigError(f"filter {key}={value!r}: a filter value must be a string, number, boolean or a list")
+        else:
+            clauses.append({"term": {field: value}})
+    return clauses
+
+
+def bm25_query(query: str, filters: Filters | None) -> dict:
+    """A ``match`` query (the text is analysed, never parsed as query syntax) with exact filters."""
+    return {"bool": {"must": [{"match": {TEXT_FIELD: {"query": query}}}], "filter": filter_clauses(filters)}}
+
+
+def bm25_body(query: str, depth: int, filters: Filters | None) -> dict:
+    return {"size": depth, "_source": False, "track_total_hits": False, "query": bm25_query(query, filters)}
+
+
+def ids_body(ids: list[str], source: list[str] | bool = False) -> dict:
+    """The documents ``ids`` (at most ``len(ids)`` hits), with the ``source`` fields asked for."""
+    return {"size": len(ids), "_source": source, "track_total_hits": False, "query": {"ids": {"values": ids}}}

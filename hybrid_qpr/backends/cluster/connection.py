@@ -1,0 +1,233 @@
+"""Connection options and HTTP error translation shared by the OpenSearch and Elasticsearch backends.
+
+Both engines speak the same REST dialect for everything hybrid-qpr sends (``_search``,
+``_msearch``, ``_bulk``, ``_mget``, ``_count``, ``_mapping``), so the backends talk through a
+``Transport``: one method, ``request(method, path, body, params)``, implemented per client
+library (opensearch-py, elasticsearch-py). Each implementation turns its library's
+exceptions into one ``HttpFailure`` carrying the HTTP status (``None`` = no answer) and the
+JSON error body; ``translate`` then maps statuses and the error body's ``type`` to
+hybrid-qpr errors - never by matching message strings.
+
+Retries: the client libraries' own retry loops are switched off (``max_retries=0``) so that
+the bulk writer's capped backoff (``cluster.bulk``) is the one retry layer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from hybrid_qpr.errors import BackendError, ClusterError, ConfigError
+
+Engine = Literal["opensearch", "elasticsearch"]
+ENGINES: tuple[str, ...] = ("opensearch", "elasticsearch")
+ENGINE_NAMES = {"opensearch": "OpenSearch", "elasticsearch": "Elasticsearch"}
+PROBE_PATH = "/_cluster/health"  # the Maven Central Elasticsearch has no rest-root: GET / answers 405
+
+
+# ---------------------------------------------------------------------- options
+@dataclass(frozen=True)
+class ConnectionOptions:
+    """Where and how to connect. ``str`` hides the password and API key."""
+
+    engine: Engine
+    url: str
+    username: str | None = None
+    password: str | None = None
+    api_key: str | None = None
+    ca_certs: str | None = None
+    verify_certs: bool = True
+    timeout: float = 30.0
+
+    @property
+    def scheme(self) -> str:
+        return urlsplit(self.url).scheme
+
+    def __repr__(self) -> str:
+        return (f"ConnectionOptions(engine={self.engine!r}, url={redact(self.url)!r}, username={self.username!r}, "
+                f"password={'***' if self.password else None}, api_key={'***' if self.api_key else None}, "
+                f"ca_certs={self.ca_certs!r}, verify_certs={self.verify_certs}, timeout={self.timeout})")
+
+    __str__ = __repr__
+
+
+def env_name(engine: str, suffix: str) -> str:
+    """``HYBRID_QPR_OPENSEARCH_URL``, ``HYBRID_QPR_ELASTICSEARCH_API_KEY``, ..."""
+    return f"HYBRID_QPR_{engine.upper()}_{suffix}"
+
+
+def _env_flag(name: str) -> bool | None:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return None
+    if value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"${name}={value!r}: use true/false (or 1/0)")
+
+
+def local_node_url(engine: Engine) -> str:
+    """URL of the node 'hybrid-qpr cluster start [--engine elasticsearch]' runs."""
+    from hybrid_qpr.localnode import LocalNode
+
+    if engine == "elasticsearch":
+        return LocalNode(engine="elasticsearch").status().url  # type: ignore[call-arg]
+    return LocalNode().url
+
+
+def resolve_options(engine: Engine, url: str | None = None, *, username: str | None = None,
+                    password: str | None = None, api_key: str | None = None, ca_certs: str | None = None,
+                    verify_certs: bool | None = None, timeout: float = 30.0) -> ConnectionOptions:
+    """Fill every unset argument from ``$HYBRID_QPR_<ENGINE>_URL``, ``_USER``, ``_PASSWORD``,
+    ``_API_KEY``, ``_CA`` and ``_VERIFY``; the URL falls back to the local node. Credentials
+    may also sit in the URL (``https://user:pw@host:9200``)."""
+    if engine not in ENGINES:
+        raise ConfigError(f"engine={engine!r}: allowed values are {', '.join(ENGINES)}")
+    name = ENGINE_NAMES[engine]
+    url = url or os.environ.get(env_name(engine, "URL")) or local_node_url(engine)
+    username = username if username is not None else os.environ.get(env_name(engine, "USER"))
+    password = password if password is not None else os.environ.get(env_name(engine, "PASSWORD"))
+    api_key = api_key if api_key is not None else os.environ.get(env_name(engine, "API_KEY"))
+    ca_certs = ca_certs if ca_certs is not None else os.environ.get(env_name(engine, "CA"))
+    if verify_certs is None:
+        verify_certs = _env_flag(env_name(engine, "VERIFY"))
+        verify_certs = True if verify_certs is None else verify_certs
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{name} URL {redact(url)!r}: expected http(s)://host[:port]")
+    if parts.username and username is None:  # credentials given inside the URL
+        username, password = parts.username, parts.password or ""
+        url = redact(url)
+    if (username is None) != (password is None):
+        raise ConfigError(f"{name} basic auth needs both a user and a password (--user/--password or "
+                          f"${env_name(engine, 'USER')}/_PASSWORD)")
+    if api_key and username is not None:
+        raise ConfigError(f"{name}: give either --api-key or --user/--password, not both")
+    if timeout <= 0:
+        raise ConfigError(f"timeout={timeout}: must be > 0 seconds")
+    return ConnectionOptions(engine, url, username, password, api_key or None, ca_certs or None,
+                             bool(verify_certs), float(timeout))
+
+
+def redact(url: str) -> str:
+    """``url`` without any ``user:password@`` part, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+
+
+# ---------------------------------------------------------------------- transport and errors
+class HttpFailure(Exception):
+    """A request that got no answer (``status is None``) or a non-2xx answer."""
+
+    def __init__(self, status: int | None, body: Any, detail: str = ""):
+        self.status = status
+        self.body = body
+        self.detail = detail
+        super().__init__(f"{status}: {reason(body) or detail}")
+
+    @property
+    def error_type(self) -> str | None:
+        """The error body's ``type`` (e.g. ``index_not_found_exception``), or None."""
+        return error_type(self.body)
+
+    @property
+    def retryable(self) -> bool:
+        """No answer, too many requests, or a server-side failure: worth sending again."""
+        return self.status is None or self.status == 429 or self.status >= 500
+
+
+class Transport:
+    """One engine's client behind the request shape both engines share."""
+
+    engine: Engine = "opensearch"
+
+    def __init__(self, client: Any):
+        self.client = client
+
+    @property
+    def name(self) -> str:
+        return ENGINE_NAMES[self.engine]
+
+    def request(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None, *,
+                ndjson: bool = False, timeout: float | None = None) -> Any:
+        """Send one request and return the decoded JSON answer; failures raise ``HttpFailure``.
+        ``ndjson=True`` sends ``body`` (a ``str``) as newline-delimited JSON (``_bulk``, ``_msearch``)."""
+        raise NotImplementedError
+
+    def exists(self, path: str) -> bool:
+        """``HEAD path``: True on 2xx, False on 404."""
+        try:
+            self.request("HEAD", path)
+            return True
+        except HttpFailure as failure:
+            if failure.status == 404:
+                return False
+            raise
+
+
+def error_type(body: Any) -> str | None:
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict):
+            root = (error.get("root_cause") or [error])[0]
+            return root.get("type") or error.get("type")
+    return None
+
+
+def reason(body: Any) -> str:
+    """``type: reason`` of an engine's error body (or the body itself when it is not JSON)."""
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict):
+            root = (error.get("root_cause") or [error])[0]
+            return f"{root.get('type')}: {root.get('reason')}"
+        if error:
+            return str(error)
+        if "status" in body and "message" in body:
+            return str(body["message"])
+    return "" if body is None else str(body)[:300]
+
+
+def missing_index(what: str, index: str, engine: str) -> BackendError:
+    return BackendError(f"{what}: index {index!r} does not exist; create it with "
+                        f"'hybrid-qpr ingest FILE --{engine} [URL] --index {index}'")
+
+
+def error_for(failure: HttpFailure, what: str, engine: Engine, index: str | None = None) -> BackendError:
+    """The hybrid-qpr error for ``failure``, chosen by HTTP status and error type."""
+    name = ENGINE_NAMES[engine]
+    status = failure.status
+    if status is None:
+        return ClusterError(f"{what}: cannot reach {name} ({failure.detail}). Is the node running? Start one with "
+                            f"'hybrid-qpr cluster start" + (" --engine elasticsearch'" if engine == "elasticsearch" else "'"))
+    if status == 401:
+        return ClusterError(f"{what}: authentication failed (check --user/--password or --api-key)")
+    if status == 403:
+        return ClusterError(f"{what}: permission denied ({reason(failure.body)})")
+    if status == 404 and index is not None and failure.error_type == "index_not_found_exception":
+        return missing_index(what, index, engine)
+    if status == 404:
+        return BackendError(f"{what}: not found ({reason(failure.body)})")
+    if status == 429 or status >= 500:
+        return ClusterError(f"{what}: {name} answered {status} ({reason(failure.body)}); the cluster is overloaded "
+                            "or failing - retry later")
+    return BackendError(f"{what}: {name} answered {status} ({reason(failure.body)})")
+
+
+@contextmanager
+def translate(what: str, engine: Engine, index: str | None = None) -> Iterator[None]:
+    """Turn an ``HttpFailure`` raised inside the block into the matching hybrid-qpr error."""
+    try:
+        yield
+    except HttpFailure as failure:
+        raise error_for(failure, what, engine, index) from failure

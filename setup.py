@@ -1,0 +1,32 @@
+"""Build step: copy the top-level onnx/, mappings/ and examples/ directories whole into the
+wheel as hybrid_qpr/_data/, so an installed package carries its default model, request
+bodies and demo bank (read through hybrid_qpr.resources). The top-level directories stay
+the one source; the copy exists only in the build. An editable install reads them in place.
+All other metadata is in pyproject.toml."""
+
+import shutil
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).resolve().parent
+BUNDLED_DIRS = ("onnx", "mappings", "examples")  # keep in step with hybrid_qpr/resources.py
+SKIPPED = shutil.ignore_patterns("__pycache__", "*.py", "*.pyc", ".*")
+
+
+class build_py_with_data(build_py):
+    def run(self):
+        super().run()
+        if getattr(self, "editable_mode", False):
+            return  # the source checkout is read in place
+        for name in BUNDLED_DIRS:
+            source = ROOT / name
+            if not source.is_dir():
+                raise SystemExit(f"{source}: missing; the wheel must carry it (run the build from a full checkout or sdist)")
+            target = Path(self.build_lib) / "hybrid_qpr" / "_data" / name
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree(source, target, ignore=SKIPPED)
+
+
+setup(cmdclass={"build_py": build_py_with_data})

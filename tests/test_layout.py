@@ -1,0 +1,74 @@
+"""The house rules that a refactor could silently break: the package's import graph has no
+cycles (text and backends never reach into data), every bundled file is found through
+hybrid_qpr.resources, and committed benchmark results name no machine's absolute paths."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+from hybrid_qpr import resources
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "hybrid_qpr"
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Top-level unit (subpackage or module) -> the units it imports, lazy imports included."""
+    edges: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        source = _unit(".".join(path.relative_to(REPO).with_suffix("").parts))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("hybrid_qpr"):
+                targets = [node.module] if node.module != "hybrid_qpr" else [f"hybrid_qpr.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names if a.name.startswith("hybrid_qpr")]
+            else:
+                continue
+            edges.setdefault(source, set()).update(t for t in map(_unit, targets) if t != source)
+    return edges
+
+
+def test_no_import_cycles_between_subpackages():
+    edges = _import_graph()
+    assert "data" not in edges.get("text", set()) and "data" not in edges.get("backends", set())
+    for start in edges:
+        seen, stack = set(), list(edges[start])
+        while stack:
+            unit = stack.pop()
+            assert unit != start, f"import cycle through {start}"
+            if unit not in seen:
+                seen.add(unit)
+                stack.extend(edges.get(unit, ()))
+
+
+def test_bundled_files_resolve_from_the_checkout():
+    assert (resources.model_dir() / "model.onnx").is_file()
+    assert resources.mapping_file("opensearch/index.json").is_file()
+    assert (resources.examples_dir() / "beir" / "qrels" / "test.tsv").is_file()
+
+
+def _strings(node):
+    if isinstance(node, dict):
+        for value in node.values():
+            yield from _strings(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _strings(value)
+    elif isinstance(node, str):
+        yield node
+
+
+def test_committed_results_hold_no_absolute_paths():
+    files = [*(REPO / "benchmarks" / "results").rglob("*.json"), *(REPO / "docs").glob("*.json")]
+    assert files
+    for path in files:
+        for text in _strings(json.loads(path.read_text(encoding="utf-8"))):
+            words = text.split()
+            assert not any(w.startswith(("/work/", "/tmp/", "/home/", "/root/")) for w in words), f"{path}: {text}"
