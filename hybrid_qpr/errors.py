@@ -97,3 +97,12 @@ def require(module: str, extra: str | None = None, feature: str = "this feature"
         return importlib.import_module(module)
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise MissingDependencyError(module.split(".")[0], extra, feature) from exc
+
+
+class IndexDamagedError(ArtifactError):
+    """A local index file does not match what its manifest recorded at commit (missing,
+    truncated, wrong shape or checksum). The message names the file and the recovery."""
+
+
+class IndexLockedError(BackendError):
+    """Another process is writing the local index (one writer at a time)."""

@@ -124,6 +124,8 @@ class HybridSearcher:
         as client-side fusion would use; ``rerank_server``); the engine then reports only the
         final score, so ``bm25``/``knn`` are ``None``."""
         self._check(mode, top_k, offset, depth, rerank_depth)
+        if not isinstance(query, str) or not query.strip():
+            raise ConfigError(f"query={query!r}: the query text is empty; give the question to search for")
         need = offset + top_k
         if server_side and mode in ("hybrid", "rerank"):
             return self._server_side(query, mode, need, offset, fusion, alpha, filters, depth, rerank_depth, vector)

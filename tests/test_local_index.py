@@ -32,8 +32,9 @@ def test_ingest_builds_all_parts_and_manifest(index, committed_encoder, question
     assert manifest["model"]["dim"] == committed_encoder.dim and manifest["count"] == len(question_bank)
     assert manifest["faiss"]["factory"] == "Flat" and manifest["bm25"]["impl"] == "bm25s"
     assert {"faiss-cpu", "bm25s", "numpy"} <= set(manifest["versions"])
-    for name in ("docs.sqlite", "vectors.npy", "vectors.faiss", "bm25"):
-        assert (index.path / name).exists()
+    [segment] = manifest["segments"]  # one ingest = one segment holding every part
+    for name in ("docs.sqlite", "vectors.npy", "vectors.faiss", "bm25.vocab.json", "bm25.tf.npy"):
+        assert (index.path / "segments" / segment["name"] / name).exists()
     doc = index.documents(["q005"])["q005"]
     assert doc.text == question_bank[5].text and doc.metadata == question_bank[5].metadata
 

@@ -12,16 +12,18 @@ from hybrid_qpr.cli._common import cluster_options, friendly_errors
 @click.option("--index", required=True, help="Local index directory, or the cluster index name with --opensearch/--elasticsearch.")
 @click.option("--ids-file", type=click.Path(allow_dash=True, dir_okay=False), default=None,
               help="Also delete the ids listed in this file, one per line ('-' = stdin).")
+@click.option("--wait", is_flag=True, help="Local index: if another process is writing it, wait for it instead of failing.")
 @cluster_options(selects_backend=True)
 @friendly_errors
-def delete(ids, index, ids_file, **connection) -> None:
-    """Delete the documents with the given IDS (the local index is rebuilt aside and swapped in).
+def delete(ids, index, ids_file, wait, **connection) -> None:
+    """Delete the documents with the given IDS (a local index records tombstones; the
+    space is reclaimed by merges and 'hybrid-qpr index optimize').
 
     \b
     Example:
       hybrid-qpr delete q17 q18 --index ./qidx
     """
-    from hybrid_qpr.cli._engine import open_backend
+    from hybrid_qpr.cli._engine import open_backend, use_cluster
 
     wanted = list(ids)
     if ids_file:
@@ -29,5 +31,6 @@ def delete(ids, index, ids_file, **connection) -> None:
             wanted += [line.strip() for line in fh if line.strip()]
     if not wanted:
         raise click.UsageError("give at least one id (or --ids-file)")
-    removed = open_backend(index, connection).delete(wanted)
+    backend = open_backend(index, connection)
+    removed = backend.delete(wanted) if use_cluster(connection) else backend.delete(wanted, wait=wait)
     click.echo(f"deleted {removed} of {len(wanted)} ids from {index}")

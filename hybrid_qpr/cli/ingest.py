@@ -26,6 +26,7 @@ SHOW_SKIPPED = 20
               help="Local BM25 implementation when the index is created (rank-bm25 is much slower per query).")
 @click.option("--batch-size", type=int, default=256, show_default=True, help="Texts per encoder batch (and per bulk request).")
 @click.option("--strict", is_flag=True, help="Stop at the first bad input line instead of skipping and reporting it.")
+@click.option("--wait", is_flag=True, help="Local index: if another process is writing it, wait for it instead of failing.")
 @click.option("--rejects", type=click.Path(dir_okay=False), default=None,
               help="Cluster only: write documents the cluster rejected here as JSON lines.")
 @click.option("--shards", type=click.IntRange(min=1), default=None,
@@ -34,15 +35,15 @@ SHOW_SKIPPED = 20
               help="Cluster only, when the index is created: replicas per shard. [default: 0 on a one-node cluster, else 1]")
 @cluster_options(selects_backend=True)
 @friendly_errors
-def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm25_impl, batch_size, strict, rejects,
-           shards, replicas, **connection) -> None:
+def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm25_impl, batch_size, strict, wait,
+           rejects, shards, replicas, **connection) -> None:
     """Encode and index the questions of INPUT ('-' = stdin).
 
     INPUT is JSONL (id, text, any metadata), TSV/CSV with a header naming the text column, a
     BEIR corpus.jsonl, or a Quora-layout pairs file (each distinct question once). Ingesting
     the same ids again updates them, never duplicates. Bad lines are skipped and listed
-    with their line numbers (--strict stops instead); the index is only replaced when the
-    whole ingest succeeded.
+    with their line numbers (--strict stops instead). A local ingest adds a segment and
+    commits it only when the whole ingest succeeded; one writer at a time (--wait queues).
 
     \b
     Examples:
@@ -72,7 +73,7 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
         existing = LocalIndex.open(index) if (Path(index) / MANIFEST).is_file() else None
         encoder = Encoder.load(model if model or existing is None else existing.model_dir)
         target = existing or LocalIndex.create(index, encoder, faiss=faiss_kind, bm25=bm25_impl)
-        report = target.ingest(documents, encoder, batch_size=batch_size)
+        report = target.ingest(documents, encoder, batch_size=batch_size, wait=wait)
     all_skipped = sorted((skipped or []) + report.skipped)
     click.echo(f"indexed {report.indexed}, updated {report.updated}, skipped {len(all_skipped)}, "
                f"failed {len(report.failed)} in {report.seconds:.1f} s ({report.docs_per_second:.0f} docs/s) -> {index}")

@@ -63,12 +63,19 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
       hybrid-qpr query "cheap flights?" --index ./qidx --filter topic=travel --from 10 -k 10
       hybrid-qpr query --queries questions.txt --index ./qidx --json > hits.jsonl
     """
-    from hybrid_qpr.cli._engine import load_encoder, open_backend, parse_filters
+    from hybrid_qpr.cli._engine import load_encoder, open_backend, parse_filters, use_cluster
     from hybrid_qpr.search import HybridSearcher
 
     if (text is None) == (queries_path is None):
         raise click.UsageError("give either TEXT or --queries FILE")
+    if text is not None and not text.strip():
+        raise click.UsageError("the query TEXT is empty; give the question to search for, e.g. "
+                               "hybrid-qpr query \"how do i reset my password\" --index DIR")
     backend = open_backend(index, connection)
+    if not use_cluster(connection) and backend.count() == 0:
+        raise click.ClickException(f"index {index} holds no documents: no ingest into it has committed (an "
+                                   "interrupted or failed first ingest leaves it empty). Fix: hybrid-qpr ingest "
+                                   f"FILE --index {index}")
     searcher = HybridSearcher(backend, load_encoder(model, backend))
     options = dict(mode=mode, top_k=top_k, offset=offset, fusion=fusion, alpha=alpha, depth=depth,
                    rerank_depth=rerank_depth, filters=parse_filters(filters), server_side=server_side)

@@ -18,7 +18,9 @@ A record without an id gets the stable id of :func:`hybrid_qpr.text.text_id` (th
 and a pairs file without qids is indexed under the ids of the qrels built from it.
 
 Bad lines raise ``InputError(path, line, problem)``; when a ``skipped`` list is given
-they are skipped instead and ``(line, problem)`` appended to it.
+they are skipped instead and ``(line, problem)`` appended to it. A line that is not valid
+UTF-8 is a bad line like any other (in JSONL and TSV/CSV input; a table's header must be
+readable).
 """
 
 from __future__ import annotations
@@ -105,9 +107,30 @@ def _document(record: dict[str, Any], text_column: str, id_column: str) -> Docum
     return Document(doc_id, text, metadata)
 
 
+def _decoded(lines: Iterator[str], skipped: list[tuple[int, str]] | None, header: bool) -> Iterator[str]:
+    """The lines of an ``open_text`` stream; one that is not UTF-8 is recorded in ``skipped``
+    and passed on as an empty line (so later line numbers stay right), unless there is no
+    ``skipped`` list (strict) or it is a table's header."""
+    while True:
+        try:
+            yield next(lines)
+        except StopIteration:
+            return
+        except InputError as exc:
+            if skipped is None or (header and exc.line == 1):
+                raise
+            skipped.append((exc.line, exc.problem))
+            yield "\n"
+
+
 def _jsonl(path, text_column, id_column, skipped) -> Iterator[tuple[int, Document]]:
     name = display_name(path)
-    for line, record in iter_jsonl(path, skipped=skipped):
+    with open_text(path) as fh:
+        yield from _jsonl_records(name, path, _decoded(fh, skipped, header=False), text_column, id_column, skipped)
+
+
+def _jsonl_records(name, path, lines, text_column, id_column, skipped) -> Iterator[tuple[int, Document]]:
+    for line, record in iter_jsonl(path, lines, skipped=skipped):
         doc = _document(record, text_column, id_column)
         if isinstance(doc, str):
             _bad(name, line, doc, skipped)
@@ -119,7 +142,7 @@ def _table(path, text_column, id_column, skipped) -> Iterator[tuple[int, Documen
     name = display_name(path)
     with open_text(path) as fh:
         header: list[str] | None = None
-        for line, row in iter_rows(path, fh):
+        for line, row in iter_rows(path, _decoded(fh, skipped, header=True)):
             if header is None:
                 header = [c.strip() for c in row]
                 if text_column not in header:

@@ -101,9 +101,10 @@ class LocalNode:
     """The local deployment of ``engine`` under ``home`` (default ``maven.default_home()``).
 
     ``version`` and ``port`` left as None mean: those of the deployment recorded as started from
-    this home with this node count while any of its nodes runs, else the engine's defaults (OpenSearch 3.6.0 on 9200,
-    Elasticsearch 9.5.3 on 9201; a multi-node cluster on 9210). With ``nodes=N`` (default 1) the
-    HTTP ports are port ... port+N-1 and the transport ports port+100 ... port+100+N-1.
+    this home with this node count while any of its nodes runs, else the engine's defaults
+    (OpenSearch 3.6.0 on 9200, Elasticsearch 9.5.3 on 9201; a multi-node cluster on 9210). With
+    ``nodes=N`` (default 1) the HTTP ports are port ... port+N-1 and the transport ports
+    port+100 ... port+100+N-1.
     """
 
     def __init__(self, home: str | Path | None = None, port: int | None = None, heap: str | None = None,
@@ -221,8 +222,8 @@ class LocalNode:
             if info and info.get("nodes"):
                 version = next(iter(info["nodes"].values())).get("version")
             if with_plugins:
-                rows_ = _get_json(url + "/_cat/plugins?format=json") or []
-                plugins = sorted({row["component"] for row in rows_})
+                plugin_rows = _get_json(url + "/_cat/plugins?format=json") or []
+                plugins = sorted({row["component"] for row in plugin_rows})
         running = len(answering) == len(rows) and health is not None
         return NodeStatus(running=running, url=self.url, pid=rows[0]["pid"], health=health, version=version,
                           plugins=plugins, node_dir=str(self.node_dir), engine=self.engine,
@@ -245,7 +246,7 @@ class LocalNode:
                 raise ClusterError(
                     f"{self.dist.label} processes from {self.node_dir} are alive but {self.url} does not answer; "
                     f"wait for them or run 'hybrid-qpr cluster stop --engine {self.engine}"
-                f"{f' --nodes {self.nodes}' if self.nodes > 1 else ''}'. Log: {self.log_file}"
+                    f"{f' --nodes {self.nodes}' if self.nodes > 1 else ''}'. Log: {self.log_file}"
                 )
             for member in down:
                 member.pid_file.unlink(missing_ok=True)

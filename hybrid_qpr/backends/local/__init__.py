@@ -1,0 +1,16 @@
+"""The embedded backend: a local index directory of immutable segments, searched without a server.
+
+``index.py`` holds ``LocalIndex`` (open, search, ingest, delete, optimize); ``segment.py``
+one segment's files; ``commit.py`` the manifest commit, the writer lock and the cleanup of
+dead writers' leftovers; ``merge.py`` the size-tiered merge policy; ``bm25.py`` BM25 with
+corpus-wide statistics over per-segment postings; ``vectors.py`` the FAISS part;
+``check.py`` the full verification behind ``hybrid-qpr index check``.
+"""
+
+from hybrid_qpr.backends.local.commit import FORMAT, FORMAT_VERSION, LOCK_FILE, MANIFEST
+from hybrid_qpr.backends.local.index import BM25_IMPLS, SEGMENT_DOCS, Bm25Impl, LocalIndex
+from hybrid_qpr.backends.local.vectors import (FAISS_KINDS, FLAT_THRESHOLD, NPROBE, FaissKind, build_faiss,
+                                               faiss_factory)
+
+__all__ = ["BM25_IMPLS", "FAISS_KINDS", "FLAT_THRESHOLD", "FORMAT", "FORMAT_VERSION", "LOCK_FILE", "MANIFEST", "NPROBE",
+           "SEGMENT_DOCS", "Bm25Impl", "FaissKind", "LocalIndex", "build_faiss", "faiss_factory"]

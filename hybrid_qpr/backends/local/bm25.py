@@ -1,0 +1,186 @@
+"""BM25 over per-segment postings with corpus-wide statistics.
+
+Each segment stores raw postings, not scores: for every token of its vocabulary the rows
+that contain it and how often (a CSC-style layout: ``ptr``, ``rows``, ``tf``), plus each
+document's length in tokens. Scores are computed at query time with statistics taken over
+the live documents of *all* segments (``N``, ``df``, ``avgdl``), so a document's score does
+not depend on how the corpus is split into segments: it equals the score one index over the
+same live documents gives (tested). bm25s cannot do this (it stores scores with idf and
+avgdl baked in at indexing time), which is why the postings live here.
+
+Scoring (Lucene's BM25, the bm25s default; Kamphuis et al., ECIR 2020)::
+
+    idf(t)     = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
+    score(d,q) = sum over query tokens t (repeats count) of
+                 idf(t) * tf(t,d) / (tf(t,d) + k1 * (1 - b + b * |d| / avgdl))
+
+with ``k1 = 1.5``, ``b = 0.75``. Deleted documents count neither in ``N``, ``df`` nor
+``avgdl``.
+
+Files (plain ``.npy`` without pickle plus a JSON vocabulary): ``bm25.vocab.json`` (tokens
+in column order), ``bm25.ptr.npy`` (int64, vocabulary + 1), ``bm25.rows.npy`` (int32),
+``bm25.tf.npy`` (float32), ``bm25.doclen.npy`` (float32, one per document).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+BM25_K1, BM25_B = 1.5, 0.75
+VOCAB, PTR, ROWS, TF, DOCLEN = "bm25.vocab.json", "bm25.ptr.npy", "bm25.rows.npy", "bm25.tf.npy", "bm25.doclen.npy"
+FILES: tuple[str, ...] = (VOCAB, PTR, ROWS, TF, DOCLEN)
+
+
+@dataclass
+class Postings:
+    """The postings of one segment (arrays may be memory-mapped)."""
+
+    vocab: list[str]
+    ptr: np.ndarray
+    rows: np.ndarray
+    tf: np.ndarray
+    doc_len: np.ndarray
+
+    def __post_init__(self) -> None:
+        self._columns: dict[str, int] | None = None
+
+    def column(self, token: str) -> int | None:
+        if self._columns is None:
+            self._columns = {t: i for i, t in enumerate(self.vocab)}
+        return self._columns.get(token)
+
+    def posting(self, token: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """(rows, tf) of ``token`` in this segment, or ``None`` if it never occurs."""
+        col = self.column(token)
+        if col is None:
+            return None
+        start, end = int(self.ptr[col]), int(self.ptr[col + 1])
+        return self.rows[start:end], self.tf[start:end]
+
+
+def build_postings(token_lists: Iterable[Sequence[str]], chunk: int = 50_000) -> Postings:
+    """Postings of documents given as token lists (row ``i`` = the ``i``-th list). Consumed
+    ``chunk`` documents at a time into integer arrays, so a generator of a million token
+    lists never holds them all at once."""
+    columns: dict[str, int] = {}
+    col_parts, row_parts, length_parts = [], [], []
+    n_docs = 0
+    it = iter(token_lists)
+    while batch := list(itertools.islice(it, chunk)):
+        lengths = np.fromiter((len(tokens) for tokens in batch), dtype=np.int64, count=len(batch))
+        col_parts.append(np.fromiter((columns.setdefault(t, len(columns)) for tokens in batch for t in tokens),
+                                     dtype=np.int64, count=int(lengths.sum())))
+        row_parts.append(np.repeat(np.arange(n_docs, n_docs + len(batch), dtype=np.int64), lengths))
+        length_parts.append(lengths)
+        n_docs += len(batch)
+    lengths = np.concatenate(length_parts) if length_parts else np.zeros(0, dtype=np.int64)
+    cols = np.concatenate(col_parts) if col_parts else np.zeros(0, dtype=np.int64)
+    rows = np.concatenate(row_parts) if row_parts else np.zeros(0, dtype=np.int64)
+    span = max(n_docs, 1)
+    keys, counts = np.unique(cols * span + rows, return_counts=True)  # sorted by column, then row
+    ptr = np.zeros(len(columns) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys // span, minlength=len(columns)), out=ptr[1:])
+    return Postings(list(columns), ptr, (keys % span).astype(np.int32), counts.astype(np.float32),
+                    lengths.astype(np.float32))
+
+
+def save_postings(postings: Postings, directory: Path) -> None:
+    with open(directory / VOCAB, "w", encoding="utf-8") as fh:
+        json.dump(postings.vocab, fh, ensure_ascii=False)
+    for name, array in ((PTR, postings.ptr), (ROWS, postings.rows), (TF, postings.tf), (DOCLEN, postings.doc_len)):
+        np.save(directory / name, array, allow_pickle=False)
+
+
+def load_postings(directory: Path, mmap: bool = True) -> Postings:
+    mode = "r" if mmap else None
+    # plain ndarray views of the maps: slicing a np.memmap costs a Python object per slice
+    arrays = [np.asarray(np.load(directory / name, mmap_mode=mode, allow_pickle=False)) for name in (PTR, ROWS, TF, DOCLEN)]
+    vocab = json.loads((directory / VOCAB).read_text(encoding="utf-8"))
+    return Postings(vocab, *arrays)
+
+
+def idf(df: int, n_docs: int) -> float:
+    """Lucene's idf: ``ln(1 + (N - df + 0.5) / (df + 0.5))`` (never negative)."""
+    return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+
+
+@dataclass(frozen=True)
+class CorpusStats:
+    """Corpus-wide BM25 statistics over the live documents of every segment."""
+
+    n_docs: int
+    avg_len: float
+
+
+def corpus_stats(parts: Sequence[tuple[Postings, np.ndarray | None]]) -> CorpusStats:
+    """``parts`` = (postings, deleted mask or ``None``) per segment."""
+    n_docs, total = 0, 0.0
+    for postings, deleted in parts:
+        lengths = np.asarray(postings.doc_len, dtype=np.float64)
+        if deleted is not None:
+            lengths = lengths[~deleted]
+        n_docs += len(lengths)
+        total += float(lengths.sum())
+    return CorpusStats(n_docs, total / n_docs if n_docs else 0.0)
+
+
+def term_weights(parts: Sequence[tuple[Postings, np.ndarray | None]], stats: CorpusStats, k1: float = BM25_K1,
+                 b: float = BM25_B) -> list[np.ndarray]:
+    """``tf / (tf + k1 * (1 - b + b * |d| / avgdl))`` of every posting of every segment,
+    aligned with its ``rows`` (float32). Depends on the corpus statistics, so it is
+    computed per open (cached by the index until the next commit), not stored."""
+    avg = stats.avg_len or 1.0
+    out = []
+    for postings, _ in parts:
+        norm = k1 * (1.0 - b + b * np.asarray(postings.doc_len, dtype=np.float64) / avg)
+        tf = np.asarray(postings.tf, dtype=np.float64)
+        out.append((tf / (tf + norm[postings.rows])).astype(np.float32))
+    return out
+
+
+def score_segments(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: Sequence[str],
+                   stats: CorpusStats, weights: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+    """BM25 score of every document of every segment (deleted ones score 0) for the query
+    ``tokens``; one float32 array per segment, aligned with its rows. ``weights``: the
+    ``term_weights`` of ``parts`` (computed here when not given).
+
+    Each document's contributions are summed in query-token order (``np.bincount`` adds in
+    input order), so the score is the same whichever segment holds the document."""
+    scores = [np.zeros(len(p.doc_len), dtype=np.float32) for p, _ in parts]
+    if stats.n_docs == 0 or not tokens:
+        return scores
+    idfs: dict[str, float] = {}
+    for token in dict.fromkeys(tokens):
+        df = 0
+        for postings, deleted in parts:
+            hit = postings.posting(token)
+            if hit is not None:
+                df += len(hit[0]) - (int(deleted[hit[0]].sum()) if deleted is not None else 0)
+        if df:
+            idfs[token] = idf(df, stats.n_docs)
+    if not idfs:
+        return scores
+    if weights is None:
+        weights = term_weights(parts, stats)
+    for seg, (postings, deleted) in enumerate(parts):
+        rows, values = [], []
+        for token in tokens:  # query order, repeats included
+            col = postings.column(token) if token in idfs else None
+            if col is None:
+                continue
+            start, end = int(postings.ptr[col]), int(postings.ptr[col + 1])
+            rows.append(postings.rows[start:end])
+            values.append(idfs[token] * weights[seg][start:end])
+        if rows:
+            scores[seg] = np.bincount(np.concatenate(rows), weights=np.concatenate(values),
+                                      minlength=len(postings.doc_len)).astype(np.float32)
+            if deleted is not None:
+                scores[seg][deleted] = 0.0
+    return scores

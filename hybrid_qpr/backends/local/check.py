@@ -1,0 +1,138 @@
+"""``hybrid-qpr index check``: verify every file of a local index against its manifest.
+
+Opening an index checks only what is cheap (file sizes, row counts, array shapes); the
+check reads everything: each file's CRC32 against the one recorded at commit, the SQLite
+integrity check, the FAISS index (vector count and dims), the BM25 postings and the
+tombstones, the live count, that no id is live twice, and what dead writers left behind.
+Each problem comes with its recovery.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hybrid_qpr.backends.local.commit import (FORMAT, FORMAT_VERSION, LOCK_FILE, MANIFEST, WriteLock, manifest_problem,
+                                              referenced)
+from hybrid_qpr.backends.local.segment import DOCS_DB, SEGMENTS_DIR, Segment, file_problems, fix_for
+from hybrid_qpr.backends.local.vectors import NPROBE
+from hybrid_qpr.errors import IndexDamagedError
+
+REBUILD = "the index cannot be used; ingest your source file into a new --index directory"
+
+
+@dataclass(frozen=True)
+class Problem:
+    what: str
+    fix: str
+
+
+@dataclass
+class CheckReport:
+    path: Path
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # not errors: leftovers, a writer at work
+    documents: int = 0
+    segments: int = 0
+    generation: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def check_index(path: str | Path) -> CheckReport:
+    """Verify the index at ``path`` (read-only; takes no lock)."""
+    path = Path(path)
+    report = CheckReport(path)
+    manifest_path = path / MANIFEST
+    if not manifest_path.is_file():
+        report.problems.append(Problem(f"{MANIFEST} is missing: not a hybrid-qpr index (or its first ingest never "
+                                       "committed)", f"ingest your source file: hybrid-qpr ingest FILE --index {path}"))
+        return report
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        report.problems.append(Problem(f"{MANIFEST} is not valid JSON ({exc})", REBUILD))
+        return report
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+        report.problems.append(Problem(f"{MANIFEST} is not a format {FORMAT_VERSION} {FORMAT} manifest", REBUILD))
+        return report
+    problem = manifest_problem(manifest)
+    if problem:
+        report.problems.append(Problem(f"{MANIFEST} {problem}", REBUILD))
+        return report
+    report.generation = int(manifest.get("generation", 0))
+    report.segments = len(manifest["segments"])
+    dim = int(manifest["model"]["dim"])
+    nprobe = int(manifest["faiss"].get("nprobe", NPROBE))
+    live_ids: set[str] = set()
+    duplicates = 0
+    for entry in manifest["segments"]:
+        problems = file_problems(path, entry, checksums=True)
+        for what, file in problems:
+            report.problems.append(Problem(what, fix_for(file, path)))
+        if problems:
+            continue
+        try:
+            seg = Segment(path, entry, dim, nprobe, verify=False)
+            try:
+                quick = seg.sql("PRAGMA quick_check")
+                if quick != [("ok",)]:
+                    report.problems.append(Problem(f"{seg.rel(DOCS_DB)} fails SQLite's integrity check "
+                                                   f"({quick[0][0]})", fix_for(DOCS_DB, path)))
+                seg.faiss  # noqa: B018  (reading it checks vector count and dims)
+                _check_postings(seg, report, path)
+                rows = [r[0] for r in seg.sql("SELECT id FROM docs ORDER BY pos")]
+                live = rows if seg.deleted is None else [i for i, d in zip(rows, seg.deleted) if not d]
+                duplicates += len(live_ids.intersection(live))
+                live_ids.update(live)
+                report.documents += seg.live
+            finally:
+                seg.close()
+        except IndexDamagedError as exc:
+            report.problems.append(Problem(getattr(exc, "problem", str(exc)), getattr(exc, "fix", REBUILD)))
+    if duplicates:
+        report.problems.append(Problem(f"{duplicates} ids are live in more than one segment",
+                                       f"run 'hybrid-qpr index optimize {path}'"))
+    if not report.problems and int(manifest.get("count", -1)) != report.documents:
+        report.problems.append(Problem(f"{MANIFEST} says {manifest.get('count')} documents but the segments hold "
+                                       f"{report.documents}", f"run 'hybrid-qpr index optimize {path}'"))
+    _notes(path, manifest, report)
+    return report
+
+
+def _check_postings(seg: Segment, report: CheckReport, path: Path) -> None:
+    p = seg.postings
+    bad = None
+    if len(p.ptr) != len(p.vocab) + 1 or int(p.ptr[0]) != 0 or int(p.ptr[-1]) != len(p.rows) or len(p.rows) != len(p.tf):
+        bad = "the postings arrays do not fit together"
+    elif len(p.rows) and (int(p.rows.min()) < 0 or int(p.rows.max()) >= seg.count):
+        bad = "a posting names a row outside the segment"
+    if bad:
+        report.problems.append(Problem(f"{seg.rel('bm25.*')}: {bad}", fix_for("bm25.tf.npy", path)))
+
+
+def _notes(path: Path, manifest: dict, report: CheckReport) -> None:
+    writer = None
+    if (path / LOCK_FILE).exists():
+        lock = WriteLock(path)
+        if lock.try_acquire():
+            lock.release()
+        else:
+            fd = os.open(path / LOCK_FILE, os.O_RDONLY)
+            try:
+                writer = WriteLock.holder(fd)
+            finally:
+                os.close(fd)
+            report.notes.append(f"the index is being written by {writer} right now")
+    keep = referenced(manifest) | set(manifest.get("retained", []))
+    segments = path / SEGMENTS_DIR
+    if segments.is_dir():
+        for child in sorted(segments.iterdir()):
+            rel = f"{SEGMENTS_DIR}/{child.name}"
+            if rel not in keep:
+                report.notes.append(f"{rel} is not committed yet ({writer} is writing it)" if writer else
+                                    f"{rel} is left over from an interrupted writer (removed at the next open)")

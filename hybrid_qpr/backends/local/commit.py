@@ -1,0 +1,189 @@
+"""The commit point of a local index (``manifest.json``), the writer lock, and the removal
+of what dead writers left behind.
+
+Commit protocol (Lucene's ``segments_N`` idea in plain files):
+
+1. a writer takes the exclusive lock ``write.lock`` (``fcntl.flock``; the kernel drops it
+   when the process dies, even by SIGKILL) and re-reads the manifest;
+2. new segments and tombstone files are written under new names and fsynced;
+3. the new manifest is written to a temporary file, fsynced and renamed over
+   ``manifest.json``: that rename is the commit. A writer killed before it leaves the
+   previous commit intact; after it, the new one.
+
+Files the new commit no longer uses are kept for one more commit (listed under
+``retained``), so a reader that opened the previous commit can still read them; the
+commit after deletes them. Anything else in ``segments/`` that the manifest does not name
+was left by a dead writer and is removed the next time the index is opened while no
+writer holds the lock. Readers never take the lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from hybrid_qpr import artifacts
+from hybrid_qpr.backends.local.segment import SEGMENTS_DIR, fsync_path
+from hybrid_qpr.errors import IndexDamagedError, IndexLockedError
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "hybrid-qpr-local-index"
+FORMAT_VERSION = 2
+MANIFEST, LOCK_FILE = "manifest.json", "write.lock"
+REQUIRED_MODEL_KEYS = ("fingerprint", "dim", "distance")
+GRACE_S = 2.0  # even without --wait, a writer waits this long: a reader's cleanup holds the lock for a moment
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """The committed manifest of the index at ``path``, checked for the keys every reader needs."""
+    manifest = artifacts.read_manifest(
+        path / MANIFEST, FORMAT, FORMAT_VERSION, what="hybrid-qpr local index",
+        missing=f"{path}: not a hybrid-qpr index ({MANIFEST} missing); build one with 'hybrid-qpr ingest FILE --index {path}'",
+        fix="rebuild the index by ingesting your source file into a new --index directory")
+    problem = manifest_problem(manifest)
+    if problem:
+        raise IndexDamagedError(f"index {path} is damaged: {MANIFEST} {problem}. Fix: the index cannot be used; "
+                                f"ingest your source file into a new --index directory ('hybrid-qpr index check {path}' "
+                                "lists every problem)")
+    return manifest
+
+
+def manifest_problem(manifest: dict[str, Any]) -> str | None:
+    """What a reader would trip over in ``manifest``, or ``None``."""
+    model = manifest.get("model")
+    if not isinstance(model, dict):
+        return "has no 'model' section"
+    missing = [k for k in REQUIRED_MODEL_KEYS if k not in model]
+    if missing:
+        return f"'model' lacks {', '.join(missing)}"
+    if not isinstance(manifest.get("segments"), list):
+        return "has no 'segments' list"
+    for i, entry in enumerate(manifest["segments"]):
+        if not isinstance(entry, dict) or not {"name", "count", "files"} <= set(entry):
+            return f"segment entry {i} lacks name, count or files"
+    if not isinstance(manifest.get("faiss"), dict):
+        return "has no 'faiss' section"
+    return None
+
+
+def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
+    """Commit: write the manifest aside (fsynced), rename it over ``manifest.json``, fsync the directory."""
+    artifacts.write_json(path / MANIFEST, manifest)
+    fsync_path(path)
+
+
+def referenced(manifest: dict[str, Any]) -> set[str]:
+    """Paths (relative to the index) that ``manifest`` uses: segment directories and tombstone files."""
+    out = set()
+    for entry in manifest.get("segments", []):
+        out.add(f"{SEGMENTS_DIR}/{entry['name']}")
+        if entry.get("deletions"):
+            out.add(f"{SEGMENTS_DIR}/{entry['name']}/{entry['deletions']['file']}")
+    return out
+
+
+def remove_unreferenced(path: Path, manifest: dict[str, Any]) -> list[str]:
+    """Delete what neither the commit nor its ``retained`` list names (dead writers' leftovers:
+    temporary segment directories, uncommitted segments, stale tombstones and manifests).
+    Only call while holding the write lock. Returns the removed paths."""
+    keep = referenced(manifest) | set(manifest.get("retained", []))
+    removed = []
+    for stale in path.glob(f".{MANIFEST}.*.tmp"):
+        stale.unlink(missing_ok=True)
+        removed.append(stale.name)
+    segments = path / SEGMENTS_DIR
+    if not segments.is_dir():
+        return removed
+    for child in segments.iterdir():
+        rel = f"{SEGMENTS_DIR}/{child.name}"
+        if rel not in keep:
+            shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
+            removed.append(rel)
+            continue
+        for file in child.iterdir():
+            if (file.name.startswith("deleted.") or file.name.startswith(".")) and f"{rel}/{file.name}" not in keep:
+                file.unlink(missing_ok=True)
+                removed.append(f"{rel}/{file.name}")
+    if removed:
+        logger.info("%s: removed %d leftovers of interrupted writers", path, len(removed))
+    return removed
+
+
+def remove_paths(path: Path, rels: list[str]) -> None:
+    for rel in rels:
+        target = path / rel
+        if target.is_dir():
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            target.unlink(missing_ok=True)
+
+
+class WriteLock:
+    """The index's single-writer lock (an ``fcntl.flock`` on ``write.lock``, which also
+    records the holder's pid for the "being written by pid N" message)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self, wait: bool | float = False) -> None:
+        """Take the lock. ``wait=False`` fails if another process still holds it after
+        ``GRACE_S``; ``True`` waits as long as needed; a number waits that many seconds at most."""
+        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+        deadline = None if wait is True else time.monotonic() + max(float(wait or 0), GRACE_S)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait is True else fcntl.LOCK_NB))
+                break
+            except BlockingIOError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    holder = self.holder(fd)
+                    os.close(fd)
+                    raise IndexLockedError(
+                        f"index {self.path} is being written by {holder}; one writer at a time. Fix: wait for it to "
+                        "finish, or pass --wait to queue behind it") from None
+                time.sleep(0.05)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    @staticmethod
+    def holder(fd: int) -> str:
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        return f"pid {text}" if text.isdigit() else "another process"
+
+    def try_acquire(self) -> bool:
+        """Take the lock only if it is free right now (for the cleanup done by readers)."""
+        try:
+            fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError:
+            return False  # read-only index directory: readers leave the cleanup to the next writer
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    @contextlib.contextmanager
+    def held(self, wait: bool | float = False) -> Iterator[None]:
+        self.acquire(wait)
+        try:
+            yield
+        finally:
+            self.release()

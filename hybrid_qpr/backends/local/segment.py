@@ -1,0 +1,282 @@
+"""One immutable segment of a local index: its documents, vectors, FAISS part and BM25 postings.
+
+A segment directory ``segments/<name>/`` is written once, beside the index (in
+``segments/.<name>.tmp``), fsynced and renamed into place; the manifest commit that lists it
+is what makes it visible. Files::
+
+    docs.sqlite       table docs(pos, id, text, metadata JSON); pos = row in every other file
+    vectors.npy       float32 [count, dim] encoder vectors (prepared for the distance)
+    vectors.faiss     the FAISS index over those vectors
+    bm25.*            postings (see ``hybrid_qpr.backends.local.bm25``)
+    deleted.<gen>.npy int64 rows deleted by commit <gen> and before (tombstones; the
+                      manifest names the current one)
+
+The manifest records every file's byte size and CRC32 at commit, so a truncated, emptied
+or overwritten file is named at open (sizes) or by ``hybrid-qpr index check`` (checksums).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hybrid_qpr.backends.local import bm25 as bm25_lib
+from hybrid_qpr.backends.local.vectors import build_faiss, set_search_params
+from hybrid_qpr.distance import Distance
+from hybrid_qpr.errors import IndexDamagedError, require
+from hybrid_qpr.text import tokenize
+
+SEGMENTS_DIR = "segments"
+DOCS_DB, VECTORS, FAISS_FILE = "docs.sqlite", "vectors.npy", "vectors.faiss"
+SEGMENT_FILES: tuple[str, ...] = (DOCS_DB, VECTORS, FAISS_FILE, *bm25_lib.FILES)
+SQL_CHUNK = 900  # parameters per IN (...) clause, below SQLite's oldest limit of 999
+
+
+def checksum(path: Path) -> int:
+    """CRC32 of a file, read in 1 MiB blocks."""
+    crc = 0
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            crc = zlib.crc32(block, crc)
+    return crc
+
+
+def file_record(path: Path) -> dict[str, int]:
+    return {"bytes": path.stat().st_size, "crc32": checksum(path)}
+
+
+def fsync_path(path: Path) -> None:
+    """Flush a file or directory to disk (a rename is durable only once its directory is)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequence[str], metas: Sequence[str],
+                  vectors: np.ndarray, distance: Distance, factory: str, nprobe: int) -> dict[str, Any]:
+    """Write a complete segment as ``segments_dir/name`` and return its manifest entry.
+    ``metas`` are JSON texts; ``vectors`` are already prepared for ``distance``."""
+    faiss = require("faiss", feature="the local index")
+    tmp = segments_dir / f".{name}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    try:
+        db = sqlite3.connect(tmp / DOCS_DB)
+        try:
+            db.execute("PRAGMA journal_mode=OFF")  # written once, then read-only: no journal needed
+            db.execute("CREATE TABLE docs (pos INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, text TEXT NOT NULL, "
+                       "metadata TEXT NOT NULL)")
+            db.executemany("INSERT INTO docs VALUES (?, ?, ?, ?)", zip(range(len(ids)), ids, texts, metas))
+            db.commit()
+        finally:
+            db.close()
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        np.save(tmp / VECTORS, vectors, allow_pickle=False)
+        faiss.write_index(build_faiss(vectors, distance, factory, nprobe), str(tmp / FAISS_FILE))
+        bm25_lib.save_postings(bm25_lib.build_postings(tokenize(t) for t in texts), tmp)
+        fields = sorted({key for m in metas if m != "{}" for key in json.loads(m)})
+        files = {}
+        for file in SEGMENT_FILES:
+            fsync_path(tmp / file)
+            files[file] = file_record(tmp / file)
+        fsync_path(tmp)
+        os.replace(tmp, segments_dir / name)
+        fsync_path(segments_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return {"name": name, "count": len(ids), "deleted": 0, "deletions": None, "factory": factory,
+            "fields": fields, "files": files}
+
+
+def write_deletions(segment_dir: Path, generation: int, deleted: np.ndarray) -> dict[str, Any]:
+    """Write the sorted deleted rows of a segment as ``deleted.<generation>.npy``; return
+    its manifest record. A new name per commit: the previous commit's file stays valid."""
+    name = f"deleted.{generation}.npy"
+    tmp = segment_dir / f".{name}.tmp"
+    with open(tmp, "wb") as fh:
+        np.save(fh, np.asarray(deleted, dtype=np.int64), allow_pickle=False)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, segment_dir / name)
+    fsync_path(segment_dir)
+    return {"file": name, **file_record(segment_dir / name)}
+
+
+def damaged(index_path: Path, problem: str, fix: str) -> IndexDamagedError:
+    """The one-line error for a damaged index: what is wrong, how to see all, how to recover.
+    ``problem`` and ``fix`` stay available as attributes (``index check`` lists them)."""
+    error = IndexDamagedError(f"index {index_path} is damaged: {problem}. Fix: {fix} "
+                              f"('hybrid-qpr index check {index_path}' lists every problem)")
+    error.problem, error.fix = problem, fix
+    return error
+
+
+def fix_for(file: str, index_path: Path) -> str:
+    """How to recover from a damaged ``file`` of a segment."""
+    if file in (FAISS_FILE, *bm25_lib.FILES):
+        return (f"run 'hybrid-qpr index optimize {index_path}', which rebuilds this part from the segment's "
+                "documents and vectors")
+    if file == VECTORS:
+        return (f"run 'hybrid-qpr index optimize {index_path}', which re-encodes the segment's texts with the "
+                "index's model")
+    return (f"the segment's texts are lost: run 'hybrid-qpr index optimize {index_path} --drop-damaged' to keep "
+            "the other segments, then re-ingest your source file (re-ingesting never duplicates)")
+
+
+def expected_files(entry: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """File name -> {bytes, crc32} recorded at commit for a segment (tombstones included)."""
+    files = dict(entry.get("files") or {})
+    if entry.get("deletions"):
+        d = entry["deletions"]
+        files[d["file"]] = {"bytes": d["bytes"], "crc32": d["crc32"]}
+    return files
+
+
+def file_problems(index_path: Path, entry: dict[str, Any], checksums: bool) -> list[tuple[str, str]]:
+    """(problem, file) for every file of a segment that is missing, has another size than
+    recorded or (with ``checksums``) another CRC32."""
+    seg_dir = index_path / SEGMENTS_DIR / entry["name"]
+    rel = f"{SEGMENTS_DIR}/{entry['name']}"
+    problems = []
+    if not seg_dir.is_dir():
+        return [(f"{rel}/ is missing", DOCS_DB)]
+    for file, record in expected_files(entry).items():
+        path = seg_dir / file
+        if not path.is_file():
+            problems.append((f"{rel}/{file} is missing", file))
+            continue
+        size = path.stat().st_size
+        if size != record["bytes"]:
+            how = "empty" if size == 0 else ("truncated" if size < record["bytes"] else "longer than written")
+            problems.append((f"{rel}/{file} is {how} ({size} bytes, {record['bytes']} at commit)", file))
+        elif checksums and checksum(path) != record["crc32"]:
+            problems.append((f"{rel}/{file} has changed since it was written (CRC32 mismatch)", file))
+    return problems
+
+
+class Segment:
+    """Read access to one committed segment. Opening checks every file's size against the
+    manifest; the document store and arrays are opened at once (so a later merge that
+    removes the files cannot pull them from under a reader), the FAISS part on first use."""
+
+    def __init__(self, index_path: Path, entry: dict[str, Any], dim: int, nprobe: int, *,
+                 verify: bool = True):
+        self.index_path = index_path
+        self.entry = entry
+        self.name: str = entry["name"]
+        self.count: int = int(entry["count"])
+        self.dir = index_path / SEGMENTS_DIR / self.name
+        self.dim = dim
+        self.nprobe = nprobe
+        if verify:
+            for problem, file in file_problems(index_path, entry, checksums=False):
+                raise damaged(index_path, problem, fix_for(file, index_path))
+        self._db = self._connect()
+        self.vectors = self._load(VECTORS, lambda p: np.load(p, mmap_mode="r", allow_pickle=False))
+        if self.vectors.shape != (self.count, dim):
+            raise damaged(index_path, f"{self.rel(VECTORS)} has shape {self.vectors.shape}, expected "
+                          f"({self.count}, {dim})", fix_for(VECTORS, index_path))
+        self.postings = self._load(bm25_lib.VOCAB, lambda p: bm25_lib.load_postings(p.parent))
+        if len(self.postings.doc_len) != self.count:
+            raise damaged(index_path, f"{self.rel(bm25_lib.DOCLEN)} holds {len(self.postings.doc_len)} lengths, "
+                          f"expected {self.count}", fix_for(bm25_lib.DOCLEN, index_path))
+        self.deleted: np.ndarray | None = None  # bool mask, None = nothing deleted
+        deletions = entry.get("deletions")
+        if deletions:
+            rows = self._load(deletions["file"], lambda p: np.load(p, allow_pickle=False))
+            if rows.ndim != 1 or len(rows) != int(entry["deleted"]) or (len(rows) and (rows.min() < 0 or rows.max() >= self.count)):
+                raise damaged(index_path, f"{self.rel(deletions['file'])} does not hold {entry['deleted']} rows "
+                              f"below {self.count}", fix_for(DOCS_DB, index_path))
+            self.deleted = np.zeros(self.count, dtype=bool)
+            self.deleted[rows] = True
+        self._faiss = None
+
+    # ------------------------------------------------------------------ checks
+    def rel(self, file: str) -> str:
+        return f"{SEGMENTS_DIR}/{self.name}/{file}"
+
+    def _load(self, file: str, loader):
+        try:
+            return loader(self.dir / file)
+        except (OSError, ValueError, EOFError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise damaged(self.index_path, f"{self.rel(file)} cannot be read ({exc})", fix_for(file, self.index_path)) from None
+
+    def _connect(self) -> sqlite3.Connection:
+        uri = f"file:{self.dir / DOCS_DB}?mode=ro&immutable=1"
+        try:
+            db = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            rows = db.execute("SELECT count(*) FROM docs").fetchone()[0]
+        except sqlite3.Error as exc:
+            raise damaged(self.index_path, f"{self.rel(DOCS_DB)} is not a readable SQLite database ({exc})",
+                          fix_for(DOCS_DB, self.index_path)) from None
+        if rows != self.count:
+            raise damaged(self.index_path, f"{self.rel(DOCS_DB)} holds {rows} rows, expected {self.count}",
+                          fix_for(DOCS_DB, self.index_path))
+        return db
+
+    # ------------------------------------------------------------------ reads
+    @property
+    def live(self) -> int:
+        return self.count - int(self.entry.get("deleted", 0))
+
+    def sql(self, query: str, params: Sequence[Any] = ()) -> list[tuple]:
+        try:
+            return self._db.execute(query, params).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise damaged(self.index_path, f"{self.rel(DOCS_DB)} cannot be read ({exc})",
+                          fix_for(DOCS_DB, self.index_path)) from None
+
+    def ids_at(self, rows: np.ndarray) -> list[str]:
+        """Ids of segment ``rows``, in that order."""
+        wanted = [int(r) for r in rows]
+        found: dict[int, str] = {}
+        for start in range(0, len(wanted), SQL_CHUNK):
+            chunk = wanted[start:start + SQL_CHUNK]
+            found.update(self.sql(f"SELECT pos, id FROM docs WHERE pos IN ({', '.join('?' * len(chunk))})", chunk))
+        return [found[r] for r in wanted]
+
+    @property
+    def faiss(self):
+        if self._faiss is None:
+            faiss = require("faiss", feature="the local index")
+            path = self.dir / FAISS_FILE
+            record = (self.entry.get("files") or {}).get(FAISS_FILE)
+            if record and path.is_file() and checksum(path) != record["crc32"]:  # a corrupt file can crash FAISS
+                raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} has changed since it was written (CRC32 "
+                              "mismatch)", fix_for(FAISS_FILE, self.index_path))
+            try:
+                index = faiss.read_index(str(path))
+            except (RuntimeError, OSError) as exc:
+                raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} cannot be read ({str(exc).splitlines()[0]})",
+                              fix_for(FAISS_FILE, self.index_path)) from None
+            if index.ntotal != self.count or index.d != self.dim:
+                raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} holds {index.ntotal} vectors of {index.d} "
+                              f"dims, expected {self.count} of {self.dim}", fix_for(FAISS_FILE, self.index_path))
+            set_search_params(index, self.nprobe)
+            self._faiss = index
+        return self._faiss
+
+    def lookup(self, ids: Sequence[str], columns: str = "id, pos") -> list[tuple]:
+        """Rows of ``ids`` that are live in this segment (``columns`` selected)."""
+        out: list[tuple] = []
+        for start in range(0, len(ids), SQL_CHUNK):
+            chunk = list(ids[start:start + SQL_CHUNK])
+            out.extend(self.sql(f"SELECT {columns}, pos FROM docs WHERE id IN ({', '.join('?' * len(chunk))})", chunk))
+        if self.deleted is not None:
+            out = [r for r in out if not self.deleted[r[-1]]]
+        return [r[:-1] for r in out]
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,79 @@
+"""``hybrid-qpr index``: maintenance of a local index directory (check, optimize)."""
+
+from __future__ import annotations
+
+import click
+
+from hybrid_qpr.cli._common import friendly_errors
+
+WAIT_HELP = "If another process is writing the index, wait for it instead of failing."
+
+
+@click.group()
+def index() -> None:
+    """Check or optimize a local index directory."""
+
+
+@index.command()
+@click.argument("directory", type=click.Path(file_okay=False))
+@friendly_errors
+def check(directory) -> None:
+    """Verify every file of the index in DIRECTORY against its manifest (sizes, CRC32
+    checksums recorded at commit, row counts, vector dims, postings, tombstones) and say
+    how to recover from each problem. Exit status 1 when something is wrong.
+
+    \b
+    Example:
+      hybrid-qpr index check ./qidx
+    """
+    from hybrid_qpr.backends.local.check import check_index
+
+    report = check_index(directory)
+    for note in report.notes:
+        click.echo(f"note: {note}")
+    if report.ok:
+        segments = f"{report.segments} segment" + ("" if report.segments == 1 else "s")
+        click.echo(f"ok: {directory}: {report.documents} documents in {segments} (commit "
+                   f"{report.generation}); every file matches its checksum")
+        return
+    for problem in report.problems:
+        click.echo(f"problem: {problem.what}\n  fix: {problem.fix}")
+    raise click.exceptions.Exit(1)
+
+
+@index.command()
+@click.argument("directory", type=click.Path(file_okay=False, exists=True))
+@click.option("--model", type=click.Path(file_okay=False), default=None,
+              help="Encoder to re-encode damaged vectors with. [default: the model the index was built with]")
+@click.option("--drop-damaged", is_flag=True,
+              help="Drop segments whose documents cannot be read (then re-ingest your source file; it never duplicates).")
+@click.option("--wait", is_flag=True, help=WAIT_HELP)
+@friendly_errors
+def optimize(directory, model, drop_damaged, wait) -> None:
+    """Merge all segments of the index in DIRECTORY into one: deleted documents are purged
+    and the FAISS and BM25 parts rebuilt. Also repairs what 'index check' reports as
+    rebuildable (FAISS or BM25 files; vectors, re-encoded with the index's model).
+
+    \b
+    Example:
+      hybrid-qpr index optimize ./qidx
+    """
+    from pathlib import Path
+
+    from hybrid_qpr.backends.local import LocalIndex
+    from hybrid_qpr.cli._engine import quiet_bm25s
+
+    quiet_bm25s()
+    target = LocalIndex.open_for_repair(directory)
+    encoder = None
+    model = model or target.model_dir
+    if model and Path(model).is_dir():
+        from hybrid_qpr.encoders import Encoder
+
+        encoder = Encoder.load(model)
+        target.check_encoder(encoder)
+    result = target.optimize(encoder=encoder, drop_damaged=drop_damaged, wait=wait)
+    click.echo(f"optimized {directory}: {result['segments_before']} segment(s) -> {len(target.segments)}, "
+               f"{result['documents']} documents")
+    for dropped in result["dropped"]:
+        click.echo(f"  dropped damaged segment {dropped}; re-ingest your source file to restore its documents", err=True)

@@ -1,0 +1,67 @@
+"""Input edges of ingest and query on a local index: a non-UTF-8 line, a blank query, an
+unknown filter field, booleans and lists in filters."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from hybrid_qpr.cli.main import cli
+from hybrid_qpr.data.documents import iter_documents
+from hybrid_qpr.errors import ConfigError, InputError
+
+
+def run(*args):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+@pytest.fixture()
+def latin1_files(tmp_path):
+    jsonl = tmp_path / "docs.jsonl"
+    jsonl.write_bytes(b'{"id": "a", "text": "first question?"}\n{"id": "b", "text": "caf\xe9 question?"}\n'
+                      b'{"id": "c", "text": "third question?", "flag": true, "tags": ["x", "y"]}\n')
+    tsv = tmp_path / "docs.tsv"
+    tsv.write_bytes(b"id\ttext\na\tfirst question?\nb\tcaf\xe9 question?\nc\tthird question?\n")
+    return jsonl, tsv
+
+
+def test_non_utf8_line_is_skipped_like_any_bad_line(latin1_files):
+    for path in latin1_files:
+        skipped: list = []
+        docs = list(iter_documents(path, skipped=skipped))
+        assert [(line, d.id) for line, d in docs] == [(1, "a"), (3, "c")] if path.suffix == ".jsonl" else [(2, "a"), (4, "c")]
+        assert len(skipped) == 1 and "not valid UTF-8" in skipped[0][1]
+        with pytest.raises(InputError, match="not valid UTF-8"):
+            list(iter_documents(path))  # strict
+
+
+def test_cli_ingest_skips_non_utf8_unless_strict_and_filters_by_bool_and_list(tmp_path, latin1_files, committed_encoder):
+    jsonl, _ = latin1_files
+    index = str(tmp_path / "idx")
+    model = ["--model", str(committed_encoder.model_dir)]
+    result = run("ingest", str(jsonl), "--index", index, *model)
+    assert result.exit_code == 0 and "indexed 2, updated 0, skipped 1" in result.output
+    assert f"{jsonl}:2: not valid UTF-8" in result.output
+    strict = CliRunner().invoke(cli, ["ingest", str(jsonl), "--index", str(tmp_path / "idx2"), "--strict", *model])
+    assert strict.exit_code == 1 and f"{jsonl}:2: not valid UTF-8" in strict.output
+    for filters, expected in ((["--filter", "flag=true"], ["c"]), (["--filter", "tags=y"], ["c"]),
+                              (["--filter", "tags=z", "--filter", "tags=x"], ["c"]), (["--filter", "flag=1"], [])):
+        out = run("query", "question", "--index", index, "--json", *filters)
+        assert out.exit_code == 0 and [h["id"] for h in json.loads(out.output)["hits"]] == expected, filters
+    unknown = run("query", "question", "--index", index, "--filter", "topic=x")
+    assert unknown.exit_code == 1 and "filter field 'topic'" in unknown.output and "known fields: flag, tags" in unknown.output
+
+
+def test_blank_query_is_refused(tmp_path, committed_encoder, question_bank):
+    from hybrid_qpr.backends.local import LocalIndex
+    from hybrid_qpr.search import HybridSearcher
+
+    idx = LocalIndex.create(tmp_path / "idx", committed_encoder)
+    idx.ingest(question_bank[:20], committed_encoder, show_progress=False)
+    for blank in ("", "   ", "\t\n"):
+        result = run("query", blank, "--index", str(idx.path))
+        assert result.exit_code == 2 and "query TEXT is empty" in result.output
+        with pytest.raises(ConfigError, match="empty"):
+            HybridSearcher(idx, committed_encoder).search(blank)

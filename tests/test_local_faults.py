@@ -1,0 +1,232 @@
+"""Faults of the local index: two writers at once, writers killed (SIGKILL) at random points,
+and every kind of damaged file. Each test checks the final state exactly: the index holds
+exactly the input ids with the input texts, nothing duplicated, nothing left behind."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hybrid_qpr.backends.local import LOCK_FILE, LocalIndex
+from hybrid_qpr.cli.main import cli
+from hybrid_qpr.types import Document
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+
+
+def state(index_dir: Path) -> dict[str, str]:
+    """id -> text of every live document, read from a fresh open (which also cleans up)."""
+    idx = LocalIndex.open(index_dir)
+    out: dict[str, str] = {}
+    for seg in idx.segments:
+        for pos, (doc_id, text) in enumerate(seg.sql("SELECT id, text FROM docs ORDER BY pos")):
+            if seg.deleted is None or not seg.deleted[pos]:
+                assert doc_id not in out, f"{doc_id} is live twice"
+                out[doc_id] = text
+    assert idx.count() == len(out) == idx.manifest["count"]
+    return out
+
+
+def assert_no_leftovers(index_dir: Path) -> None:
+    manifest = json.loads((index_dir / "manifest.json").read_text())
+    keep = {f"segments/{e['name']}" for e in manifest["segments"]} | {p.split("/deleted.")[0] for p in manifest["retained"]}
+    segments = index_dir / "segments"
+    assert not segments.exists() or {f"segments/{p.name}" for p in segments.iterdir()} <= keep
+    assert not [p for p in index_dir.rglob(".*") if p.name != LOCK_FILE]  # no temporary files or directories
+
+
+def write_jsonl(path: Path, docs: list[Document]) -> Path:
+    path.write_text("".join(json.dumps({"id": d.id, "text": d.text}) + "\n" for d in docs), encoding="utf-8")
+    return path
+
+
+def cli_ingest(*args: str, **popen) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "hybrid_qpr.cli.main", "ingest", *args], env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
+
+
+def lock_is_held(index_dir: Path) -> bool:
+    fd = os.open(index_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def test_two_concurrent_writers_one_refused_one_waits(tmp_path, committed_encoder, question_bank):
+    index_dir = tmp_path / "idx"
+    LocalIndex.create(index_dir, committed_encoder).ingest(question_bank[:50], committed_encoder, show_progress=False)
+    first = cli_ingest("-", "--index", str(index_dir), "--format", "jsonl", stdin=subprocess.PIPE)
+    first.stdin.write("".join(json.dumps({"id": d.id, "text": d.text + " (first)"}) + "\n" for d in question_bank[:100]))
+    first.stdin.flush()  # stdin stays open: the first writer holds the lock while it reads
+    deadline = time.monotonic() + 60
+    while not lock_is_held(index_dir):
+        assert first.poll() is None and time.monotonic() < deadline, first.stdout.read() if first.poll() is not None else ""
+        time.sleep(0.05)
+    second_docs = [Document(d.id, d.text + " (second)") for d in question_bank[80:200]]
+    refused = cli_ingest(write_jsonl(tmp_path / "b.jsonl", second_docs).as_posix(), "--index", str(index_dir))
+    out, _ = refused.communicate(timeout=120)
+    assert refused.returncode == 1 and f"is being written by pid {first.pid}" in out and "--wait" in out, out
+    assert "Traceback" not in out
+    waiting = cli_ingest(str(tmp_path / "b.jsonl"), "--index", str(index_dir), "--wait")
+    time.sleep(1.0)
+    assert waiting.poll() is None  # queued behind the first writer
+    first.stdin.close()
+    assert first.wait(timeout=120) == 0
+    out, _ = waiting.communicate(timeout=120)
+    assert waiting.returncode == 0 and "indexed 100, updated 20" in out, out
+    expected = {d.id: d.text + " (first)" for d in question_bank[:100]} | {d.id: d.text for d in second_docs}
+    assert state(index_dir) == expected
+    assert_no_leftovers(index_dir)
+
+
+WRITER = """
+import json, sys
+from hybrid_qpr.backends.local import LocalIndex
+from hybrid_qpr.encoders import Encoder
+from hybrid_qpr.types import Document
+idx = LocalIndex.open(sys.argv[1])
+encoder = Encoder.load(idx.model_dir)
+docs = [Document(**json.loads(line)) for line in open(sys.argv[2], encoding="utf-8")]
+print("start", flush=True)
+idx.ingest(docs, encoder, show_progress=False, segment_docs=int(sys.argv[3]))
+print("done", flush=True)
+"""
+
+
+def test_writer_killed_at_random_points_leaves_a_whole_commit(tmp_path, committed_encoder, question_bank):
+    """Each round ingests updates and new ids in several segments (and so triggers merges),
+    and is SIGKILLed at a random instant of its run (the first round, not killed, measures
+    how long a run takes): the index then holds exactly the previous commit or the new one,
+    and reopening leaves no trace of the dead writer."""
+    index_dir = tmp_path / "idx"
+    LocalIndex.create(index_dir, committed_encoder)
+    rng = random.Random(12)
+    current: dict[str, str] = {}
+    outcomes = []
+    full_run = None  # seconds from "start" to "done" of an ingest nobody kills (round 0)
+    for round_ in range(6):
+        docs = [Document(d.id, f"{d.text} v{round_}") for d in question_bank[round_ * 20:round_ * 20 + 80]]
+        path = write_jsonl(tmp_path / f"round{round_}.jsonl", docs)
+        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(index_dir), str(path), "8"], env=ENV,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert writer.stdout.readline().strip() == "start", writer.stderr.read()
+        started = time.monotonic()
+        if full_run is None:
+            assert writer.stdout.readline().strip() == "done", writer.stderr.read()
+            full_run = time.monotonic() - started
+        else:  # a random instant of the run: reading, encoding, writing segments, committing, merging, or after
+            time.sleep(rng.uniform(0.0, 1.2 * full_run))
+            writer.send_signal(signal.SIGKILL)
+        writer.wait()
+        after = state(index_dir)
+        new = current | {d.id: d.text for d in docs}
+        assert after in (current, new), f"round {round_}: neither the previous nor the new commit"
+        outcomes.append("new" if after == new else "previous")
+        assert_no_leftovers(index_dir)
+        current = after
+    assert json.loads((index_dir / "manifest.json").read_text())["count"] == len(current)
+    print("kill outcomes:", outcomes)
+
+
+def test_interrupted_first_ingest_says_so_on_every_query(tmp_path, committed_encoder):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "text": "fine question?"}\nnot json\n', encoding="utf-8")
+    index_dir = tmp_path / "idx"
+    runner = CliRunner()
+    failed = runner.invoke(cli, ["ingest", str(bad), "--index", str(index_dir), "--strict",
+                                 "--model", str(committed_encoder.model_dir)])
+    assert failed.exit_code == 1
+    result = runner.invoke(cli, ["query", "fine question", "--index", str(index_dir)], catch_exceptions=False)
+    assert result.exit_code == 1 and "holds no documents" in result.output and "hybrid-qpr ingest" in result.output
+
+
+# ---------------------------------------------------------------------- damaged files
+def _truncate(path: Path, size: int | None = None) -> None:
+    with open(path, "r+b") as fh:
+        fh.truncate(path.stat().st_size // 2 if size is None else size)
+
+
+def _junk(path: Path, same_size: bool) -> None:
+    path.write_bytes(os.urandom(path.stat().st_size) if same_size else b"this is not a database")
+
+
+def _drop_model(index_dir: Path) -> None:
+    manifest = json.loads((index_dir / "manifest.json").read_text())
+    del manifest["model"]
+    (index_dir / "manifest.json").write_text(json.dumps(manifest))
+
+
+DAMAGE = {  # case -> (damage it, the file the message must name, how it is recovered)
+    "faiss-truncated": (lambda seg, idx: _truncate(seg / "vectors.faiss"), "vectors.faiss", "optimize"),
+    "faiss-empty": (lambda seg, idx: _truncate(seg / "vectors.faiss", 0), "vectors.faiss", "optimize"),
+    "faiss-bytes-flipped": (lambda seg, idx: _junk(seg / "vectors.faiss", True), "vectors.faiss", "optimize"),
+    "vectors-missing": (lambda seg, idx: (seg / "vectors.npy").unlink(), "vectors.npy", "optimize"),
+    "vectors-truncated": (lambda seg, idx: _truncate(seg / "vectors.npy"), "vectors.npy", "optimize"),
+    "postings-truncated": (lambda seg, idx: _truncate(seg / "bm25.tf.npy"), "bm25.tf.npy", "optimize"),
+    "sqlite-junk": (lambda seg, idx: _junk(seg / "docs.sqlite", True), "docs.sqlite", "drop"),
+    "sqlite-junk-short": (lambda seg, idx: _junk(seg / "docs.sqlite", False), "docs.sqlite", "drop"),
+    "tombstones-missing": (lambda seg, idx: next(seg.glob("deleted.*.npy")).unlink(), "deleted.", "drop"),
+    "manifest-without-model": (lambda seg, idx: _drop_model(idx), "manifest.json", None),
+}
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory, committed_encoder, question_bank):
+    """Two segments of 100 questions; q000 deleted (so the first segment has tombstones)."""
+    idx = LocalIndex.create(tmp_path_factory.mktemp("healthy") / "idx", committed_encoder)
+    idx.ingest(question_bank[:100], committed_encoder, show_progress=False)
+    idx.ingest(question_bank[100:], committed_encoder, show_progress=False)
+    idx.delete(["q000"])
+    return idx.path
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGE))
+def test_damaged_index_gives_one_line_and_check_names_it(case, healthy, tmp_path, question_bank):
+    index_dir = tmp_path / "idx"
+    shutil.copytree(healthy, index_dir)
+    first_segment = index_dir / "segments" / json.loads((index_dir / "manifest.json").read_text())["segments"][0]["name"]
+    damage, file, recovery = DAMAGE[case]
+    damage(first_segment, index_dir)
+    runner = CliRunner()
+    bank = write_jsonl(tmp_path / "more.jsonl", [Document("new1", "a brand new question?")])
+    commands = [["query", "how do i change my password?", "--index", str(index_dir)],
+                ["query", "how do i change my password?", "--index", str(index_dir), "--mode", "knn"]]
+    if case != "faiss-bytes-flipped":  # an ingest checks sizes, not checksums, and never reads the FAISS files
+        commands.append(["ingest", str(bank), "--index", str(index_dir)])
+    for args in commands:
+        result = runner.invoke(cli, args, catch_exceptions=False)  # a traceback would raise here
+        lines = result.output.strip().splitlines()
+        assert result.exit_code == 1 and len(lines) == 1, (case, result.output)
+        assert "is damaged" in lines[0] and file in lines[0] and "Fix:" in lines[0], (case, lines[0])
+    checked = runner.invoke(cli, ["index", "check", str(index_dir)], catch_exceptions=False)
+    assert checked.exit_code == 1 and file in checked.output and "fix:" in checked.output, (case, checked.output)
+    if recovery is None:
+        return
+    repaired = runner.invoke(cli, ["index", "optimize", str(index_dir)], catch_exceptions=False)
+    if recovery == "drop":
+        assert repaired.exit_code == 1 and "--drop-damaged" in repaired.output
+        repaired = runner.invoke(cli, ["index", "optimize", str(index_dir), "--drop-damaged"], catch_exceptions=False)
+        expected = {d.id: d.text for d in question_bank[100:]}
+    else:
+        expected = {d.id: d.text for d in question_bank[1:]}
+    assert repaired.exit_code == 0, repaired.output
+    assert runner.invoke(cli, ["index", "check", str(index_dir)]).exit_code == 0
+    assert state(index_dir) == expected
+    result = runner.invoke(cli, ["query", "how do i change my password?", "--index", str(index_dir), "--json"])
+    assert result.exit_code == 0 and json.loads(result.output)["hits"]
