@@ -12,6 +12,7 @@ import click
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "dataset": ("hybrid_qpr.cli.dataset", "dataset", "Turn question pairs or QA logs into clusters, splits and BEIR eval sets."),
     "train": ("hybrid_qpr.cli.train", "train", "Train a paraphrase encoder (SDML, softmax, triplet, MSEM) [needs torch]."),
+    "distill": ("hybrid_qpr.cli.distill", "distill", "Distil a teacher encoder (MiniLM) into the fast CNN on unlabelled questions [needs torch]."),
     "finetune": ("hybrid_qpr.cli.finetune", "finetune", "Fine-tune a pretrained transformer (MiniLM) on question pairs [needs torch]."),
     "asbert": ("hybrid_qpr.cli.asbert", "asbert", "Fine-tune MiniLM for answer selection (ASBERT: triplet, siamese, SDML) [needs torch]."),
     "crossvae": ("hybrid_qpr.cli.crossvae", "crossvae", "Train Cross-VAE for answer retrieval; export question/answer encoders [needs torch]."),

@@ -9,6 +9,11 @@ positive vs random pairs) is measured; the best state is checkpointed atomically
 stops after ``patience`` epochs without improvement. ``resume=True`` continues from the
 checkpoint in ``run_dir``.
 
+``source`` replaces the pair batches with another batch source (distillation,
+``hybrid_qpr.training.distill.DistillationSource``): ``source.batches(rng)`` gives an epoch's
+batches and ``source.step_loss(model, batch)`` a batch's loss; with ``val_clusters=None``
+``source.validate(model)`` gives the metrics (its ``mrr@20`` picks the best epoch).
+
 Losses with parameters (MSEM's intent classifier) are optimised together with the model; a
 loss that sets ``wants_labels = True`` also gets ``labels=`` (each pair's index into
 ``train_clusters``). Validation ranks by the loss's ``search_distance`` (squared Euclidean
@@ -163,12 +168,13 @@ def train(
     model: nn.Module,
     loss_fn: nn.Module,
     train_clusters: Sequence[Cluster],
-    val_clusters: Sequence[Cluster],
+    val_clusters: Sequence[Cluster] | None,
     run_dir: str | Path,
     config: TrainConfig = TrainConfig(),
     resume: bool = False,
     show_progress: bool = True,
     on_epoch: Callable[[dict], None] | None = None,
+    source=None,
 ) -> TrainResult:
     """Train ``model`` with ``loss_fn(anchors, positives[, labels=])``; keep the best state in ``run_dir/best.pt``.
     Each epoch's entry (loss, seconds, val metrics) is logged and handed to ``on_epoch``."""
@@ -190,26 +196,32 @@ def train(
     started = time.monotonic()
     for epoch in range(start_epoch, config.epochs):
         rng = random.Random(config.seed * 1000 + epoch)
-        batches = epoch_batches(train_clusters, config.batch_size, rng)
+        batches = source.batches(rng) if source is not None else epoch_batches(train_clusters, config.batch_size, rng)
         model.train()
         loss_fn.train()
         t0, total, done = time.monotonic(), 0.0, 0
         steps = track(batches, len(batches), f"epoch {epoch}", status=lambda: f"loss {total / max(1, done):.4f}") \
             if show_progress else batches
         for batch in steps:
-            a = model(model.collate([p.anchor for p in batch]))
-            b = model(model.collate([p.positive for p in batch]))
-            if wants_labels:
-                loss = loss_fn(a, b, labels=torch.tensor([p.cluster for p in batch]))
+            if source is not None:
+                loss = source.step_loss(model, batch)
             else:
-                loss = loss_fn(a, b)
+                a = model(model.collate([p.anchor for p in batch]))
+                b = model(model.collate([p.positive for p in batch]))
+                if wants_labels:
+                    loss = loss_fn(a, b, labels=torch.tensor([p.cluster for p in batch]))
+                else:
+                    loss = loss_fn(a, b)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             total += float(loss.detach())
             done += 1
         seconds = time.monotonic() - t0
-        metrics = validate(model, val_clusters, config.val_queries, config.seed, distance)
+        if val_clusters is None:
+            metrics = source.validate(model)
+        else:
+            metrics = validate(model, val_clusters, config.val_queries, config.seed, distance)
         entry = {"epoch": epoch, "loss": total / max(1, len(batches)), "epoch_seconds": seconds, **metrics}
         history.append(entry)
         log.info("epoch %s", json.dumps(entry))

@@ -1,0 +1,71 @@
+"""``hybrid-qpr distill``: teach the CNN a teacher encoder's geometry (e.g. MiniLM) on unlabelled questions."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from hybrid_qpr.cli._common import friendly_errors
+
+
+@click.command()
+@click.argument("corpus", type=click.Path(exists=True))
+@click.option("--teacher", "teacher_dir", required=True, type=click.Path(exists=True, file_okay=False),
+              help="ONNX encoder directory of the teacher (e.g. 'hybrid-qpr export --out models/minilm --int8').")
+@click.option("--out", "run_dir", required=True, type=click.Path(file_okay=False), help="Run directory (checkpoints, best.pt).")
+@click.option("--pairs", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Dataset directory ('hybrid-qpr dataset build'): its train pairs add the SDML loss, its val split validates.")
+@click.option("--pairs-weight", type=float, default=1.0, show_default=True, help="Weight of the SDML term on --pairs.")
+@click.option("--init", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Start from this train/distill run's best model and vocabulary (domain adaptation).")
+@click.option("--teacher-temperature", type=float, default=0.05, show_default=True,
+              help="Teacher cosine / T before the softmax: lower = sharper targets.")
+@click.option("--group-size", type=int, default=8, show_default=True,
+              help="Batches are built from groups of this many teacher nearest neighbours (1 = random batches).")
+@click.option("--teacher-cache", type=click.Path(file_okay=False), default=None,
+              help="Directory of the cached teacher vectors (keyed by corpus + teacher). [default: RUN/teacher]")
+@click.option("--held-out", type=int, default=2000, show_default=True,
+              help="Questions held out for teacher-agreement validation when there is no labelled val split.")
+@click.option("--vocab", type=int, default=30_000, show_default=True, help="Top-V words (ignored with --init).")
+@click.option("--hash-bins", type=int, default=5000, show_default=True, help="m hash bins for rare words (ignored with --init).")
+@click.option("--embedding-dim", type=int, default=128, show_default=True)
+@click.option("--channels", type=int, default=256, show_default=True)
+@click.option("--dim", type=int, default=256, show_default=True, help="Output dimension n.")
+@click.option("--layers", type=int, default=1, show_default=True)
+@click.option("--batch-size", type=int, default=512, show_default=True)
+@click.option("--lr", type=float, default=1e-3, show_default=True)
+@click.option("--epochs", type=int, default=30, show_default=True)
+@click.option("--patience", type=int, default=3, show_default=True, help="Epochs without val MRR gain before stopping.")
+@click.option("--max-minutes", type=float, default=None, help="Stop after this much training time.")
+@click.option("--seed", type=int, default=13, show_default=True)
+@click.option("--resume", is_flag=True, help="Continue from RUN/checkpoint.pt.")
+@friendly_errors
+def distill(corpus, teacher_dir, run_dir, pairs, pairs_weight, init, teacher_temperature, group_size, teacher_cache,
+            held_out, vocab, hash_bins, embedding_dim, channels, dim, layers, batch_size, lr, epochs, patience,
+            max_minutes, seed, resume) -> None:
+    """Distil TEACHER into a CNN on the questions of CORPUS; best model in RUN/best.pt.
+
+    CORPUS needs no labels: a JSONL/TSV/CSV question file (as for 'ingest'), a BEIR
+    directory, or a dataset directory (its train questions). The teacher embeds CORPUS once
+    (cached, resumable); the student learns the teacher's in-batch similarity distribution.
+
+    \b
+    Examples:
+      hybrid-qpr export --out models/minilm-int8 --int8
+      hybrid-qpr distill data/quora --teacher models/minilm-int8 --out runs/distill --pairs data/quora
+      hybrid-qpr distill my-questions.jsonl --teacher models/minilm-int8 --out runs/mine --init runs/distill
+      hybrid-qpr export runs/distill --kind cnn --out models/distilled-cnn
+    """
+    from hybrid_qpr.training.cnn import TrainConfig
+    from hybrid_qpr.training.distill import DistillConfig, distill as run_distillation
+
+    config = DistillConfig(teacher_temperature=teacher_temperature, group_size=group_size, pairs_weight=pairs_weight,
+                           held_out=held_out, vocab=vocab, hash_bins=hash_bins,
+                           architecture=dict(embedding_dim=embedding_dim, channels=channels, dim=dim, layers=layers))
+    train_config = TrainConfig(batch_size=batch_size, lr=lr, epochs=epochs, patience=patience, seed=seed,
+                               max_minutes=max_minutes)
+    result = run_distillation(corpus, teacher_dir, run_dir, pairs=pairs, init=init, config=config,
+                              train_config=train_config, teacher_cache=teacher_cache, resume=resume,
+                              on_epoch=lambda entry: click.echo(json.dumps(entry)))
+    click.echo(json.dumps({"best_epoch": result.best_epoch, "best_val_mrr@20": result.best_val_mrr}))

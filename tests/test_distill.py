@@ -1,0 +1,142 @@
+"""Distillation: the in-batch KL loss by hand, the teacher cache (resumes after a kill, keyed by
+corpus and teacher), neighbour batches, and a tiny distil run that lowers its loss and exports."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from hybrid_qpr.errors import ConfigError  # noqa: E402
+from synthetic import topic_clusters  # noqa: E402
+
+
+def test_distillation_loss_by_hand():
+    from hybrid_qpr.model.losses.distillation import InBatchDistillationLoss
+
+    # teacher: q0 and q1 close (cos 0.8), q2 orthogonal to q0 (cos 0) and cos 0.6 to q1
+    teacher = torch.tensor([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]])
+    # student on a line: q0 at 0, q1 at 1, q2 at 3 -> squared distances 1, 9, 4
+    student = torch.tensor([[0.0], [1.0], [3.0]])
+    tau = 0.5
+    cos = [[None, 0.8, 0.0], [0.8, None, 0.6], [0.0, 0.6, None]]
+    sq = [[None, 1.0, 9.0], [1.0, None, 4.0], [9.0, 4.0, None]]
+    expected = 0.0
+    for i in range(3):
+        others = [j for j in range(3) if j != i]
+        zt = sum(math.exp(cos[i][j] / tau) for j in others)
+        zs = sum(math.exp(-sq[i][j]) for j in others)
+        for j in others:
+            p = math.exp(cos[i][j] / tau) / zt
+            q = math.exp(-sq[i][j]) / zs
+            expected += p * (math.log(p) - math.log(q))
+    loss = InBatchDistillationLoss(teacher_temperature=tau)
+    assert loss(student, teacher).item() == pytest.approx(expected / 3, rel=1e-5)
+    p = loss.targets(teacher)
+    assert torch.all(p.diagonal() == 0) and torch.allclose(p.sum(1), torch.ones(3))
+    # gradients reach the student
+    s = torch.tensor([[0.0], [1.0], [3.0]], requires_grad=True)
+    loss(s, teacher).backward()
+    assert s.grad is not None and torch.isfinite(s.grad).all()
+    with pytest.raises(ConfigError, match="temperatures"):
+        InBatchDistillationLoss(teacher_temperature=0)
+
+
+class _Counting:
+    """A real ONNX encoder that counts the texts it encodes and can die after some calls (a killed run)."""
+
+    def __init__(self, encoder, die_after: int | None = None):
+        self.encoder, self.die_after, self.calls, self.texts = encoder, die_after, 0, 0
+        self.fingerprint, self.dim = encoder.fingerprint, encoder.dim
+
+    def encode(self, texts, batch_size=256):
+        if self.die_after is not None and self.calls >= self.die_after:
+            raise KeyboardInterrupt
+        self.calls += 1
+        self.texts += len(texts)
+        return self.encoder.encode(texts, batch_size=batch_size)
+
+
+@pytest.fixture(scope="module")
+def tiny_teacher(tmp_path_factory):
+    """A small random CNN exported to ONNX: a real encoder directory to distil from."""
+    from hybrid_qpr.export.onnx import export_cnn
+    from hybrid_qpr.model.cnn import CNNModel
+    from hybrid_qpr.text.tokenizer import Vocabulary
+
+    texts = [q.text for c in topic_clusters(80, 3) for q in c.questions]
+    torch.manual_seed(1)
+    model = CNNModel(Vocabulary.build(texts, top_words=500, hash_bins=10), embedding_dim=16, channels=24, dim=12)
+    return export_cnn(model, tmp_path_factory.mktemp("teacher") / "teacher")
+
+
+def test_teacher_cache_resumes_after_a_kill_and_is_keyed(tmp_path, tiny_teacher):
+    from hybrid_qpr.encoders import Encoder
+    from hybrid_qpr.training.teacher import teacher_embeddings
+
+    encoder = Encoder.load(tiny_teacher)
+    texts = [q.text for c in topic_clusters(50, 5) for q in c.questions]  # 150 texts
+    dying = _Counting(encoder, die_after=2)
+    with pytest.raises(KeyboardInterrupt):
+        teacher_embeddings(dying, texts, tmp_path, chunk=40)
+    resumed = _Counting(encoder)
+    vectors = teacher_embeddings(resumed, texts, tmp_path, chunk=40)
+    assert resumed.texts == len(texts) - 80  # the two finished chunks were kept
+    expected = encoder.encode(texts)
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    assert vectors.shape == (150, encoder.dim) and np.allclose(vectors, expected, atol=1e-5)
+    again = _Counting(encoder)
+    teacher_embeddings(again, texts, tmp_path, chunk=40)
+    assert again.texts == 0  # complete: nothing re-embedded
+    teacher_embeddings(_Counting(encoder), texts[:-1], tmp_path, chunk=40)  # another corpus
+    other_teacher = _Counting(encoder)
+    other_teacher.fingerprint = "0" * 16
+    teacher_embeddings(other_teacher, texts, tmp_path, chunk=40)
+    assert other_teacher.texts == len(texts)  # another teacher never reuses these vectors
+    assert len(list(tmp_path.glob("teacher-*.npy"))) == 3
+
+
+def test_neighbour_groups_cover_every_row_once():
+    from hybrid_qpr.training.distill import neighbour_groups, teacher_neighbours
+
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(60, 5)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    nn = teacher_neighbours(vectors, 6)
+    best = int(np.argmax(np.where(np.eye(60, dtype=bool), -np.inf, vectors @ vectors.T)[0]))
+    assert nn[0, 0] == best and 0 not in nn[0]
+    rows = list(range(50))  # 10 held out
+    groups = neighbour_groups(nn, 4, random.Random(1), rows)
+    flat = [r for g in groups for r in g]
+    assert sorted(flat) == rows and max(len(g) for g in groups) == 4
+
+
+def test_tiny_distillation_lowers_the_loss_resumes_and_exports(tmp_path, tiny_teacher):
+    from hybrid_qpr.encoders import Encoder
+    from hybrid_qpr.export.onnx import export_run
+    from hybrid_qpr.training.cnn import TrainConfig
+    from hybrid_qpr.training.distill import DistillConfig, distill
+
+    corpus = tmp_path / "questions.jsonl"
+    corpus.write_text("".join(json.dumps({"id": q.id, "text": q.text}) + "\n"
+                              for c in topic_clusters(80, 3) for q in c.questions))
+    config = DistillConfig(teacher_temperature=0.1, group_size=4, neighbours=8, held_out=40, vocab=500, hash_bins=10,
+                           architecture=dict(embedding_dim=16, channels=24, dim=8, layers=1))
+    run = tmp_path / "run"
+    result = distill(corpus, tiny_teacher, run, config=config, show_progress=False,
+                     train_config=TrainConfig(batch_size=40, lr=3e-3, epochs=6, patience=10))
+    losses = [h["loss"] for h in result.history]
+    assert losses[-1] < 0.8 * losses[0]
+    assert result.history[-1]["teacher_recall@10"] > result.history[0]["teacher_recall@10"] - 0.05
+    resumed = distill(corpus, tiny_teacher, run, config=config, show_progress=False, resume=True,
+                      train_config=TrainConfig(batch_size=40, lr=3e-3, epochs=7, patience=10))
+    assert [h["epoch"] for h in resumed.history] == list(range(7))
+    meta = json.loads((run / "model.json").read_text())
+    assert meta["loss"] == "distill" and meta["distance"] == "sqeuclidean"
+    export_run(run, tmp_path / "onnx")
+    assert Encoder.load(tmp_path / "onnx").encode(["w1 w2 w3 ?"]).shape == (1, 8)
