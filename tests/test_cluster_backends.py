@@ -20,7 +20,8 @@ from hybrid_qpr.errors import BackendError, ClusterError, ModelMismatchError
 from hybrid_qpr.search import HybridSearcher
 from hybrid_qpr.types import Document
 
-pytestmark = pytest.mark.cluster
+# The backend contract also runs in the smoke phase against OpenSearch 2.19.6 (scripts/test).
+pytestmark = [pytest.mark.cluster, pytest.mark.smoke]
 
 
 @pytest.fixture()
