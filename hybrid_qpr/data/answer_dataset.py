@@ -31,7 +31,6 @@ article (SQuAD) with ``seed`` and ``fractions``; ``split_name`` makes the whole 
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -41,7 +40,7 @@ from typing import Any, Literal
 
 from hybrid_qpr.artifacts import atomic_directory, iter_jsonl, write_json, write_jsonl
 from hybrid_qpr.data.beir import write_beir_files
-from hybrid_qpr.data.dataset import _sha256, _source
+from hybrid_qpr.data.dataset import file_sha256, source_record, splits_fingerprint
 from hybrid_qpr.data.pairs import OnBadLine
 from hybrid_qpr.data.splits import DEFAULT_FRACTIONS, SPLITS, Split, assign_indices, parse_fractions
 from hybrid_qpr.errors import ArtifactError, ConfigError, InputError
@@ -134,7 +133,7 @@ def build_answer_selection(path: str | Path, out: str | Path, *, split_name: Spl
         lines: list[tuple[int, str]] = []
         questions = read_answer_questions(file, on_bad_line, lines)
         skipped.extend([str(file), line, problem] for line, problem in lines)
-        sources.append({**_source(file, "answer-selection"), "split": split or "seeded", "questions": len(questions)})
+        sources.append({**source_record(file, "answer-selection"), "split": split or "seeded", "questions": len(questions)})
         if split is None:
             for name, indices in assign_indices(len(questions), fractions, seed).items():
                 by_split[name].extend(questions[i] for i in indices)
@@ -183,7 +182,7 @@ def build_answer_retrieval(path: str | Path, out: str | Path, *, split_name: Spl
         bad: list[tuple[str, str]] = []
         articles = read_squad(file, on_bad_line, bad)
         skipped.extend([str(file), where, problem] for where, problem in bad)
-        sources.append({**_source(file, "squad"), "split": split or "seeded", "articles": len(articles)})
+        sources.append({**source_record(file, "squad"), "split": split or "seeded", "articles": len(articles)})
         numbered = list(enumerate(articles, start=offset))  # article numbers stay unique across files
         offset += len(articles)
         if split is None:
@@ -235,7 +234,7 @@ def _write(out, task: Task, built: dict[str, tuple[list[AnswerRecord], EvalItems
     with atomic_directory(out, MANIFEST) as tmp:
         for split in SPLITS:
             write_jsonl(tmp / f"{split}.jsonl", (r.to_dict() for r in built[split][0]))
-            report.files[f"{split}.jsonl"] = {"sha256": _sha256(tmp / f"{split}.jsonl"), "questions": len(built[split][0])}
+            report.files[f"{split}.jsonl"] = {"sha256": file_sha256(tmp / f"{split}.jsonl"), "questions": len(built[split][0])}
         report.beir = write_beir_files(
             tmp / "beir", (d for s in eval_splits for d in built[s][1].corpus),
             (q for s in eval_splits for q in built[s][1].queries), {s: built[s][1].qrels for s in eval_splits})
@@ -266,7 +265,4 @@ def read_answer_records(dataset_dir: str | Path, split: Split) -> list[AnswerRec
 
 def answer_dataset_fingerprint(dataset_dir: str | Path) -> str:
     """16 hex of sha256 over the three split files: names the training data in a model config."""
-    digest = hashlib.sha256()
-    for split in SPLITS:
-        digest.update(_sha256(Path(dataset_dir) / f"{split}.jsonl").encode())
-    return digest.hexdigest()[:16]
+    return splits_fingerprint(file_sha256(Path(dataset_dir) / f"{split}.jsonl") for split in SPLITS)

@@ -16,7 +16,7 @@ import datetime as _dt
 import hashlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,7 +59,8 @@ class DatasetReport:
                 "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), **body}
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MB blocks."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -67,11 +68,20 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _source(path: str | Path, kind: str) -> dict[str, Any]:
+def splits_fingerprint(file_hashes: Iterable[str]) -> str:
+    """16 hex of sha256 over the split files' hashes (train, val, test order): the dataset's
+    fingerprint, which a model config records to name its training data."""
+    digest = hashlib.sha256()
+    for sha in file_hashes:
+        digest.update(sha.encode())
+    return digest.hexdigest()[:16]
+
+
+def source_record(path: str | Path, kind: str) -> dict[str, Any]:
     p = Path(str(path))
     if str(path) == "-":
         return {"path": "-", "kind": kind, "sha256": None}
-    return {"path": str(p.resolve()), "kind": kind, "sha256": _sha256(p)}
+    return {"path": str(p.resolve()), "kind": kind, "sha256": file_sha256(p)}
 
 
 def _write(out: str | Path, clusters: list[Cluster], report: DatasetReport, fractions: Sequence[float], seed: int,
@@ -83,12 +93,10 @@ def _write(out: str | Path, clusters: list[Cluster], report: DatasetReport, frac
         for name in SPLITS:
             write_split(tmp / f"{name}.jsonl", splits[name])
         report.beir = write_beir(tmp / "beir", splits)
-        digest = hashlib.sha256()
         for name in SPLITS:
-            sha = _sha256(tmp / f"{name}.jsonl")
-            digest.update(sha.encode())
+            sha = file_sha256(tmp / f"{name}.jsonl")
             report.files[f"{name}.jsonl"] = {"sha256": sha, **{k: report.summary[name][k] for k in ("clusters", "questions")}}
-        report.fingerprint = digest.hexdigest()[:16]
+        report.fingerprint = splits_fingerprint(report.files[f"{name}.jsonl"]["sha256"] for name in SPLITS)
         report.seconds = round(time.perf_counter() - started, 3)
         write_json(tmp / MANIFEST, report.manifest())
     log.info("wrote %s (%d/%d/%d clusters) in %.1fs", out, *(report.summary[s]["clusters"] for s in SPLITS), report.seconds)
@@ -109,7 +117,7 @@ def build_dataset(
     skipped: list[tuple[int, str]] = []
     clusters, grouping = clusters_from_pairs(iter_pairs(pairs_path, on_bad_line, skipped), key=key)
     report = DatasetReport(
-        out=str(out), source=_source(pairs_path, "pairs"),
+        out=str(out), source=source_record(pairs_path, "pairs"),
         options={"seed": seed, "fractions": list(fractions), "on_bad_line": on_bad_line, "key": key},
         reading={"rows": grouping.pairs_read, "bad_lines": len(skipped), "skipped": [list(s) for s in skipped]},
         grouping=grouping.to_dict(), split={},
@@ -137,7 +145,7 @@ def build_dataset_from_qa_log(
                           on_bad_line=on_bad_line, skipped=skipped)
     clusters, grouping = clusters_from_qa_log(records, min_coherence=min_coherence)
     report = DatasetReport(
-        out=str(out), source=_source(log_path, "qa-log"),
+        out=str(out), source=source_record(log_path, "qa-log"),
         options={"seed": seed, "fractions": list(fractions), "on_bad_line": on_bad_line,
                  "min_coherence": min_coherence, "question_column": question_column, "answer_column": answer_column},
         reading={"rows": grouping.records, "bad_lines": len(skipped), "skipped": [list(s) for s in skipped]},
@@ -160,7 +168,7 @@ def dataset_stats(dataset_dir: str | Path) -> DatasetReport:
                            seconds=manifest.get("seconds", 0.0))
     report.summary = split_summary({s: load_split(dataset_dir, s) for s in SPLITS})
     for name, info in report.files.items():
-        if isinstance(info, dict) and info.get("sha256") != _sha256(dataset_dir / name):
+        if isinstance(info, dict) and info.get("sha256") != file_sha256(dataset_dir / name):
             report.modified.append(name)
     if report.modified:
         log.warning("%s: %s changed since the build; the fingerprint %s no longer describes them",
