@@ -57,6 +57,32 @@ def test_bm25_scores_equal_those_of_one_index(segmented, single):
     assert segmented.bm25("zzz unknown words", 10) == []
 
 
+def test_compiled_bm25_top_list_equals_scoring_every_document(segmented):
+    """The unfiltered list comes from the compiled scorer (``bm25.top_rows``); it must give
+    the rows and bit-identical scores of ``score_segments`` over every document, and the
+    same list when numba is missing (the NumPy path)."""
+    from hybrid_qpr.backends.local import bm25 as bm25_lib
+    from hybrid_qpr.backends.local.index import _best_rows, _merge_ranked
+
+    def reference(query: str, depth: int):
+        found = []
+        for seg, scores in zip(segmented.segments, segmented._bm25_scores(tokenize(query))):
+            rows = np.flatnonzero(scores > 0)
+            found.append((seg, *_best_rows(scores[rows], rows, depth)))
+        return _merge_ranked(found, depth)
+
+    assert bm25_lib._top_kernel() is not None, "numba is installed in the test environment"
+    for query in QUERIES + ["my my my password password ?"]:
+        for depth in (1, 3, 10, 500):
+            assert segmented.bm25(query, depth) == reference(query, depth), (query, depth)
+    kernel = bm25_lib._KERNEL[:]
+    try:
+        bm25_lib._KERNEL[:] = [None]
+        assert segmented.bm25(QUERIES[0], 10) == reference(QUERIES[0], 10)
+    finally:
+        bm25_lib._KERNEL[:] = kernel
+
+
 def test_bm25_matches_the_bm25s_library(single, question_bank):
     bm25s = pytest.importorskip("bm25s")
     docs = _final_state(question_bank)

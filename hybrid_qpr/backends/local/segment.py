@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from hybrid_qpr.backends.local import bm25 as bm25_lib
-from hybrid_qpr.backends.local.vectors import build_faiss, set_search_params
+from hybrid_qpr.backends.local.vectors import SearchSettings, build_faiss
 from hybrid_qpr.distance import Distance
 from hybrid_qpr.errors import IndexDamagedError, require
 from hybrid_qpr.text import tokenize
@@ -63,7 +63,7 @@ def fsync_path(path: Path) -> None:
 
 
 def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequence[str], metas: Sequence[str],
-                  vectors: np.ndarray, distance: Distance, factory: str, nprobe: int) -> dict[str, Any]:
+                  vectors: np.ndarray, distance: Distance, factory: str) -> dict[str, Any]:
     """Write a complete segment as ``segments_dir/name`` and return its manifest entry.
     ``metas`` are JSON texts; ``vectors`` are already prepared for ``distance``."""
     faiss = require("faiss", feature="the local index")
@@ -83,7 +83,7 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
             db.close()
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         np.save(tmp / VECTORS, vectors, allow_pickle=False)
-        faiss.write_index(build_faiss(vectors, distance, factory, nprobe), str(tmp / FAISS_FILE))
+        faiss.write_index(build_faiss(vectors, distance, factory), str(tmp / FAISS_FILE))
         bm25_lib.save_postings(bm25_lib.build_postings(tokenize(t) for t in texts), tmp)
         fields = sorted({key for m in metas if m != "{}" for key in json.loads(m)})
         files = {}
@@ -171,7 +171,7 @@ class Segment:
     manifest; the document store and arrays are opened at once (so a later merge that
     removes the files cannot pull them from under a reader), the FAISS part on first use."""
 
-    def __init__(self, index_path: Path, entry: dict[str, Any], dim: int, nprobe: int, *,
+    def __init__(self, index_path: Path, entry: dict[str, Any], dim: int, search: SearchSettings, *,
                  verify: bool = True):
         self.index_path = index_path
         self.entry = entry
@@ -179,7 +179,7 @@ class Segment:
         self.count: int = int(entry["count"])
         self.dir = index_path / SEGMENTS_DIR / self.name
         self.dim = dim
-        self.nprobe = nprobe
+        self.search = search
         if verify:
             for problem, file in file_problems(index_path, entry, checksums=False):
                 raise damaged(index_path, problem, fix_for(file, index_path))
@@ -202,6 +202,7 @@ class Segment:
             self.deleted = np.zeros(self.count, dtype=bool)
             self.deleted[rows] = True
         self._faiss = None
+        self._ids: np.ndarray | None = None
 
     # ------------------------------------------------------------------ checks
     def rel(self, file: str) -> str:
@@ -239,13 +240,17 @@ class Segment:
                           fix_for(DOCS_DB, self.index_path)) from None
 
     def ids_at(self, rows: np.ndarray) -> list[str]:
-        """Ids of segment ``rows``, in that order."""
-        wanted = [int(r) for r in rows]
-        found: dict[int, str] = {}
-        for start in range(0, len(wanted), SQL_CHUNK):
-            chunk = wanted[start:start + SQL_CHUNK]
-            found.update(self.sql(f"SELECT pos, id FROM docs WHERE pos IN ({', '.join('?' * len(chunk))})", chunk))
-        return [found[r] for r in wanted]
+        """Ids of segment ``rows``, in that order. Every ranking needs ids (ties are broken by
+        id and lists are fused by id), so the segment's ids are read once, on first use, and
+        kept in memory (about 70 bytes per document) instead of one SQLite query per list."""
+        if self._ids is None:
+            ids = np.empty(self.count, dtype=object)
+            ids[:] = [row[0] for row in self.sql("SELECT id FROM docs ORDER BY pos")]
+            if len(ids) != self.count:
+                raise damaged(self.index_path, f"{self.rel(DOCS_DB)} holds {len(ids)} ids, expected {self.count}",
+                              fix_for(DOCS_DB, self.index_path))
+            self._ids = ids
+        return self._ids[np.asarray(rows, dtype=np.int64)].tolist()
 
     @property
     def faiss(self):
@@ -264,9 +269,15 @@ class Segment:
             if index.ntotal != self.count or index.d != self.dim:
                 raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} holds {index.ntotal} vectors of {index.d} "
                               f"dims, expected {self.count} of {self.dim}", fix_for(FAISS_FILE, self.index_path))
-            set_search_params(index, self.nprobe)
+            self.search.apply(index)
             self._faiss = index
         return self._faiss
+
+    def set_search(self, search: SearchSettings) -> None:
+        if search != self.search:
+            self.search = search
+            if self._faiss is not None:
+                search.apply(self._faiss)
 
     def lookup(self, ids: Sequence[str], columns: str = "id, pos") -> list[tuple]:
         """Rows of ``ids`` that are live in this segment (``columns`` selected)."""
