@@ -12,6 +12,10 @@ For each: build seconds, recall@10 of a top-10 search (the ``knn`` mode), recall
 recall@100 of a top-100 search (the lists ``hybrid`` fuses), p50 ms of one single-query
 search at k 10 and at k 100. Results are printed as JSON lines and written to ``--out``.
 
+``--engine`` measures the index as it is instead (its segments, their FAISS parts and the
+stored search settings, through ``LocalIndex.knn``) against exact search over all its live
+vectors, at each ``--ef`` and at the stored default: the recall a user of that index gets.
+
     python benchmarks/bench_vector_recall.py /tmp/lp/quora-idx --queries /work/data/quora/beir/queries.jsonl \
         --sizes 10000 123725 --out benchmarks/results/vector-recall-quora.json
     python benchmarks/bench_vector_recall.py /work/data/seg-bench/idx-merged \
@@ -83,12 +87,46 @@ def measure(faiss_index, queries: np.ndarray, truth: np.ndarray, build_s: float,
             "p50_ms_k10": single_query_ms(faiss_index, queries, 10), "p50_ms_k100": single_query_ms(faiss_index, queries, 100)}
 
 
+def engine_recall(index: LocalIndex, queries: np.ndarray, efs: list[int]) -> list[dict]:
+    """Recall of ``LocalIndex.knn`` (the index as built) against exact search over its live vectors."""
+    vectors = live_vectors(index, index.count())
+    flat = build_faiss(vectors, index.distance, "Flat")
+    _, truth = flat.search(queries, 100)
+    del flat, vectors
+    ids = [h for seg in index.segments
+           for h in seg.ids_at(np.arange(seg.count) if seg.deleted is None else np.flatnonzero(~seg.deleted))]
+    truth_ids = [[ids[r] for r in row] for row in truth]
+    default = index.search_settings.ef_search
+    rows = []
+    for ef in dict.fromkeys([default, *efs]):
+        index.set_search_settings(ef_search=ef)
+        found10 = [[h.id for h in index.knn(q, 10)] for q in queries]
+        found100 = [[h.id for h in index.knn(q, 100)] for q in queries]
+        rows.append({"ef_search": ef, "default": ef == default, "segments": len(index.segments),
+                     "recall@10_k10": recall(found10, truth_ids, 10), "recall@10_k100": recall(found100, truth_ids, 10),
+                     "recall@100_k100": recall(found100, truth_ids, 100),
+                     "knn_p50_ms_k10": single_knn_ms(index, queries, 10),
+                     "knn_p50_ms_k100": single_knn_ms(index, queries, 100)})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def single_knn_ms(index: LocalIndex, queries: np.ndarray, k: int) -> float:
+    times = []
+    for q in queries:
+        start = time.perf_counter()
+        index.knn(q, k)
+        times.append(time.perf_counter() - start)
+    return latency_summary(times)["p50_ms"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("index", type=Path, help="local index directory (its vectors and model are used)")
     parser.add_argument("--queries", type=Path, required=True, help="query texts: .jsonl (text field) or one per line")
     parser.add_argument("--n-queries", type=int, default=500)
-    parser.add_argument("--sizes", type=int, nargs="+", required=True)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[])
+    parser.add_argument("--engine", action="store_true", help="measure the index as built (see above)")
     parser.add_argument("--hnsw-m", type=int, nargs="+", default=[32])
     parser.add_argument("--ef", type=int, nargs="+", default=[16, 32, 64, 96, 128, 192, 256])
     parser.add_argument("--nprobe", type=int, nargs="+", default=[10, 32, 64, 128, 256])
@@ -105,9 +143,13 @@ def main() -> None:
     encoder = Encoder.load(index.model_dir)
     texts = read_queries(args.queries, args.n_queries, args.seed)
     queries = prepare_vectors(encoder.encode(texts, show_progress=False), index.distance)
-    everything = live_vectors(index, max(args.sizes))
     result = {"index": repo_relative(args.index), "model": repo_relative(encoder.model_dir), "distance": index.distance,
-              "queries": len(queries), "cpus": os.cpu_count(), "faiss_threads": args.threads, "load_average_at_start": os.getloadavg(), "sizes": {}}
+              "queries": len(queries), "cpus": os.cpu_count(), "faiss_threads": args.threads,
+              "load_average_at_start": os.getloadavg(), "sizes": {}}
+    if args.engine:
+        result["engine"] = {"documents": index.count(), "factories": sorted({s.entry["factory"] for s in index.segments}),
+                            "rows": engine_recall(index, queries, args.ef)}
+    everything = live_vectors(index, max(args.sizes, default=0)) if args.sizes else np.zeros((0, 0), np.float32)
     for size in args.sizes:
         if size > len(everything):
             print(f"skipping size {size}: the index holds {len(everything)} vectors", flush=True)

@@ -707,9 +707,12 @@ class _IngestWriter:
         for row, vector in reused.items():
             vectors[row] = vector
         if to_encode:
+            started, cpu = time.perf_counter(), time.process_time()
             encoded = self.encoder.encode([texts[i] for i in to_encode], batch_size=self.batch_size,
                                           show_progress=self.show_progress, side="document")
             vectors[np.asarray(to_encode)] = prepare_vectors(encoded, self.index.distance)
+            logger.info("encoded %d texts in %.1f s (CPU %.1f s)", len(to_encode), time.perf_counter() - started,
+                        time.process_time() - cpu)
         faiss_info = self.index.manifest["faiss"]
         factory = faiss_factory(len(ids), faiss_info.get("kind", "auto"),
                                 int(faiss_info.get("flat_threshold", FLAT_THRESHOLD)))

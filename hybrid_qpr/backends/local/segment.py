@@ -18,9 +18,11 @@ or overwritten file is named at open (sizes) or by ``hybrid-qpr index check`` (c
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import sqlite3
+import time
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,6 +40,8 @@ SEGMENTS_DIR = "segments"
 DOCS_DB, VECTORS, FAISS_FILE = "docs.sqlite", "vectors.npy", "vectors.faiss"
 SEGMENT_FILES: tuple[str, ...] = (DOCS_DB, VECTORS, FAISS_FILE, *bm25_lib.FILES)
 SQL_CHUNK = 900  # parameters per IN (...) clause, below SQLite's oldest limit of 999
+
+logger = logging.getLogger(__name__)
 
 
 def checksum(path: Path) -> int:
@@ -71,6 +75,12 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
+    clock = [(time.perf_counter(), time.process_time())]
+
+    def lap() -> str:  # wall and CPU seconds since the previous lap (the CPU share shows a busy machine)
+        clock.append((time.perf_counter(), time.process_time()))
+        return f"{clock[-1][0] - clock[-2][0]:.1f} s (CPU {clock[-1][1] - clock[-2][1]:.1f} s)"
+
     try:
         db = sqlite3.connect(tmp / DOCS_DB)
         try:
@@ -81,11 +91,14 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
             db.commit()
         finally:
             db.close()
+        times = {"sqlite": lap()}
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         np.save(tmp / VECTORS, vectors, allow_pickle=False)
         faiss.write_index(build_faiss(vectors, distance, factory), str(tmp / FAISS_FILE))
+        times[factory] = lap()
         bm25_lib.save_postings(bm25_lib.build_postings(tokenize(t) for t in texts), tmp)
         fields = sorted({key for m in metas if m != "{}" for key in json.loads(m)})
+        times["postings"] = lap()
         files = {}
         for file in SEGMENT_FILES:
             fsync_path(tmp / file)
@@ -93,6 +106,9 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
         fsync_path(tmp)
         os.replace(tmp, segments_dir / name)
         fsync_path(segments_dir)
+        times["fsync+crc32"] = lap()
+        logger.info("segment %s: %d documents written in %.1f s: %s", name, len(ids), clock[-1][0] - clock[0][0],
+                    ", ".join(f"{what} {spent}" for what, spent in times.items()))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
