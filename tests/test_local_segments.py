@@ -166,6 +166,12 @@ def test_merge_policy_tiers():
     assert plan_merge([seg("big", 1_000_000)] + [seg(f"s{i}", 50) for i in range(10)]) is None
     assert plan_merge([seg("a", 100, deleted=60), seg("b", 10)]) == ["a"]
     assert plan_merge([seg(f"s{i}", 300_000) for i in range(11)], max_docs=2_000_000) is None
+    flat = lambda name, count: {**seg(name, count), "factory": "Flat"}  # noqa: E731
+    hnsw = {**seg("h", 500_000), "factory": "HNSW32"}
+    assert plan_merge([hnsw, flat("a", 12_000), flat("b", 7_000)], flat_limit=20_000) is None  # 19,000 scanned
+    assert plan_merge([hnsw, flat("a", 12_000), flat("b", 9_000)], flat_limit=20_000) == ["b", "a"]
+    assert plan_merge([hnsw, flat("a", 12_000), flat("b", 9_000)]) is None  # no limit (--faiss flat/hnsw/ivf)
+    assert plan_merge([flat("a", 30_000)], flat_limit=20_000) is None  # one Flat segment (e.g. --faiss flat) stays
 
 
 def test_filters_booleans_lists_and_unknown_fields(tmp_path, committed_encoder):

@@ -524,7 +524,9 @@ class LocalIndex:
 
     # ------------------------------------------------------------------ merges
     def _merge_by_policy(self) -> None:
-        while (names := plan_merge(self.manifest["segments"])) is not None:
+        faiss_info = self.manifest["faiss"]
+        flat_limit = int(faiss_info.get("flat_threshold", FLAT_THRESHOLD)) if faiss_info.get("kind") == "auto" else None
+        while (names := plan_merge(self.manifest["segments"], flat_limit=flat_limit)) is not None:
             self._merge(names)
 
     def optimize(self, *, encoder=None, drop_damaged: bool = False, wait: bool | float = False) -> dict[str, Any]:
