@@ -95,7 +95,9 @@ def secured_nodes():
 
     def get(engine: str) -> Secured:
         if engine not in ready:
-            node = LocalNode(engine=engine, secure=True, heap="512m")
+            # scripts/test runs the Elasticsearch of $HYBRID_QPR_ELASTICSEARCH_VERSION (8.19.21 where no Java 21+)
+            version = os.environ.get("HYBRID_QPR_ELASTICSEARCH_VERSION") if engine == "elasticsearch" else None
+            node = LocalNode(engine=engine, secure=True, heap="512m", version=version or None)
             try:
                 timings = node.start(timeout=300)
             except ClusterError as exc:

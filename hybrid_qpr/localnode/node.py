@@ -152,6 +152,12 @@ class LocalNode:
             self.cluster_name += f"-{self.nodes}nodes"
         if secure:
             self.cluster_name += "-secure"
+        self._requested = (version, port)
+        self._choose()
+
+    def _choose(self) -> None:
+        """Version and port: those asked for, else the recorded deployment's while it runs, else the defaults."""
+        version, port = self._requested
         saved = self._saved_state()
         self._configure(version or saved.get("version"), port or saved.get("port"))
         if (version is None or port is None) and saved and not self._any_alive():
@@ -275,6 +281,8 @@ class LocalNode:
         t0 = time.monotonic()
         self.home.mkdir(parents=True, exist_ok=True)
         with self._lock():
+            # a start that held the lock may have just launched the deployment this object should join
+            self._choose()
             self._refuse_other_deployment()
             current = self.status()
             if current.running:
