@@ -7,7 +7,8 @@ first start, an admin and a read-only user (hybrid_qpr.localnode.security).
 
 What is checked, through the CLI as a user meets it:
 
-- wrong password, no credentials, a wrong API key: refused with a one-line 401 message;
+- wrong password, no credentials, a wrong API key, the demo configuration's admin/admin: refused
+  with a one-line 401 message;
 - no CA (``--ca-certs`` left out): a TLS message, not "is the node running?"; with the CA it verifies;
 - the read-only user can query, but ingest, delete and tune get a one-line 403 message and the
   index is unchanged (documents, texts and ``_meta``);
@@ -174,8 +175,9 @@ def test_the_node_is_https_only_and_the_credentials_file_is_private(secured):
         assert result.exit_code == 0 and str(secured.node.credentials_file) in result.output, result.output
 
 
-@pytest.mark.parametrize("who, extra", [("wrong", []), (None, []), (None, ["--api-key", "d3Jvbmc6a2V5"])],
-                         ids=["wrong-password", "no-credentials", "wrong-api-key"])
+@pytest.mark.parametrize("who, extra", [
+    ("wrong", []), (None, []), (None, ["--api-key", "d3Jvbmc6a2V5"]), (None, ["--user", "admin", "--password", "admin"]),
+], ids=["wrong-password", "no-credentials", "wrong-api-key", "demo-admin"])
 def test_wrong_or_missing_credentials_are_refused_in_one_line(secured, who, extra):
     args = ["query", "how do i reset my password?", "--index", "hqpr-any", *extra]
     if who == "wrong":
