@@ -19,8 +19,7 @@ On OpenSearch 2.19.4 there is no k-NN plugin, so no hybrid-qpr index (it has a `
 field) can be made there: ingest as admin is refused by the node itself ("unknown setting
 [index.knn]") and shown as one line. The roles are tested there on a plain index the admin fills
 over REST: the reader can search it and read its mapping, and delete (the CLI) and writes are 403.
-Elasticsearch has no API key on this node (see hybrid_qpr.localnode.security): a wrong key is
-refused like a wrong password.
+On Elasticsearch the read-only API key queries and is refused writes like the read-only user.
 """
 
 from __future__ import annotations
@@ -58,10 +57,13 @@ class Secured:
         self.outputs: list[str] = []  # every CLI output, checked for secrets at the end
 
     def env(self, who: str | None) -> dict[str, str | None]:
-        """The environment a user exports (secrets stay off the command line); ``who``: admin, reader or None."""
+        """The environment a user exports (secrets stay off the command line); ``who``: admin,
+        reader, api_key or None."""
         prefix = f"HYBRID_QPR_{self.engine.upper()}_"
         env: dict[str, str | None] = {prefix + name: None for name in ("URL", "USER", "PASSWORD", "API_KEY", "CA", "VERIFY")}
-        if who is not None:
+        if who == "api_key":
+            env[prefix + "API_KEY"] = self.credentials.api_key
+        elif who is not None:
             env[prefix + "USER"] = getattr(self.credentials, f"{who}_user")
             env[prefix + "PASSWORD"] = getattr(self.credentials, f"{who}_password")
         return env
@@ -195,10 +197,12 @@ def test_a_missing_ca_is_a_tls_error_and_the_ca_verifies(secured):
 
 
 # ------------------------------------------------------------------------------------ Elasticsearch
-def test_the_reader_can_query(es_index):
+@pytest.mark.parametrize("who", ["reader", "api_key"])
+def test_the_reader_and_the_api_key_can_query(es_index, who):
     secured, es_index = es_index
+    assert secured.credentials.api_key, "the secured Elasticsearch node made no API key"
     result = secured.run(["query", "how do i reset my netflix password?", "--index", es_index, "-k", "3",
-                          "--mode", "hybrid", "--json"])
+                          "--mode", "hybrid", "--json"], who=who)
     assert result.exit_code == 0, result.output
     hits = json.loads(result.stdout)["hits"]
     assert len(hits) == 3 and "netflix" in hits[0]["text"], result.stdout
@@ -218,6 +222,9 @@ def test_the_reader_cannot_ingest_delete_or_tune_and_nothing_changes(es_index, t
     for name, args in attempts.items():
         line = _one_line_error(secured.run(args))
         assert "permission denied (403)" in line and secured.credentials.reader_user in line, (name, line)
+    # the read-only API key likewise (it is the admin's key, limited to the read-only role)
+    line = _one_line_error(secured.run(attempts["delete"], who="api_key"))
+    assert "permission denied (403)" in line and secured.credentials.admin_user in line, line
     assert _state(secured, es_index) == before
     # the admin may: the same tune stores its winner in _meta (then the test's index is dropped)
     tuned = secured.run(attempts["tune"], who="admin")

@@ -10,7 +10,7 @@ import stat
 
 import pytest
 
-from hybrid_qpr.errors import ConfigError
+from hybrid_qpr.errors import ClusterError, ConfigError
 from hybrid_qpr.localnode import LocalNode
 from hybrid_qpr.localnode import security
 
@@ -81,7 +81,8 @@ def test_secured_deployments_have_their_own_layout(tmp_path):
     es = LocalNode(tmp_path, engine="elasticsearch", secure=True)
     assert (es.url, es.version, es.cluster_name) == ("https://127.0.0.1:9202", "9.5.3", "hybrid-qpr-elasticsearch-secure")
     assert es.state_file.name == "elasticsearch-secure-node.json"
-    assert es.members[0].root == es.node_dir / "secure"
+    # its own install (the plain one hard-linked, plus the security index's analysis plugin)
+    assert es.node_dir.name == "elasticsearch-9.5.3-secure" and es.members[0].root == es.node_dir / "secure"
     assert es.credentials_file == tmp_path / "elasticsearch-secure-credentials.json" and es.credentials() is None
     opensearch = LocalNode(tmp_path, secure=True)
     assert (opensearch.url, opensearch.version) == ("https://127.0.0.1:9203", "2.19.4")
@@ -92,3 +93,12 @@ def test_secured_deployments_have_their_own_layout(tmp_path):
         LocalNode(tmp_path, secure=True, version="3.6.0")
     with pytest.raises(ConfigError, match="runs as one node"):
         LocalNode(tmp_path, secure=True, nodes=3)
+
+
+def test_the_analysis_plugin_needs_javac_and_says_so(tmp_path):
+    runtime = tmp_path / "jre"
+    (runtime / "bin").mkdir(parents=True)
+    (runtime / "bin" / "java").touch()
+    with pytest.raises(ClusterError, match="javac, which the Java at .* lacks.*Fix: install a JDK"):
+        security.build_analysis_plugin(tmp_path / "es", runtime, "9.5.3")
+    assert not (tmp_path / "es").exists()

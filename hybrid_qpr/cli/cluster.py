@@ -69,7 +69,7 @@ def start(engine: str, version: str | None, nodes: int | None, home: str | None,
     'hybridqpr' (created if missing) because neither engine runs as root.
 
     With --secure: HTTPS with a CA drawn at the first start, basic auth, an admin and a
-    read-only user (docs/local-nodes.md); OpenSearch runs 2.19.4, the one version whose security plugin is on
+    read-only user, and (Elasticsearch) a read-only API key (docs/local-nodes.md); OpenSearch runs 2.19.4, the one version whose security plugin is on
     Maven Central (no k-NN there). The URL, CA path and generated credentials go to a file of mode
     0600 whose path is printed; the secrets themselves are never printed.
     """
@@ -87,8 +87,10 @@ def start(engine: str, version: str | None, nodes: int | None, home: str | None,
                    f"(install {timings['install_s']:.1f} s, boot to green {timings['start_s']:.1f} s)")
     if secure:
         credentials = node.credentials()
+        key = ", a read-only API key" if credentials.api_key else ""
         click.echo(f"users {credentials.admin_user} (admin) and {credentials.reader_user} (read-only), their "
-                   f"passwords and the CA path: {node.credentials_file} (mode 0600); CA certificate: {credentials.ca_certs}")
+                   f"passwords{key} and the CA path: {node.credentials_file} (mode 0600); CA certificate: "
+                   f"{credentials.ca_certs}")
 
 
 @cluster.command()

@@ -173,6 +173,8 @@ class LocalNode:
             self.port = port or (DEFAULT_PORTS[self.engine] if self.nodes == 1 else MULTI_NODE_PORT)
         self.version = self.dist.version
         self.node_dir = self.home / f"{self.engine}-{self.version}"
+        if self._secured_install():
+            self.node_dir = self.home / f"{self.engine}-{self.version}-secure"
         self.members = self._members()
 
     def _any_alive(self) -> bool:
@@ -226,6 +228,8 @@ class LocalNode:
         """Build the node directory if it is missing; True when something was built."""
         if self.installed():
             return False
+        if self._secured_install():
+            return self._install_secured_copy()
         mvn = find_mvn()
         jdk = self.java()
         self.home.mkdir(parents=True, exist_ok=True)
@@ -331,8 +335,13 @@ class LocalNode:
             self._wait_ready(down, t_installed + timeout)
             self._verify(token)
             credentials = self.credentials()
-            if credentials is not None and credentials.url != self.url:  # started on another --port than last time
-                dataclasses.replace(credentials, url=self.url).save(self.credentials_file)
+            if credentials is not None:
+                updated = dataclasses.replace(credentials, url=self.url)  # --port may differ from the last start
+                if self.engine == "elasticsearch":
+                    # API keys live in the security index: made once the node answers
+                    updated = security.ensure_api_key(self.url, self._access(), updated)
+                if updated != credentials:
+                    updated.save(self.credentials_file)
         return {"install_s": t_installed - t0, "start_s": time.monotonic() - t_installed, "already_running": False}
 
     def stop(self, timeout: float = 60.0) -> bool:
@@ -415,6 +424,37 @@ class LocalNode:
             )
 
     # ------------------------------------------------------------------ install
+    def _secured_install(self) -> bool:
+        """The secured Elasticsearch has an install of its own: the plain one plus a plugin (below)."""
+        return self.secure and self.engine == "elasticsearch"
+
+    def _install_secured_copy(self) -> bool:
+        """The plain install hard-linked file by file (no second copy on disk; its config/ copied,
+        since the plain node rewrites files there in place), plus the analysis plugin the security
+        index needs (``security.build_analysis_plugin``): a plugin in the shared install would load
+        into the plain node too."""
+        base = LocalNode(self.home, engine=self.engine, version=self.version, say=self.say)
+        base.install()
+        jdk = self.java()
+        self.say(f"building {self.node_dir.name}: {base.node_dir.name} plus the {security.ANALYSIS_PLUGIN} plugin")
+        own = {"config", "data", "logs", "secure", MARKER, f"{self.engine}.pid"}  # top level only
+        partial = self.node_dir.with_name(self.node_dir.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        try:
+            shutil.copytree(base.node_dir, partial, copy_function=_link_or_copy,
+                            ignore=lambda where, names: [n for n in names if Path(where) == base.node_dir and n in own])
+            shutil.copytree(base.node_dir / "config", partial / "config")
+            security.build_analysis_plugin(partial, jdk.home, self.version)
+            (partial / MARKER).write_text(json.dumps({
+                "engine": self.engine, "version": self.version, "linked_from": str(base.node_dir),
+                "plugins": {security.ANALYSIS_PLUGIN: "built from hybrid_qpr/localnode/java"}}, indent=2), encoding="utf-8")
+            if self.node_dir.exists():
+                shutil.rmtree(self.node_dir)
+            os.replace(partial, self.node_dir)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+        return True
+
     def _assemble(self, artifacts: Artifacts, target: Path, java_home: Path) -> None:
         self.say(f"unpacking {artifacts.distribution.name}")
         _unzip_single_root(artifacts.distribution, target)
@@ -656,6 +696,13 @@ def _fit_jvm_options(path: Path, jdk: Jdk) -> None:
         logger.info("%s: --add-modules=%s %s for %s", path, VECTOR_MODULE, "disabled" if lacks else "restored", jdk.home)
         with atomic_write(path) as handle:
             handle.write("".join(fitted))
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system, or no hard links there
+        shutil.copy2(source, target)
 
 
 def _own_jvm_paths(path: Path, root: Path) -> None:

@@ -12,12 +12,14 @@ Users (the same names on both engines), stored as bcrypt hashes only:
 - ``READER_USER``: role ``READ_ROLE``, which may check cluster health, read mappings and
   search, and nothing else: ingest, delete and tune are refused with 403.
 
-Elasticsearch keeps them in its file realm (``config/users``, ``users_roles``, ``roles.yml``), not
-in the native realm: the native realm and API keys live in the ``.security`` index, whose mapping
-needs the ``pattern_capture`` token filter of the ``analysis-common`` module, which the Maven
-Central integ-test zip lacks and Central does not publish for Elasticsearch (creating an API key
-there answers 400 "Unknown filter type [pattern_capture]"). So this node has no API key; a wrong
-API key is still refused like a wrong password.
+Elasticsearch keeps them in its file realm (``config/users``, ``users_roles``, ``roles.yml``). Its
+API key (``POST /_security/api_key``, limited to ``READ_ROLE``) lives in the ``.security`` index,
+whose mapping needs four analysis components of the ``analysis-common`` module (tokenizer
+``uax_url_email``; filters ``pattern_capture``, ``lowercase``, ``unique``). The Maven Central
+integ-test zip lacks that module and Central does not publish it for Elasticsearch (without it the
+key's creation answers 400 "Unknown filter type [pattern_capture]"), so the secured node's install
+carries a small plugin that provides them from the Lucene classes in the server's ``lib/``
+(``java/SecurityIndexAnalysisPlugin.java``, compiled with the JDK's ``javac`` at install time).
 
 OpenSearch internal users go to ``internal_users.yml`` and are loaded into the security index at
 the first start (``plugins.security.allow_default_init_securityindex``), so the demo
@@ -33,9 +35,13 @@ import json
 import os
 import secrets
 import ssl
+import subprocess
+import tempfile
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass
+import zipfile
+from dataclasses import asdict, dataclass, replace
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +69,11 @@ class Credentials:
     admin_password: str
     reader_user: str
     reader_password: str
+    api_key: str | None = None  # Elasticsearch: base64 ``id:key`` of a read-only key (the ApiKey header's value)
 
     def __repr__(self) -> str:
         return (f"Credentials(engine={self.engine!r}, url={self.url!r}, ca_certs={self.ca_certs!r}, "
-                f"admin_user={self.admin_user!r}, reader_user={self.reader_user!r}, passwords hidden)")
+                f"admin_user={self.admin_user!r}, reader_user={self.reader_user!r}, passwords and API key hidden)")
 
     __str__ = __repr__
 
@@ -86,7 +93,7 @@ class Credentials:
 
     def secrets(self) -> list[str]:
         """Every secret value, for tests that check nothing leaks."""
-        return [self.admin_password, self.reader_password]
+        return [s for s in (self.admin_password, self.reader_password, self.api_key) if s]
 
 
 def new_password() -> str:
@@ -276,3 +283,58 @@ def request_json(method: str, url: str, access: Access | None, body: Any = None,
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode("utf-8", errors="replace")[:300]
         raise ClusterError(f"{method} {url} answered {exc.code}: {detail}") from None
+
+
+def ensure_api_key(url: str, access: Access, credentials: Credentials) -> Credentials:
+    """The credentials with a working read-only API key of the admin: the saved one if it still
+    authenticates, else a new one (the first call also creates the ``.security`` index)."""
+    if credentials.api_key and _api_key_works(url, access, credentials.api_key):
+        return credentials
+    created = request_json("POST", f"{url}/_security/api_key", access,
+                           {"name": "hybrid-qpr-read-only", "role_descriptors": {READ_ROLE: READ_ROLE_ELASTICSEARCH}},
+                           timeout=120.0)
+    return replace(credentials, api_key=created["encoded"])
+
+
+def _api_key_works(url: str, access: Access, api_key: str) -> bool:
+    request = urllib.request.Request(f"{url}/_security/_authenticate", headers={"Authorization": f"ApiKey {api_key}"})
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=access.context()):
+            return True
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+# ---------------------------------------------------------------------- the security index's analysis
+ANALYSIS_PLUGIN = "security-index-analysis"
+_PLUGIN_SOURCE = "SecurityIndexAnalysisPlugin.java"
+_PLUGIN_CLASS = "org.hybridqpr.securityanalysis.SecurityIndexAnalysisPlugin"
+
+
+def build_analysis_plugin(install_dir: Path, java_home: Path, version: str) -> Path:
+    """Compile ``java/SecurityIndexAnalysisPlugin.java`` against ``install_dir/lib`` and lay it out
+    as ``install_dir/plugins/security-index-analysis`` (jar + descriptor); returns that directory."""
+    javac = java_home / "bin" / "javac"
+    if not javac.is_file():
+        raise ClusterError(f"the secured Elasticsearch node compiles a small analysis plugin with javac, which the "
+                           f"Java at {java_home} lacks (a runtime, not a JDK). Fix: install a JDK (apt-get install "
+                           f"openjdk-17-jdk-headless, or a JDK 21+ for Elasticsearch 9) or set JAVA_HOME to one")
+    source = resources.files("hybrid_qpr.localnode") / "java" / _PLUGIN_SOURCE
+    target = install_dir / "plugins" / ANALYSIS_PLUGIN
+    with tempfile.TemporaryDirectory(prefix="hqpr-plugin-") as work:
+        classes = Path(work) / "classes"
+        (Path(work) / _PLUGIN_SOURCE).write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+        result = subprocess.run([str(javac), "--release", "17", "-nowarn", "-cp", str(install_dir / "lib" / "*"),
+                                 "-d", str(classes), str(Path(work) / _PLUGIN_SOURCE)], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise ClusterError(f"javac could not build the {ANALYSIS_PLUGIN} plugin for Elasticsearch {version} "
+                               f"(exit {result.returncode}):\n{(result.stdout + result.stderr).strip()[-1500:]}")
+        target.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(target / f"{ANALYSIS_PLUGIN}.jar", "w", zipfile.ZIP_DEFLATED) as jar:
+            for path in sorted(classes.rglob("*.class")):
+                jar.write(path, path.relative_to(classes).as_posix())
+    (target / "plugin-descriptor.properties").write_text(
+        f"description=uax_url_email, pattern_capture, lowercase and unique for the security index (hybrid-qpr)\n"
+        f"version={version}\nname={ANALYSIS_PLUGIN}\nclassname={_PLUGIN_CLASS}\njava.version=17\n"
+        f"elasticsearch.version={version}\n", encoding="utf-8")
+    return target
