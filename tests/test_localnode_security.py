@@ -85,7 +85,7 @@ def test_secured_deployments_have_their_own_layout(tmp_path):
     assert es.node_dir.name == "elasticsearch-9.5.3-secure" and es.members[0].root == es.node_dir / "secure"
     assert es.credentials_file == tmp_path / "elasticsearch-secure-credentials.json" and es.credentials() is None
     opensearch = LocalNode(tmp_path, secure=True)
-    assert (opensearch.url, opensearch.version) == ("https://127.0.0.1:9203", "2.19.4")
+    assert (opensearch.url, opensearch.version, opensearch.heap) == ("https://127.0.0.1:9203", "2.19.4", "512m")
     assert opensearch.dist.plugins == ("opensearch-security",) and opensearch.dist.security
     plain = LocalNode(tmp_path)
     assert plain.url == "http://127.0.0.1:9200" and plain.credentials() is None

@@ -56,7 +56,7 @@ def cluster() -> None:
               "[default: 9200 for OpenSearch, 9201 for Elasticsearch, 9210 for a multi-node cluster; "
               "with --secure 9203 and 9202]")
 @click.option("--heap", default=None, help="JVM heap per node (-Xms and -Xmx), e.g. 1g or 512m. "
-              "[default: 2g for one OpenSearch node, else 512m]")
+              "[default: 2g for one OpenSearch node without --secure, else 512m]")
 @click.option("--timeout", type=float, default=240.0, show_default=True, help="Seconds to wait for green health.")
 @friendly_errors
 def start(engine: str, version: str | None, nodes: int | None, home: str | None, secure: bool, port: int | None,

@@ -144,7 +144,8 @@ class LocalNode:
         kind = "secure-node" if secure else "node" if self.nodes == 1 else f"{self.nodes}nodes"
         self.state_file = self.home / f"{engine}-{kind}.json"
         self.credentials_file = self.home / f"{engine}-secure-credentials.json"
-        self.heap = heap or DEFAULT_HEAPS.get((engine, self.nodes), "512m")
+        # the secured OpenSearch has no ml-commons, so the small heap does
+        self.heap = heap or ("512m" if secure else DEFAULT_HEAPS.get((engine, self.nodes), "512m"))
         if not re.fullmatch(r"[1-9][0-9]*[mMgG]", self.heap):
             raise ConfigError(f"heap={self.heap!r}: use a JVM size such as 512m or 1g")
         self.cluster_name = "hybrid-qpr" if engine == "opensearch" else f"hybrid-qpr-{engine}"
