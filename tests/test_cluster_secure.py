@@ -256,6 +256,11 @@ def test_opensearch_reader_can_search_but_not_write(os_index):
     assert hits and backend.count() == 20 and backend.meta["written_by"] == "test_cluster_secure"
     line = _one_line_error(secured.run(["delete", *[h.id for h in hits[:2]], "--index", os_index]))
     assert "permission denied (403)" in line and creds.reader_user in line, line
+    # ingest into a new index: refused at its creation (no index appears)
+    line = _one_line_error(secured.run(["ingest", str(EXAMPLES / "questions.jsonl"), "--index", "hqpr-secure-new"]))
+    assert "permission denied (403)" in line and "indices:admin/create" in line, line
+    with pytest.raises(ClusterError, match="404"):
+        secured.rest("GET", "/hqpr-secure-new")
     with pytest.raises(ClusterError, match=r"permission denied \(403\)"):
         backend.set_fusion_defaults({"fusion": "rrf", "alpha": 0.5})  # what tune stores
     assert _state(secured, os_index) == before
