@@ -78,10 +78,9 @@ class Credentials:
     __str__ = __repr__
 
     def save(self, path: Path) -> None:
-        with atomic_write(path) as handle:  # the temp file is created 0600 and chmod-ed before any secret
-            os.chmod(handle.name, 0o600)
+        with atomic_write(path) as handle:
+            os.fchmod(handle.fileno(), 0o600)  # atomic_write opens it up to the umask; close it before any secret
             handle.write(json.dumps(asdict(self), indent=2))
-        os.chmod(path, 0o600)
 
     @classmethod
     def load(cls, path: Path) -> Credentials | None:
