@@ -90,3 +90,16 @@ def test_dev_map_ranks_each_question_candidates():
     swapped = [AnswerRecord(r.id, r.question, r.group, r.negatives[:1], r.positives + r.negatives[1:]) for r in records]
     # now the right answer (a 'wrong' text) ranks 2nd or 3rd: AP = 1/2 or 1/3
     assert dev_map(_BagEncoder(), swapped) < 0.6
+
+
+def test_answer_losses_come_from_the_one_registry():
+    from hybrid_qpr.model.losses import ANSWER_LOSSES, build_loss as registry_build
+    from hybrid_qpr.training.asbert import AsbertSettings, build_loss
+
+    assert ANSWER_LOSSES == ("triplet-negatives", "siamese-negatives", "sdml-negatives")
+    assert isinstance(registry_build("triplet-negatives", margin=0.7, negatives="semi-hard"), TripletNegativesLoss)
+    assert isinstance(registry_build("sdml-negatives", epsilon=0.1), SDMLNegativesLoss)
+    for kind, cls in (("triplet", TripletNegativesLoss), ("siamese", SiameseNegativesLoss), ("sdml", SDMLNegativesLoss)):
+        assert type(build_loss(AsbertSettings(loss=kind))) is cls
+    triplet = build_loss(AsbertSettings(loss="triplet", margin=0.7, negatives="semi-hard"))
+    assert (triplet.margin, triplet.negatives) == (0.7, "semi-hard")

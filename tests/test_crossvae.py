@@ -64,7 +64,10 @@ def test_decoders_are_crossed():
 def _toy(n=16, features=12, vocab=30, seed=0):
     g = torch.Generator().manual_seed(seed)
     qf = torch.randn(n, features, generator=g)
-    af = qf + 0.05 * torch.randn(n, features, generator=g)  # aligned answers resemble their questions
+    # aligned answers are a fixed rotation of their questions: related, but not aligned by the
+    # shared initial heads, so the matching term has something to learn
+    rotation = torch.linalg.qr(torch.randn(features, features, generator=g))[0]
+    af = qf @ rotation + 0.05 * torch.randn(n, features, generator=g)
     qt = torch.randint(1, vocab, (n, 6), generator=g)
     qt[:, 4:] = 0
     at = torch.randint(1, vocab, (n, 8), generator=g)
@@ -105,10 +108,32 @@ def test_tiny_training_run_lowers_every_loss(tmp_path, one_thread):
 def test_fit_keeps_the_best_epoch_and_stops_on_patience(one_thread):
     qf, af, qt, at = _toy(n=8)
     model = CrossVAE(12, 30, latent=4, hidden=8, embedding=4, decoder_hidden=8)
-    scores = iter([0.1, 0.5, 0.4, 0.3, 0.2, 0.9])
+    scores = iter([0.1, 0.05, 0.5, 0.4, 0.3, 0.2, 0.9])  # the first is the untrained state (epoch 0)
     result = fit(model, qf, af, qt, at, CrossVAESettings(batch_size=8, epochs=6, patience=2), validate=lambda m: next(scores))
     assert result["best_epoch"] == 2 and result["best_val"] == 0.5 and result["stopped"] == "patience"
-    assert len(result["history"]) == 4
+    assert [row["epoch"] for row in result["history"]] == [0, 1, 2, 3, 4]
+
+
+def test_fit_keeps_the_untrained_state_when_no_epoch_beats_it(one_thread):
+    qf, af, qt, at = _toy(n=8)
+    model = CrossVAE(12, 30, latent=4, hidden=8, embedding=4, decoder_hidden=8)
+    untrained = {k: v.clone() for k, v in model.state_dict().items()}
+    scores = iter([0.6, 0.5, 0.4])
+    result = fit(model, qf, af, qt, at, CrossVAESettings(batch_size=8, epochs=2, patience=5), validate=lambda m: next(scores))
+    assert result["best_epoch"] == 0 and result["best_val"] == 0.6
+    assert all(torch.equal(v, untrained[k]) for k, v in model.state_dict().items())
+
+
+def test_untrained_sides_share_weights_and_keep_the_feature_geometry():
+    """Both heads start equal (as the paper's two encoders start from one pretrained BERT) and,
+    with a latent as wide as the features, an untrained head only rotates them: cosines are kept."""
+    torch.manual_seed(0)
+    model = CrossVAE(feature_dim=6, vocab_size=9, latent=6, hidden=8, embedding=4, decoder_hidden=8)
+    x = torch.randn(5, 6)
+    mu_q, mu_a = model.means(x, "query"), model.means(x, "document")
+    assert torch.allclose(mu_q, mu_a)
+    cos = torch.nn.functional.cosine_similarity
+    assert torch.allclose(cos(mu_q[:, None], mu_q[None], dim=-1), cos(x[:, None], x[None], dim=-1), atol=1e-5)
 
 
 def test_kl_annealing():

@@ -33,8 +33,8 @@ import numpy as np
 
 from hybrid_qpr.backends.base import Capabilities
 from hybrid_qpr.backends.cluster.backend import KNN_CANDIDATES, ClusterBackend
-from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, VECTOR_FIELD, bm25_query, check_shards, filter_clauses,
-                                                load_body)
+from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, VECTOR_FIELD, bm25_query, bm25_values, check_shards,
+                                                filter_clauses, load_body)
 from hybrid_qpr.backends.cluster.connection import PROBE_PATH, HttpFailure, Transport, redact, resolve_options, translate
 from hybrid_qpr.distance import check_distance, elasticsearch_similarity
 from hybrid_qpr.errors import require
@@ -118,7 +118,7 @@ def index_body(dim: int, distance: str, fingerprint: str, kind: str, *, shards: 
     return load_body("elasticsearch/index.json", {
         "DIM": int(dim), "DISTANCE": distance, "MODEL_FINGERPRINT": fingerprint, "MODEL_KIND": kind,
         "ES_SIMILARITY": elasticsearch_similarity(distance), "VECTOR_INDEX_TYPE": vector_index_type or VECTOR_INDEX_TYPE,
-        "SHARDS": shards, "REPLICAS": replicas})
+        "SHARDS": shards, "REPLICAS": replicas, **bm25_values()})
 
 
 class ElasticsearchBackend(ClusterBackend):

@@ -34,11 +34,12 @@ import numpy as np
 from hybrid_qpr.backends.base import Capabilities
 from hybrid_qpr.backends.cluster.backend import KNN_CANDIDATES, ClusterBackend
 from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, METADATA_FIELD, TEXT_FIELD, VECTOR_FIELD, bm25_query,
-                                                check_shards, filter_clauses, load_body)
+                                                bm25_values, check_shards, filter_clauses, load_body)
 from hybrid_qpr.backends.cluster.connection import (PROBE_PATH, HttpFailure, Transport, reason, redact,
                                                     resolve_options, translate)
 from hybrid_qpr.distance import check_distance, opensearch_space_type
 from hybrid_qpr.errors import BackendError, ConfigError, require
+from hybrid_qpr.text.tokenizer import TOKEN_PATTERN
 from hybrid_qpr.types import Filters, Hit
 
 logger = logging.getLogger(__name__)
@@ -128,7 +129,8 @@ def index_body(dim: int, distance: str, fingerprint: str, kind: str, engine: str
         logger.warning("engine=%s needs the k-NN native libraries, which the Maven Central build lacks", engine)
     return load_body("opensearch/index.json", {
         "DIM": int(dim), "DISTANCE": distance, "MODEL_FINGERPRINT": fingerprint, "MODEL_KIND": kind,
-        "ENGINE": engine, "SPACE_TYPE": opensearch_space_type(distance), "SHARDS": shards, "REPLICAS": replicas})
+        "ENGINE": engine, "SPACE_TYPE": opensearch_space_type(distance), "SHARDS": shards, "REPLICAS": replicas,
+        **bm25_values(), "TOKEN_PATTERN": TOKEN_PATTERN})
 
 
 def pipeline_name(fusion: str) -> str:

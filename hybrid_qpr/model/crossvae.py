@@ -78,17 +78,27 @@ def matching_loss(zq: torch.Tensor, za: torch.Tensor, weight: torch.Tensor, bias
 
 
 class GaussianHead(nn.Module):
-    """Sentence features -> (μ, log σ²) of the latent: the trainable part of one side's encoder."""
+    """Sentence features -> (μ, log σ²) of the latent: the trainable part of one side's encoder.
+
+    ``μ = P·x + W₂·tanh(W₁·x)``: a linear map of the pretrained features (the paper's linear
+    layer over its encoder) plus a small non-linear correction that stands in for fine-tuning
+    the encoder, which is frozen here. P starts (semi-)orthogonal and the correction at zero, so
+    an untrained head keeps the pretrained encoder's geometry (cosines are unchanged when the
+    latent is as wide as the features)."""
 
     def __init__(self, feature_dim: int, hidden: int, latent: int):
         super().__init__()
+        self.project = nn.Linear(feature_dim, latent, bias=False)
+        nn.init.orthogonal_(self.project.weight)
         self.body = nn.Sequential(nn.Linear(feature_dim, hidden), nn.Tanh())
         self.mu = nn.Linear(hidden, latent)
+        nn.init.zeros_(self.mu.weight)
+        nn.init.zeros_(self.mu.bias)
         self.logvar = nn.Linear(hidden, latent)
 
     def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.body(features)
-        return self.mu(h), self.logvar(h)
+        return self.project(features) + self.mu(h), self.logvar(h)
 
 
 class LatentDecoder(nn.Module):
@@ -145,6 +155,11 @@ class CrossVAE(nn.Module):
         super().__init__()
         self.question_head = GaussianHead(feature_dim, hidden, latent)
         self.answer_head = GaussianHead(feature_dim, hidden, latent)
+        # Both sides start from the same weights, as the paper's two encoders both start from
+        # the same pretrained BERT: the two latent spaces begin aligned and the losses refine
+        # them. Independent random heads start in unrelated spaces (measured on SQuAD val:
+        # MRR 0.002 at initialisation, and 0.14 after 8 epochs, against 0.71 for MiniLM).
+        self.answer_head.load_state_dict(self.question_head.state_dict())
         bos = vocab_size  # one extra id for begin/end of sentence
         self.question_decoder = LatentDecoder(vocab_size + 1, latent, embedding, decoder_hidden, bos)
         self.answer_decoder = LatentDecoder(vocab_size + 1, latent, embedding, decoder_hidden, bos)

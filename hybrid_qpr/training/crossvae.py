@@ -97,7 +97,8 @@ def fit(model: CrossVAE, q_features: np.ndarray, a_features: np.ndarray, q_token
 
     Returns ``{"history": [per-epoch mean loss terms, beta, val], "best_epoch", "best_val",
     "stopped"}`` and leaves the best validated state (or the last one without ``validate``)
-    in ``model``."""
+    in ``model``. With ``validate``, the untrained state is scored first (epoch 0) and is kept
+    if no epoch beats it."""
     settings.check()
     torch.manual_seed(settings.seed)
     n = len(q_features)
@@ -114,6 +115,15 @@ def fit(model: CrossVAE, q_features: np.ndarray, a_features: np.ndarray, q_token
         start_epoch, step, best_val, best_epoch = state["epoch"], state["step"], state["best_val"], state["best_epoch"]
         best_state, history = state["best_state"], state["history"]
         logger.info("resuming %s after epoch %d", checkpoint, start_epoch)
+    if validate is not None and start_epoch == 0:  # the untrained state is a candidate too (epoch 0)
+        model.eval()
+        best_val = validate(model)
+        best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        history.append({"epoch": 0, "step": 0, "val": best_val})
+        logger.info("epoch 0: val %.4f", best_val)
+        if run_dir is not None:
+            with (run_dir / "log.jsonl").open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(history[0]) + "\n")
     started = time.perf_counter()
     stopped = "epochs"
     for epoch in range(start_epoch, settings.epochs):

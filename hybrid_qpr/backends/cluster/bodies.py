@@ -73,6 +73,14 @@ def filter_clauses(filters: Filters | None) -> list[dict]:
     return clauses
 
 
+def bm25_values() -> dict[str, float]:
+    """The index's BM25 similarity: the embedded engine's k1 and b (Lucene's default k1 is 1.2),
+    so the same corpus scores alike on every backend."""
+    from hybrid_qpr.backends.local.bm25 import BM25_B, BM25_K1
+
+    return {"BM25_K1": BM25_K1, "BM25_B": BM25_B}
+
+
 def bm25_query(query: str, filters: Filters | None) -> dict:
     """A ``match`` query (the text is analysed, never parsed as query syntax) with exact filters."""
     return {"bool": {"must": [{"match": {TEXT_FIELD: {"query": query}}}], "filter": filter_clauses(filters)}}
