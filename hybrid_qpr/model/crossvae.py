@@ -37,10 +37,13 @@ What is **not** certain (read from memory of the paper, not checked against its 
   the first steps (``kl_warmup``) against posterior collapse, a standard VAE practice the
   paper may or may not use;
 * the encoders: the paper fine-tunes a pretrained (BERT) encoder. Here the encoder is a
-  frozen pretrained sentence encoder (MiniLM, mean pooling) followed by a trainable two-layer
-  network to (μ, log σ²) per side, so training fits minutes on a CPU. The decoders are
-  word-level GRUs over the training vocabulary (the project's ``Vocabulary`` with one
-  unknown-word bin).
+  frozen pretrained sentence encoder (MiniLM, mean pooling) followed by a trainable head per
+  side (``GaussianHead``: μ is a linear map of the features plus a small tanh correction,
+  log σ² a tanh layer), so training fits a CPU. As both of the paper's encoders start from
+  the same pretrained weights, both heads start equal, with μ an orthogonal map of the
+  features: the untrained model ranks like the pretrained encoder (with latent 384 = the
+  MiniLM width, exactly). The decoders are word-level GRUs over the training vocabulary
+  (the project's ``Vocabulary`` with one unknown-word bin).
 """
 
 from __future__ import annotations
