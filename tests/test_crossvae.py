@@ -139,3 +139,15 @@ def test_untrained_sides_share_weights_and_keep_the_feature_geometry():
 def test_kl_annealing():
     assert [kl_weight(s, 2.0, 4) for s in (0, 2, 4, 10)] == [0.0, 1.0, 2.0, 2.0]
     assert kl_weight(0, 1.0, 0) == 1.0
+
+
+def test_matching_on_means_ignores_the_noise():
+    torch.manual_seed(0)
+    model = CrossVAE(feature_dim=6, vocab_size=9, latent=4, hidden=8, embedding=4, decoder_hidden=8)
+    qf, af = torch.randn(3, 6), torch.randn(3, 6)
+    qt, at = torch.randint(1, 9, (3, 4)), torch.randint(1, 9, (3, 5))
+    noise = (torch.randn(3, 4), torch.randn(3, 4))
+    mu_q, mu_a = model.question_head(qf)[0], model.answer_head(af)[0]
+    at_means = matching_loss(mu_q, mu_a, model.match_weight.abs(), model.match_bias).item()
+    assert model.loss_terms(qf, af, qt, at, noise=noise, match_on_means=True).match.item() == pytest.approx(at_means)
+    assert model.loss_terms(qf, af, qt, at, noise=noise).match.item() != pytest.approx(at_means)

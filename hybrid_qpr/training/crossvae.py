@@ -47,7 +47,7 @@ CHECKPOINT_FILE = "checkpoint.pt"
 
 @dataclass(frozen=True)
 class CrossVAESettings:
-    latent: int = 128
+    latent: int = 384  # the MiniLM width: an untrained head then keeps MiniLM's cosines exactly
     hidden: int = 256
     embedding: int = 128
     decoder_hidden: int = 256
@@ -60,6 +60,7 @@ class CrossVAESettings:
     beta: float = 1.0  # KL weight after warm-up
     kl_warmup: int = 300  # steps of linear KL annealing from 0
     lam: float = 1.0  # matching-loss weight
+    match_on_means: bool = False  # score the matching term at the latent means, not the samples
     patience: int = 4  # epochs without a better validation MRR before stopping
     max_minutes: float | None = None
     seed: int = 0
@@ -137,7 +138,7 @@ def fit(model: CrossVAE, q_features: np.ndarray, a_features: np.ndarray, q_token
             if len(idx) < 2:
                 continue
             qf, af, qt, at = (t[idx] for t in tensors)
-            terms: LossTerms = model.loss_terms(qf, af, _trim(qt), _trim(at))
+            terms: LossTerms = model.loss_terms(qf, af, _trim(qt), _trim(at), match_on_means=settings.match_on_means)
             beta = kl_weight(step, settings.beta, settings.kl_warmup)
             loss = terms.total(beta, settings.lam)
             optimizer.zero_grad(set_to_none=True)
