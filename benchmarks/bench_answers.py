@@ -42,11 +42,11 @@ EVAL_SETS = {  # name: (dataset dir name, task, tuning split, report split)
 
 def run_one(data: Path, work: Path, eval_set: str, name: str, model_dir: Path) -> dict:
     from hybrid_qpr.backends.local import LocalIndex
-    from hybrid_qpr.data.beir import load_beir, load_query_metadata
+    from hybrid_qpr.data.beir import load_beir
     from hybrid_qpr.data.documents import iter_documents
     from hybrid_qpr.encoders import Encoder
     from hybrid_qpr.evaluation.evaluator import evaluate, sample_queries, tune
-    from hybrid_qpr.evaluation.tasks import get_task, query_filters_from
+    from hybrid_qpr.evaluation.tasks import get_task, task_query_filters
     from hybrid_qpr.search import HybridSearcher
 
     folder, task_name, tune_split, report_split = EVAL_SETS[eval_set]
@@ -64,11 +64,7 @@ def run_one(data: Path, work: Path, eval_set: str, name: str, model_dir: Path) -
     def split_inputs(split):
         _, queries, qrels = load_beir(beir, split)
         queries = sample_queries(queries, qrels, None)
-        filters = None
-        if task.default_filter_field:
-            filters = query_filters_from(load_query_metadata(beir, task.default_filter_field), task.default_filter_field,
-                                         list(queries))
-        return queries, qrels, filters
+        return queries, qrels, task_query_filters(beir, task_name, None, list(queries))
 
     queries, qrels, filters = split_inputs(tune_split)
     tuned = tune(searcher, queries, qrels, task=task_name, query_filters=filters)

@@ -57,23 +57,19 @@ def open_backend(kind: str, url: str | None, index_name: str, work: Path):
 
 def run_one(data: Path, work: Path, urls: dict[str, str], eval_set: str, name: str, model_dir: Path, fusion: str,
             alpha: float) -> dict:
-    from hybrid_qpr.data.beir import load_beir, load_query_metadata
+    from hybrid_qpr.data.beir import load_beir
     from hybrid_qpr.data.documents import iter_documents
     from hybrid_qpr.encoders import Encoder
     from hybrid_qpr.evaluation.evaluator import evaluate, sample_queries
-    from hybrid_qpr.evaluation.tasks import get_task, query_filters_from
+    from hybrid_qpr.evaluation.tasks import task_query_filters
     from hybrid_qpr.search import HybridSearcher
 
     task_name, split, _ = EVAL_SETS[eval_set]
-    task = get_task(task_name)
     beir = data / eval_set / "beir"
     encoder = Encoder.load(model_dir)
     _, queries, qrels = load_beir(beir, split)
     queries = sample_queries(queries, qrels, None)
-    filters = None
-    if task.default_filter_field:
-        filters = query_filters_from(load_query_metadata(beir, task.default_filter_field), task.default_filter_field,
-                                     list(queries))
+    filters = task_query_filters(beir, task_name, None, list(queries))
     out: dict = {"eval_set": eval_set, "encoder": name, "model": repo_relative(model_dir), "task": task_name,
                  "split": split, "queries": len(queries), "fusion": fusion, "alpha": alpha, "results": {}}
     for kind in BACKENDS:
