@@ -151,3 +151,19 @@ def test_matching_on_means_ignores_the_noise():
     at_means = matching_loss(mu_q, mu_a, model.match_weight.abs(), model.match_bias).item()
     assert model.loss_terms(qf, af, qt, at, noise=noise, match_on_means=True).match.item() == pytest.approx(at_means)
     assert model.loss_terms(qf, af, qt, at, noise=noise).match.item() != pytest.approx(at_means)
+
+
+def test_fit_resumes_from_its_checkpoint_and_may_train_longer(tmp_path, one_thread):
+    import dataclasses
+
+    from hybrid_qpr.errors import ConfigError
+
+    arrays = _toy(n=8)
+    settings = CrossVAESettings(latent=4, hidden=8, embedding=4, decoder_hidden=8, batch_size=8, epochs=2)
+    first = fit(CrossVAE(12, 30, latent=4, hidden=8, embedding=4, decoder_hidden=8), *arrays, settings, run_dir=tmp_path)
+    longer = dataclasses.replace(settings, epochs=4, max_minutes=5.0)  # budget settings may change
+    resumed = fit(CrossVAE(12, 30, latent=4, hidden=8, embedding=4, decoder_hidden=8), *arrays, longer, run_dir=tmp_path)
+    assert [r["epoch"] for r in resumed["history"]] == [1, 2, 3, 4] and resumed["history"][:2] == first["history"]
+    with pytest.raises(ConfigError, match="other settings"):
+        fit(CrossVAE(12, 30, latent=4, hidden=8, embedding=4, decoder_hidden=8), *arrays,
+            dataclasses.replace(longer, lr=1e-2), run_dir=tmp_path)

@@ -109,8 +109,9 @@ def fit(model: CrossVAE, q_features: np.ndarray, a_features: np.ndarray, q_token
     checkpoint = run_dir / CHECKPOINT_FILE if run_dir else None
     if checkpoint is not None and checkpoint.is_file():
         state = load_checkpoint(checkpoint, "remove it to start over")
-        if state.get("settings") != dataclasses.asdict(settings):
-            raise ConfigError(f"{checkpoint} was written with other settings; remove it or use the same settings")
+        if _model_settings(state.get("settings") or {}) != _model_settings(dataclasses.asdict(settings)):
+            raise ConfigError(f"{checkpoint} was written with other settings; remove it or use the same settings "
+                              f"(only {', '.join(BUDGET_SETTINGS)} may change on resume)")
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start_epoch, step, best_val, best_epoch = state["epoch"], state["step"], state["best_val"], state["best_epoch"]
@@ -174,6 +175,13 @@ def fit(model: CrossVAE, q_features: np.ndarray, a_features: np.ndarray, q_token
     if best_state is not None:
         model.load_state_dict(best_state)
     return {"history": history, "best_epoch": best_epoch, "best_val": best_val, "stopped": stopped}
+
+
+BUDGET_SETTINGS = ("epochs", "patience", "max_minutes")  # how long to train, not what: may change on resume
+
+
+def _model_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in settings.items() if k not in BUDGET_SETTINGS}
 
 
 def _trim(tokens: torch.Tensor) -> torch.Tensor:
