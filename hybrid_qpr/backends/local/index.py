@@ -61,7 +61,7 @@ logger = logging.getLogger(__name__)
 
 Bm25Impl = Literal["bm25s", "rank-bm25"]
 BM25_IMPLS: tuple[str, ...] = ("bm25s", "rank-bm25")
-SEGMENT_DOCS = 100_000  # an ingest flushes a segment every this many documents (bounds its memory)
+SEGMENT_DOCS = 250_000  # an ingest flushes a segment every this many documents (bounds its memory; fewer segments, cheaper kNN)
 
 
 def _versions() -> dict[str, str]:
