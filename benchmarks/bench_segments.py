@@ -8,7 +8,8 @@ Steps (each its own command, so peak memory is measured per step by ``/usr/bin/t
 ``add``    times opening an index and ingesting ``add.jsonl`` into it (the library call;
            the CLI adds its start-up, measured separately with ``time``).
 ``query``  p50/p95 ms of the BM25 list, the kNN list (query vectors encoded beforehand)
-           and the full hybrid search (encoding included), one query at a time.
+           and the full hybrid search (encoding included), one query at a time; also the
+           p50 CPU time of the calling thread.
 ``bm25``   scoring time per query of the segment postings (corpus-wide statistics) against
            the bm25s library over the same tokens of a JSONL corpus, in one process.
 
@@ -89,12 +90,14 @@ def bench_query(index_dir: Path, queries_path: Path, limit: int) -> dict:
     out = {"documents": index.count(), "segments": len(index.segments), "queries": len(queries)}
     for name, call in (("bm25", lambda q, v: index.bm25(q, 100)), ("knn", lambda q, v: index.knn(v, 100)),
                        ("hybrid", lambda q, v: searcher.search(q, mode="hybrid", top_k=10))):
-        times = []
+        times, cpu = [], []
         for q, v in zip(queries, vectors):
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.thread_time()
             call(q, v)
+            cpu.append(time.thread_time() - cpu_start)
             times.append(time.perf_counter() - start)
-        out[name] = latency_summary(times)
+        # CPU time of this thread: steadier than wall time on a busy machine (hybrid's kNN half runs on a worker)
+        out[name] = {**latency_summary(times), "cpu_p50_ms": float(np.median(cpu) * 1000)}
     out["peak_rss_mb"] = peak_rss_mb()
     return out
 

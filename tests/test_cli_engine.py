@@ -59,6 +59,23 @@ def test_ingest_twice_then_query_table_json_and_batch(tmp_path, bank_file, model
     assert set(lines[1]["hits"][0]) >= {"id", "text", "score", "bm25", "knn"}
 
 
+def test_knn_search_settings_options(tmp_path, bank_file, model_args):
+    index = tmp_path / "h"
+    made = run(["ingest", str(bank_file), "--index", str(index), "--faiss", "hnsw", "--ef-search", "50", *model_args])
+    assert made.exit_code == 0
+    assert json.loads((index / "manifest.json").read_text())["faiss"]["ef_search"] == 50
+    again = run(["ingest", str(bank_file), "--index", str(index), "--ef-search", "70"])
+    assert again.exit_code == 0 and "stored when an index is created" in again.output
+    assert json.loads((index / "manifest.json").read_text())["faiss"]["ef_search"] == 50
+    out = run(["query", "how do i change my email address?", "--index", str(index), "--mode", "knn", "--json",
+               "--ef-search", "200", "--nprobe", "4"])
+    assert out.exit_code == 0 and len(json.loads(out.output)["hits"]) == 10
+    bad = run(["query", "x", "--index", str(index), "--ef-search", "0"])
+    assert bad.exit_code != 0 and "--ef-search" in bad.output
+    cluster = run(["query", "x", "--index", "i", "--opensearch", "http://127.0.0.1:9", "--ef-search", "20"])
+    assert cluster.exit_code != 0 and "apply to a local index" in cluster.output
+
+
 def test_bad_lines_are_reported_and_strict_stops(tmp_path, model_args):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"id": "a", "text": "good question?"}\nnot json\n{"id": "b"}\n', encoding="utf-8")

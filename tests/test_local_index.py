@@ -14,6 +14,7 @@ from hybrid_qpr.types import Document
 from hybrid_qpr.backends.local import LocalIndex, faiss_factory
 from hybrid_qpr.distance import similarity
 from hybrid_qpr.encoders import Encoder
+from hybrid_qpr.errors import ConfigError
 from hybrid_qpr.errors import ArtifactError, InputError, ModelMismatchError
 
 
@@ -111,8 +112,9 @@ def test_delete_by_id(index):
 
 
 def test_faiss_factories_and_hnsw_ivf_builds(tmp_path, committed_encoder, question_bank):
-    assert faiss_factory(1000) == "Flat"
-    assert faiss_factory(130_000) == "IVF1442,Flat"
+    assert faiss_factory(1000) == faiss_factory(19_999) == "Flat"  # the recall-based default: exact when small
+    assert faiss_factory(20_000) == faiss_factory(130_000) == "HNSW32"
+    assert faiss_factory(130_000, "ivf") == "IVF1442,Flat"
     assert faiss_factory(130_000, "hnsw") == "HNSW32"
     assert faiss_factory(10, "ivf") == "Flat"
     hnsw = LocalIndex.create(tmp_path / "hnsw", committed_encoder, faiss="hnsw")
@@ -138,3 +140,31 @@ def test_open_errors(tmp_path):
     (tmp_path / "manifest.json").write_text("{broken", encoding="utf-8")
     with pytest.raises(ArtifactError, match="not valid JSON"):
         LocalIndex.open(tmp_path)
+
+
+def test_knn_search_settings_are_stored_and_can_be_overridden(tmp_path, committed_encoder, question_bank):
+    from hybrid_qpr.backends.local import EF_SEARCH, SearchSettings
+
+    idx = LocalIndex.create(tmp_path / "h", committed_encoder, faiss="hnsw", search=SearchSettings(ef_search=40))
+    idx.ingest(question_bank, committed_encoder, show_progress=False)
+    assert idx.manifest["faiss"]["ef_search"] == 40
+    reopened = LocalIndex.open(idx.path)
+    vec = committed_encoder.encode([question_bank[7].text])[0]
+    reopened.knn(vec, 5)
+    assert reopened.segments[0].faiss.hnsw.efSearch == 40
+    reopened.set_search_settings(ef_search=200)
+    assert reopened.segments[0].faiss.hnsw.efSearch == 200 and reopened.search_settings.nprobe == 10
+    assert reopened.knn(vec, 1)[0].id == "q007"
+    old = dict(idx.manifest["faiss"])
+    del old["ef_search"]  # an index written before ef_search was stored gets the default
+    assert SearchSettings.from_manifest(old).ef_search == EF_SEARCH
+    with pytest.raises(ConfigError, match="ef_search=0"):
+        SearchSettings(ef_search=0)
+
+
+def test_bm25_and_knn_together_equal_the_two_lists(index, committed_encoder):
+    for query in ("how do i change my password", "delete my account"):
+        vec = committed_encoder.encode([query])[0]
+        assert index.bm25_and_knn(query, vec, 20) == (index.bm25(query, 20), index.knn(vec, 20))
+        filters = {"topic": "password"}
+        assert index.bm25_and_knn(query, vec, 5, filters) == (index.bm25(query, 5, filters), index.knn(vec, 5, filters))

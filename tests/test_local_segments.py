@@ -57,6 +57,32 @@ def test_bm25_scores_equal_those_of_one_index(segmented, single):
     assert segmented.bm25("zzz unknown words", 10) == []
 
 
+def test_compiled_bm25_top_list_equals_scoring_every_document(segmented):
+    """The unfiltered list comes from the compiled scorer (``bm25.top_rows``); it must give
+    the rows and bit-identical scores of ``score_segments`` over every document, and the
+    same list when numba is missing (the NumPy path)."""
+    from hybrid_qpr.backends.local import bm25 as bm25_lib
+    from hybrid_qpr.backends.local.index import _best_rows, _merge_ranked
+
+    def reference(query: str, depth: int):
+        found = []
+        for seg, scores in zip(segmented.segments, segmented._bm25_scores(tokenize(query))):
+            rows = np.flatnonzero(scores > 0)
+            found.append((seg, *_best_rows(scores[rows], rows, depth)))
+        return _merge_ranked(found, depth)
+
+    assert bm25_lib._top_kernel() is not None, "numba is installed in the test environment"
+    for query in QUERIES + ["my my my password password ?"]:
+        for depth in (1, 3, 10, 500):
+            assert segmented.bm25(query, depth) == reference(query, depth), (query, depth)
+    kernel = bm25_lib._KERNEL[:]
+    try:
+        bm25_lib._KERNEL[:] = [None]
+        assert segmented.bm25(QUERIES[0], 10) == reference(QUERIES[0], 10)
+    finally:
+        bm25_lib._KERNEL[:] = kernel
+
+
 def test_bm25_matches_the_bm25s_library(single, question_bank):
     bm25s = pytest.importorskip("bm25s")
     docs = _final_state(question_bank)
@@ -140,6 +166,12 @@ def test_merge_policy_tiers():
     assert plan_merge([seg("big", 1_000_000)] + [seg(f"s{i}", 50) for i in range(10)]) is None
     assert plan_merge([seg("a", 100, deleted=60), seg("b", 10)]) == ["a"]
     assert plan_merge([seg(f"s{i}", 300_000) for i in range(11)], max_docs=2_000_000) is None
+    flat = lambda name, count: {**seg(name, count), "factory": "Flat"}  # noqa: E731
+    hnsw = {**seg("h", 500_000), "factory": "HNSW32"}
+    assert plan_merge([hnsw, flat("a", 12_000), flat("b", 7_000)], flat_limit=20_000) is None  # 19,000 scanned
+    assert plan_merge([hnsw, flat("a", 12_000), flat("b", 9_000)], flat_limit=20_000) == ["b", "a"]
+    assert plan_merge([hnsw, flat("a", 12_000), flat("b", 9_000)]) is None  # no limit (--faiss flat/hnsw/ivf)
+    assert plan_merge([flat("a", 30_000)], flat_limit=20_000) is None  # one Flat segment (e.g. --faiss flat) stays
 
 
 def test_filters_booleans_lists_and_unknown_fields(tmp_path, committed_encoder):

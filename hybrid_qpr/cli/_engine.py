@@ -82,6 +82,19 @@ def load_encoder(model: str | None, backend=None):
     return Encoder.load(model)
 
 
+def knn_search_options(stored: str):
+    """``--ef-search`` and ``--nprobe``: the local index's kNN speed/recall trade-off (``stored``
+    says whether the value is stored at creation or applies to this query only)."""
+    def decorate(func):
+        func = click.option("--nprobe", type=click.IntRange(min=1), default=None,
+                            help=f"Local index, IVF segments (--faiss ivf): lists probed per search, {stored}. "
+                                 "[default: 10]")(func)
+        return click.option("--ef-search", type=click.IntRange(min=1), default=None,
+                            help=f"Local index, HNSW segments: candidate list per search (more = higher recall, "
+                                 f"slower), {stored}. [default: 96, chosen by measured recall: docs/engine.md]")(func)
+    return decorate
+
+
 def model_option(func):
     return click.option("--model", type=click.Path(file_okay=False), default=None,
                         help="Encoder directory (model.onnx, tokenizer.json, config.json). [default: the model the "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from hybrid_qpr.cli._common import cluster_options, friendly_errors
-from hybrid_qpr.cli._engine import model_option, use_cluster
+from hybrid_qpr.cli._engine import knn_search_options, model_option, use_cluster
 
 SHOW_SKIPPED = 20
 
@@ -21,9 +21,12 @@ SHOW_SKIPPED = 20
 @click.option("--id-column", default="id", show_default=True,
               help="Field or column holding the id (BEIR '_id' is found too). Records without one get an id derived from their text.")
 @click.option("--faiss", "faiss_kind", type=click.Choice(["auto", "flat", "ivf", "hnsw"]), default="auto", show_default=True,
-              help="Local vector index when the index is created: auto = exact Flat below 50,000 documents, else IVF{4*sqrt(N)},Flat with nprobe 10.")
+              help="Local vector index when the index is created, per segment: auto = exact Flat below 20,000 "
+                   "documents, else HNSW32 (both chosen by measured recall >= 0.95 of the exact top 10: "
+                   "docs/engine.md); ivf = IVF{4*sqrt(N)},Flat.")
 @click.option("--bm25", "bm25_impl", type=click.Choice(["bm25s", "rank-bm25"]), default="bm25s", show_default=True,
               help="Local BM25 implementation when the index is created (rank-bm25 is much slower per query).")
+@knn_search_options("stored in the index when it is created ('query' can override it)")
 @click.option("--batch-size", type=int, default=256, show_default=True, help="Texts per encoder batch (and per bulk request).")
 @click.option("--strict", is_flag=True, help="Stop at the first bad input line instead of skipping and reporting it.")
 @click.option("--wait", is_flag=True, help="Local index: if another process is writing it, wait for it instead of failing.")
@@ -35,8 +38,8 @@ SHOW_SKIPPED = 20
               help="Cluster only, when the index is created: replicas per shard. [default: 0 on a one-node cluster, else 1]")
 @cluster_options(selects_backend=True)
 @friendly_errors
-def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm25_impl, batch_size, strict, wait,
-           rejects, shards, replicas, **connection) -> None:
+def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm25_impl, ef_search, nprobe, batch_size,
+           strict, wait, rejects, shards, replicas, **connection) -> None:
     """Encode and index the questions of INPUT ('-' = stdin).
 
     INPUT is JSONL (id, text, any metadata), TSV/CSV with a header naming the text column, a
@@ -60,6 +63,9 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
 
     skipped: list[tuple[int, str]] | None = None if strict else []
     documents = iter_documents(input_path, text_column=text_column, id_column=id_column, fmt=fmt, skipped=skipped)
+    if use_cluster(connection) and (ef_search or nprobe):
+        raise click.UsageError("--ef-search and --nprobe apply to a local index; a cluster index keeps its own "
+                               "HNSW settings")
     if use_cluster(connection):
         from hybrid_qpr.cli._engine import open_backend
 
@@ -67,12 +73,17 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
         report = open_backend(index, connection).ingest(documents, encoder, batch_size=batch_size, rejects_path=rejects,
                                                         shards=shards, replicas=replicas)
     else:
-        from hybrid_qpr.backends.local import LocalIndex, MANIFEST
+        from hybrid_qpr.backends.local import LocalIndex, MANIFEST, SearchSettings
         from pathlib import Path
 
         existing = LocalIndex.open(index) if (Path(index) / MANIFEST).is_file() else None
         encoder = Encoder.load(model if model or existing is None else existing.model_dir)
-        target = existing or LocalIndex.create(index, encoder, faiss=faiss_kind, bm25=bm25_impl)
+        defaults = SearchSettings()
+        search = SearchSettings(nprobe or defaults.nprobe, ef_search or defaults.ef_search)
+        if existing is not None and (ef_search or nprobe):
+            click.echo(f"note: --ef-search/--nprobe are stored when an index is created; {index} keeps "
+                       f"{existing.search_settings}. Pass them to 'hybrid-qpr query' instead", err=True)
+        target = existing or LocalIndex.create(index, encoder, faiss=faiss_kind, bm25=bm25_impl, search=search)
         report = target.ingest(documents, encoder, batch_size=batch_size, wait=wait)
     all_skipped = sorted((skipped or []) + report.skipped)
     click.echo(f"indexed {report.indexed}, updated {report.updated}, skipped {len(all_skipped)}, "

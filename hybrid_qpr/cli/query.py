@@ -7,7 +7,7 @@ import json
 import click
 
 from hybrid_qpr.cli._common import cluster_options, friendly_errors
-from hybrid_qpr.cli._engine import FILTER_HELP, model_option
+from hybrid_qpr.cli._engine import FILTER_HELP, knn_search_options, model_option
 
 
 def results_table(query: str, mode: str, results, offset: int = 0):
@@ -46,11 +46,12 @@ def results_table(query: str, mode: str, results, offset: int = 0):
 @click.option("--filter", "filters", multiple=True, help=FILTER_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--server-side", is_flag=True, help="OpenSearch only: fuse (hybrid, with the same fusion, alpha and depth) or re-rank inside the cluster.")
+@knn_search_options("for this query (overrides the value stored in the index)")
 @model_option
 @cluster_options(selects_backend=True)
 @friendly_errors
 def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, rerank_depth, filters, as_json,
-          server_side, model, **connection) -> None:
+          server_side, ef_search, nprobe, model, **connection) -> None:
     """Find the questions in the index that ask the same as TEXT.
 
     The table shows, for each hit, the fused score and the BM25 and kNN score and rank
@@ -71,11 +72,16 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
     if text is not None and not text.strip():
         raise click.UsageError("the query TEXT is empty; give the question to search for, e.g. "
                                "hybrid-qpr query \"how do i reset my password\" --index DIR")
+    if use_cluster(connection) and (ef_search or nprobe):
+        raise click.UsageError("--ef-search and --nprobe apply to a local index; a cluster index keeps its own "
+                               "HNSW settings")
     backend = open_backend(index, connection)
     if not use_cluster(connection) and backend.count() == 0:
         raise click.ClickException(f"index {index} holds no documents: no ingest into it has committed (an "
                                    "interrupted or failed first ingest leaves it empty). Fix: hybrid-qpr ingest "
                                    f"FILE --index {index}")
+    if ef_search or nprobe:
+        backend.set_search_settings(nprobe=nprobe, ef_search=ef_search)
     searcher = HybridSearcher(backend, load_encoder(model, backend))
     options = dict(mode=mode, top_k=top_k, offset=offset, fusion=fusion, alpha=alpha, depth=depth,
                    rerank_depth=rerank_depth, filters=parse_filters(filters), server_side=server_side)

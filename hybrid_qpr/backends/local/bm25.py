@@ -145,6 +145,23 @@ def term_weights(parts: Sequence[tuple[Postings, np.ndarray | None]], stats: Cor
     return out
 
 
+def query_idfs(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: Sequence[str],
+               stats: CorpusStats) -> dict[str, float]:
+    """Corpus-wide idf of each distinct query token that occurs in a live document."""
+    idfs: dict[str, float] = {}
+    if stats.n_docs == 0:
+        return idfs
+    for token in dict.fromkeys(tokens):
+        df = 0
+        for postings, deleted in parts:
+            hit = postings.posting(token)
+            if hit is not None:
+                df += len(hit[0]) - (int(deleted[hit[0]].sum()) if deleted is not None else 0)
+        if df:
+            idfs[token] = idf(df, stats.n_docs)
+    return idfs
+
+
 def score_segments(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: Sequence[str],
                    stats: CorpusStats, weights: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
     """BM25 score of every document of every segment (deleted ones score 0) for the query
@@ -156,15 +173,7 @@ def score_segments(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: 
     scores = [np.zeros(len(p.doc_len), dtype=np.float32) for p, _ in parts]
     if stats.n_docs == 0 or not tokens:
         return scores
-    idfs: dict[str, float] = {}
-    for token in dict.fromkeys(tokens):
-        df = 0
-        for postings, deleted in parts:
-            hit = postings.posting(token)
-            if hit is not None:
-                df += len(hit[0]) - (int(deleted[hit[0]].sum()) if deleted is not None else 0)
-        if df:
-            idfs[token] = idf(df, stats.n_docs)
+    idfs = query_idfs(parts, tokens, stats)
     if not idfs:
         return scores
     if weights is None:
@@ -184,3 +193,92 @@ def score_segments(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: 
             if deleted is not None:
                 scores[seg][deleted] = 0.0
     return scores
+
+
+def top_rows(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: Sequence[str], stats: CorpusStats,
+             weights: Sequence[np.ndarray], depth: int) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """Per segment ``(scores, rows)`` of the live documents with a positive score that are
+    among the segment's ``depth`` best or tied with the last of them: the rows and the
+    bit-identical scores that ``score_segments`` followed by a top-``depth`` selection
+    gives, in one compiled pass over the query's postings (numba) instead of several NumPy
+    passes over every document. ``None`` when numba is not installed (the caller then
+    uses ``score_segments``)."""
+    kernel = _top_kernel()
+    if kernel is None:
+        return None
+    out = [(np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)) for _ in parts]
+    idfs = query_idfs(parts, tokens, stats) if tokens else {}
+    if not idfs or depth <= 0:
+        return out
+    no_deletions = np.zeros(0, dtype=np.bool_)
+    for seg, (postings, deleted) in enumerate(parts):
+        spans = [(int(postings.ptr[col]), int(postings.ptr[col + 1]), idfs[token]) for token in tokens
+                 if token in idfs and (col := postings.column(token)) is not None]  # query order, repeats included
+        if not spans:
+            continue
+        starts, ends, token_idfs = (np.asarray(v) for v in zip(*spans))
+        scores, rows = kernel(postings.rows, weights[seg], starts.astype(np.int64), ends.astype(np.int64),
+                              token_idfs.astype(np.float32), len(postings.doc_len),
+                              no_deletions if deleted is None else deleted, depth)
+        if len(scores) > depth:  # the histogram bin may hold more than needed: the exact cut, ties kept
+            keep = scores >= np.partition(scores, len(scores) - depth)[len(scores) - depth]
+            scores, rows = scores[keep], rows[keep]
+        out[seg] = (scores, rows)
+    return out
+
+
+_KERNEL: list = []
+
+
+def _top_kernel():
+    """The compiled scorer of ``top_rows`` (compiled on first use, cached on disk by numba), or ``None``."""
+    if not _KERNEL:
+        try:
+            import numba
+        except ImportError:
+            _KERNEL.append(None)
+        else:
+            _KERNEL.append(numba.njit(cache=True, nogil=True)(_score_top))
+    return _KERNEL[0]
+
+
+def _score_top(rows, weights, starts, ends, token_idfs, n_docs, deleted, depth):  # pragma: no cover - compiled
+    """Sum ``token_idf * weight`` (float32 products, float64 sums in query-token order: what
+    ``np.bincount`` does in ``score_segments``) into every document, then return the live
+    positive scores at or above the ``depth``-th best. The cut is found with a 4,096-bin
+    histogram over [0, sum of the query's idfs] (weights are below 1, so no score reaches
+    that bound): two passes over the documents, no sort of every score."""
+    total = np.zeros(n_docs, dtype=np.float64)
+    bound = 0.0
+    for t in range(len(starts)):
+        idf32 = token_idfs[t]
+        bound += idf32
+        for j in range(starts[t], ends[t]):
+            total[rows[j]] += np.float32(idf32 * weights[j])
+    bins = 4096
+    counts = np.zeros(bins, dtype=np.int64)
+    scale = bins / (bound * 1.001) if bound > 0 else 0.0
+    check_deleted = len(deleted) > 0
+    for row in range(n_docs):
+        score = total[row]
+        if score > 0 and not (check_deleted and deleted[row]):
+            counts[int(score * scale)] += 1
+    floor_bin, seen = 0, 0
+    for b in range(bins - 1, -1, -1):  # the highest bin at which the count reaches depth
+        seen += counts[b]
+        if seen >= depth:
+            floor_bin = b
+            break
+    n_kept = 0
+    for b in range(floor_bin, bins):
+        n_kept += counts[b]
+    out_scores = np.empty(n_kept, dtype=np.float32)
+    out_rows = np.empty(n_kept, dtype=np.int64)
+    i = 0
+    for row in range(n_docs):
+        score = total[row]
+        if score > 0 and not (check_deleted and deleted[row]) and int(score * scale) >= floor_bin:
+            out_scores[i] = np.float32(score)
+            out_rows[i] = row
+            i += 1
+    return out_scores, out_rows

@@ -17,7 +17,7 @@ from pathlib import Path
 from hybrid_qpr.backends.local.commit import (FORMAT, FORMAT_VERSION, LOCK_FILE, MANIFEST, WriteLock, manifest_problem,
                                               referenced)
 from hybrid_qpr.backends.local.segment import DOCS_DB, SEGMENTS_DIR, Segment, file_problems, fix_for
-from hybrid_qpr.backends.local.vectors import NPROBE
+from hybrid_qpr.backends.local.vectors import SearchSettings
 from hybrid_qpr.errors import IndexDamagedError
 
 REBUILD = "the index cannot be used; ingest your source file into a new --index directory"
@@ -67,7 +67,7 @@ def check_index(path: str | Path) -> CheckReport:
     report.generation = int(manifest.get("generation", 0))
     report.segments = len(manifest["segments"])
     dim = int(manifest["model"]["dim"])
-    nprobe = int(manifest["faiss"].get("nprobe", NPROBE))
+    search = SearchSettings.from_manifest(manifest["faiss"])
     live_ids: set[str] = set()
     duplicates = 0
     for entry in manifest["segments"]:
@@ -77,7 +77,7 @@ def check_index(path: str | Path) -> CheckReport:
         if problems:
             continue
         try:
-            seg = Segment(path, entry, dim, nprobe, verify=False)
+            seg = Segment(path, entry, dim, search, verify=False)
             try:
                 quick = seg.sql("PRAGMA quick_check")
                 if quick != [("ok",)]:

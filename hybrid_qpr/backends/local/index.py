@@ -35,6 +35,7 @@ import shutil
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -49,7 +50,8 @@ from hybrid_qpr.backends.local.commit import (FORMAT, FORMAT_VERSION, LOCK_FILE,
 from hybrid_qpr.backends.local.merge import plan_merge
 from hybrid_qpr.backends.local.segment import (DOCS_DB, SEGMENTS_DIR, VECTORS, Segment, checksum, damaged, file_problems,
                                                fix_for, write_deletions, write_segment)
-from hybrid_qpr.backends.local.vectors import FAISS_KINDS, FLAT_THRESHOLD, NPROBE, FaissKind, faiss_factory
+from hybrid_qpr.backends.local.vectors import (FAISS_KINDS, FLAT_THRESHOLD, FaissKind, SearchSettings, faiss_factory,
+                                               one_thread)
 from hybrid_qpr.distance import Distance, check_distance, prepare_vectors, score_from_faiss, similarity
 from hybrid_qpr.errors import ConfigError, IndexDamagedError, ModelMismatchError, require
 from hybrid_qpr.text import tokenize
@@ -59,7 +61,7 @@ logger = logging.getLogger(__name__)
 
 Bm25Impl = Literal["bm25s", "rank-bm25"]
 BM25_IMPLS: tuple[str, ...] = ("bm25s", "rank-bm25")
-SEGMENT_DOCS = 100_000  # an ingest flushes a segment every this many documents (bounds its memory)
+SEGMENT_DOCS = 250_000  # an ingest flushes a segment every this many documents (bounds its memory; fewer segments, cheaper kNN)
 
 
 def _versions() -> dict[str, str]:
@@ -101,6 +103,16 @@ def _merge_ranked(found: list[tuple["Segment", np.ndarray, np.ndarray]], depth: 
     return [Hit(doc_id, float(score)) for score, doc_id in ranked[:depth]]
 
 
+_WORKER: list[ThreadPoolExecutor] = []
+
+
+def _worker() -> ThreadPoolExecutor:
+    """The process's one thread for ``bm25_and_knn``'s kNN half (started on first use)."""
+    if not _WORKER:
+        _WORKER.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="hybrid-qpr-knn"))
+    return _WORKER[0]
+
+
 def _filter_value(value: Any) -> str:
     """A filter value as the text it is compared with (see the module docstring)."""
     if isinstance(value, bool):
@@ -115,7 +127,8 @@ _VALUE_TEXT = "CASE type WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' ELSE 
 class LocalIndex:
     """``hybrid_qpr.backends.base.Backend`` over a local index directory (see the module docstring)."""
 
-    capabilities = Capabilities()  # everything runs in-process: no batching or server side to offer
+    # bm25_and_knn runs the two lists on two threads (both release the GIL while they score)
+    capabilities = Capabilities(batched_bm25_and_knn=True)
 
     def __init__(self, path: Path, manifest: dict[str, Any], bm25: Bm25Impl | None = None, *, load: bool = True):
         self.path = Path(path)
@@ -127,6 +140,7 @@ class LocalIndex:
             raise ConfigError(f"bm25={self.bm25_impl!r}: allowed values are {', '.join(BM25_IMPLS)}")
         self._lock = WriteLock(self.path)
         self.segments: list[Segment] = []
+        self._search_override: SearchSettings | None = None
         if load:
             self._load_segments()
 
@@ -155,9 +169,10 @@ class LocalIndex:
 
     @classmethod
     def create(cls, path: str | Path, encoder, *, faiss: FaissKind = "auto", bm25: Bm25Impl = "bm25s",
-               flat_threshold: int = FLAT_THRESHOLD) -> "LocalIndex":
+               flat_threshold: int = FLAT_THRESHOLD, search: SearchSettings | None = None) -> "LocalIndex":
         """Open ``path`` if it holds an index (checking ``encoder`` matches it), else create
-        an empty index for ``encoder`` there (a manifest with no segments)."""
+        an empty index for ``encoder`` there (a manifest with no segments). ``search``: the
+        stored kNN search settings (default ``SearchSettings()``, chosen by measured recall)."""
         path = Path(path)
         if (path / MANIFEST).is_file():
             index = cls.open(path)
@@ -172,6 +187,7 @@ class LocalIndex:
         if path.is_dir() and {p.name for p in path.iterdir()} - {LOCK_FILE, SEGMENTS_DIR}:
             raise ConfigError(f"--index {path}: exists, is not empty and has no {MANIFEST}; refusing to write into it "
                               "(choose another index directory or remove this one)")
+        search = search or SearchSettings()
         path.mkdir(parents=True, exist_ok=True)
         with WriteLock(path).held(wait=True):
             if not (path / MANIFEST).is_file():  # another process may have created it meanwhile
@@ -181,7 +197,8 @@ class LocalIndex:
                     "model": {"fingerprint": encoder.fingerprint, "dim": int(encoder.dim), "distance": encoder.distance,
                               "kind": getattr(encoder, "kind", ""), "path": str(Path(encoder.model_dir).resolve())},
                     "count": 0, "generation": 0, "next_segment": 1,
-                    "faiss": {"kind": faiss, "flat_threshold": int(flat_threshold), "factory": None, "nprobe": NPROBE},
+                    "faiss": {"kind": faiss, "flat_threshold": int(flat_threshold), "factory": None,
+                              "nprobe": search.nprobe, "ef_search": search.ef_search},
                     "bm25": {"impl": bm25, "k1": bm25_lib.BM25_K1, "b": bm25_lib.BM25_B,
                              "tokenizer": "hybrid_qpr.text.tokenize"},
                     "fusion": {}, "segments": [], "retained": [], "versions": _versions(),
@@ -191,9 +208,21 @@ class LocalIndex:
         index.check_encoder(encoder)
         return index
 
+    @property
+    def search_settings(self) -> SearchSettings:
+        """kNN search settings in force: ``set_search_settings``'s, else the stored ones."""
+        return self._search_override or SearchSettings.from_manifest(self.manifest["faiss"])
+
+    def set_search_settings(self, *, nprobe: int | None = None, ef_search: int | None = None) -> None:
+        """Override the stored kNN search settings for this reader (``query --nprobe/--ef-search``)."""
+        current = self.search_settings
+        self._search_override = SearchSettings(nprobe or current.nprobe, ef_search or current.ef_search)
+        for seg in self.segments:
+            seg.set_search(self._search_override)
+
     def _load_segments(self) -> None:
         """(Re)build the segment readers for ``self.manifest``, keeping unchanged ones."""
-        nprobe = int(self.manifest["faiss"].get("nprobe", NPROBE))
+        search = self.search_settings
         previous = {s.name: s for s in self.segments}
         fresh = []
         for entry in self.manifest["segments"]:
@@ -203,7 +232,7 @@ class LocalIndex:
             else:
                 if old is not None:
                     old.close()
-                fresh.append(Segment(self.path, entry, self.dim, nprobe))
+                fresh.append(Segment(self.path, entry, self.dim, search))
         for gone in previous.values():
             gone.close()
         self.segments = fresh
@@ -285,15 +314,20 @@ class LocalIndex:
             out.append(rows)
         return out
 
-    def _bm25_scores(self, tokens: list[str]) -> list[np.ndarray]:
-        """BM25 score of every row of every segment (deleted rows 0)."""
-        if self.bm25_impl == "rank-bm25":
-            return self._rank_bm25_scores(tokens)
+    def _bm25_parts(self) -> list[tuple[Any, np.ndarray | None]]:
+        """(postings, deleted mask) per segment, with the corpus statistics and term weights
+        computed once per commit."""
         parts = [(s.postings, s.deleted) for s in self.segments]
         if self._stats is None:
             self._stats = bm25_lib.corpus_stats(parts)
             self._weights = bm25_lib.term_weights(parts, self._stats)
-        return bm25_lib.score_segments(parts, tokens, self._stats, self._weights)
+        return parts
+
+    def _bm25_scores(self, tokens: list[str]) -> list[np.ndarray]:
+        """BM25 score of every row of every segment (deleted rows 0)."""
+        if self.bm25_impl == "rank-bm25":
+            return self._rank_bm25_scores(tokens)
+        return bm25_lib.score_segments(self._bm25_parts(), tokens, self._stats, self._weights)
 
     def _rank_bm25_scores(self, tokens: list[str]) -> list[np.ndarray]:
         """rank-bm25 (for benchmarks): one BM25Okapi over the live texts, rebuilt on open."""
@@ -319,6 +353,11 @@ class LocalIndex:
         allowed = self.matching(filters)
         if not self.segments:
             return []
+        if allowed is None and self.bm25_impl == "bm25s":
+            parts = self._bm25_parts()
+            best = bm25_lib.top_rows(parts, tokenize(query), self._stats, self._weights, depth)
+            if best is not None:
+                return _merge_ranked([(seg, *found) for seg, found in zip(self.segments, best)], depth)
         found = []
         for i, (seg, scores) in enumerate(zip(self.segments, self._bm25_scores(tokenize(query)))):
             rows = np.flatnonzero(scores > 0) if allowed is None else allowed[i][scores[allowed[i]] > 0]
@@ -341,7 +380,8 @@ class LocalIndex:
                     found.append((seg, *_best_rows(scores, rows, depth)))
                 continue
             n_deleted = seg.count - seg.live
-            raw, hits = seg.faiss.search(query, min(depth + n_deleted, seg.count))
+            with one_thread():
+                raw, hits = seg.faiss.search(query, min(depth + n_deleted, seg.count))
             rows = hits[0][hits[0] >= 0].astype(np.int64)
             scores = score_from_faiss(raw[0][hits[0] >= 0], self.distance)
             if seg.deleted is not None:
@@ -349,6 +389,22 @@ class LocalIndex:
                 rows, scores = rows[keep], scores[keep]
             found.append((seg, *_best_rows(scores, rows, depth)))
         return _merge_ranked(found, depth)
+
+    def bm25_and_knn(self, query: str, vector: np.ndarray, depth: int,
+                     filters: Filters | None = None) -> tuple[list[Hit], list[Hit]]:
+        """``bm25`` and ``knn`` at once: kNN on a worker thread while BM25 runs here. FAISS and
+        the compiled BM25 scorer release the GIL, so on two cores a hybrid query costs about
+        the slower of the two lists instead of their sum."""
+        if not self.segments:
+            return [], []
+        if filters:  # filtered lists are exact scans over the matching rows: no FAISS call to overlap
+            return self.bm25(query, depth, filters), self.knn(vector, depth, filters)
+        pending = _worker().submit(self.knn, vector, depth)
+        try:
+            bm25_hits = self.bm25(query, depth)
+        finally:
+            knn_hits = pending.result()
+        return bm25_hits, knn_hits
 
     def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
         """Exact similarity of ``vector`` to the stored vectors of ``ids`` (MSEM rerank)."""
@@ -468,7 +524,9 @@ class LocalIndex:
 
     # ------------------------------------------------------------------ merges
     def _merge_by_policy(self) -> None:
-        while (names := plan_merge(self.manifest["segments"])) is not None:
+        faiss_info = self.manifest["faiss"]
+        flat_limit = int(faiss_info.get("flat_threshold", FLAT_THRESHOLD)) if faiss_info.get("kind") == "auto" else None
+        while (names := plan_merge(self.manifest["segments"], flat_limit=flat_limit)) is not None:
             self._merge(names)
 
     def optimize(self, *, encoder=None, drop_damaged: bool = False, wait: bool | float = False) -> dict[str, Any]:
@@ -523,7 +581,7 @@ class LocalIndex:
             factory = faiss_factory(len(ids), faiss_info.get("kind", "auto"),
                                     int(faiss_info.get("flat_threshold", FLAT_THRESHOLD)))
             merged = write_segment(self.path / SEGMENTS_DIR, self._new_segment_name(counter), ids, texts, metas,
-                                   vectors, self.distance, factory, int(faiss_info.get("nprobe", NPROBE)))
+                                   vectors, self.distance, factory)
             first = min((i for i, e in enumerate(self.manifest["segments"]) if e["name"] in names), default=0)
             entries.insert(min(first, len(entries)), merged)
         logger.info("merged %d segments (%d documents)", len(names), len(ids))
@@ -651,16 +709,19 @@ class _IngestWriter:
         for row, vector in reused.items():
             vectors[row] = vector
         if to_encode:
+            started, cpu = time.perf_counter(), time.process_time()
             encoded = self.encoder.encode([texts[i] for i in to_encode], batch_size=self.batch_size,
                                           show_progress=self.show_progress, side="document")
             vectors[np.asarray(to_encode)] = prepare_vectors(encoded, self.index.distance)
+            logger.info("encoded %d texts in %.1f s (CPU %.1f s)", len(to_encode), time.perf_counter() - started,
+                        time.process_time() - cpu)
         faiss_info = self.index.manifest["faiss"]
         factory = faiss_factory(len(ids), faiss_info.get("kind", "auto"),
                                 int(faiss_info.get("flat_threshold", FLAT_THRESHOLD)))
         entry = write_segment(self.index.path / SEGMENTS_DIR, self.index._new_segment_name(self.counter), ids, texts,
-                              metas, vectors, self.index.distance, factory, int(faiss_info.get("nprobe", NPROBE)))
+                              metas, vectors, self.index.distance, factory)
         self.counter += 1
-        seg = Segment(self.index.path, entry, self.index.dim, int(faiss_info.get("nprobe", NPROBE)), verify=False)
+        seg = Segment(self.index.path, entry, self.index.dim, self.index.search_settings, verify=False)
         number = len(self.new_segments)
         self.new_segments.append(seg)
         for row, doc_id in enumerate(ids):

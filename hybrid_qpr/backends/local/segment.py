@@ -18,9 +18,11 @@ or overwritten file is named at open (sizes) or by ``hybrid-qpr index check`` (c
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import sqlite3
+import time
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from hybrid_qpr.backends.local import bm25 as bm25_lib
-from hybrid_qpr.backends.local.vectors import build_faiss, set_search_params
+from hybrid_qpr.backends.local.vectors import SearchSettings, build_faiss
 from hybrid_qpr.distance import Distance
 from hybrid_qpr.errors import IndexDamagedError, require
 from hybrid_qpr.text import tokenize
@@ -38,6 +40,8 @@ SEGMENTS_DIR = "segments"
 DOCS_DB, VECTORS, FAISS_FILE = "docs.sqlite", "vectors.npy", "vectors.faiss"
 SEGMENT_FILES: tuple[str, ...] = (DOCS_DB, VECTORS, FAISS_FILE, *bm25_lib.FILES)
 SQL_CHUNK = 900  # parameters per IN (...) clause, below SQLite's oldest limit of 999
+
+logger = logging.getLogger(__name__)
 
 
 def checksum(path: Path) -> int:
@@ -63,7 +67,7 @@ def fsync_path(path: Path) -> None:
 
 
 def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequence[str], metas: Sequence[str],
-                  vectors: np.ndarray, distance: Distance, factory: str, nprobe: int) -> dict[str, Any]:
+                  vectors: np.ndarray, distance: Distance, factory: str) -> dict[str, Any]:
     """Write a complete segment as ``segments_dir/name`` and return its manifest entry.
     ``metas`` are JSON texts; ``vectors`` are already prepared for ``distance``."""
     faiss = require("faiss", feature="the local index")
@@ -71,6 +75,12 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
+    clock = [(time.perf_counter(), time.process_time())]
+
+    def lap() -> str:  # wall and CPU seconds since the previous lap (the CPU share shows a busy machine)
+        clock.append((time.perf_counter(), time.process_time()))
+        return f"{clock[-1][0] - clock[-2][0]:.1f} s (CPU {clock[-1][1] - clock[-2][1]:.1f} s)"
+
     try:
         db = sqlite3.connect(tmp / DOCS_DB)
         try:
@@ -81,11 +91,14 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
             db.commit()
         finally:
             db.close()
+        times = {"sqlite": lap()}
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         np.save(tmp / VECTORS, vectors, allow_pickle=False)
-        faiss.write_index(build_faiss(vectors, distance, factory, nprobe), str(tmp / FAISS_FILE))
+        faiss.write_index(build_faiss(vectors, distance, factory), str(tmp / FAISS_FILE))
+        times[factory] = lap()
         bm25_lib.save_postings(bm25_lib.build_postings(tokenize(t) for t in texts), tmp)
         fields = sorted({key for m in metas if m != "{}" for key in json.loads(m)})
+        times["postings"] = lap()
         files = {}
         for file in SEGMENT_FILES:
             fsync_path(tmp / file)
@@ -93,6 +106,9 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
         fsync_path(tmp)
         os.replace(tmp, segments_dir / name)
         fsync_path(segments_dir)
+        times["fsync+crc32"] = lap()
+        logger.info("segment %s: %d documents written in %.1f s: %s", name, len(ids), clock[-1][0] - clock[0][0],
+                    ", ".join(f"{what} {spent}" for what, spent in times.items()))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -171,7 +187,7 @@ class Segment:
     manifest; the document store and arrays are opened at once (so a later merge that
     removes the files cannot pull them from under a reader), the FAISS part on first use."""
 
-    def __init__(self, index_path: Path, entry: dict[str, Any], dim: int, nprobe: int, *,
+    def __init__(self, index_path: Path, entry: dict[str, Any], dim: int, search: SearchSettings, *,
                  verify: bool = True):
         self.index_path = index_path
         self.entry = entry
@@ -179,7 +195,7 @@ class Segment:
         self.count: int = int(entry["count"])
         self.dir = index_path / SEGMENTS_DIR / self.name
         self.dim = dim
-        self.nprobe = nprobe
+        self.search = search
         if verify:
             for problem, file in file_problems(index_path, entry, checksums=False):
                 raise damaged(index_path, problem, fix_for(file, index_path))
@@ -202,6 +218,7 @@ class Segment:
             self.deleted = np.zeros(self.count, dtype=bool)
             self.deleted[rows] = True
         self._faiss = None
+        self._ids: np.ndarray | None = None
 
     # ------------------------------------------------------------------ checks
     def rel(self, file: str) -> str:
@@ -239,13 +256,17 @@ class Segment:
                           fix_for(DOCS_DB, self.index_path)) from None
 
     def ids_at(self, rows: np.ndarray) -> list[str]:
-        """Ids of segment ``rows``, in that order."""
-        wanted = [int(r) for r in rows]
-        found: dict[int, str] = {}
-        for start in range(0, len(wanted), SQL_CHUNK):
-            chunk = wanted[start:start + SQL_CHUNK]
-            found.update(self.sql(f"SELECT pos, id FROM docs WHERE pos IN ({', '.join('?' * len(chunk))})", chunk))
-        return [found[r] for r in wanted]
+        """Ids of segment ``rows``, in that order. Every ranking needs ids (ties are broken by
+        id and lists are fused by id), so the segment's ids are read once, on first use, and
+        kept in memory (about 70 bytes per document) instead of one SQLite query per list."""
+        if self._ids is None:
+            ids = np.empty(self.count, dtype=object)
+            ids[:] = [row[0] for row in self.sql("SELECT id FROM docs ORDER BY pos")]
+            if len(ids) != self.count:
+                raise damaged(self.index_path, f"{self.rel(DOCS_DB)} holds {len(ids)} ids, expected {self.count}",
+                              fix_for(DOCS_DB, self.index_path))
+            self._ids = ids
+        return self._ids[np.asarray(rows, dtype=np.int64)].tolist()
 
     @property
     def faiss(self):
@@ -264,9 +285,15 @@ class Segment:
             if index.ntotal != self.count or index.d != self.dim:
                 raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} holds {index.ntotal} vectors of {index.d} "
                               f"dims, expected {self.count} of {self.dim}", fix_for(FAISS_FILE, self.index_path))
-            set_search_params(index, self.nprobe)
+            self.search.apply(index)
             self._faiss = index
         return self._faiss
+
+    def set_search(self, search: SearchSettings) -> None:
+        if search != self.search:
+            self.search = search
+            if self._faiss is not None:
+                search.apply(self._faiss)
 
     def lookup(self, ids: Sequence[str], columns: str = "id, pos") -> list[tuple]:
         """Rows of ``ids`` that are live in this segment (``columns`` selected)."""

@@ -1,17 +1,27 @@
-"""The FAISS part of a segment: which index type for how many vectors, and how to build it.
+"""The FAISS part of a segment: which index type for how many vectors, how to build and search it.
 
-FAISS index choice (``kind="auto"``): exact ``Flat`` below ``flat_threshold`` vectors, else
-``IVF{nlist},Flat`` with ``nlist = round(4·sqrt(N))`` probed with ``nprobe = 10`` (the SDML
-paper used IVF2000,Flat with 10 probes); ``"hnsw"`` gives ``HNSW32``. The metric comes from
-the encoder's training distance (``hybrid_qpr.distance``). Each segment chooses for its own
-size, so small segments are exact and a merged large one becomes IVF.
+FAISS index choice (``kind="auto"``), chosen by measured recall against exact search (every
+size must keep >= 0.95 of the exact top 10; docs/engine.md has the curves): exact ``Flat``
+below ``flat_threshold`` vectors, else ``HNSW32`` searched with ``efSearch = EF_SEARCH``.
+``"ivf"`` gives ``IVF{round(4·sqrt(N))},Flat`` probed with ``NPROBE`` lists, ``"hnsw"`` HNSW
+at every size, ``"flat"`` exact search at every size. Both search settings are stored in the
+manifest and can be overridden per query (``--ef-search``, ``--nprobe``). The metric comes
+from the encoder's training distance (``hybrid_qpr.distance``). Each segment chooses for its
+own size, so small segments are exact.
+
+Searches run on one thread (``one_thread``): a single query is too small a job to share,
+and FAISS's OpenMP threads spin-wait for each other, which on a busy machine made one
+search of a 24,000-vector Flat index take 56 ms instead of 0.8 ms (measured).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
-from typing import Literal
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 
@@ -22,10 +32,10 @@ logger = logging.getLogger(__name__)
 
 FaissKind = Literal["auto", "flat", "ivf", "hnsw"]
 FAISS_KINDS: tuple[str, ...] = ("auto", "flat", "ivf", "hnsw")
-FLAT_THRESHOLD = 50_000
+FLAT_THRESHOLD = 20_000
 NPROBE = 10
 TRAIN_PER_LIST = 40
-HNSW_M, HNSW_EF_SEARCH = 32, 64
+HNSW_M, EF_SEARCH, EF_CONSTRUCTION = 32, 96, 40
 
 
 def faiss_factory(n: int, kind: FaissKind = "auto", flat_threshold: int = FLAT_THRESHOLD) -> str:
@@ -33,7 +43,7 @@ def faiss_factory(n: int, kind: FaissKind = "auto", flat_threshold: int = FLAT_T
     if kind not in FAISS_KINDS:
         raise ConfigError(f"faiss={kind!r}: allowed values are {', '.join(FAISS_KINDS)}")
     if kind == "auto":
-        kind = "flat" if n < flat_threshold else "ivf"
+        kind = "flat" if n < flat_threshold else "hnsw"
     if kind == "hnsw":
         return f"HNSW{HNSW_M}"
     if kind == "ivf":
@@ -45,7 +55,8 @@ def faiss_factory(n: int, kind: FaissKind = "auto", flat_threshold: int = FLAT_T
     return "Flat"
 
 
-def build_faiss(vectors: np.ndarray, distance: Distance, factory: str, nprobe: int = NPROBE):
+def build_faiss(vectors: np.ndarray, distance: Distance, factory: str, nprobe: int = NPROBE,
+                ef_search: int = EF_SEARCH):
     """Train (IVF: k-means, 10 iterations, on at most 40 seeded sample vectors per list) and
     fill a FAISS index; return it."""
     faiss = require("faiss", feature="the local index")
@@ -54,6 +65,8 @@ def build_faiss(vectors: np.ndarray, distance: Distance, factory: str, nprobe: i
     if factory.startswith("IVF"):
         index.cp.niter = 10
         index.cp.seed = 13
+    if hasattr(index, "hnsw"):
+        index.hnsw.efConstruction = EF_CONSTRUCTION
     if not index.is_trained:
         sample = vectors
         nlist = getattr(index, "nlist", 0)
@@ -63,12 +76,46 @@ def build_faiss(vectors: np.ndarray, distance: Distance, factory: str, nprobe: i
         index.train(sample)
     if len(vectors):
         index.add(vectors)
-    set_search_params(index, nprobe)
+    set_search_params(index, nprobe, ef_search)
     return index
 
 
-def set_search_params(index, nprobe: int) -> None:
+def set_search_params(index, nprobe: int = NPROBE, ef_search: int = EF_SEARCH) -> None:
+    """Lists probed (IVF) and candidate-list size (HNSW; FAISS never uses less than k)."""
     if hasattr(index, "nprobe"):
         index.nprobe = nprobe
     if hasattr(index, "hnsw"):
-        index.hnsw.efSearch = HNSW_EF_SEARCH
+        index.hnsw.efSearch = ef_search
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """How approximate segments are searched: IVF lists probed, HNSW ``efSearch``."""
+
+    nprobe: int = NPROBE
+    ef_search: int = EF_SEARCH
+
+    def __post_init__(self) -> None:
+        for name in ("nprobe", "ef_search"):
+            if int(getattr(self, name)) < 1:
+                raise ConfigError(f"{name}={getattr(self, name)}: must be >= 1")
+
+    @classmethod
+    def from_manifest(cls, faiss_info: Mapping[str, Any]) -> "SearchSettings":
+        """The stored settings; an index written before ``ef_search`` was stored gets the default."""
+        return cls(int(faiss_info.get("nprobe") or NPROBE), int(faiss_info.get("ef_search") or EF_SEARCH))
+
+    def apply(self, index) -> None:
+        set_search_params(index, self.nprobe, self.ef_search)
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Run the FAISS calls inside on one OpenMP thread (see the module docstring)."""
+    faiss = require("faiss", feature="the local index")
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
