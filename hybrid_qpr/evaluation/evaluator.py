@@ -165,7 +165,7 @@ class TuneResult:
 
 def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *,
          methods: Sequence[str] = FUSION_METHODS, alphas: Sequence[float] = ALPHAS, depth: int = 100,
-         retrieve: int | None = None, batch_size: int = 256, task: str = "paraphrase",
+         retrieve: int | None = None, task: str = "paraphrase",
          query_filters: Mapping[str, Filters] | None = None) -> TuneResult:
     """Choose the fusion method and ``alpha`` maximising the task's main metric on ``queries``
     (MRR@20 for paraphrase retrieval, MAP for answer selection, MRR for answer retrieval),
@@ -187,7 +187,6 @@ def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
     retrieve = spec.retrieve if retrieve is None else retrieve
     if depth < retrieve:
         raise ConfigError(f"depth={depth}: must be >= retrieve ({retrieve}) so fusion sees every candidate")
-    del batch_size  # kept for callers; queries are encoded one at a time (see above)
     own = query_filters or {}
     cands = {qid: searcher.candidates(text, searcher.encoder.encode([text])[0], depth, own.get(qid))
              for qid, text in queries.items()}
