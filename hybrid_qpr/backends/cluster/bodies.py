@@ -16,10 +16,11 @@ from hybrid_qpr.errors import BackendError, ConfigError
 from hybrid_qpr.types import Filters
 
 TEXT_FIELD, VECTOR_FIELD, METADATA_FIELD = "text", "embedding", "metadata"
+# what a search returns of each hit's stored document: what a result shows (never the vector)
+SOURCE_FIELDS = (TEXT_FIELD, METADATA_FIELD)
 DEFAULT_SHARDS = 1
 _PLACEHOLDER = re.compile(r"^\$\{([A-Z0-9_]+)\}$")
 # responses trimmed to what the backends read: smaller JSON to send and to decode
-HITS_FILTER = "hits.hits._id,hits.hits._score"
 HITS_WITH_SOURCE_FILTER = "hits.hits._id,hits.hits._score,hits.hits._source"
 
 
@@ -78,8 +79,14 @@ def bm25_query(query: str, filters: Filters | None) -> dict:
     return {"bool": {"must": [{"match": {TEXT_FIELD: {"query": query}}}], "filter": filter_clauses(filters)}}
 
 
-def bm25_body(query: str, depth: int, filters: Filters | None) -> dict:
-    return {"size": depth, "_source": False, "track_total_hits": False, "query": bm25_query(query, filters)}
+def source_param(with_documents: bool) -> list[str] | bool:
+    """A search body's ``_source``: the ``SOURCE_FIELDS`` of each hit, or nothing."""
+    return list(SOURCE_FIELDS) if with_documents else False
+
+
+def bm25_body(query: str, depth: int, filters: Filters | None, with_documents: bool = False) -> dict:
+    return {"size": depth, "_source": source_param(with_documents), "track_total_hits": False,
+            "query": bm25_query(query, filters)}
 
 
 def ids_body(ids: list[str], source: list[str] | bool = False) -> dict:
