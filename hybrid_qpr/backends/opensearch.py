@@ -235,7 +235,9 @@ class OpenSearchBackend(ClusterBackend):
         Filters are applied inside each sub-query (2.19's ``hybrid`` has no top-level filter)."""
         body: dict[str, Any] = {"size": depth, "_source": source_param(self.documents_in_hits), "query": {"hybrid": {"queries": [
             bm25_query(query, filters), {"knn": {VECTOR_FIELD: self._knn_clause(vector, depth, filters)}}]}}}
-        params = self._bm25_params()
+        # never dfs_query_then_fetch: neural-search 3.6 then skips the pipeline and returns the
+        # hybrid query's raw delimiter scores (seen on a 3-shard index; docs/opensearch.md)
+        params = {"search_type": "query_then_fetch"}
         if isinstance(pipeline, str):
             self._require_pipeline(pipeline)
             params["search_pipeline"] = pipeline

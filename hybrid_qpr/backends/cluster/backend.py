@@ -21,18 +21,21 @@ from typing import Any, Literal
 import numpy as np
 
 from hybrid_qpr.backends.base import Capabilities, IngestReport
-from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, HITS_WITH_SOURCE_FILTER, METADATA_FIELD, TEXT_FIELD,
+from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, SEARCH_FILTER, METADATA_FIELD, TEXT_FIELD,
                                                 VECTOR_FIELD, bm25_body, check_shards)
 from hybrid_qpr.backends.cluster.bulk import BulkAction, RetryPolicy, write_bulk
 from hybrid_qpr.backends.cluster.connection import (Engine, HttpFailure, Transport, error_for, missing_index, reason,
                                                     translate)
 from hybrid_qpr.distance import Distance, check_distance, prepare_vectors, score_from_opensearch
-from hybrid_qpr.errors import BackendError, ConfigError, ModelMismatchError
+from hybrid_qpr.errors import BackendError, ClusterError, ConfigError, ModelMismatchError
 from hybrid_qpr.types import Document, Filters, Hit
 
 logger = logging.getLogger(__name__)
 
 KNN_CANDIDATES = 100
+# a search answered with failed shards (a node died under it) is sent again this many times;
+# the next try reaches the surviving copies
+PARTIAL_RETRIES = 3
 SearchType = Literal["auto", "query_then_fetch", "dfs_query_then_fetch"]
 SEARCH_TYPES: tuple[str, ...] = ("auto", "query_then_fetch", "dfs_query_then_fetch")
 _BAD_INDEX_CHARS = re.compile(r'[\\/*?"<>| ,#:]')
@@ -108,9 +111,23 @@ class ClusterBackend:
             return self.transport.request(method, path, body, params, ndjson=ndjson, timeout=self.request_timeout)
 
     def _search(self, body: dict, what: str, params: dict | None = None) -> list[dict]:
-        params = {"filter_path": HITS_WITH_SOURCE_FILTER, **(params or {})}
-        response = self.request("POST", f"/{self.index}/_search", body, params, what=what)
+        params = {"filter_path": SEARCH_FILTER, **(params or {})}
+        attempt = 0
+        while failed := _failed_shards(response := self.request("POST", f"/{self.index}/_search", body, params,
+                                                                 what=what)):
+            self._after_partial(what, failed, attempt)  # raises once the retries are spent
+            attempt += 1
         return response.get("hits", {}).get("hits", [])  # filter_path drops an empty hits list
+
+    def _after_partial(self, what: str, failed: int, attempt: int) -> None:
+        """An answer that lost ``failed`` shards misses their documents: wait, then let the
+        caller search again; after ``PARTIAL_RETRIES`` retries it is an error."""
+        if attempt >= PARTIAL_RETRIES:
+            raise ClusterError(f"{what} in {self.index!r}: {failed} shard(s) failed on each of {PARTIAL_RETRIES + 1} "
+                               "tries, so the answer would miss their documents. Check the cluster health "
+                               "(a node down and a shard without a replica?)")
+        logger.warning("%s in %r: %d shard(s) failed (a node lost?); searching again", what, self.index, failed)
+        time.sleep(0.1 * 2 ** attempt)
 
     def bm25_search_type(self) -> str:
         """The ``search_type`` of a search that scores BM25 (see the class docstring)."""
@@ -141,9 +158,13 @@ class ClusterBackend:
         such as ``search_type``); a failed one raises like a search would."""
         lines = [json.dumps({"index": self.index, **(extra or {})}) for extra in (headers or [{}] * len(bodies))]
         payload = "".join(f"{header}\n{json.dumps(body)}\n" for header, body in zip(lines, bodies))
-        params = {"filter_path": ",".join(f"responses.{path}" for path in HITS_WITH_SOURCE_FILTER.split(","))
+        params = {"filter_path": ",".join(f"responses.{path}" for path in SEARCH_FILTER.split(","))
                   + ",responses.error,responses.status"}
-        responses = self.request("POST", "/_msearch", payload, params, what=" + ".join(whats), ndjson=True)["responses"]
+        attempt = 0
+        while failed := sum(map(_failed_shards, responses := self.request("POST", "/_msearch", payload, params,
+                                                                           what=" + ".join(whats), ndjson=True)["responses"])):
+            self._after_partial(" + ".join(whats), failed, attempt)
+            attempt += 1
         out = []
         for what, response in zip(whats, responses):
             if "error" in response:  # _msearch reports a failed search in its item, not as an HTTP error
@@ -301,7 +322,11 @@ class ClusterBackend:
         return {doc["_id"]: _stored_document(doc) for doc in response["docs"] if doc.get("found")}
 
     def count(self) -> int:
-        return int(self.request("GET", f"/{self.index}/_count", what="counting documents")["count"])
+        attempt = 0
+        while failed := _failed_shards(response := self.request("GET", f"/{self.index}/_count", what="counting documents")):
+            self._after_partial("counting documents", failed, attempt)
+            attempt += 1
+        return int(response["count"])
 
     def close(self) -> None:
         """Close the client's connection pool."""
@@ -408,6 +433,10 @@ class ClusterBackend:
             return []
         scores = score_from_opensearch([h["_score"] for h in hits], self.distance)
         return [Hit(h["_id"], float(s), _stored_document(h)) for h, s in zip(hits, np.atleast_1d(scores))]
+
+
+def _failed_shards(response: Mapping[str, Any]) -> int:
+    return int((response.get("_shards") or {}).get("failed") or 0)
 
 
 def _stored_document(hit: Mapping[str, Any]) -> Document | None:

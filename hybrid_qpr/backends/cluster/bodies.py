@@ -21,7 +21,8 @@ SOURCE_FIELDS = (TEXT_FIELD, METADATA_FIELD)
 DEFAULT_SHARDS = 1
 _PLACEHOLDER = re.compile(r"^\$\{([A-Z0-9_]+)\}$")
 # responses trimmed to what the backends read: smaller JSON to send and to decode
-HITS_WITH_SOURCE_FILTER = "hits.hits._id,hits.hits._score,hits.hits._source"
+# (and the failed shards' count: a search that lost a shard must not pass for a full answer)
+SEARCH_FILTER = "hits.hits._id,hits.hits._score,hits.hits._source,_shards.failed"
 
 
 def load_body(relative: str, values: Mapping[str, Any]) -> dict:
