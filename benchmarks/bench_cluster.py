@@ -25,7 +25,8 @@ Measured, in this order:
 ``--levers`` adds, interleaved with the modes above, the same searches with one lever undone:
 ``bm25+mget`` / ``hybrid+mget`` (searches return bare ids, then one ``_mget`` fetches the
 documents: the code before issue 13) and ``bm25 gzip`` / ``hybrid gzip`` (a second client with
-HTTP compression switched the other way from ``--compress``). ``--curve 10,20,50,100`` measures,
+HTTP compression switched the other way from ``--compress``), and ``bm25 new conn`` (a new
+client per query, so every search opens its connection: what a warm pool saves). ``--curve 10,20,50,100`` measures,
 per HNSW candidate count, kNN recall@10 against exact search and the kNN-only p50 (the
 recall/latency curve behind ``KNN_CANDIDATES``). ``--reuse`` keeps a cluster index holding exactly
 ``--docs`` documents instead of re-ingesting (ingest is then not measured).
@@ -306,6 +307,16 @@ def add_lever_modes(args, modes: dict, backend, encoder, k: int, depth: int) -> 
         modes["bm25" + label] = lambda q, s=searcher: s.search(q, mode="bm25", top_k=k)
         modes["hybrid" + label] = lambda q, s=searcher: s.search(q, mode="hybrid", fusion=args.fusion, alpha=args.alpha,
                                                                   top_k=k, depth=depth)
+
+    def cold_pool(q):  # a client of its own per query: the TCP connection is opened for this search
+        fresh = engine(connect(args.url, timeout=120, compress=args.compress, check=False), backend.index)
+        fresh._shards = backend.shards  # what a long-lived backend has cached
+        try:
+            return fresh.bm25(q, k)
+        finally:
+            fresh.close()
+
+    modes["bm25 new conn"] = cold_pool
 
 
 if __name__ == "__main__":
