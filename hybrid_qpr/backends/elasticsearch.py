@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from hybrid_qpr.backends.base import Capabilities
-from hybrid_qpr.backends.cluster.backend import KNN_CANDIDATES, ClusterBackend
+from hybrid_qpr.backends.cluster.backend import ClusterBackend
 from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, VECTOR_FIELD, bm25_query, check_shards, filter_clauses,
                                                 load_body, source_param)
 from hybrid_qpr.backends.cluster.connection import (PROBE_PATH, HttpFailure, Transport, compress_by_default, redact,

@@ -32,6 +32,8 @@ from hybrid_qpr.types import Document, Filters, Hit
 
 logger = logging.getLogger(__name__)
 
+# HNSW candidate floor of a kNN search (OpenSearch ef_search, Elasticsearch num_candidates); an
+# engine module sets its own measured default_knn_candidates (docs/opensearch.md, elasticsearch.md)
 KNN_CANDIDATES = 100
 # a search answered with failed shards (a node died under it) is sent again this many times;
 # the next try reaches the surviving copies
@@ -50,7 +52,8 @@ class ClusterBackend:
     ``documents_in_hits`` (default True): searches return each hit's text and metadata with
     it (``Hit.document``), so a query is one request instead of a search plus an ``_mget``
     (measured in docs/opensearch.md, "Latency levers"). False returns bare hits.
-    ``knn_candidates``: the HNSW candidate floor of a kNN search (see ``KNN_CANDIDATES``).
+    ``knn_candidates``: the HNSW candidate floor of a kNN search (default: the engine's
+    ``default_knn_candidates``).
     ``search_type`` of the searches that score BM25: ``dfs_query_then_fetch`` first gathers
     term statistics from every shard, so a document's BM25 score does not depend on which
     shard holds it; ``query_then_fetch`` scores with each shard's own statistics (one round
@@ -60,6 +63,7 @@ class ClusterBackend:
 
     engine: Engine
     capabilities = Capabilities(batched_bm25_and_knn=True)
+    default_knn_candidates = KNN_CANDIDATES
     vector_type: str  # the mapping type of the vector field
 
     def __init__(self, client: Any, index: str, *, request_timeout: float | None = None,
@@ -72,7 +76,7 @@ class ClusterBackend:
         self.index = index
         self.request_timeout = request_timeout
         self.documents_in_hits = documents_in_hits
-        self.knn_candidates = KNN_CANDIDATES if knn_candidates is None else int(knn_candidates)
+        self.knn_candidates = self.default_knn_candidates if knn_candidates is None else int(knn_candidates)
         if self.knn_candidates < 1:
             raise ConfigError(f"knn_candidates={knn_candidates!r}: must be >= 1")
         if search_type not in SEARCH_TYPES:
