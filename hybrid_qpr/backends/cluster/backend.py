@@ -14,7 +14,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -116,22 +116,25 @@ class ClusterBackend:
 
     def _search(self, body: dict, what: str, params: dict | None = None) -> list[dict]:
         params = {"filter_path": SEARCH_FILTER, **(params or {})}
-        attempt = 0
-        while failed := _failed_shards(response := self.request("POST", f"/{self.index}/_search", body, params,
-                                                                 what=what)):
-            self._after_partial(what, failed, attempt)  # raises once the retries are spent
-            attempt += 1
+        response = self._whole_answer(what, lambda: self.request("POST", f"/{self.index}/_search", body, params,
+                                                                 what=what))
         return response.get("hits", {}).get("hits", [])  # filter_path drops an empty hits list
 
-    def _after_partial(self, what: str, failed: int, attempt: int) -> None:
-        """An answer that lost ``failed`` shards misses their documents: wait, then let the
-        caller search again; after ``PARTIAL_RETRIES`` retries it is an error."""
-        if attempt >= PARTIAL_RETRIES:
-            raise ClusterError(f"{what} in {self.index!r}: {failed} shard(s) failed on each of {PARTIAL_RETRIES + 1} "
-                               "tries, so the answer would miss their documents. Check the cluster health "
-                               "(a node down and a shard without a replica?)")
-        logger.warning("%s in %r: %d shard(s) failed (a node lost?); searching again", what, self.index, failed)
-        time.sleep(0.1 * 2 ** attempt)
+    def _whole_answer(self, what: str, send: Callable[[], Any],
+                      failed_shards: Callable[[Any], int] | None = None) -> Any:
+        """``send()``'s answer, sent again while it reports failed shards: such an answer misses
+        those shards' documents. After ``PARTIAL_RETRIES`` more tries it is a ``ClusterError``."""
+        for attempt in range(PARTIAL_RETRIES + 1):
+            response = send()
+            failed = (failed_shards or _failed_shards)(response)
+            if not failed:
+                return response
+            if attempt < PARTIAL_RETRIES:
+                logger.warning("%s in %r: %d shard(s) failed (a node lost?); searching again", what, self.index, failed)
+                time.sleep(0.1 * 2 ** attempt)
+        raise ClusterError(f"{what} in {self.index!r}: {failed} shard(s) failed on each of {PARTIAL_RETRIES + 1} "
+                           "tries, so the answer would miss their documents. Check the cluster health "
+                           "(a node down and a shard without a replica?)")
 
     def bm25_search_type(self) -> str:
         """The ``search_type`` of a search that scores BM25 (see the class docstring)."""
@@ -164,11 +167,10 @@ class ClusterBackend:
         payload = "".join(f"{header}\n{json.dumps(body)}\n" for header, body in zip(lines, bodies))
         params = {"filter_path": ",".join(f"responses.{path}" for path in SEARCH_FILTER.split(","))
                   + ",responses.error,responses.status"}
-        attempt = 0
-        while failed := sum(map(_failed_shards, responses := self.request("POST", "/_msearch", payload, params,
-                                                                           what=" + ".join(whats), ndjson=True)["responses"])):
-            self._after_partial(" + ".join(whats), failed, attempt)
-            attempt += 1
+        responses = self._whole_answer(
+            " + ".join(whats),
+            lambda: self.request("POST", "/_msearch", payload, params, what=" + ".join(whats), ndjson=True)["responses"],
+            lambda answers: sum(map(_failed_shards, answers)))
         out = []
         for what, response in zip(whats, responses):
             if "error" in response:  # _msearch reports a failed search in its item, not as an HTTP error
@@ -326,10 +328,8 @@ class ClusterBackend:
         return {doc["_id"]: _stored_document(doc) for doc in response["docs"] if doc.get("found")}
 
     def count(self) -> int:
-        attempt = 0
-        while failed := _failed_shards(response := self.request("GET", f"/{self.index}/_count", what="counting documents")):
-            self._after_partial("counting documents", failed, attempt)
-            attempt += 1
+        response = self._whole_answer("counting documents",
+                                      lambda: self.request("GET", f"/{self.index}/_count", what="counting documents"))
         return int(response["count"])
 
     def close(self) -> None:
