@@ -28,7 +28,7 @@ documents: the code before issue 13) and ``bm25 gzip`` / ``hybrid gzip`` (a seco
 HTTP compression switched the other way from ``--compress``), and ``bm25 new conn`` (a new
 client per query, so every search opens its connection: what a warm pool saves). ``--curve 10,20,50,100`` measures,
 per HNSW candidate count, kNN recall@10 against exact search and the kNN-only p50 (the
-recall/latency curve behind ``KNN_CANDIDATES``). ``--reuse`` keeps a cluster index holding exactly
+recall/latency curve behind ``default_knn_candidates``). ``--reuse`` keeps a cluster index holding exactly
 ``--docs`` documents instead of re-ingesting (ingest is then not measured).
 
 Examples (the numbers in README.md and docs/elasticsearch.md)::
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reuse", action="store_true",
                         help="reuse the cluster index if it holds exactly --docs documents (skips the ingest); implies --keep")
     parser.add_argument("--knn-candidates", type=int, default=None,
-                        help="HNSW candidate floor of kNN searches [default: the library's KNN_CANDIDATES]")
+                        help="HNSW candidate floor of kNN searches [default: the engine backend's default_knn_candidates]")
     parser.add_argument("--compress", action=argparse.BooleanOptionalAction, default=None,
                         help="HTTP compression of the client [default: the library's: off on loopback, else on]")
     parser.add_argument("--levers", action="store_true", help="also time the searches with one lever undone (see above)")
