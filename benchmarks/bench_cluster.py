@@ -22,6 +22,15 @@ Measured, in this order:
 * Elasticsearch also ``hybrid-1req`` (``query`` + ``knn`` with boosts in one search, the
   server-side option of a basic licence; raw scores summed, no normalisation).
 
+``--levers`` adds, interleaved with the modes above, the same searches with one lever undone:
+``bm25+mget`` / ``hybrid+mget`` (searches return bare ids, then one ``_mget`` fetches the
+documents: the code before issue 13) and ``bm25 gzip`` / ``hybrid gzip`` (a second client with
+HTTP compression switched the other way from ``--compress``), and ``bm25 new conn`` (a new
+client per query, so every search opens its connection: what a warm pool saves). ``--curve 10,20,50,100`` measures,
+per HNSW candidate count, kNN recall@10 against exact search and the kNN-only p50 (the
+recall/latency curve behind ``default_knn_candidates``). ``--reuse`` keeps a cluster index holding exactly
+``--docs`` documents instead of re-ingesting (ingest is then not measured).
+
 Examples (the numbers in README.md and docs/elasticsearch.md)::
 
     nice -n 10 python benchmarks/bench_cluster.py --engine elasticsearch --url http://127.0.0.1:9201 --docs 20000
@@ -79,13 +88,16 @@ def open_backend(args, encoder, workdir: Path):
     if args.engine == "opensearch":
         from hybrid_qpr.backends.opensearch import OpenSearchBackend, connect
 
-        backend = OpenSearchBackend(connect(args.url, timeout=120), args.index)
+        backend = OpenSearchBackend(connect(args.url, timeout=120, compress=args.compress), args.index,
+                                    knn_candidates=args.knn_candidates)
     else:
         from hybrid_qpr.backends import elasticsearch as es
 
         es.VECTOR_INDEX_TYPE = args.vector_index_type
-        backend = es.ElasticsearchBackend(es.connect(args.url, timeout=120), args.index)
-    backend.drop()
+        backend = es.ElasticsearchBackend(es.connect(args.url, timeout=120, compress=args.compress), args.index,
+                                          knn_candidates=args.knn_candidates)
+    if not args.reuse:
+        backend.drop()
 
     def merge() -> None:
         backend.transport.request("POST", f"/{args.index}/_forcemerge", params={"max_num_segments": "1"}, timeout=900)
@@ -111,9 +123,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fusion", default="rrf", help="client-side fusion for hybrid [default: %(default)s]")
     parser.add_argument("--alpha", type=float, default=0.5, help="kNN weight for hybrid [default: %(default)s]")
     parser.add_argument("--keep", action="store_true", help="keep the cluster index afterwards")
+    parser.add_argument("--reuse", action="store_true",
+                        help="reuse the cluster index if it holds exactly --docs documents (skips the ingest); implies --keep")
+    parser.add_argument("--knn-candidates", type=int, default=None,
+                        help="HNSW candidate floor of kNN searches [default: the engine backend's default_knn_candidates]")
+    parser.add_argument("--compress", action=argparse.BooleanOptionalAction, default=None,
+                        help="HTTP compression of the client [default: the library's: off on loopback, else on]")
+    parser.add_argument("--levers", action="store_true", help="also time the searches with one lever undone (see above)")
+    parser.add_argument("--curve", default=None, help="comma-separated HNSW candidate counts: recall@10 and kNN p50 each")
     parser.add_argument("--json", dest="json_out", default=None, help="also write the results as JSON here")
     parser.add_argument("--seed", type=int, default=13)
     args = parser.parse_args(argv)
+    args.keep = args.keep or args.reuse
+    if args.engine != "local" and args.compress is None:
+        from hybrid_qpr.backends.cluster.connection import compress_by_default, resolve_options
+
+        args.compress = compress_by_default(resolve_options(args.engine, args.url).url)
 
     from _results import relative_if_path, repo_relative
     from hybrid_qpr.distance import similarity
@@ -128,8 +153,15 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="hqpr-bench-"))
     try:
         backend, merge = open_backend(args, encoder, workdir)
-        report = backend.ingest(docs, encoder, batch_size=args.batch_size, show_progress=False)
-        merge()
+        from hybrid_qpr.backends.base import IngestReport
+
+        if args.reuse and args.engine != "local" and backend.exists() and backend.count() == len(docs):
+            report = IngestReport()  # not measured
+        else:
+            if args.engine != "local":
+                backend.drop()  # --reuse of an index that does not hold exactly these documents
+            report = backend.ingest(docs, encoder, batch_size=args.batch_size, show_progress=False)
+            merge()
         if args.engine == "local":  # LocalIndex.ingest writes a new directory: open what it wrote
             from hybrid_qpr.backends.local import LocalIndex
 
@@ -141,9 +173,13 @@ def main(argv: list[str] | None = None) -> int:
         doc_vectors = encoder.encode([d.text for d in docs], batch_size=args.batch_size)
         query_vectors = encoder.encode([q for q, _ in queries], batch_size=args.batch_size)
         exact = np.argsort(-similarity(query_vectors, doc_vectors, encoder.distance), axis=1)[:, :10]
-        found = sum(len({docs[j].id for j in row} & {h.id for h in backend.knn(v, 10)})
-                    for row, v in zip(exact, query_vectors))
-        recall = found / (10 * len(queries))
+        exact_ids = [{docs[j].id for j in row} for row in exact]
+
+        def recall_at_10(search) -> float:
+            return sum(len(ids & {h.id for h in search(v)}) for ids, v in zip(exact_ids, query_vectors)) / (10 * len(queries))
+
+        recall = recall_at_10(lambda v: backend.knn(v, 10))
+        curve = knn_curve(args, backend, query_vectors, recall_at_10) if args.curve else None
 
         modes = {
             "bm25": lambda q: searcher.search(q, mode="bm25", top_k=k),
@@ -159,9 +195,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.engine == "elasticsearch":
             def one_request(q):  # same encode + document fetch as the other modes
                 hits = backend.hybrid_one_request(q, encoder.encode([q])[0], depth, alpha=args.alpha)[:k]
-                return searcher._results([(h.id, h.score, None, None) for h in hits])
+                return searcher._results([(h.id, h.score, None, None) for h in hits], hits)
 
             modes["hybrid-1req"] = one_request
+        if args.levers and args.engine != "local":
+            add_lever_modes(args, modes, backend, encoder, k, depth)
         warm, timed = queries[: args.warmup], queries[args.warmup:]
         for q, _ in warm:
             for run in modes.values():
@@ -187,7 +225,14 @@ def main(argv: list[str] | None = None) -> int:
               f"depth {depth}, hybrid {args.fusion} alpha {args.alpha}"
               + (f"; dense_vector {args.vector_index_type}" if args.engine == "elasticsearch" else ""))
         print(f"ingest: {report.indexed + report.updated} docs in {report.seconds:.1f} s = {report.docs_per_second:.0f} "
-              f"docs/s; failed {len(report.failed)}; kNN recall@10 vs exact {recall:.4f}")
+              f"docs/s; failed {len(report.failed)}; kNN recall@10 vs exact {recall:.4f}"
+              + (f" (HNSW candidates {backend.knn_candidates})" if args.engine != "local" else ""))
+        if curve:
+            print(f"{'candidates':>10}{'recall@10':>11}{'knn p50 ms':>12}{'knn p99 ms':>12}"
+                  + (f"{'k-form recall':>15}{'k-form p50':>12}" if "k_form_p50_ms" in curve[0] else ""))
+            for row in curve:
+                print(f"{row['candidates']:>10}{row['recall_at_10']:>11.4f}{row['p50_ms']:>12.2f}{row['p99_ms']:>12.2f}"
+                      + (f"{row['k_form_recall_at_10']:>15.4f}{row['k_form_p50_ms']:>12.2f}" if "k_form_p50_ms" in row else ""))
         print(f"{'mode':<15}{'p50 ms':>9}{'p99 ms':>9}{'p50/bm25':>10}{'H@1':>8}{'MRR@' + str(k):>9}")
         for name, row in rows.items():
             print(f"{name:<15}{row['p50_ms']:>9.2f}{row['p99_ms']:>9.2f}{row['p50_ms'] / base:>9.2f}x"
@@ -198,12 +243,80 @@ def main(argv: list[str] | None = None) -> int:
                 "queries": len(timed), "top_k": k, "depth": depth, "fusion": args.fusion, "alpha": args.alpha,
                 "vector_index_type": args.vector_index_type if args.engine == "elasticsearch" else None,
                 "model": repo_relative(encoder.model_dir), "ingest_docs_per_s": report.docs_per_second,
-                "knn_recall_at_10": recall, "modes": rows}, indent=2), encoding="utf-8")
+                "knn_candidates": getattr(backend, "knn_candidates", None), "compress": args.compress,
+                "knn_recall_at_10": recall, "knn_curve": curve, "modes": rows}, indent=2), encoding="utf-8")
         if args.engine != "local" and not args.keep:
             backend.drop()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
+
+
+def knn_curve(args, backend, query_vectors, recall_at_10) -> list[dict]:
+    """Per HNSW candidate count: recall@10 against exact search and the kNN-only latency
+    (top 10, counts interleaved query by query). On OpenSearch the count is the knn clause's
+    ``method_parameters.ef_search`` (with ``k`` = 10); the older form, ``k`` = the count with
+    no ``ef_search``, is timed beside it (``k-form``)."""
+    from hybrid_qpr.backends.cluster.bodies import VECTOR_FIELD
+    from hybrid_qpr.evaluation.evaluator import latency_summary
+
+    counts = [int(c) for c in args.curve.split(",")]
+    default = backend.knn_candidates
+
+    def k_form(v, count: int):
+        body = {"size": 10, "_source": ["text", "metadata"],
+                "query": {"knn": {VECTOR_FIELD: {"vector": backend.query_vector(v), "k": max(10, count)}}}}
+        return backend._to_hits(backend._search(body, "kNN search"))
+
+    variants = {("ef", c): (lambda v, c=c: (setattr(backend, "knn_candidates", c), backend.knn(v, 10))[1]) for c in counts}
+    if args.engine == "opensearch":
+        variants.update({("k", c): (lambda v, c=c: k_form(v, c)) for c in counts})
+    recalls = {key: recall_at_10(run) for key, run in variants.items()}  # also warms every variant up
+    times: dict = {key: [] for key in variants}
+    for v in query_vectors:
+        for key, run in variants.items():
+            t = time.perf_counter()
+            run(v)
+            times[key].append(time.perf_counter() - t)
+    backend.knn_candidates = default
+    rows = []
+    for c in counts:
+        row = {"candidates": c, "recall_at_10": recalls[("ef", c)], "p50_ms": latency_summary(times[("ef", c)])["p50_ms"],
+               "p99_ms": latency_summary(times[("ef", c)])["p99_ms"]}
+        if ("k", c) in times:
+            row.update(k_form_recall_at_10=recalls[("k", c)], k_form_p50_ms=latency_summary(times[("k", c)])["p50_ms"])
+        rows.append(row)
+    return rows
+
+
+def add_lever_modes(args, modes: dict, backend, encoder, k: int, depth: int) -> None:
+    """The bm25 and hybrid modes with one lever undone: documents fetched by ``_mget`` after
+    the search, or HTTP compression switched the other way (a client of its own)."""
+    from hybrid_qpr.search import HybridSearcher
+
+    engine = type(backend)
+    bare = engine(backend.client, backend.index, documents_in_hits=False, knn_candidates=backend.knn_candidates)
+    if args.engine == "opensearch":
+        from hybrid_qpr.backends.opensearch import connect
+    else:
+        from hybrid_qpr.backends.elasticsearch import connect
+    other = engine(connect(args.url, timeout=120, compress=not args.compress), backend.index,
+                   knn_candidates=backend.knn_candidates)
+    gzip = "gzip" if not args.compress else "plain"
+    for label, searcher in (("+mget", HybridSearcher(bare, encoder)), (f" {gzip}", HybridSearcher(other, encoder))):
+        modes["bm25" + label] = lambda q, s=searcher: s.search(q, mode="bm25", top_k=k)
+        modes["hybrid" + label] = lambda q, s=searcher: s.search(q, mode="hybrid", fusion=args.fusion, alpha=args.alpha,
+                                                                  top_k=k, depth=depth)
+
+    def cold_pool(q):  # a client of its own per query: the TCP connection is opened for this search
+        fresh = engine(connect(args.url, timeout=120, compress=args.compress, check=False), backend.index)
+        fresh._shards = backend.shards  # what a long-lived backend has cached
+        try:
+            return fresh.bm25(q, k)
+        finally:
+            fresh.close()
+
+    modes["bm25 new conn"] = cold_pool
 
 
 if __name__ == "__main__":

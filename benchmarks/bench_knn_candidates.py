@@ -1,5 +1,5 @@
 """kNN MRR@20 of a backend's index on Quora test queries at several HNSW candidate counts
-(OpenSearch ``k``, Elasticsearch ``num_candidates``: ``KNN_CANDIDATES``), against the exact
+(OpenSearch ``k``, Elasticsearch ``num_candidates``: the backend's ``knn_candidates``), against the exact
 embedded index - the measurement behind the OpenSearch kNN gap in README.md.
 
 Example::
@@ -25,7 +25,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--candidates", default="100,300,1000")
     args = parser.parse_args(argv)
 
-    import hybrid_qpr.backends.cluster.backend as cluster
     import hybrid_qpr.backends.elasticsearch as es
     import hybrid_qpr.backends.opensearch as opensearch
     from hybrid_qpr.backends.local import LocalIndex
@@ -46,12 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"exact (embedded Flat): kNN MRR@20 {mrr(LocalIndex.open(args.exact)):.4f} on {len(qids)} queries")
     backends = []
     if args.opensearch:
-        backends.append(("opensearch", opensearch, opensearch.OpenSearchBackend(opensearch.connect(args.opensearch), args.index)))
+        backends.append(("opensearch", opensearch.OpenSearchBackend(opensearch.connect(args.opensearch), args.index)))
     if args.elasticsearch:
-        backends.append(("elasticsearch", es, es.ElasticsearchBackend(es.connect(args.elasticsearch), args.index)))
-    for name, module, backend in backends:
+        backends.append(("elasticsearch", es.ElasticsearchBackend(es.connect(args.elasticsearch), args.index)))
+    for name, backend in backends:
         for k in (int(c) for c in args.candidates.split(",")):
-            module.KNN_CANDIDATES = cluster.KNN_CANDIDATES = k
+            backend.knn_candidates = k
             print(f"{name}: candidates {k}: kNN MRR@20 {mrr(backend):.4f}")
     return 0
 

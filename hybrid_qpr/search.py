@@ -131,21 +131,24 @@ class HybridSearcher:
             return self._server_side(query, mode, need, offset, fusion, alpha, filters, depth, rerank_depth, vector)
         if mode == "bm25":
             hits = self.backend.bm25(query, need, filters)[offset:need]
-            return self._results([(h.id, h.score, RankedScore(h.score, offset + i + 1), None) for i, h in enumerate(hits)])
+            return self._results([(h.id, h.score, RankedScore(h.score, offset + i + 1), None) for i, h in enumerate(hits)],
+                                 hits)
         if vector is None:
             vector = self.encoder.encode([query])[0]
         if mode == "knn":
             hits = self.backend.knn(vector, need, filters)[offset:need]
-            return self._results([(h.id, h.score, None, RankedScore(h.score, offset + i + 1)) for i, h in enumerate(hits)])
+            return self._results([(h.id, h.score, None, RankedScore(h.score, offset + i + 1)) for i, h in enumerate(hits)],
+                                 hits)
         if mode == "rerank":
             recalled = self.backend.bm25(query, max(rerank_depth, need), filters)
-            return self._results(self._rerank(recalled, vector)[offset:need])
+            return self._results(self._rerank(recalled, vector)[offset:need], recalled)
         method, alpha = self.fusion_settings(fusion, alpha)
         depth = self.fusion_depth(depth, need)
         cands = self.candidates(query, vector, depth, filters)
         fused = self.fuse(cands, method=method, alpha=alpha, depth=depth, top_k=need)[offset:need]
         return self._results([(f.id, f.score, None if f.ranks[0] is None else RankedScore(f.scores[0], f.ranks[0]),
-                               None if f.ranks[1] is None else RankedScore(f.scores[1], f.ranks[1])) for f in fused])
+                               None if f.ranks[1] is None else RankedScore(f.scores[1], f.ranks[1])) for f in fused],
+                             cands.bm25 + cands.knn)
 
     def fusion_depth(self, depth: int | None, need: int) -> int:
         """Candidates per list: explicit ``depth``, else the tuned one, else ``DEFAULT_DEPTH``;
@@ -167,7 +170,7 @@ class HybridSearcher:
             method, alpha = self.fusion_settings(fusion, alpha)
             hits = backend.hybrid_server(query, vector, self.fusion_depth(depth, need), filters,
                                          method=method, alpha=alpha, rrf_k=fusion_lib.RRF_K)
-        return self._results([(h.id, h.score, None, None) for h in hits[offset:need]])
+        return self._results([(h.id, h.score, None, None) for h in hits[offset:need]], hits)
 
     @staticmethod
     def fuse(cands: Candidates, *, method: str, alpha: float, depth: int | None = None,
@@ -183,8 +186,14 @@ class HybridSearcher:
         order = sorted(sims.items(), key=lambda item: (-item[1], item[0]))
         return [(doc_id, score, bm25.get(doc_id), RankedScore(score, rank)) for rank, (doc_id, score) in enumerate(order, 1)]
 
-    def _results(self, rows: list[tuple[str, float, RankedScore | None, RankedScore | None]]) -> list[SearchResult]:
-        docs = self.backend.documents([r[0] for r in rows])
+    def _results(self, rows: list[tuple[str, float, RankedScore | None, RankedScore | None]],
+                 hits: Iterable[Hit] = ()) -> list[SearchResult]:
+        """``rows`` as results with text and metadata: taken from ``hits`` that carry their
+        document (cluster searches), the others fetched in one ``documents`` call."""
+        docs = {h.id: h.document for h in hits if h.document is not None}
+        missing = [r[0] for r in rows if r[0] not in docs]
+        if missing:
+            docs.update(self.backend.documents(missing))
         out = []
         for doc_id, score, bm25, knn in rows:
             doc = docs.get(doc_id)

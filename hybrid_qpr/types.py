@@ -18,7 +18,10 @@ class Document:
 
 @dataclass(frozen=True)
 class Hit:
-    """One document from one retriever, with that retriever's score."""
+    """One document from one retriever, with that retriever's score. A cluster search returns
+    the stored ``document`` with the hit (one request instead of search + fetch); ``None``
+    means the caller fetches it (``Backend.documents``). Not part of equality."""
 
     id: str
     score: float
+    document: Document | None = field(default=None, compare=False, repr=False)

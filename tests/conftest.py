@@ -202,3 +202,18 @@ def question_bank():
 def held_out_queries():
     """Phrasings that are not in ``question_bank``, one per subject."""
     return [f"i forgot my {s}, what should i do now?" for s in _SUBJECTS]
+
+
+@pytest.fixture(scope="session")
+def three_nodes():
+    """The local three-node OpenSearch cluster (``hybrid-qpr cluster start --nodes 3``, 512 MB
+    heap per node) on ``$HYBRID_QPR_MULTINODE_PORT`` (default 9210): started at first use (a
+    failure to start is an error, never a skip), its stopped nodes restarted by ``start()``,
+    and stopped at the end of the session if this session started it."""
+    from hybrid_qpr.localnode import LocalNode
+
+    node = LocalNode(nodes=3, port=int(os.environ.get("HYBRID_QPR_MULTINODE_PORT", "9210")))
+    started = not node.start(timeout=300)["already_running"]
+    yield node
+    if started:
+        node.stop()

@@ -1,8 +1,10 @@
 """The local-node life cycle: checks that need no download, then the live nodes (marked cluster).
 
-The multi-node tests start their own three-node OpenSearch cluster from the installed 3.6.0
-distribution (no extra download) on ``$HYBRID_QPR_MULTINODE_PORT`` (default 9210, so 9210-9212
-and transport 9310-9312), kill one node, restart it, and stop the cluster at the end.
+The multi-node tests use the three-node OpenSearch cluster of the ``three_nodes`` fixture
+(conftest.py: started from the installed 3.6.0 distribution, no extra download, on
+``$HYBRID_QPR_MULTINODE_PORT``, default 9210, so 9210-9212 and transport 9310-9312), kill one
+node, restart it, and stop the cluster at the end (``test_stop_stops_every_node``, the last
+multi-node test: tests/test_cluster_multinode.py runs before this file).
 """
 
 from __future__ import annotations
@@ -265,15 +267,6 @@ def test_live_elasticsearch_node_is_basic_and_plain_http(elasticsearch_node):
 
 
 # ---------------------------------------------------------------------------------------------- three nodes
-@pytest.fixture(scope="module")
-def three_nodes():
-    port = int(os.environ.get("HYBRID_QPR_MULTINODE_PORT", "9210"))
-    node = LocalNode(nodes=3, port=port)
-    node.start(timeout=300)
-    yield node
-    node.stop()
-
-
 @pytest.mark.cluster
 @pytest.mark.multinode
 def test_three_nodes_form_one_cluster(three_nodes):

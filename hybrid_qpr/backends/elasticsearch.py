@@ -32,10 +32,11 @@ from typing import Any
 import numpy as np
 
 from hybrid_qpr.backends.base import Capabilities
-from hybrid_qpr.backends.cluster.backend import KNN_CANDIDATES, ClusterBackend
+from hybrid_qpr.backends.cluster.backend import ClusterBackend
 from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, TOKENS_FIELD, VECTOR_FIELD, bm25_query, bm25_values,
-                                                check_shards, filter_clauses, load_body)
-from hybrid_qpr.backends.cluster.connection import PROBE_PATH, HttpFailure, Transport, redact, resolve_options, translate
+                                                check_shards, filter_clauses, load_body, source_param)
+from hybrid_qpr.backends.cluster.connection import (PROBE_PATH, HttpFailure, Transport, compress_by_default, redact,
+                                                    resolve_options, translate)
 from hybrid_qpr.distance import check_distance, elasticsearch_similarity
 from hybrid_qpr.errors import require
 from hybrid_qpr.types import Filters, Hit
@@ -79,19 +80,20 @@ class ElasticsearchTransport(Transport):
 
 def connect(url: str | None = None, *, username: str | None = None, password: str | None = None,
             api_key: str | None = None, ca_certs: str | None = None, verify_certs: bool | None = None,
-            timeout: float = 30.0, check: bool = True):
+            timeout: float = 30.0, check: bool = True, compress: bool | None = None):
     """An ``elasticsearch.Elasticsearch`` client.
 
     Unset arguments come from ``$HYBRID_QPR_ELASTICSEARCH_URL``, ``_USER``, ``_PASSWORD``,
     ``_API_KEY``, ``_CA`` and ``_VERIFY``; the URL falls back to the local node of
     ``hybrid-qpr cluster start --engine elasticsearch``. The client does not retry on its own
-    (the bulk writer is the one retry layer). ``check`` probes ``/_cluster/health`` (the
+    (the bulk writer is the one retry layer). ``compress`` (HTTP gzip) defaults to
+    ``compress_by_default``: off on loopback, on elsewhere. ``check`` probes ``/_cluster/health`` (the
     Maven Central build answers ``GET /`` with 405)."""
     elasticsearch = require("elasticsearch", extra="elasticsearch", feature="the Elasticsearch backend")
     options = resolve_options("elasticsearch", url, username=username, password=password, api_key=api_key,
                               ca_certs=ca_certs, verify_certs=verify_certs, timeout=timeout)
     kwargs: dict[str, Any] = {"request_timeout": options.timeout, "max_retries": 0, "retry_on_timeout": False,
-                              "http_compress": True}
+                              "http_compress": compress_by_default(options.url) if compress is None else compress}
     if options.scheme == "https":
         kwargs["verify_certs"] = options.verify_certs
         if not options.verify_certs:
@@ -146,13 +148,13 @@ class ElasticsearchBackend(ClusterBackend):
         return problems
 
     def knn_body(self, vector: np.ndarray, depth: int, filters: Filters | None) -> dict:
-        # num_candidates per shard: a floor of KNN_CANDIDATES keeps recall high for small depths
+        # num_candidates per shard: a floor of knn_candidates keeps recall high for small depths
         knn: dict[str, Any] = {"field": VECTOR_FIELD, "query_vector": self.query_vector(vector), "k": depth,
-                               "num_candidates": max(depth, KNN_CANDIDATES)}
+                               "num_candidates": max(depth, self.knn_candidates)}
         clauses = filter_clauses(filters)
         if clauses:
             knn["filter"] = clauses  # applied during the graph search, so depth hits still come back
-        return {"size": depth, "_source": False, "knn": knn}
+        return {"size": depth, "_source": source_param(self.documents_in_hits), "knn": knn}
 
     def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
         """Exact similarity of ``vector`` to the stored vectors of ``ids`` (MSEM rerank), without

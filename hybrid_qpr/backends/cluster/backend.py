@@ -14,25 +14,32 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from hybrid_qpr.backends.base import Capabilities, IngestReport
-from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, HITS_FILTER, METADATA_FIELD, TEXT_FIELD, VECTOR_FIELD,
+from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, METADATA_FIELD, SEARCH_FILTER, TEXT_FIELD, VECTOR_FIELD,
                                                 bm25_body, bm25_tokens, check_shards)
 from hybrid_qpr.backends.cluster.bulk import BulkAction, RetryPolicy, write_bulk
 from hybrid_qpr.backends.cluster.connection import (Engine, HttpFailure, Transport, error_for, missing_index, reason,
                                                     translate)
 from hybrid_qpr.distance import Distance, check_distance, prepare_vectors, score_from_opensearch
-from hybrid_qpr.errors import BackendError, ConfigError, ModelMismatchError
+from hybrid_qpr.errors import BackendError, ClusterError, ConfigError, ModelMismatchError
 from hybrid_qpr.types import Document, Filters, Hit
 
 logger = logging.getLogger(__name__)
 
+# HNSW candidate floor of a kNN search (OpenSearch ef_search, Elasticsearch num_candidates); an
+# engine module sets its own measured default_knn_candidates (docs/opensearch.md, elasticsearch.md)
 KNN_CANDIDATES = 100
+# a search answered with failed shards (a node died under it) is sent again this many times;
+# the next try reaches the surviving copies
+PARTIAL_RETRIES = 3
+SearchType = Literal["auto", "query_then_fetch", "dfs_query_then_fetch"]
+SEARCH_TYPES: tuple[str, ...] = ("auto", "query_then_fetch", "dfs_query_then_fetch")
 _BAD_INDEX_CHARS = re.compile(r'[\\/*?"<>| ,#:]')
 
 
@@ -41,15 +48,28 @@ class ClusterBackend:
 
     Reads the model facts from the index's mapping ``_meta``; ``ingest`` creates the index
     when it is missing and refuses a model that does not match it.
+
+    ``documents_in_hits`` (default True): searches return each hit's text and metadata with
+    it (``Hit.document``), so a query is one request instead of a search plus an ``_mget``
+    (measured in docs/opensearch.md, "Latency levers"). False returns bare hits.
+    ``knn_candidates``: the HNSW candidate floor of a kNN search (default: the engine's
+    ``default_knn_candidates``).
+    ``search_type`` of the searches that score BM25: ``dfs_query_then_fetch`` first gathers
+    term statistics from every shard, so a document's BM25 score does not depend on which
+    shard holds it; ``query_then_fetch`` scores with each shard's own statistics (one round
+    trip fewer). ``auto`` (default): dfs when the index has more than one primary shard, which
+    is what the measurement in docs/opensearch.md ("Several nodes") chose.
     """
 
     engine: Engine
     capabilities = Capabilities(batched_bm25_and_knn=True)
+    default_knn_candidates = KNN_CANDIDATES
     vector_type: str  # the mapping type of the vector field
     bm25_field: str = TEXT_FIELD  # the field BM25 searches (bodies.TOKENS_FIELD where the client tokenizes)
     bm25_analyzer: str  # its analyzer in the mapping, which yields hybrid_qpr.text.tokenize's tokens
 
-    def __init__(self, client: Any, index: str, *, request_timeout: float | None = None):
+    def __init__(self, client: Any, index: str, *, request_timeout: float | None = None,
+                 documents_in_hits: bool = True, knn_candidates: int | None = None, search_type: SearchType = "auto"):
         if not index or index != index.lower() or index.startswith(("_", "-", "+")) or _BAD_INDEX_CHARS.search(index):
             raise ConfigError(f"index name {index!r}: {self.engine_name} needs lowercase, no spaces or \\/*?\"<>|,#:, "
                               "not starting with _ - +")
@@ -57,6 +77,14 @@ class ClusterBackend:
         self.transport = self.transport_class(client)
         self.index = index
         self.request_timeout = request_timeout
+        self.documents_in_hits = documents_in_hits
+        self.knn_candidates = self.default_knn_candidates if knn_candidates is None else int(knn_candidates)
+        if self.knn_candidates < 1:
+            raise ConfigError(f"knn_candidates={knn_candidates!r}: must be >= 1")
+        if search_type not in SEARCH_TYPES:
+            raise ConfigError(f"search_type={search_type!r}: allowed values are {', '.join(SEARCH_TYPES)}")
+        self.search_type = search_type
+        self._shards: int | None = None
         self._meta: dict[str, Any] | None = None
 
     # ---- what an engine module provides
@@ -89,16 +117,62 @@ class ClusterBackend:
             return self.transport.request(method, path, body, params, ndjson=ndjson, timeout=self.request_timeout)
 
     def _search(self, body: dict, what: str, params: dict | None = None) -> list[dict]:
-        params = {"filter_path": HITS_FILTER, **(params or {})}
-        response = self.request("POST", f"/{self.index}/_search", body, params, what=what)
+        params = {"filter_path": SEARCH_FILTER, **(params or {})}
+        response = self._whole_answer(what, lambda: self.request("POST", f"/{self.index}/_search", body, params,
+                                                                 what=what))
         return response.get("hits", {}).get("hits", [])  # filter_path drops an empty hits list
 
-    def _msearch(self, bodies: Sequence[dict], whats: Sequence[str]) -> list[list[dict]]:
-        """Several searches of this index in one round trip; a failed one raises like a search would."""
-        header = json.dumps({"index": self.index})
-        payload = "".join(f"{header}\n{json.dumps(body)}\n" for body in bodies)
-        params = {"filter_path": "responses.hits.hits._id,responses.hits.hits._score,responses.error,responses.status"}
-        responses = self.request("POST", "/_msearch", payload, params, what=" + ".join(whats), ndjson=True)["responses"]
+    def _whole_answer(self, what: str, send: Callable[[], Any],
+                      failed_shards: Callable[[Any], int] | None = None) -> Any:
+        """``send()``'s answer, sent again while it reports failed shards: such an answer misses
+        those shards' documents. After ``PARTIAL_RETRIES`` more tries it is a ``ClusterError``."""
+        for attempt in range(PARTIAL_RETRIES + 1):
+            response = send()
+            failed = (failed_shards or _failed_shards)(response)
+            if not failed:
+                return response
+            if attempt < PARTIAL_RETRIES:
+                logger.warning("%s in %r: %d shard(s) failed (a node lost?); searching again", what, self.index, failed)
+                time.sleep(0.1 * 2 ** attempt)
+        raise ClusterError(f"{what} in {self.index!r}: {failed} shard(s) failed on each of {PARTIAL_RETRIES + 1} "
+                           "tries, so the answer would miss their documents. Check the cluster health "
+                           "(a node down and a shard without a replica?)")
+
+    def bm25_search_type(self) -> str:
+        """The ``search_type`` of a search that scores BM25 (see the class docstring)."""
+        if self.search_type != "auto":
+            return self.search_type
+        return "dfs_query_then_fetch" if self.shards > 1 else "query_then_fetch"
+
+    @property
+    def shards(self) -> int:
+        """The index's number of primary shards (read once; 1 while the index does not exist)."""
+        if self._shards is None:
+            with translate(f"reading the settings of {self.index!r}", self.engine, self.index):
+                try:
+                    settings = self.transport.request("GET", f"/{self.index}/_settings/index.number_of_shards")
+                except HttpFailure as failure:
+                    if failure.status == 404:  # the search itself reports the missing index
+                        return 1
+                    raise
+            self._shards = int(next(iter(settings.values()))["settings"]["index"]["number_of_shards"])
+        return self._shards
+
+    def _bm25_params(self) -> dict[str, str]:
+        return {"search_type": self.bm25_search_type()}
+
+    def _msearch(self, bodies: Sequence[dict], whats: Sequence[str],
+                 headers: Sequence[Mapping[str, str]] | None = None) -> list[list[dict]]:
+        """Several searches of this index in one round trip (``headers``: per-search options
+        such as ``search_type``); a failed one raises like a search would."""
+        lines = [json.dumps({"index": self.index, **(extra or {})}) for extra in (headers or [{}] * len(bodies))]
+        payload = "".join(f"{header}\n{json.dumps(body)}\n" for header, body in zip(lines, bodies))
+        params = {"filter_path": ",".join(f"responses.{path}" for path in SEARCH_FILTER.split(","))
+                  + ",responses.error,responses.status"}
+        responses = self._whole_answer(
+            " + ".join(whats),
+            lambda: self.request("POST", "/_msearch", payload, params, what=" + ".join(whats), ndjson=True)["responses"],
+            lambda answers: sum(map(_failed_shards, answers)))
         out = []
         for what, response in zip(whats, responses):
             if "error" in response:  # _msearch reports a failed search in its item, not as an HTTP error
@@ -217,7 +291,7 @@ class ClusterBackend:
                     if failure.error_type != "resource_already_exists_exception":  # lost a race with another ingest
                         raise
         finally:
-            self._meta = None
+            self._meta = self._shards = None
         self.check_encoder(encoder)
         logger.info("created index %s (dim %d, %s, %d shards, %d replicas)", self.index, encoder.dim,
                     encoder.distance, shards, replicas)
@@ -225,7 +299,7 @@ class ClusterBackend:
 
     def drop(self) -> bool:
         """Delete the whole index; False if it did not exist."""
-        self._meta = None
+        self._meta = self._shards = None
         with translate(f"deleting index {self.index!r}", self.engine):
             try:
                 self.transport.request("DELETE", f"/{self.index}")
@@ -238,7 +312,8 @@ class ClusterBackend:
     # ---- read side
     def bm25(self, query: str, depth: int, filters: Filters | None = None) -> list[Hit]:
         """BM25 via a ``match`` query: the text is analysed, never parsed as query syntax."""
-        return self._raw_hits(self._search(bm25_body(query, depth, filters, self.bm25_field), "BM25 search"))
+        return self._raw_hits(self._search(bm25_body(query, depth, filters, self.bm25_field, self.documents_in_hits),
+                                           "BM25 search", self._bm25_params()))
 
     def knn(self, vector: np.ndarray, depth: int, filters: Filters | None = None) -> list[Hit]:
         """Top ``depth`` by HNSW; filters run inside the graph search (so ``depth`` hits still come back)."""
@@ -247,9 +322,9 @@ class ClusterBackend:
     def bm25_and_knn(self, query: str, vector: np.ndarray, depth: int,
                      filters: Filters | None = None) -> tuple[list[Hit], list[Hit]]:
         """``bm25`` and ``knn`` in one ``_msearch`` round trip (client-side hybrid's candidates)."""
-        bm25_hits, knn_hits = self._msearch([bm25_body(query, depth, filters, self.bm25_field),
+        bm25_hits, knn_hits = self._msearch([bm25_body(query, depth, filters, self.bm25_field, self.documents_in_hits),
                                              self.knn_body(vector, depth, filters)],
-                                            ["BM25 search", "kNN search"])
+                                            ["BM25 search", "kNN search"], [self._bm25_params(), {}])
         return self._raw_hits(bm25_hits), self._to_hits(knn_hits)
 
     def documents(self, ids: Sequence[str]) -> dict[str, Document]:
@@ -258,15 +333,12 @@ class ClusterBackend:
             return {}
         response = self.request("POST", f"/{self.index}/_mget", {"ids": ids},
                                 {"_source_includes": f"{TEXT_FIELD},{METADATA_FIELD}"}, what="fetching documents")
-        out = {}
-        for doc in response["docs"]:
-            if doc.get("found"):
-                source = doc.get("_source", {})
-                out[doc["_id"]] = Document(doc["_id"], source.get(TEXT_FIELD, ""), source.get(METADATA_FIELD) or {})
-        return out
+        return {doc["_id"]: _stored_document(doc) for doc in response["docs"] if doc.get("found")}
 
     def count(self) -> int:
-        return int(self.request("GET", f"/{self.index}/_count", what="counting documents")["count"])
+        response = self._whole_answer("counting documents",
+                                      lambda: self.request("GET", f"/{self.index}/_count", what="counting documents"))
+        return int(response["count"])
 
     def close(self) -> None:
         """Close the client's connection pool."""
@@ -366,7 +438,7 @@ class ClusterBackend:
     @staticmethod
     def _raw_hits(hits: list[dict]) -> list[Hit]:
         """Hits whose score is already "higher is better" on our scale (BM25, fused)."""
-        return [Hit(h["_id"], float(h["_score"])) for h in hits]
+        return [Hit(h["_id"], float(h["_score"]), _stored_document(h)) for h in hits]
 
     def _to_hits(self, hits: list[dict]) -> list[Hit]:
         """kNN hits: both engines report l2 as 1/(1+d²), cosine as (1+cos)/2 and inner product as
@@ -374,7 +446,19 @@ class ClusterBackend:
         if not hits:
             return []
         scores = score_from_opensearch([h["_score"] for h in hits], self.distance)
-        return [Hit(h["_id"], float(s)) for h, s in zip(hits, np.atleast_1d(scores))]
+        return [Hit(h["_id"], float(s), _stored_document(h)) for h, s in zip(hits, np.atleast_1d(scores))]
+
+
+def _failed_shards(response: Mapping[str, Any]) -> int:
+    return int((response.get("_shards") or {}).get("failed") or 0)
+
+
+def _stored_document(hit: Mapping[str, Any]) -> Document | None:
+    """The document of a search hit or ``_mget`` item that carries ``_source``, else None."""
+    source = hit.get("_source")
+    if source is None:
+        return None
+    return Document(hit["_id"], source.get(TEXT_FIELD, ""), source.get(METADATA_FIELD) or {})
 
 
 def _batches(documents: Iterable[Document | tuple[int, Document]], size: int) -> Iterator[list[tuple[int | None, Document]]]:

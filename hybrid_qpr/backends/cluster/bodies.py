@@ -16,6 +16,8 @@ from hybrid_qpr.errors import BackendError, ConfigError
 from hybrid_qpr.types import Filters
 
 TEXT_FIELD, VECTOR_FIELD, METADATA_FIELD = "text", "embedding", "metadata"
+# what a search returns of each hit's stored document: what a result shows (never the vector)
+SOURCE_FIELDS = (TEXT_FIELD, METADATA_FIELD)
 # Elasticsearch's BM25 field: the tokens of hybrid_qpr.text.tokenize, space-separated, read by
 # the core "whitespace" analyzer (the local ES build has no analysis-common module, so no
 # pattern tokenizer); OpenSearch runs BM25 on TEXT_FIELD with the same pattern server-side
@@ -23,8 +25,8 @@ TOKENS_FIELD = "bm25_tokens"
 DEFAULT_SHARDS = 1
 _PLACEHOLDER = re.compile(r"^\$\{([A-Z0-9_]+)\}$")
 # responses trimmed to what the backends read: smaller JSON to send and to decode
-HITS_FILTER = "hits.hits._id,hits.hits._score"
-HITS_WITH_SOURCE_FILTER = "hits.hits._id,hits.hits._score,hits.hits._source"
+# (and the failed shards' count: a search that lost a shard must not pass for a full answer)
+SEARCH_FILTER = "hits.hits._id,hits.hits._score,hits.hits._source,_shards.failed"
 
 
 def load_body(relative: str, values: Mapping[str, Any]) -> dict:
@@ -101,8 +103,15 @@ def bm25_query(query: str, filters: Filters | None, field: str = TEXT_FIELD) -> 
     return {"bool": {"must": [{"match": {field: {"query": bm25_tokens(query)}}}], "filter": filter_clauses(filters)}}
 
 
-def bm25_body(query: str, depth: int, filters: Filters | None, field: str = TEXT_FIELD) -> dict:
-    return {"size": depth, "_source": False, "track_total_hits": False, "query": bm25_query(query, filters, field)}
+def source_param(with_documents: bool) -> list[str] | bool:
+    """A search body's ``_source``: the ``SOURCE_FIELDS`` of each hit, or nothing."""
+    return list(SOURCE_FIELDS) if with_documents else False
+
+
+def bm25_body(query: str, depth: int, filters: Filters | None, field: str = TEXT_FIELD,
+              with_documents: bool = False) -> dict:
+    return {"size": depth, "_source": source_param(with_documents), "track_total_hits": False,
+            "query": bm25_query(query, filters, field)}
 
 
 def ids_body(ids: list[str], source: list[str] | bool = False) -> dict:

@@ -233,3 +233,11 @@ def translate(what: str, engine: Engine, index: str | None = None) -> Iterator[N
         yield
     except HttpFailure as failure:
         raise error_for(failure, what, engine, index) from failure
+
+
+def compress_by_default(url: str) -> bool:
+    """HTTP compression of requests and responses: on for a remote cluster (it saves bytes on
+    the wire), off for a node on loopback, where it only costs CPU on both ends (measured on
+    the local node: docs/opensearch.md, "Latency levers")."""
+    host = (urlsplit(url).hostname or "").lower()
+    return not (host == "localhost" or host == "::1" or host.startswith("127."))
