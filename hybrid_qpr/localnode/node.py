@@ -608,11 +608,14 @@ class LocalNode:
         with more replicas than the nodes can hold can never be green, and that must not make
         every later start fail."""
         last, yellow_since, started = "no answer", None, time.monotonic()
+        # a JVM still without a pid file is given half the start timeout: on a loaded machine
+        # writing it took over 60 s, and a false "exited" fails a start that would succeed
+        pid_file_grace = max(60.0, (deadline - started) / 2)
         query = f"/_cluster/health?wait_for_status=green&wait_for_nodes={self.nodes}&timeout=5s"
         while time.monotonic() < deadline:
             # the -d launcher may return before the JVM has written its pid file
             for member in launched:
-                if self._live_pid(member) is None and (member.pid_file.exists() or time.monotonic() > started + 60):
+                if self._live_pid(member) is None and (member.pid_file.exists() or time.monotonic() > started + pid_file_grace):
                     raise ClusterError(f"{self.dist.label} node {member.name} exited during start-up\n"
                                        f"{self.log_tail(members=[member])}")
             body = _get_json(self.url + query, self._access())
