@@ -56,17 +56,22 @@ class ElasticsearchTransport(Transport):
 
     def request(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None, *,
                 ndjson: bool = False, timeout: float | None = None) -> Any:
-        from elastic_transport import TransportError
-        from elasticsearch import ApiError
+        from elastic_transport import ConnectionTimeout, SerializationError, TlsError, TransportError
+        from elasticsearch import ApiError, UnsupportedProductError
 
         client = self.client if timeout is None else self.client.options(request_timeout=timeout)
         headers = NDJSON_HEADERS if ndjson else JSON_HEADERS if body is not None else {"accept": "application/json"}
         try:
             return client.perform_request(method, path, params=params or None, headers=headers, body=body).body
+        except UnsupportedProductError as exc:  # a 2xx answer without Elasticsearch's product header
+            raise HttpFailure(exc.meta.status, None, str(exc.message)[:200], exc.meta.headers, cause="foreign") from exc
         except ApiError as exc:
-            raise HttpFailure(exc.meta.status, exc.body, str(exc.message)) from exc
+            raise HttpFailure(exc.meta.status, exc.body, str(exc.message)[:300], exc.meta.headers) from exc
+        except SerializationError as exc:  # an answer that is not JSON
+            raise HttpFailure(200, None, str(exc)[:200], cause="foreign") from exc
         except TransportError as exc:  # connection refused or reset, timeout, TLS
-            raise HttpFailure(None, None, f"{type(exc).__name__}: {exc}") from exc
+            cause = "tls" if isinstance(exc, TlsError) else "timeout" if isinstance(exc, ConnectionTimeout) else ""
+            raise HttpFailure(None, None, f"{type(exc).__name__}: {exc}", cause=cause) from exc
 
     def exists(self, path: str) -> bool:
         try:

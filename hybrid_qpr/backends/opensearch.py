@@ -26,6 +26,7 @@ the client side would use; the MSEM rerank runs as a ``rescore`` with the k-NN p
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -66,13 +67,43 @@ class OpenSearchTransport(Transport):
             return self.client.transport.perform_request(method, path, params=params or None, body=body,
                                                          timeout=timeout, headers=headers)
         except ose.ConnectionError as exc:  # timeouts and TLS errors too
-            raise HttpFailure(None, None, f"{type(exc).__name__}: {exc.error}") from exc
+            cause = "tls" if isinstance(exc, ose.SSLError) else "timeout" if isinstance(exc, ose.ConnectionTimeout) else ""
+            raise HttpFailure(None, None, f"{type(exc).__name__}: {exc.error}", cause=cause) from exc
         except ose.TransportError as exc:
             status = exc.status_code if isinstance(exc.status_code, int) else None
-            raise HttpFailure(status, exc.info, str(exc.error)) from exc
+            raise HttpFailure(status, exc.info, str(exc.error)[:300], getattr(exc, ANSWER_HEADERS, None)) from exc
+        except ose.SerializationError as exc:  # a 2xx answer that is not JSON: not an OpenSearch node
+            raise HttpFailure(200, None, str(exc)[:200], cause="foreign") from exc
 
     def exists(self, path: str) -> bool:
         return bool(self.request("HEAD", path))  # opensearch-py answers a HEAD with True/False
+
+
+ANSWER_HEADERS = "hybrid_qpr_headers"  # attribute of an opensearch-py error: the failed answer's headers
+
+
+def _connection_class():
+    """opensearch-py's urllib3 connection, keeping the headers of a failed answer on its
+    exception (``Retry-After``, ``content-type``), which opensearch-py itself drops."""
+    from opensearchpy import Urllib3HttpConnection
+    from opensearchpy.exceptions import TransportError
+
+    class HeaderKeepingConnection(Urllib3HttpConnection):
+        _answer = threading.local()
+
+        def get_response_headers(self, response: Any) -> Any:
+            headers = super().get_response_headers(response)
+            self._answer.headers = headers  # read by _raise_error, which opensearch-py calls next
+            return headers
+
+        def _raise_error(self, status_code: int, raw_data: Any, content_type: str | None = None) -> None:
+            try:
+                super()._raise_error(status_code, raw_data, content_type)
+            except TransportError as exc:
+                setattr(exc, ANSWER_HEADERS, getattr(self._answer, "headers", None))
+                raise
+
+    return HeaderKeepingConnection
 
 
 def connect(url: str | None = None, *, username: str | None = None, password: str | None = None,
@@ -96,6 +127,7 @@ def connect(url: str | None = None, *, username: str | None = None, password: st
         "hosts": [{"host": parts.hostname, "port": parts.port or (443 if parts.scheme == "https" else 80),
                    "scheme": parts.scheme, "url_prefix": parts.path.rstrip("/")}],
         "timeout": options.timeout, "http_compress": True, "max_retries": 0, "retry_on_timeout": False,
+        "connection_class": _connection_class(),
     }
     if parts.scheme == "https":
         kwargs.update(use_ssl=True, verify_certs=options.verify_certs, ssl_show_warn=options.verify_certs)

@@ -10,20 +10,23 @@ kNN clause, the exact re-scoring of given ids, its client and its server-side mo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from queue import Full, Queue
+from typing import Any, TypeVar
 
 import numpy as np
 
 from hybrid_qpr.backends.base import Capabilities, IngestReport
 from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, HITS_FILTER, METADATA_FIELD, TEXT_FIELD, VECTOR_FIELD,
                                                 bm25_body, check_shards)
-from hybrid_qpr.backends.cluster.bulk import BulkAction, RetryPolicy, write_bulk
+from hybrid_qpr.backends.cluster.bulk import BulkAction, BulkStats, RetryPolicy, VersionClock, write_bulk
 from hybrid_qpr.backends.cluster.connection import (Engine, HttpFailure, Transport, error_for, missing_index, reason,
                                                     translate)
 from hybrid_qpr.distance import Distance, check_distance, prepare_vectors, score_from_opensearch
@@ -32,7 +35,9 @@ from hybrid_qpr.types import Document, Filters, Hit
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
 KNN_CANDIDATES = 100
+READ_AHEAD_BATCHES = 4  # encoded batches an ingest keeps ready while it sends or waits
 _BAD_INDEX_CHARS = re.compile(r'[\\/*?"<>| ,#:]')
 
 
@@ -267,25 +272,37 @@ class ClusterBackend:
     def ingest(self, documents: Iterable[Document | tuple[int, Document]], encoder, *, batch_size: int = 256,
                rejects_path: str | Path | None = None, show_progress: bool = True, max_retries: int = 5,
                initial_backoff: float = 1.0, max_backoff: float = 30.0, shards: int | None = None,
-               replicas: int | None = None) -> IngestReport:
+               replicas: int | None = None, bulk_timeout: float = 60.0) -> IngestReport:
         """Encode and bulk-index ``documents`` (``Document`` or ``(line, Document)``) with ``_id`` =
         document id, so re-running replaces instead of duplicating.
 
-        Retries are those of ``cluster.bulk.write_bulk`` (capped exponential backoff
-        ``min(max_backoff, initial_backoff * 2**attempt)``, at most ``max_retries`` times);
-        a connection lost for longer raises ``ClusterError`` (re-run the same ingest to resume).
-        Failures are listed in the report and written as JSON lines to ``rejects_path``.
-        At the end the index is refreshed and its count checked against what was acknowledged.
-        ``shards``/``replicas`` apply when the index is created (see ``ensure_index``).
+        Encoding runs one batch ahead in a thread, so it goes on while a request is sent or a
+        retry waits. Writes are externally versioned and retried as ``cluster.bulk.write_bulk``
+        says (capped exponential backoff ``min(max_backoff, initial_backoff * 2**attempt)`` or the
+        server's ``Retry-After``, at most ``max_retries`` times; smaller requests while the
+        cluster answers 429); a connection lost for longer raises ``ClusterError`` (re-run the
+        same ingest to resume). ``bulk_timeout`` is the seconds one ``_bulk`` request may take.
+
+        Success is decided by ids, not by the engine's created/updated answers (a try answered
+        429 or timed out may have been applied): after a refresh, every id written is read back
+        in batches and must hold the text this ingest wrote last for it. An id that does not is
+        a failure. ``indexed`` is the number of documents the index gained, ``updated`` the
+        other lines written. Failures are listed in the report and written as JSON lines to
+        ``rejects_path``. ``shards``/``replicas`` apply when the index is created (see ``ensure_index``).
         """
         if batch_size < 1:
             raise ConfigError(f"batch_size={batch_size}: must be >= 1")
+        if bulk_timeout <= 0:
+            raise ConfigError(f"bulk_timeout={bulk_timeout}: must be > 0 seconds")
         report = IngestReport(rejects_path=str(rejects_path) if rejects_path else None)
         start = time.monotonic()
         self.ensure_index(encoder, shards=shards, replicas=replicas)
         self._refresh()
         count_before = self.count()
         total = len(documents) if hasattr(documents, "__len__") else None  # type: ignore[arg-type]
+        clock = VersionClock()
+        written: dict[str, tuple[int, bytes, int | None]] = {}  # id -> (version, text digest, line) of its newest write
+        lines_written = 0
 
         def actions() -> Iterator[BulkAction]:
             for batch in _batches(documents, batch_size):
@@ -293,19 +310,24 @@ class ClusterBackend:
                                           encoder.distance)
                 for (line, doc), vector in zip(batch, vectors):
                     yield BulkAction("index", doc.id, {TEXT_FIELD: doc.text, VECTOR_FIELD: vector.tolist(),
-                                                       METADATA_FIELD: doc.metadata}, line)
+                                                       METADATA_FIELD: doc.metadata}, line, clock.next())
+
+        stats = BulkStats()
 
         def results() -> Iterator[None]:
+            nonlocal lines_written
             retry = RetryPolicy(max_retries, initial_backoff, max_backoff)
-            for outcome in write_bulk(self.transport, self.index, actions(), chunk_size=batch_size, retry=retry,
-                                      timeout=max(60.0, self.request_timeout or 0)):
+            for outcome in write_bulk(self.transport, self.index, read_ahead(actions(), READ_AHEAD_BATCHES * batch_size), chunk_size=batch_size,
+                                      retry=retry, timeout=bulk_timeout, stats=stats):
+                action = outcome.action
                 if not outcome.ok:
-                    report.failed.append({"id": outcome.action.id, "line": outcome.action.line,
-                                          "status": outcome.status, "error": outcome.error})
-                elif outcome.result == "created":
-                    report.indexed += 1
+                    report.failed.append({"id": action.id, "line": action.line, "status": outcome.status,
+                                          "error": outcome.error})
                 else:
-                    report.updated += 1
+                    lines_written += 1
+                    newest = written.get(action.id)
+                    if newest is None or action.version > newest[0]:
+                        written[action.id] = (action.version, text_digest(action.source[TEXT_FIELD]), action.line)
                 yield None
 
         progress: Iterable[None] = results()
@@ -316,20 +338,41 @@ class ClusterBackend:
         for _ in progress:
             pass
 
+        self._refresh()
+        unmatched = list(self.unmatched(written))
+        for doc_id, problem in unmatched:
+            report.failed.append({"id": doc_id, "line": written[doc_id][2], "status": None, "error": problem})
+        lines_written -= len(unmatched)
         if report.failed and rejects_path:
             from hybrid_qpr.artifacts import write_jsonl
 
             write_jsonl(rejects_path, report.failed)
-        self._refresh()
-        count_after = self.count()
-        expected = count_before + report.indexed
+        report.verified = len(written) - len(unmatched)
+        report.indexed = min(max(0, self.count() - count_before), report.verified)
+        report.updated = lines_written - report.indexed
+        report.retried_requests, report.retried_documents = stats.retried_requests, stats.retried_actions
+        report.retry_wait_seconds = stats.wait_seconds
         report.seconds = time.monotonic() - start
-        if count_after != expected:
-            raise BackendError(
-                f"ingest into {self.index!r}: the index holds {count_after} documents but {expected} were expected "
-                f"({count_before} before + {report.indexed} new). Another writer may be using the index; "
-                f"re-run the ingest to repair (ids are stable)")
+        if stats.retries:
+            logger.info("ingest into %s: %d requests and %d documents sent again, %.1f s waiting (smallest request %d)",
+                        self.index, stats.retried_requests, stats.retried_actions, stats.wait_seconds,
+                        stats.smallest_chunk)
         return report
+
+    def unmatched(self, written: Mapping[str, tuple[int, bytes, int | None]], batch: int = 1000) -> Iterator[tuple[str, str]]:
+        """``(id, problem)`` for each id of ``written`` that the index does not hold with the
+        text whose digest is recorded (read back with ``_mget``, ``batch`` ids at a time)."""
+        ids = list(written)
+        for start in range(0, len(ids), batch):
+            chunk = ids[start:start + batch]
+            response = self.request("POST", f"/{self.index}/_mget", {"ids": chunk}, {"_source_includes": TEXT_FIELD},
+                                    what="reading back the documents written")
+            for doc in response["docs"]:
+                if not doc.get("found"):
+                    yield doc["_id"], "acknowledged but missing from the index after the ingest; re-run the ingest"
+                elif text_digest(doc.get("_source", {}).get(TEXT_FIELD, "")) != written[doc["_id"]][1]:
+                    yield doc["_id"], ("the index holds another text for this id (another writer changed it during "
+                                       "the ingest); re-run the ingest to write this file's version")
 
     def delete(self, ids: Sequence[str]) -> int:
         """Delete ``ids``; returns how many existed. Refreshes so counts and searches agree at once."""
@@ -364,6 +407,50 @@ class ClusterBackend:
             return []
         scores = score_from_opensearch([h["_score"] for h in hits], self.distance)
         return [Hit(h["_id"], float(s)) for h, s in zip(hits, np.atleast_1d(scores))]
+
+
+def text_digest(text: str) -> bytes:
+    """8 bytes that tell one text from another (for checking what an ingest wrote without
+    keeping the texts)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+
+
+def read_ahead(items: Iterable[T], depth: int) -> Iterator[T]:
+    """``items`` produced by a thread up to ``depth`` ahead of the consumer, so producing (here:
+    encoding, which releases the GIL in onnxruntime) overlaps with consuming (sending, waiting).
+    An exception in the producer is raised in the consumer; closing the consumer stops the producer."""
+    queue: Queue = Queue(maxsize=max(1, depth))
+    stop = threading.Event()
+    done = object()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        queue.put((item, None), timeout=0.1)
+                        break
+                    except Full:
+                        continue
+                if stop.is_set():
+                    return
+            queue.put((done, None))
+        except BaseException as exc:  # handed to the consumer, which re-raises it
+            queue.put((done, exc))
+
+    worker = threading.Thread(target=produce, name="hybrid-qpr-read-ahead", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item, error = queue.get()
+            if item is done:
+                if error is not None:
+                    raise error
+                return
+            yield item
+    finally:
+        stop.set()
+        worker.join(timeout=5)
 
 
 def _batches(documents: Iterable[Document | tuple[int, Document]], size: int) -> Iterator[list[tuple[int | None, Document]]]:

@@ -15,9 +15,11 @@ the bulk writer's capped backoff (``cluster.bulk``) is the one retry layer.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
@@ -127,13 +129,34 @@ def redact(url: str) -> str:
 
 # ---------------------------------------------------------------------- transport and errors
 class HttpFailure(Exception):
-    """A request that got no answer (``status is None``) or a non-2xx answer."""
+    """A request that got no answer (``status is None``) or a non-2xx answer; ``headers`` are
+    the answer's (lower-case names), when the client library gives them."""
 
-    def __init__(self, status: int | None, body: Any, detail: str = ""):
+    def __init__(self, status: int | None, body: Any, detail: str = "", headers: Mapping[str, str] | None = None,
+                 cause: Literal["", "tls", "timeout", "foreign"] = ""):
         self.status = status
         self.body = body
         self.detail = detail
+        self.headers = {k.lower(): v for k, v in (headers or {}).items()}
+        # what went wrong when it was not an engine's error answer: a TLS handshake, a timeout,
+        # or an answer that is not the engine's (another kind of server at the URL)
+        self.cause = cause
         super().__init__(f"{status}: {reason(body) or detail}")
+
+    @property
+    def foreign(self) -> bool:
+        """The answer is not a search engine's: the client could not read it as one, or a
+        non-5xx error came as HTML or text (a web server or proxy at the URL, not the node)."""
+        if self.cause == "foreign":
+            return True
+        content_type = self.headers.get("content-type", "")
+        return self.status is not None and self.status != 429 and self.status < 500 and bool(content_type) \
+            and "json" not in content_type
+
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds the server asked to wait (``Retry-After``: delay-seconds or an HTTP date), or None."""
+        return parse_retry_after(self.headers.get("retry-after"))
 
     @property
     def error_type(self) -> str | None:
@@ -142,7 +165,10 @@ class HttpFailure(Exception):
 
     @property
     def retryable(self) -> bool:
-        """No answer, too many requests, or a server-side failure: worth sending again."""
+        """No answer, too many requests, or a server-side failure: worth sending again (not a
+        failed TLS handshake or another kind of server: those stay as they are)."""
+        if self.cause in ("tls", "foreign"):
+            return False
         return self.status is None or self.status == 429 or self.status >= 500
 
 
@@ -173,6 +199,23 @@ class Transport:
             if failure.status == 404:
                 return False
             raise
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """``Retry-After`` (RFC 9110 section 10.2.3) as seconds from now: ``"3"`` -> 3.0, an HTTP
+    date -> the seconds until it (0 if past); None when absent or unreadable."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
 
 
 def error_type(body: Any) -> str | None:
@@ -207,6 +250,19 @@ def error_for(failure: HttpFailure, what: str, engine: Engine, index: str | None
     """The hybrid-qpr error for ``failure``, chosen by HTTP status and error type."""
     name = ENGINE_NAMES[engine]
     status = failure.status
+    flag = "--elasticsearch" if engine == "elasticsearch" else "--opensearch"
+    if failure.cause == "tls":
+        return ClusterError(f"{what}: the TLS handshake with {name} failed ({failure.detail}). If the node serves plain "
+                            f"HTTP, use an http:// URL; if it uses TLS with its own CA, give --ca-certs CA.pem")
+    if failure.foreign:
+        answered = f"answered {status}" if status else "answered"
+        kind = failure.headers.get("content-type") or "no content type"
+        return ClusterError(f"{what}: the server is not {name}: it {answered} with {kind} ({failure.detail[:120]}). "
+                            f"Fix: point {flag} at the node's HTTP address (the local node's is shown by "
+                            f"'hybrid-qpr cluster status" + (" --engine elasticsearch'" if engine == "elasticsearch" else "'") + ")")
+    if status is None and failure.cause == "timeout":
+        return ClusterError(f"{what}: {name} did not answer in time ({failure.detail}). The node may be overloaded; "
+                            "raise --timeout or retry later")
     if status is None:
         return ClusterError(f"{what}: cannot reach {name} ({failure.detail}). Is the node running? Start one with "
                             f"'hybrid-qpr cluster start" + (" --engine elasticsearch'" if engine == "elasticsearch" else "'"))
