@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from hybrid_qpr.backends.base import Capabilities
-from hybrid_qpr.backends.cluster.backend import KNN_CANDIDATES, ClusterBackend
+from hybrid_qpr.backends.cluster.backend import KNN_CANDIDATES, MAX_KNN_K, ClusterBackend
 from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, VECTOR_FIELD, bm25_query, check_shards, filter_clauses,
                                                 load_body)
 from hybrid_qpr.backends.cluster.connection import PROBE_PATH, HttpFailure, Transport, redact, resolve_options, translate
@@ -44,7 +44,6 @@ from hybrid_qpr.types import Filters, Hit
 # float HNSW; int8_hnsw (Elasticsearch's default for new dense_vector fields) is chosen or
 # not by that measurement of recall@10 against exact search.
 VECTOR_INDEX_TYPE = "hnsw"
-MAX_KNN_K = 10_000  # Elasticsearch's limit on k and num_candidates
 JSON_HEADERS = {"accept": "application/json", "content-type": "application/json"}
 NDJSON_HEADERS = {"accept": "application/json", "content-type": "application/x-ndjson"}
 
@@ -71,7 +70,7 @@ class ElasticsearchTransport(Transport):
             raise HttpFailure(200, None, str(exc)[:200], cause="foreign") from exc
         except TransportError as exc:  # connection refused or reset, timeout, TLS
             cause = "tls" if isinstance(exc, TlsError) else "timeout" if isinstance(exc, ConnectionTimeout) else ""
-            raise HttpFailure(None, None, f"{type(exc).__name__}: {exc}", cause=cause) from exc
+            raise HttpFailure(None, None, f"{type(exc).__name__}: {exc.message}"[:300], cause=cause) from exc
 
     def exists(self, path: str) -> bool:
         try:

@@ -261,6 +261,8 @@ class OpenSearchBackend(ClusterBackend):
         install, and a tuned index's settings are honoured). ``pipeline`` overrides it with the
         name of one installed by ``hybrid-qpr search-pipeline install`` or with a pipeline body.
         Filters are applied inside each sub-query (2.19's ``hybrid`` has no top-level filter)."""
+        self.check_depth(depth, knn=True)
+        filters = self.checked_filters(filters)
         body: dict[str, Any] = {"size": depth, "_source": False, "query": {"hybrid": {"queries": [
             bm25_query(query, filters), {"knn": {VECTOR_FIELD: self._knn_clause(vector, depth, filters)}}]}}}
         params = {}
@@ -282,6 +284,8 @@ class OpenSearchBackend(ClusterBackend):
     def rerank_server(self, query: str, vector: np.ndarray, depth: int = 30, filters: Filters | None = None) -> list[Hit]:
         """The MSEM flow in one request: BM25 recall of ``depth``, then a ``rescore`` of that
         window with the ``knn_score`` script (BM25 weight 0), so the order is by vector similarity."""
+        self.check_depth(depth, knn=False)
+        filters = self.checked_filters(filters)
         body = {"size": depth, "_source": False, "query": bm25_query(query, filters),
                 "rescore": {"window_size": depth, "query": {
                     "rescore_query": {"script_score": {"query": {"match_all": {}}, "script": self._score_script(vector)}},

@@ -37,6 +37,8 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 KNN_CANDIDATES = 100
+MAX_KNN_K = 10_000  # both engines' limit on a kNN search's k and num_candidates
+DEFAULT_RESULT_WINDOW = 10_000  # index.max_result_window unless the index sets another
 READ_AHEAD_BATCHES = 4  # encoded batches an ingest keeps ready while it sends or waits
 _BAD_INDEX_CHARS = re.compile(r'[\\/*?"<>| ,#:]')
 
@@ -61,6 +63,7 @@ class ClusterBackend:
         self.index = index
         self.request_timeout = request_timeout
         self._meta: dict[str, Any] | None = None
+        self._window: int | None = None
 
     # ---- what an engine module provides
     transport_class: type[Transport]
@@ -150,6 +153,73 @@ class ClusterBackend:
         return self.meta.get("model_fingerprint")
 
     @property
+    def model_dir(self) -> str | None:
+        """The model directory the index was built with (``_meta.model_dir``, recorded by
+        ``ingest``), so queries can default to it; None for indexes made before it was recorded."""
+        return self.meta.get("model_dir")
+
+    @property
+    def max_result_window(self) -> int:
+        """``index.max_result_window``: the most hits one search may return (from + size)."""
+        if self._window is None:
+            settings = self.request("GET", f"/{self.index}/_settings", params={
+                "include_defaults": "true", "flat_settings": "true",
+                "filter_path": "*.settings.index.max_result_window,*.defaults.index.max_result_window"},
+                what="reading the index settings")
+            found = [part.get("index.max_result_window") for value in settings.values()
+                     for part in (value.get("settings", {}), value.get("defaults", {}))]
+            self._window = int(next((v for v in found if v is not None), DEFAULT_RESULT_WINDOW))
+        return self._window
+
+    def check_depth(self, depth: int, *, knn: bool) -> None:
+        """Refuse, before asking, a list longer than the engine returns: ``index.max_result_window``
+        for any search, and ``MAX_KNN_K`` for a kNN one."""
+        window = min(self.max_result_window, MAX_KNN_K) if knn else self.max_result_window
+        if depth > window:
+            limit = (f"kNN searches return at most {MAX_KNN_K:,} and index.max_result_window is "
+                     f"{self.max_result_window:,}" if knn else f"index.max_result_window is {self.max_result_window:,}")
+            raise ConfigError(f"{depth:,} hits asked per list (top_k + offset, or the fusion depth) but {self.engine_name} "
+                              f"index {self.index!r} returns at most {window:,} ({limit}). Fix: ask for <= {window:,} "
+                              f"(e.g. -k 10 with --offset to page)")
+
+    @property
+    def metadata_fields(self) -> dict[str, str]:
+        """Metadata field (dotted path) -> its mapping type, from the index mapping."""
+        fields: dict[str, str] = {}
+        stack = [("", self.meta.get("_properties", {}).get(METADATA_FIELD, {}).get("properties", {}))]
+        while stack:
+            prefix, properties = stack.pop()
+            for name, spec in properties.items():
+                if "properties" in spec:
+                    stack.append((f"{prefix}{name}.", spec["properties"]))
+                else:
+                    fields[f"{prefix}{name}"] = spec.get("type", "object")
+        return fields
+
+    def checked_filters(self, filters: Filters | None) -> Filters | None:
+        """``filters`` checked against the mapping and given the field's type: an unknown field
+        is refused with the known ones listed; a boolean field takes true/false (JSON or the
+        strings "true"/"false"), a number field numbers; a keyword field compares the value as
+        text (so ``true`` matches the string "true", never 1)."""
+        if not filters:
+            return filters
+        fields = self.metadata_fields
+        if any(str(f) not in fields for f in filters):
+            self.refresh_meta()  # documents ingested since the mapping was read may have added fields
+            fields = self.metadata_fields
+        out: dict[str, Any] = {}
+        for field, value in filters.items():
+            kind = fields.get(str(field))
+            if kind is None:
+                listed = ", ".join(sorted(fields)) or "none (the documents have no metadata)"
+                raise ConfigError(f"filter field {field!r} is not in any document of index {self.index!r}; "
+                                  f"known fields: {listed}")
+            values = list(value) if isinstance(value, (list, tuple, set, frozenset)) else [value]
+            typed = [_typed_filter_value(field, kind, v, self.index) for v in values]
+            out[field] = typed if isinstance(value, (list, tuple, set, frozenset)) else typed[0]
+        return out
+
+    @property
     def fusion_defaults(self) -> dict[str, Any]:
         """Fusion settings stored by tuning (e.g. ``{"fusion": "minmax", "alpha": 0.3, "depth": 100}``), or ``{}``."""
         return dict(self.meta.get("fusion") or {})
@@ -165,9 +235,10 @@ class ClusterBackend:
         """Refuse an encoder whose dims, distance or fingerprint differ from the index's."""
         problems = self.layout_problems(self.meta, encoder)
         if problems:
+            built_with = f" (--model {self.model_dir})" if self.model_dir else ""
             raise ModelMismatchError(f"index {self.index!r} does not match model {encoder.model_dir}: "
-                                     + "; ".join(problems) + ". Use the model the index was built with, or ingest "
-                                     "into a new index")
+                                     + "; ".join(problems) + f". Use the model the index was built with{built_with}, "
+                                     "or ingest into a new index")
 
     def layout_problems(self, meta: Mapping[str, Any], encoder) -> list[str]:
         """What differs between an index's mapping and what ``encoder`` needs (empty = fine)."""
@@ -206,6 +277,8 @@ class ClusterBackend:
                                         self.default_replicas() if replicas is None else replicas)
         body = self.index_body(encoder.dim, encoder.distance, encoder.fingerprint, encoder.kind,
                                shards=shards, replicas=replicas)
+        # remembered so that queries without --model use this model (never a secret: a local path)
+        body["mappings"]["_meta"]["model_dir"] = str(Path(encoder.model_dir).resolve())
         try:
             with translate(f"creating index {self.index!r}", self.engine):
                 try:
@@ -235,15 +308,21 @@ class ClusterBackend:
     # ---- read side
     def bm25(self, query: str, depth: int, filters: Filters | None = None) -> list[Hit]:
         """BM25 via a ``match`` query: the text is analysed, never parsed as query syntax."""
+        self.check_depth(depth, knn=False)
+        filters = self.checked_filters(filters)
         return self._raw_hits(self._search(bm25_body(query, depth, filters), "BM25 search"))
 
     def knn(self, vector: np.ndarray, depth: int, filters: Filters | None = None) -> list[Hit]:
         """Top ``depth`` by HNSW; filters run inside the graph search (so ``depth`` hits still come back)."""
+        self.check_depth(depth, knn=True)
+        filters = self.checked_filters(filters)
         return self._to_hits(self._search(self.knn_body(vector, depth, filters), "kNN search"))
 
     def bm25_and_knn(self, query: str, vector: np.ndarray, depth: int,
                      filters: Filters | None = None) -> tuple[list[Hit], list[Hit]]:
         """``bm25`` and ``knn`` in one ``_msearch`` round trip (client-side hybrid's candidates)."""
+        self.check_depth(depth, knn=True)
+        filters = self.checked_filters(filters)
         bm25_hits, knn_hits = self._msearch([bm25_body(query, depth, filters), self.knn_body(vector, depth, filters)],
                                             ["BM25 search", "kNN search"])
         return self._raw_hits(bm25_hits), self._to_hits(knn_hits)
@@ -407,6 +486,28 @@ class ClusterBackend:
             return []
         scores = score_from_opensearch([h["_score"] for h in hits], self.distance)
         return [Hit(h["_id"], float(s)) for h, s in zip(hits, np.atleast_1d(scores))]
+
+
+def _typed_filter_value(field: str, kind: str, value: Any, index: str) -> Any:
+    """``value`` as the mapping type ``kind`` of ``field`` needs it, or a ConfigError naming both."""
+    if kind == "boolean":
+        text = str(value).lower() if isinstance(value, (bool, str)) else None
+        if text not in ("true", "false"):
+            raise ConfigError(f"filter {field}={value!r}: field {field!r} holds booleans in index {index!r}; "
+                              "use true or false")
+        return text == "true"
+    if kind in ("long", "integer", "short", "byte", "double", "float", "half_float", "scaled_float", "unsigned_long"):
+        if isinstance(value, bool):
+            raise ConfigError(f"filter {field}={value!r}: field {field!r} holds numbers in index {index!r}; use a number")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"filter {field}={value!r}: field {field!r} holds numbers in index {index!r}; "
+                              "use a number") from None
+        return int(number) if number.is_integer() and kind not in ("double", "float", "half_float") else number
+    if isinstance(value, bool):  # a keyword field compares text: JSON true means the string "true"
+        return "true" if value else "false"
+    return value
 
 
 def text_digest(text: str) -> bytes:

@@ -213,8 +213,10 @@ def write_bulk(transport: Transport, index: str, actions: Iterable[BulkAction], 
                 stats.throttled += 1
                 shrink()
             delay = retry.delay(failed_requests, failure.retry_after)
-            logger.warning("bulk request to %s failed (%s); retry %d/%d in %.1f s", index,
-                           failure.status or failure.detail, failed_requests, retry.max_retries, delay)
+            # 429s are counted in the report; a node that does not answer is worth a line at once
+            logger.log(logging.INFO if failure.status == 429 else logging.WARNING,
+                       "bulk request to %s failed (%s); retry %d/%d in %.1f s", index,
+                       failure.status or failure.detail, failed_requests, retry.max_retries, delay)
             stats.retried_requests += 1
             stats.wait_seconds += delay
             resend.extendleft(reversed(chunk))

@@ -14,6 +14,7 @@ the bulk writer's capped backoff (``cluster.bulk``) is the one retry layer.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -25,9 +26,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 from hybrid_qpr.errors import BackendError, ClusterError, ConfigError
 
+logger = logging.getLogger(__name__)
+
 Engine = Literal["opensearch", "elasticsearch"]
 ENGINES: tuple[str, ...] = ("opensearch", "elasticsearch")
 ENGINE_NAMES = {"opensearch": "OpenSearch", "elasticsearch": "Elasticsearch"}
+TOO_MANY_CLAUSES = {"too_many_clauses", "too_many_nested_clauses"}  # Lucene's maxClauseCount, as each engine names it
 PROBE_PATH = "/_cluster/health"  # the Maven Central Elasticsearch has no rest-root: GET / answers 405
 
 
@@ -112,6 +116,10 @@ def resolve_options(engine: Engine, url: str | None = None, *, username: str | N
         raise ConfigError(f"{name}: give either --api-key or --user/--password, not both")
     if timeout <= 0:
         raise ConfigError(f"timeout={timeout}: must be > 0 seconds")
+    if parts.scheme == "http" and (username is not None or api_key):
+        logger.warning("%s at %s: %s sent over plain http, readable by anyone on the network path. Fix: use an "
+                       "https:// URL (TLS) for a node that needs credentials", name, redact(url),
+                       "the API key is" if api_key else "the password is")
     return ConnectionOptions(engine, url, username, password, api_key or None, ca_certs or None,
                              bool(verify_certs), float(timeout))
 
@@ -227,6 +235,21 @@ def error_type(body: Any) -> str | None:
     return None
 
 
+def error_types(body: Any) -> set[str]:
+    """Every ``type`` anywhere in an error body (root causes, shard failures, ``caused_by`` chains)."""
+    found: set[str] = set()
+    stack = [body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("type"), str):
+                found.add(node["type"])
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
+
+
 def reason(body: Any) -> str:
     """``type: reason`` of an engine's error body (or the body itself when it is not JSON)."""
     if isinstance(body, dict):
@@ -246,7 +269,7 @@ def missing_index(what: str, index: str, engine: str) -> BackendError:
                         f"'hybrid-qpr ingest FILE --{engine} [URL] --index {index}'")
 
 
-def error_for(failure: HttpFailure, what: str, engine: Engine, index: str | None = None) -> BackendError:
+def error_for(failure: HttpFailure, what: str, engine: Engine, index: str | None = None) -> BackendError | ConfigError:
     """The hybrid-qpr error for ``failure``, chosen by HTTP status and error type."""
     name = ENGINE_NAMES[engine]
     status = failure.status
@@ -255,9 +278,10 @@ def error_for(failure: HttpFailure, what: str, engine: Engine, index: str | None
         return ClusterError(f"{what}: the TLS handshake with {name} failed ({failure.detail}). If the node serves plain "
                             f"HTTP, use an http:// URL; if it uses TLS with its own CA, give --ca-certs CA.pem")
     if failure.foreign:
-        answered = f"answered {status}" if status else "answered"
-        kind = failure.headers.get("content-type") or "no content type"
-        return ClusterError(f"{what}: the server is not {name}: it {answered} with {kind} ({failure.detail[:120]}). "
+        content_type = failure.headers.get("content-type")
+        answer = (f"answered {status} with {content_type}" if content_type
+                  else f"answered with something else ({' '.join(failure.detail.split())[:120]})")
+        return ClusterError(f"{what}: the server is not {name}: it {answer}. "
                             f"Fix: point {flag} at the node's HTTP address (the local node's is shown by "
                             f"'hybrid-qpr cluster status" + (" --engine elasticsearch'" if engine == "elasticsearch" else "'") + ")")
     if status is None and failure.cause == "timeout":
@@ -274,6 +298,10 @@ def error_for(failure: HttpFailure, what: str, engine: Engine, index: str | None
         return missing_index(what, index, engine)
     if status == 404:
         return BackendError(f"{what}: not found ({reason(failure.body)})")
+    if status == 400 and TOO_MANY_CLAUSES & error_types(failure.body):
+        return ConfigError(f"{what}: the query has more terms than {name} allows in one query ({reason(failure.body)}; "
+                           "the cluster setting indices.query.bool.max_clause_count). Fix: shorten the query to the "
+                           "question itself")
     if status == 429 or status >= 500:
         return ClusterError(f"{what}: {name} answered {status} ({reason(failure.body)}); the cluster is overloaded "
                             "or failing - retry later")
