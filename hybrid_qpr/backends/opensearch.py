@@ -73,13 +73,14 @@ class OpenSearchTransport(Transport):
             status = exc.status_code if isinstance(exc.status_code, int) else None
             raise HttpFailure(status, exc.info, str(exc.error)[:300], getattr(exc, ANSWER_HEADERS, None)) from exc
         except ose.SerializationError as exc:  # a 2xx answer that is not JSON: not an OpenSearch node
-            raise HttpFailure(200, None, str(exc)[:200], cause="foreign") from exc
+            raise HttpFailure(200, None, str(exc)[:200], getattr(_LAST_ANSWER, "headers", None), cause="foreign") from exc
 
     def exists(self, path: str) -> bool:
         return bool(self.request("HEAD", path))  # opensearch-py answers a HEAD with True/False
 
 
 ANSWER_HEADERS = "hybrid_qpr_headers"  # attribute of an opensearch-py error: the failed answer's headers
+_LAST_ANSWER = threading.local()  # headers of this thread's last answer (for one opensearch-py could not decode)
 
 
 def _connection_class():
@@ -89,18 +90,21 @@ def _connection_class():
     from opensearchpy.exceptions import TransportError
 
     class HeaderKeepingConnection(Urllib3HttpConnection):
-        _answer = threading.local()
+        def perform_request(self, *args: Any, **kwargs: Any) -> Any:
+            status, headers, data = super().perform_request(*args, **kwargs)
+            _LAST_ANSWER.headers = {k.lower(): v for k, v in headers.items()}  # for an answer that is not JSON
+            return status, headers, data
 
         def get_response_headers(self, response: Any) -> Any:
             headers = super().get_response_headers(response)
-            self._answer.headers = headers  # read by _raise_error, which opensearch-py calls next
+            _LAST_ANSWER.headers = headers  # read by _raise_error, which opensearch-py calls next
             return headers
 
         def _raise_error(self, status_code: int, raw_data: Any, content_type: str | None = None) -> None:
             try:
                 super()._raise_error(status_code, raw_data, content_type)
             except TransportError as exc:
-                setattr(exc, ANSWER_HEADERS, getattr(self._answer, "headers", None))
+                setattr(exc, ANSWER_HEADERS, getattr(_LAST_ANSWER, "headers", None))
                 raise
 
     return HeaderKeepingConnection
