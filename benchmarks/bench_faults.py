@@ -11,7 +11,7 @@ The same ``--docs`` Quora questions are ingested into a fresh index three times:
 
 Each run is checked exactly (every id read back with its text, the count equal to the ids)
 and prints docs/s, the retries of the report and the proxy's counts. The target of issue 12:
-``faults`` at >= 40% of the unthrottled (``proxy``) rate.
+``faults`` at >= 40% of the unthrottled rate (the faster of ``direct`` and ``proxy``).
 
 Example (the numbers in docs/reliability.md)::
 
@@ -98,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if proxy:
                 proxy.__exit__(None, None, None)
-    base = results.get("proxy") or results.get("direct")
-    if base and "faults" in results:
-        ratio = results["faults"]["docs_per_s"] / base["docs_per_s"]
+    unthrottled = [results[r]["docs_per_s"] for r in ("direct", "proxy") if r in results]
+    if unthrottled and "faults" in results:  # against the faster unthrottled run: the stricter ratio
+        ratio = results["faults"]["docs_per_s"] / max(unthrottled)
         results["ratio_faults_to_unthrottled"] = round(ratio, 3)
         print(f"faults / unthrottled = {ratio:.1%} (target >= 40%)")
     if args.json_out:
