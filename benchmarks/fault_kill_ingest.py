@@ -38,20 +38,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.bench_cluster import DEFAULT_DATA, load  # noqa: E402
 
 
-def wait_for_node(transport, timeout: float = 180.0) -> float:
-    """Seconds until the node answers cluster health (yellow or green) again."""
-    from hybrid_qpr.backends.cluster.connection import HttpFailure
+def wait_for_node(url: str, timeout: float) -> float:
+    """Seconds until the node at ``url`` answers cluster health yellow or green (a fresh
+    connection per try: the benchmark's client saw the node die)."""
+    import urllib.request
 
     start = time.monotonic()
+    last = "no answer"
     while time.monotonic() - start < timeout:
         try:
-            health = transport.request("GET", "/_cluster/health", params={"wait_for_status": "yellow", "timeout": "5s"})
-            if health.get("status") in ("yellow", "green"):
+            with urllib.request.urlopen(f"{url.rstrip('/')}/_cluster/health?wait_for_status=yellow&timeout=5s",
+                                        timeout=10) as response:
+                last = json.loads(response.read().decode("utf-8")).get("status", "?")
+            if last in ("yellow", "green"):
                 return time.monotonic() - start
-        except HttpFailure:
-            pass
+        except OSError as exc:
+            last = str(exc)
         time.sleep(1.0)
-    raise SystemExit(f"the node did not come back within {timeout:.0f} s")
+    raise SystemExit(f"the node did not come back within {timeout:.0f} s (last: {last})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kill-after", type=int, default=2000, help="documents handed to the writer before the kill")
     parser.add_argument("--scenario", choices=["rerun", "survive", "both"], default="both")
     parser.add_argument("--index", default="hqpr-fault")
+    parser.add_argument("--restart-timeout", type=float, default=600.0, help="seconds a restarted node may take")
     parser.add_argument("--json", dest="json_out", default=None)
     args = parser.parse_args(argv)
 
@@ -92,8 +97,16 @@ def main(argv: list[str] | None = None) -> int:
                              "give --pid-file and --start-cmd")
 
     def kill() -> int:
+        """SIGKILL the node and wait until the process is gone (its port is then free to restart on)."""
         pid = int(Path(args.pid_file).read_text().strip()) if args.pid_file else local.status().pid
         os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
         return pid
 
     def start() -> None:
@@ -119,8 +132,10 @@ def main(argv: list[str] | None = None) -> int:
                 row["first_run"] = "completed (the kill came too late to interrupt it)"
             except ClusterError as exc:
                 row["first_run"] = f"ClusterError: {str(exc)[:160]}..."
+            started = time.monotonic()
             start()
-            row["restart_s"] = wait_for_node(backend.transport)
+            wait_for_node(args.url, args.restart_timeout)
+            row["restart_s"] = round(time.monotonic() - started, 1)
             backend = backend_cls(engine.connect(args.url, timeout=60), args.index)
             row["count_after_kill"] = backend.count()
             report = backend.ingest(docs, encoder, batch_size=250, show_progress=False)

@@ -153,6 +153,9 @@ def test_node_killed_mid_ingest_then_rerun_is_exact(cluster_local_node, cluster_
     finally:
         node.start()
     assert killed
+    # the killed node replays its translog: wait until the index's shard is assigned again
+    cluster_backend.transport.request("GET", f"/_cluster/health/{cluster_backend.index}",
+                                      params={"wait_for_status": "yellow", "timeout": "120s"})
     partial = cluster_backend.count()
     assert 50 <= partial < len(documents)
     kept = cluster_backend.documents([d.id for d in documents])

@@ -351,16 +351,17 @@ class ClusterBackend:
     def ingest(self, documents: Iterable[Document | tuple[int, Document]], encoder, *, batch_size: int = 256,
                rejects_path: str | Path | None = None, show_progress: bool = True, max_retries: int = 5,
                initial_backoff: float = 1.0, max_backoff: float = 30.0, shards: int | None = None,
-               replicas: int | None = None, bulk_timeout: float = 60.0) -> IngestReport:
+               replicas: int | None = None, bulk_timeout: float | None = None) -> IngestReport:
         """Encode and bulk-index ``documents`` (``Document`` or ``(line, Document)``) with ``_id`` =
         document id, so re-running replaces instead of duplicating.
 
-        Encoding runs one batch ahead in a thread, so it goes on while a request is sent or a
-        retry waits. Writes are externally versioned and retried as ``cluster.bulk.write_bulk``
+        Encoding runs up to ``READ_AHEAD_BATCHES`` batches ahead in a thread, so it goes on while
+        a request is sent or a retry waits. Writes are externally versioned and retried as ``cluster.bulk.write_bulk``
         says (capped exponential backoff ``min(max_backoff, initial_backoff * 2**attempt)`` or the
         server's ``Retry-After``, at most ``max_retries`` times; smaller requests while the
         cluster answers 429); a connection lost for longer raises ``ClusterError`` (re-run the
-        same ingest to resume). ``bulk_timeout`` is the seconds one ``_bulk`` request may take.
+        same ingest to resume). ``bulk_timeout`` is the seconds one ``_bulk`` request may take
+        (default: the client's timeout, at least 60).
 
         Success is decided by ids, not by the engine's created/updated answers (a try answered
         429 or timed out may have been applied): after a refresh, every id written is read back
@@ -371,7 +372,7 @@ class ClusterBackend:
         """
         if batch_size < 1:
             raise ConfigError(f"batch_size={batch_size}: must be >= 1")
-        if bulk_timeout <= 0:
+        if bulk_timeout is not None and bulk_timeout <= 0:
             raise ConfigError(f"bulk_timeout={bulk_timeout}: must be > 0 seconds")
         report = IngestReport(rejects_path=str(rejects_path) if rejects_path else None)
         start = time.monotonic()
@@ -396,8 +397,10 @@ class ClusterBackend:
         def results() -> Iterator[None]:
             nonlocal lines_written
             retry = RetryPolicy(max_retries, initial_backoff, max_backoff)
-            for outcome in write_bulk(self.transport, self.index, read_ahead(actions(), READ_AHEAD_BATCHES * batch_size), chunk_size=batch_size,
-                                      retry=retry, timeout=bulk_timeout, stats=stats):
+            encoded = read_ahead(actions(), READ_AHEAD_BATCHES * batch_size)
+            timeout = bulk_timeout or max(60.0, self.request_timeout or 0)
+            for outcome in write_bulk(self.transport, self.index, encoded, chunk_size=batch_size, retry=retry,
+                                      timeout=timeout, stats=stats):
                 action = outcome.action
                 if not outcome.ok:
                     report.failed.append({"id": action.id, "line": action.line, "status": outcome.status,
