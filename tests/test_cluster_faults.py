@@ -19,6 +19,7 @@ import uuid
 import pytest
 
 from faultproxy import FaultProxy, Faults
+from hybrid_qpr.backends.cluster.connection import HttpFailure
 from hybrid_qpr.errors import ClusterError
 from hybrid_qpr.types import Document
 
@@ -153,9 +154,18 @@ def test_node_killed_mid_ingest_then_rerun_is_exact(cluster_local_node, cluster_
     finally:
         node.start()
     assert killed
-    # the killed node replays its translog: wait until the index's shard is assigned again
-    cluster_backend.transport.request("GET", f"/_cluster/health/{cluster_backend.index}",
-                                      params={"wait_for_status": "yellow", "timeout": "120s"})
+    # the killed node replays its translog: wait until the index's shard is assigned again (the
+    # engine answers 408 after its default 30 s while it is not; opensearch-py would take a
+    # "timeout" parameter for its own)
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            cluster_backend.transport.request("GET", f"/_cluster/health/{cluster_backend.index}",
+                                              params={"wait_for_status": "yellow"}, timeout=60)
+            break
+        except HttpFailure:
+            if time.monotonic() > deadline:
+                raise
     partial = cluster_backend.count()
     assert 50 <= partial < len(documents)
     kept = cluster_backend.documents([d.id for d in documents])
