@@ -349,15 +349,15 @@ class ClusterBackend:
 
     # ---- write side
     def ingest(self, documents: Iterable[Document | tuple[int, Document]], encoder, *, batch_size: int = 256,
-               rejects_path: str | Path | None = None, show_progress: bool = True, max_retries: int = 5,
-               initial_backoff: float = 1.0, max_backoff: float = 30.0, shards: int | None = None,
+               rejects_path: str | Path | None = None, show_progress: bool = True, max_retries: int = 6,
+               initial_backoff: float = 0.5, max_backoff: float = 30.0, shards: int | None = None,
                replicas: int | None = None, bulk_timeout: float | None = None) -> IngestReport:
         """Encode and bulk-index ``documents`` (``Document`` or ``(line, Document)``) with ``_id`` =
         document id, so re-running replaces instead of duplicating.
 
         Encoding runs up to ``READ_AHEAD_BATCHES`` batches ahead in a thread, so it goes on while
         a request is sent or a retry waits. Writes are externally versioned and retried as ``cluster.bulk.write_bulk``
-        says (capped exponential backoff ``min(max_backoff, initial_backoff * 2**attempt)`` or the
+        says (capped exponential backoff ``min(max_backoff, initial_backoff * 2**(attempt - 1))`` or the
         server's ``Retry-After``, at most ``max_retries`` times; smaller requests while the
         cluster answers 429); a connection lost for longer raises ``ClusterError`` (re-run the
         same ingest to resume). ``bulk_timeout`` is the seconds one ``_bulk`` request may take

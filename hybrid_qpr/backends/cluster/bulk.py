@@ -67,8 +67,10 @@ class RetryPolicy:
     """Wait ``min(max_backoff, initial_backoff * 2**(attempt - 1))`` seconds before try
     ``attempt + 1``; a ``Retry-After`` answer header replaces that wait, up to ``max_retry_after``."""
 
-    max_retries: int = 5
-    initial_backoff: float = 1.0
+    # 0.5 s doubling: a busy node gets room at once, and six tries still wait 31.5 s in all for one
+    # that is down or restarting before giving up
+    max_retries: int = 6
+    initial_backoff: float = 0.5
     max_backoff: float = 30.0
     max_retry_after: float = 120.0
 
