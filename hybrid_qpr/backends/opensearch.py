@@ -35,11 +35,12 @@ import numpy as np
 from hybrid_qpr.backends.base import Capabilities
 from hybrid_qpr.backends.cluster.backend import KNN_CANDIDATES, ClusterBackend
 from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, METADATA_FIELD, TEXT_FIELD, VECTOR_FIELD, bm25_query,
-                                                check_shards, filter_clauses, load_body)
+                                                bm25_values, check_shards, filter_clauses, load_body)
 from hybrid_qpr.backends.cluster.connection import (PROBE_PATH, HttpFailure, Transport, reason, redact,
                                                     resolve_options, translate)
 from hybrid_qpr.distance import check_distance, opensearch_space_type
 from hybrid_qpr.errors import BackendError, ConfigError, require
+from hybrid_qpr.text.tokenizer import TOKEN_PATTERN
 from hybrid_qpr.types import Filters, Hit
 
 logger = logging.getLogger(__name__)
@@ -164,7 +165,8 @@ def index_body(dim: int, distance: str, fingerprint: str, kind: str, engine: str
         logger.warning("engine=%s needs the k-NN native libraries, which the Maven Central build lacks", engine)
     return load_body("opensearch/index.json", {
         "DIM": int(dim), "DISTANCE": distance, "MODEL_FINGERPRINT": fingerprint, "MODEL_KIND": kind,
-        "ENGINE": engine, "SPACE_TYPE": opensearch_space_type(distance), "SHARDS": shards, "REPLICAS": replicas})
+        "ENGINE": engine, "SPACE_TYPE": opensearch_space_type(distance), "SHARDS": shards, "REPLICAS": replicas,
+        **bm25_values(), "TOKEN_PATTERN": TOKEN_PATTERN})
 
 
 def pipeline_name(fusion: str) -> str:
@@ -216,6 +218,7 @@ class OpenSearchBackend(ClusterBackend):
 
     engine = "opensearch"
     vector_type = "knn_vector"
+    bm25_analyzer = "hybrid_qpr_words"
     capabilities = Capabilities(batched_bm25_and_knn=True, server_side_hybrid=True, server_side_rerank=True)
 
     transport_class = OpenSearchTransport
@@ -268,7 +271,7 @@ class OpenSearchBackend(ClusterBackend):
         self.check_depth(depth, knn=True)
         filters = self.checked_filters(filters)
         body: dict[str, Any] = {"size": depth, "_source": False, "query": {"hybrid": {"queries": [
-            bm25_query(query, filters), {"knn": {VECTOR_FIELD: self._knn_clause(vector, depth, filters)}}]}}}
+            bm25_query(query, filters, self.bm25_field), {"knn": {VECTOR_FIELD: self._knn_clause(vector, depth, filters)}}]}}}
         params = {}
         if isinstance(pipeline, str):
             self._require_pipeline(pipeline)
@@ -290,7 +293,7 @@ class OpenSearchBackend(ClusterBackend):
         window with the ``knn_score`` script (BM25 weight 0), so the order is by vector similarity."""
         self.check_depth(depth, knn=False)
         filters = self.checked_filters(filters)
-        body = {"size": depth, "_source": False, "query": bm25_query(query, filters),
+        body = {"size": depth, "_source": False, "query": bm25_query(query, filters, self.bm25_field),
                 "rescore": {"window_size": depth, "query": {
                     "rescore_query": {"script_score": {"query": {"match_all": {}}, "script": self._score_script(vector)}},
                     "query_weight": 0.0, "rescore_query_weight": 1.0}}}

@@ -25,7 +25,7 @@ import numpy as np
 
 from hybrid_qpr.backends.base import Capabilities, IngestReport
 from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, HITS_FILTER, METADATA_FIELD, TEXT_FIELD, VECTOR_FIELD,
-                                                bm25_body, check_shards)
+                                                bm25_body, bm25_tokens, check_shards)
 from hybrid_qpr.backends.cluster.bulk import BulkAction, BulkStats, RetryPolicy, VersionClock, write_bulk
 from hybrid_qpr.backends.cluster.connection import (Engine, HttpFailure, Transport, error_for, missing_index, reason,
                                                     translate)
@@ -53,6 +53,8 @@ class ClusterBackend:
     engine: Engine
     capabilities = Capabilities(batched_bm25_and_knn=True)
     vector_type: str  # the mapping type of the vector field
+    bm25_field: str = TEXT_FIELD  # the field BM25 searches (bodies.TOKENS_FIELD where the client tokenizes)
+    bm25_analyzer: str  # its analyzer in the mapping, which yields hybrid_qpr.text.tokenize's tokens
 
     def __init__(self, client: Any, index: str, *, request_timeout: float | None = None):
         if not index or index != index.lower() or index.startswith(("_", "-", "+")) or _BAD_INDEX_CHARS.search(index):
@@ -239,6 +241,11 @@ class ClusterBackend:
             raise ModelMismatchError(f"index {self.index!r} does not match model {encoder.model_dir}: "
                                      + "; ".join(problems) + f". Use the model the index was built with{built_with}, "
                                      "or ingest into a new index")
+        analyzer = self.meta.get("_properties", {}).get(self.bm25_field, {}).get("analyzer")
+        if analyzer != self.bm25_analyzer:
+            logger.warning("index %s: field %r uses the %s analyzer, not %s (made by an older hybrid-qpr), so its BM25 "
+                           "scores differ from the embedded engine's; ingest into a new index to align them",
+                           self.index, self.bm25_field, analyzer or "default", self.bm25_analyzer)
 
     def layout_problems(self, meta: Mapping[str, Any], encoder) -> list[str]:
         """What differs between an index's mapping and what ``encoder`` needs (empty = fine)."""
@@ -248,9 +255,10 @@ class ClusterBackend:
             problems = [f"field {VECTOR_FIELD!r} is {vector.get('type') or 'missing'}, expected {self.vector_type}"]
         else:
             problems = self.vector_field_problems(vector, encoder)
-        if properties.get(TEXT_FIELD, {}).get("type") != "text":
-            problems.append(f"field {TEXT_FIELD!r} is {properties.get(TEXT_FIELD, {}).get('type') or 'missing'}, "
-                            "expected text")
+        for field in dict.fromkeys((TEXT_FIELD, self.bm25_field)):
+            if properties.get(field, {}).get("type") != "text":
+                problems.append(f"field {field!r} is {properties.get(field, {}).get('type') or 'missing'}, expected text "
+                                "(an index made by an older hybrid-qpr: ingest into a new index)")
         if meta.get("distance") not in (None, encoder.distance):
             problems.append(f"index distance is {meta.get('distance')}, the model uses {encoder.distance}")
         if meta.get("model_fingerprint") not in (None, encoder.fingerprint):
@@ -310,7 +318,7 @@ class ClusterBackend:
         """BM25 via a ``match`` query: the text is analysed, never parsed as query syntax."""
         self.check_depth(depth, knn=False)
         filters = self.checked_filters(filters)
-        return self._raw_hits(self._search(bm25_body(query, depth, filters), "BM25 search"))
+        return self._raw_hits(self._search(bm25_body(query, depth, filters, self.bm25_field), "BM25 search"))
 
     def knn(self, vector: np.ndarray, depth: int, filters: Filters | None = None) -> list[Hit]:
         """Top ``depth`` by HNSW; filters run inside the graph search (so ``depth`` hits still come back)."""
@@ -323,7 +331,8 @@ class ClusterBackend:
         """``bm25`` and ``knn`` in one ``_msearch`` round trip (client-side hybrid's candidates)."""
         self.check_depth(depth, knn=True)
         filters = self.checked_filters(filters)
-        bm25_hits, knn_hits = self._msearch([bm25_body(query, depth, filters), self.knn_body(vector, depth, filters)],
+        bm25_hits, knn_hits = self._msearch([bm25_body(query, depth, filters, self.bm25_field),
+                                             self.knn_body(vector, depth, filters)],
                                             ["BM25 search", "kNN search"])
         return self._raw_hits(bm25_hits), self._to_hits(knn_hits)
 
@@ -389,8 +398,10 @@ class ClusterBackend:
                 vectors = prepare_vectors(encoder.encode([doc.text for _, doc in batch], batch_size=batch_size, side="document"),
                                           encoder.distance)
                 for (line, doc), vector in zip(batch, vectors):
-                    yield BulkAction("index", doc.id, {TEXT_FIELD: doc.text, VECTOR_FIELD: vector.tolist(),
-                                                       METADATA_FIELD: doc.metadata}, line, clock.next())
+                    source = {TEXT_FIELD: doc.text, VECTOR_FIELD: vector.tolist(), METADATA_FIELD: doc.metadata}
+                    if self.bm25_field != TEXT_FIELD:
+                        source[self.bm25_field] = bm25_tokens(doc.text)
+                    yield BulkAction("index", doc.id, source, line, clock.next())
 
         stats = BulkStats()
 
