@@ -89,7 +89,7 @@ def test_ingest_through_faults_is_exact_and_reports_its_retries(fault, cluster_e
             start = time.monotonic()
             # an answer is withheld until the client gives up: bulk_timeout bounds the test's time
             report = backend.ingest(documents, committed_encoder, batch_size=20, show_progress=False,
-                                    bulk_timeout=5.0 if faults.timeout_after_apply else 30.0, **QUICK)
+                                    bulk_timeout=6.0 if faults.timeout_after_apply else 30.0, **QUICK)
             seconds = time.monotonic() - start
             injected = dict(proxy.counts)
         print(fault, cluster_engine, injected, f"retries {report.retried_requests}+{report.retried_documents}",
@@ -100,7 +100,10 @@ def test_ingest_through_faults_is_exact_and_reports_its_retries(fault, cluster_e
         whole = (injected.get("rejected_requests", 0) + injected.get("withheld_answers", 0)
                  + injected.get("reset_answers", 0))
         assert whole + injected.get("dropped_items", 0) + injected.get("applied_items_answered_429", 0) > 0
-        assert report.retried_requests == whole
+        if faults.timeout_after_apply:  # on a loaded machine a genuinely slow request may time out too
+            assert report.retried_requests >= whole
+        else:
+            assert report.retried_requests == whole
         assert report.retried_documents == injected.get("dropped_items", 0) + injected.get("applied_items_answered_429", 0)
         if faults.retry_after:  # Retry-After replaces the (much shorter) backoff of QUICK
             assert report.retry_wait_seconds == pytest.approx(whole * faults.retry_after)
