@@ -91,10 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.pid_file is None or args.start_cmd is None:
         from hybrid_qpr.localnode import LocalNode
 
-        local = LocalNode(engine=args.engine)
-        if not local.status().running or local.url != args.url.rstrip("/"):
-            raise SystemExit(f"--url {args.url} is not the running local {args.engine} node ({local.url}): "
+        running = LocalNode(engine=args.engine)
+        if not running.status().running or running.url != args.url.rstrip("/"):
+            raise SystemExit(f"--url {args.url} is not the running local {args.engine} node ({running.url}): "
                              "give --pid-file and --start-cmd")
+        # pinned: once the recorded node is dead, a LocalNode without version and port means the defaults
+        local = LocalNode(engine=args.engine, port=running.port, version=running.version, heap=running.heap)
 
     def kill() -> int:
         """SIGKILL the node and wait until the process is gone (its port is then free to restart on)."""

@@ -21,6 +21,7 @@ import pytest
 from faultproxy import FaultProxy, Faults
 from hybrid_qpr.backends.cluster.connection import HttpFailure
 from hybrid_qpr.errors import ClusterError
+from hybrid_qpr.localnode import LocalNode
 from hybrid_qpr.types import Document
 
 pytestmark = pytest.mark.cluster
@@ -150,12 +151,15 @@ def test_node_killed_mid_ingest_then_rerun_is_exact(cluster_local_node, cluster_
                 killed.append(time.monotonic())
             yield doc
 
+    # the same deployment pinned: a LocalNode without version and port starts the defaults once
+    # the recorded node is dead
+    same = LocalNode(home=node.home, port=node.port, version=node.version, heap=node.heap, engine=node.engine)
     try:
         with pytest.raises(ClusterError, match="re-run the same ingest once the cluster is back to resume"):
             cluster_backend.ingest(reading(), committed_encoder, batch_size=50, show_progress=False,
                                    max_retries=2, initial_backoff=0.2, max_backoff=0.5)
     finally:
-        node.start()
+        same.start()
     assert killed
     # the killed node replays its translog: wait until the index's shard is assigned again (the
     # engine answers 408 after its default 30 s while it is not; opensearch-py would take a
