@@ -10,7 +10,11 @@ command that starts it again):
 * ``survive`` - the node is SIGKILLed and restarted at once while the ingest keeps retrying
   (capped exponential backoff): the one ingest run must end with the exact count.
 
-Example (the run quoted in docs/elasticsearch.md)::
+Examples (the runs quoted in docs/elasticsearch.md and docs/reliability.md; without --pid-file and
+--start-cmd the local node of ``hybrid-qpr cluster start`` under $HYBRID_QPR_HOME is killed and restarted)::
+
+    python benchmarks/fault_kill_ingest.py --engine opensearch --url http://127.0.0.1:9220 --docs 5000 --kill-after 2000
+
 
     python benchmarks/fault_kill_ingest.py --engine elasticsearch --url http://127.0.0.1:9231 \\
         --pid-file /var/cache/hqpr-backends/es/elasticsearch-9.5.3/es.pid \\
@@ -34,33 +38,41 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.bench_cluster import DEFAULT_DATA, load  # noqa: E402
 
 
-def wait_for_node(transport, timeout: float = 180.0) -> float:
-    """Seconds until the node answers cluster health (yellow or green) again."""
-    from hybrid_qpr.backends.cluster.connection import HttpFailure
+def wait_for_node(url: str, timeout: float) -> float:
+    """Seconds until the node at ``url`` answers cluster health yellow or green (a fresh
+    connection per try: the benchmark's client saw the node die)."""
+    import urllib.request
 
     start = time.monotonic()
+    last = "no answer"
     while time.monotonic() - start < timeout:
         try:
-            health = transport.request("GET", "/_cluster/health", params={"wait_for_status": "yellow", "timeout": "5s"})
-            if health.get("status") in ("yellow", "green"):
+            with urllib.request.urlopen(f"{url.rstrip('/')}/_cluster/health?wait_for_status=yellow&timeout=5s",
+                                        timeout=10) as response:
+                last = json.loads(response.read().decode("utf-8")).get("status", "?")
+            if last in ("yellow", "green"):
                 return time.monotonic() - start
-        except HttpFailure:
-            pass
+        except OSError as exc:
+            last = str(exc)
         time.sleep(1.0)
-    raise SystemExit(f"the node did not come back within {timeout:.0f} s")
+    raise SystemExit(f"the node did not come back within {timeout:.0f} s (last: {last})")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--engine", choices=["opensearch", "elasticsearch"], required=True)
     parser.add_argument("--url", required=True)
-    parser.add_argument("--pid-file", required=True, help="pid file of the node to SIGKILL")
-    parser.add_argument("--start-cmd", required=True, help="shell command that starts the node again (daemonised)")
+    parser.add_argument("--pid-file", default=None,
+                        help="pid file of the node to SIGKILL [default: the local node of 'hybrid-qpr cluster start "
+                             "--engine ENGINE' under $HYBRID_QPR_HOME]")
+    parser.add_argument("--start-cmd", default=None,
+                        help="shell command that starts the node again (daemonised) [default: start that local node]")
     parser.add_argument("--data", default=DEFAULT_DATA)
     parser.add_argument("--docs", type=int, default=5000)
     parser.add_argument("--kill-after", type=int, default=2000, help="documents handed to the writer before the kill")
     parser.add_argument("--scenario", choices=["rerun", "survive", "both"], default="both")
     parser.add_argument("--index", default="hqpr-fault")
+    parser.add_argument("--restart-timeout", type=float, default=600.0, help="seconds a restarted node may take")
     parser.add_argument("--json", dest="json_out", default=None)
     args = parser.parse_args(argv)
 
@@ -75,10 +87,35 @@ def main(argv: list[str] | None = None) -> int:
     encoder = Encoder.load(None)
     results = {}
 
+    local = None
+    if args.pid_file is None or args.start_cmd is None:
+        from hybrid_qpr.localnode import LocalNode
+
+        running = LocalNode(engine=args.engine)
+        if not running.status().running or running.url != args.url.rstrip("/"):
+            raise SystemExit(f"--url {args.url} is not the running local {args.engine} node ({running.url}): "
+                             "give --pid-file and --start-cmd")
+        # pinned: once the recorded node is dead, a LocalNode without version and port means the defaults
+        local = LocalNode(engine=args.engine, port=running.port, version=running.version, heap=running.heap)
+
     def kill() -> int:
-        pid = int(Path(args.pid_file).read_text().strip())
+        """SIGKILL the node and wait until the process is gone (its port is then free to restart on)."""
+        pid = int(Path(args.pid_file).read_text().strip()) if args.pid_file else local.status().pid
         os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
         return pid
+
+    def start() -> None:
+        if args.start_cmd:
+            subprocess.run(args.start_cmd, shell=True, check=True)
+        else:
+            local.start()
 
     def documents(on_kill):
         for i, doc in enumerate(docs):
@@ -97,24 +134,30 @@ def main(argv: list[str] | None = None) -> int:
                 row["first_run"] = "completed (the kill came too late to interrupt it)"
             except ClusterError as exc:
                 row["first_run"] = f"ClusterError: {str(exc)[:160]}..."
-            subprocess.run(args.start_cmd, shell=True, check=True)
-            row["restart_s"] = wait_for_node(backend.transport)
+            started = time.monotonic()
+            start()
+            wait_for_node(args.url, args.restart_timeout)
+            row["restart_s"] = round(time.monotonic() - started, 1)
             backend = backend_cls(engine.connect(args.url, timeout=60), args.index)
             row["count_after_kill"] = backend.count()
             report = backend.ingest(docs, encoder, batch_size=250, show_progress=False)
-            row["second_run"] = {"indexed": report.indexed, "updated": report.updated, "failed": len(report.failed)}
+            row["second_run"] = {"indexed": report.indexed, "updated": report.updated, "failed": len(report.failed),
+                                 "verified": report.verified}
         else:
             def kill_and_restart():
                 row["killed_pid"] = kill()
-                threading.Thread(target=lambda: subprocess.run(args.start_cmd, shell=True, check=True)).start()
+                threading.Thread(target=start).start()
 
             report = backend.ingest(documents(kill_and_restart), encoder, batch_size=250, show_progress=False,
                                     max_retries=10, initial_backoff=1.0, max_backoff=15.0)
             row["one_run"] = {"indexed": report.indexed, "updated": report.updated, "failed": len(report.failed),
-                              "seconds": round(report.seconds, 1)}
+                              "verified": report.verified, "retried_requests": report.retried_requests,
+                              "retry_wait_s": round(report.retry_wait_seconds, 1), "seconds": round(report.seconds, 1)}
         row["final_count"] = backend.count()
-        row["ids_found"] = len(backend.documents([d.id for d in docs]))
-        row["exact"] = row["final_count"] == row["ids_found"] == len(docs)
+        found = backend.documents([d.id for d in docs])
+        row["ids_found"] = len(found)
+        row["texts_equal"] = all(found[d.id].text == d.text for d in docs if d.id in found)
+        row["exact"] = row["final_count"] == row["ids_found"] == len(docs) and row["texts_equal"]
         print(scenario, json.dumps(row, indent=2))
         results[scenario] = row
         backend.drop()

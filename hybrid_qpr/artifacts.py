@@ -95,6 +95,24 @@ def open_text(path: str | Path) -> Iterator[TextLines]:
             raw.close()
 
 
+def skip_undecodable(lines: Iterable[str], skipped: list[tuple[int, str]] | None, header: bool) -> Iterator[str]:
+    """The lines of an ``open_text`` stream; one that is not UTF-8 is recorded in ``skipped``
+    as ``(line, problem)`` and passed on as an empty line (so later line numbers stay right),
+    unless there is no ``skipped`` list (strict) or it is the first line of a file whose first
+    line is a ``header``."""
+    it = iter(lines)
+    while True:
+        try:
+            yield next(it)
+        except StopIteration:
+            return
+        except InputError as exc:
+            if skipped is None or (header and exc.line == 1):
+                raise
+            skipped.append((exc.line, exc.problem))
+            yield "\n"
+
+
 def base_suffix(path: str | Path) -> str:
     """The file extension ignoring a trailing ``.gz``: ``a.tsv.gz`` -> ``.tsv``."""
     name = Path(str(path)).name.lower()

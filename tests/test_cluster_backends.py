@@ -7,9 +7,6 @@ committed encoder (see conftest.py for how the nodes are found), and drops it af
 from __future__ import annotations
 
 import json
-import os
-import signal
-import time
 
 import numpy as np
 import pytest
@@ -193,35 +190,3 @@ def test_shards_and_replicas_are_index_settings(cluster_backend, committed_encod
     index = next(iter(settings.values()))["settings"]["index"]
     assert (index["number_of_shards"], index["number_of_replicas"]) == ("2", "0")
     assert cluster_backend.count() == 20
-
-
-@pytest.mark.slow
-def test_node_killed_mid_ingest_then_rerun_gives_the_exact_count(cluster_local_node, cluster_backend,
-                                                                 committed_encoder, question_bank):
-    """SIGKILL (not a clean stop) of the node while a bulk ingest runs; the ingest reports the
-    lost connection, and re-running it once the node is back ends with every document once."""
-    node = cluster_local_node
-    if node is None:
-        pytest.skip("the node under test is not the local node of 'hybrid-qpr cluster start', so it cannot be killed")
-    killed = []
-
-    def documents():
-        for i, doc in enumerate(question_bank):
-            if i == 120 and not killed:  # at least the first batches of 50 are acknowledged by now
-                os.kill(node.status().pid, signal.SIGKILL)
-                killed.append(time.monotonic())
-            yield doc
-
-    try:
-        with pytest.raises(ClusterError, match="re-run the same ingest once the cluster is back to resume"):
-            cluster_backend.ingest(documents(), committed_encoder, batch_size=50, show_progress=False,
-                                   max_retries=2, initial_backoff=0.2, max_backoff=0.5)
-    finally:
-        node.start()
-    assert killed
-    partial = cluster_backend.count()
-    assert 50 <= partial < len(question_bank)
-    report = cluster_backend.ingest(question_bank, committed_encoder, batch_size=50, show_progress=False)
-    assert report.indexed == len(question_bank) - partial and report.updated == partial
-    assert cluster_backend.count() == len(question_bank)
-    assert len(cluster_backend.documents([d.id for d in question_bank])) == len(question_bank)

@@ -5,10 +5,11 @@ like a busy or vanished node), and the pipeline and index bodies."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
-from hybrid_qpr.backends.cluster.bulk import BulkAction, RetryPolicy, write_bulk
+from hybrid_qpr.backends.cluster.bulk import BulkAction, BulkStats, RetryPolicy, write_bulk
 from hybrid_qpr.backends.cluster.connection import HttpFailure, Transport, error_for, resolve_options
 from hybrid_qpr.backends.elasticsearch import index_body as es_index_body
 from hybrid_qpr.backends.opensearch import index_body as os_index_body, pipeline_body
@@ -80,6 +81,63 @@ def test_an_item_busy_too_long_becomes_a_failure_not_a_loop():
     assert len(transport.sent) == 4
 
 
+def test_a_versioned_write_already_applied_is_superseded_not_failed():
+    """A 409 version conflict for an externally versioned write means the index holds that
+    version or a newer one (an earlier try was applied): ok, reported as superseded."""
+
+    class Conflicts(ScriptedTransport):
+        def request(self, method, path, body=None, params=None, *, ndjson=False, timeout=None):
+            headers = [json.loads(line) for line in body.splitlines()][::2]
+            assert all(h["index"]["version_type"] == "external" and h["index"]["version"] > 0 for h in headers)
+            items = [{"index": {"_id": h["index"]["_id"], "status": 409,
+                                "error": {"type": "version_conflict_engine_exception", "reason": "current [5]"}}}
+                     for h in headers]
+            return {"errors": True, "items": items}
+
+    versioned = [BulkAction("index", "d0", {"text": "q"}, version=4)]
+    outcomes = list(write_bulk(Conflicts([]), "idx", versioned, retry=FAST))
+    assert [(o.ok, o.result, o.status) for o in outcomes] == [(True, "superseded", 409)]
+
+
+def test_retry_after_is_honoured_and_counted(monkeypatch):
+    slept = []
+    monkeypatch.setattr("hybrid_qpr.backends.cluster.bulk.time.sleep", slept.append)
+    busy = HttpFailure(429, {"error": {"type": "es_rejected_execution_exception", "reason": "busy"}}, "",
+                       {"Retry-After": "3"})
+    assert busy.retry_after == 3.0
+    assert HttpFailure(429, None, "", {"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}).retry_after == 0.0  # past
+    assert HttpFailure(429, None, "").retry_after is None
+    stats = BulkStats()
+    transport = ScriptedTransport([busy, HttpFailure(503, {"error": "x"})])
+    outcomes = list(write_bulk(transport, "idx", actions(2), retry=RetryPolicy(3, 0.5, 10.0), stats=stats))
+    assert all(o.ok for o in outcomes)
+    assert slept == [3.0, 1.0]  # Retry-After, then the backoff of the second consecutive failure
+    assert (stats.retried_requests, stats.retried_actions, stats.throttled, stats.wait_seconds) == (2, 0, 1, 4.0)
+
+
+def test_throttling_halves_the_request_and_success_grows_it_back():
+    transport = ScriptedTransport([HttpFailure(429, None, ""), HttpFailure(429, None, "")])
+    stats = BulkStats()
+    outcomes = list(write_bulk(transport, "idx", actions(120), chunk_size=32, retry=FAST, stats=stats))
+    assert len(outcomes) == 120 and all(o.ok for o in outcomes)
+    assert [len(ids) for ids in transport.sent] == [32, 16, 8, 16, 32, 32, 32]
+    assert stats.smallest_chunk == 8
+
+
+def test_rejected_items_wait_their_backoff_while_new_ones_go_on(monkeypatch):
+    """An item answered 429 goes back in line with its own delay; the writer sends the next
+    actions meanwhile instead of sleeping, and only waits when nothing else is left."""
+    clock = [0.0]
+    monkeypatch.setattr("hybrid_qpr.backends.cluster.bulk.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("hybrid_qpr.backends.cluster.bulk.time.sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    transport = ScriptedTransport([lambda i: 429 if i == "d0" else 201])
+    stats = BulkStats()
+    outcomes = list(write_bulk(transport, "idx", actions(6), chunk_size=2, retry=RetryPolicy(3, 1.0, 5.0), stats=stats))
+    assert sorted(o.action.id for o in outcomes if o.ok) == [f"d{i}" for i in range(6)]
+    assert transport.sent == [["d0", "d1"], ["d2", "d3"], ["d4", "d5"], ["d0"]]
+    assert (stats.retried_actions, stats.wait_seconds) == (1, 1.0)
+
+
 def test_a_request_refused_for_good_is_not_retried():
     transport = ScriptedTransport([HttpFailure(400, {"error": {"type": "parse_exception", "reason": "bad"}})])
     with pytest.raises(BackendError, match="answered 400 \\(parse_exception: bad\\)"):
@@ -138,3 +196,20 @@ def test_shards_and_replicas_reach_both_index_bodies():
         es_index_body(8, "cosine", "f" * 16, "cnn", shards=0)
     assert es_index_body(8, "sqeuclidean", "f" * 16, "cnn", vector_index_type="int8_hnsw")[
         "mappings"]["properties"]["embedding"]["index_options"]["type"] == "int8_hnsw"
+
+
+@pytest.mark.parametrize("failure, text, retryable", [
+    (HttpFailure(None, None, "ConnectionTimeout: read timed out", cause="timeout"),
+     "Elasticsearch did not answer in time .*raise --timeout", True),
+    (HttpFailure(None, None, "TlsError: WRONG_VERSION_NUMBER", cause="tls"),
+     "the TLS handshake with Elasticsearch failed .*use an http:// URL.*--ca-certs", False),
+    (HttpFailure(404, None, "<html>", {"Content-Type": "text/html"}),
+     "the server is not Elasticsearch: it answered 404 with text/html. Fix: point --elasticsearch", False),
+    (HttpFailure(400, {"error": {"root_cause": [{"type": "query_shard_exception", "reason": "maxClauseCount is set to 1024"}],
+                                 "failed_shards": [{"reason": {"caused_by": {"type": "too_many_clauses"}}}]}}),
+     "more terms than Elasticsearch allows.*maxClauseCount is set to 1024.*max_clause_count", False),
+])
+def test_no_answer_tls_foreign_servers_and_clause_limits_are_named(failure, text, retryable):
+    assert failure.retryable is retryable
+    error = error_for(failure, "searching", "elasticsearch", "q")
+    assert re.search(text, str(error)) and "\n" not in str(error)

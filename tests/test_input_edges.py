@@ -24,21 +24,30 @@ def latin1_files(tmp_path):
                       b'{"id": "c", "text": "third question?", "flag": true, "tags": ["x", "y"]}\n')
     tsv = tmp_path / "docs.tsv"
     tsv.write_bytes(b"id\ttext\na\tfirst question?\nb\tcaf\xe9 question?\nc\tthird question?\n")
-    return jsonl, tsv
+    pairs = tmp_path / "pairs.tsv"  # Quora layout
+    pairs.write_bytes(b"id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n"
+                      b"0\t1\t2\tfirst question?\tfirst one?\t1\n1\t3\t4\tcaf\xe9 question?\tcoffee?\t0\n"
+                      b"2\t5\t6\tthird question?\tthird one?\t1\n")
+    return jsonl, tsv, pairs
 
 
 def test_non_utf8_line_is_skipped_like_any_bad_line(latin1_files):
+    expected = {".jsonl": [(1, "a"), (3, "c")], ".tsv": [(2, "a"), (4, "c")]}
     for path in latin1_files:
         skipped: list = []
         docs = list(iter_documents(path, skipped=skipped))
-        assert [(line, d.id) for line, d in docs] == [(1, "a"), (3, "c")] if path.suffix == ".jsonl" else [(2, "a"), (4, "c")]
+        if path.name == "pairs.tsv":
+            assert [(line, d.id) for line, d in docs] == [(2, "1"), (2, "2"), (4, "5"), (4, "6")]
+        else:
+            assert [(line, d.id) for line, d in docs] == expected[path.suffix]
         assert len(skipped) == 1 and "not valid UTF-8" in skipped[0][1]
+        assert skipped[0][0] == (2 if path.suffix == ".jsonl" else 3)
         with pytest.raises(InputError, match="not valid UTF-8"):
             list(iter_documents(path))  # strict
 
 
 def test_cli_ingest_skips_non_utf8_unless_strict_and_filters_by_bool_and_list(tmp_path, latin1_files, committed_encoder):
-    jsonl, _ = latin1_files
+    jsonl, _, _ = latin1_files
     index = str(tmp_path / "idx")
     model = ["--model", str(committed_encoder.model_dir)]
     result = run("ingest", str(jsonl), "--index", index, *model)

@@ -102,7 +102,13 @@ class ServerSideBackend(Backend, Protocol):
 class IngestReport:
     """What an ingest did. Every input line is accounted for: indexed (new), updated
     (same id seen before: replaced, never duplicated), skipped (with line and reason),
-    or failed (rejected by the store; written to ``rejects_path`` when one is given)."""
+    or failed (rejected by the store, or not found as written when checked afterwards;
+    written to ``rejects_path`` when one is given).
+
+    A cluster ingest also says what its retries cost: whole requests sent again (no answer,
+    429, 5xx), single documents sent again (answered 429 / 5xx inside a request), and the
+    seconds spent waiting before them; ``verified`` counts the ids read back and found with
+    the text this ingest wrote."""
 
     indexed: int = 0
     updated: int = 0
@@ -110,6 +116,14 @@ class IngestReport:
     failed: list[dict[str, Any]] = field(default_factory=list)  # {"id", "error", ...}
     seconds: float = 0.0
     rejects_path: str | None = None
+    retried_requests: int = 0
+    retried_documents: int = 0
+    retry_wait_seconds: float = 0.0
+    verified: int = 0
+
+    @property
+    def retries(self) -> int:
+        return self.retried_requests + self.retried_documents
 
     @property
     def docs_per_second(self) -> float:

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from hybrid_qpr.backends.base import Capabilities
-from hybrid_qpr.backends.cluster.backend import ClusterBackend
+from hybrid_qpr.backends.cluster.backend import MAX_KNN_K, ClusterBackend
 from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, TOKENS_FIELD, VECTOR_FIELD, bm25_query, bm25_values,
                                                 check_shards, filter_clauses, load_body, source_param)
 from hybrid_qpr.backends.cluster.connection import (PROBE_PATH, HttpFailure, Transport, compress_by_default, redact,
@@ -45,7 +45,6 @@ from hybrid_qpr.types import Filters, Hit
 # float HNSW; int8_hnsw (Elasticsearch's default for new dense_vector fields) is chosen or
 # not by that measurement of recall@10 against exact search.
 VECTOR_INDEX_TYPE = "hnsw"
-MAX_KNN_K = 10_000  # Elasticsearch's limit on k and num_candidates
 JSON_HEADERS = {"accept": "application/json", "content-type": "application/json"}
 NDJSON_HEADERS = {"accept": "application/json", "content-type": "application/x-ndjson"}
 
@@ -57,17 +56,22 @@ class ElasticsearchTransport(Transport):
 
     def request(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None, *,
                 ndjson: bool = False, timeout: float | None = None) -> Any:
-        from elastic_transport import TransportError
-        from elasticsearch import ApiError
+        from elastic_transport import ConnectionTimeout, SerializationError, TlsError, TransportError
+        from elasticsearch import ApiError, UnsupportedProductError
 
         client = self.client if timeout is None else self.client.options(request_timeout=timeout)
         headers = NDJSON_HEADERS if ndjson else JSON_HEADERS if body is not None else {"accept": "application/json"}
         try:
             return client.perform_request(method, path, params=params or None, headers=headers, body=body).body
+        except UnsupportedProductError as exc:  # a 2xx answer without Elasticsearch's product header
+            raise HttpFailure(exc.meta.status, None, str(exc.message)[:200], exc.meta.headers, cause="foreign") from exc
         except ApiError as exc:
-            raise HttpFailure(exc.meta.status, exc.body, str(exc.message)) from exc
+            raise HttpFailure(exc.meta.status, exc.body, str(exc.message)[:300], exc.meta.headers) from exc
+        except SerializationError as exc:  # an answer that is not JSON
+            raise HttpFailure(200, None, str(exc)[:200], cause="foreign") from exc
         except TransportError as exc:  # connection refused or reset, timeout, TLS
-            raise HttpFailure(None, None, f"{type(exc).__name__}: {exc}") from exc
+            cause = "tls" if isinstance(exc, TlsError) else "timeout" if isinstance(exc, ConnectionTimeout) else ""
+            raise HttpFailure(None, None, f"{type(exc).__name__}: {exc.message}"[:300], cause=cause) from exc
 
     def exists(self, path: str) -> bool:
         try:

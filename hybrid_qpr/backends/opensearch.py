@@ -26,6 +26,7 @@ the client side would use; the MSEM rerank runs as a ``rescore`` with the k-NN p
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -67,13 +68,47 @@ class OpenSearchTransport(Transport):
             return self.client.transport.perform_request(method, path, params=params or None, body=body,
                                                          timeout=timeout, headers=headers)
         except ose.ConnectionError as exc:  # timeouts and TLS errors too
-            raise HttpFailure(None, None, f"{type(exc).__name__}: {exc.error}") from exc
+            cause = "tls" if isinstance(exc, ose.SSLError) else "timeout" if isinstance(exc, ose.ConnectionTimeout) else ""
+            raise HttpFailure(None, None, f"{type(exc).__name__}: {exc.error}", cause=cause) from exc
         except ose.TransportError as exc:
             status = exc.status_code if isinstance(exc.status_code, int) else None
-            raise HttpFailure(status, exc.info, str(exc.error)) from exc
+            raise HttpFailure(status, exc.info, str(exc.error)[:300], getattr(exc, ANSWER_HEADERS, None)) from exc
+        except ose.SerializationError as exc:  # a 2xx answer that is not JSON: not an OpenSearch node
+            raise HttpFailure(200, None, str(exc)[:200], getattr(_LAST_ANSWER, "headers", None), cause="foreign") from exc
 
     def exists(self, path: str) -> bool:
         return bool(self.request("HEAD", path))  # opensearch-py answers a HEAD with True/False
+
+
+ANSWER_HEADERS = "hybrid_qpr_headers"  # attribute of an opensearch-py error: the failed answer's headers
+_LAST_ANSWER = threading.local()  # headers of this thread's last answer (for one opensearch-py could not decode)
+
+
+def _connection_class():
+    """opensearch-py's urllib3 connection, keeping the headers of a failed answer on its
+    exception (``Retry-After``, ``content-type``), which opensearch-py itself drops."""
+    from opensearchpy import Urllib3HttpConnection
+    from opensearchpy.exceptions import TransportError
+
+    class HeaderKeepingConnection(Urllib3HttpConnection):
+        def perform_request(self, *args: Any, **kwargs: Any) -> Any:
+            status, headers, data = super().perform_request(*args, **kwargs)
+            _LAST_ANSWER.headers = {k.lower(): v for k, v in headers.items()}  # for an answer that is not JSON
+            return status, headers, data
+
+        def get_response_headers(self, response: Any) -> Any:
+            headers = super().get_response_headers(response)
+            _LAST_ANSWER.headers = headers  # read by _raise_error, which opensearch-py calls next
+            return headers
+
+        def _raise_error(self, status_code: int, raw_data: Any, content_type: str | None = None) -> None:
+            try:
+                super()._raise_error(status_code, raw_data, content_type)
+            except TransportError as exc:
+                setattr(exc, ANSWER_HEADERS, getattr(_LAST_ANSWER, "headers", None))
+                raise
+
+    return HeaderKeepingConnection
 
 
 def connect(url: str | None = None, *, username: str | None = None, password: str | None = None,
@@ -99,6 +134,7 @@ def connect(url: str | None = None, *, username: str | None = None, password: st
                    "scheme": parts.scheme, "url_prefix": parts.path.rstrip("/")}],
         "timeout": options.timeout, "max_retries": 0, "retry_on_timeout": False,
         "http_compress": compress_by_default(options.url) if compress is None else compress,
+        "connection_class": _connection_class(),
     }
     if parts.scheme == "https":
         kwargs.update(use_ssl=True, verify_certs=options.verify_certs, ssl_show_warn=options.verify_certs)
@@ -239,6 +275,8 @@ class OpenSearchBackend(ClusterBackend):
         install, and a tuned index's settings are honoured). ``pipeline`` overrides it with the
         name of one installed by ``hybrid-qpr search-pipeline install`` or with a pipeline body.
         Filters are applied inside each sub-query (2.19's ``hybrid`` has no top-level filter)."""
+        self.check_depth(depth, knn=True)
+        filters = self.checked_filters(filters)
         body: dict[str, Any] = {"size": depth, "_source": source_param(self.documents_in_hits), "query": {"hybrid": {"queries": [
             bm25_query(query, filters, self.bm25_field), {"knn": {VECTOR_FIELD: self._knn_clause(vector, depth, filters)}}]}}}
         # never dfs_query_then_fetch: neural-search 3.6 then skips the pipeline and returns the
@@ -262,6 +300,8 @@ class OpenSearchBackend(ClusterBackend):
     def rerank_server(self, query: str, vector: np.ndarray, depth: int = 30, filters: Filters | None = None) -> list[Hit]:
         """The MSEM flow in one request: BM25 recall of ``depth``, then a ``rescore`` of that
         window with the ``knn_score`` script (BM25 weight 0), so the order is by vector similarity."""
+        self.check_depth(depth, knn=False)
+        filters = self.checked_filters(filters)
         body = {"size": depth, "_source": source_param(self.documents_in_hits),
                 "query": bm25_query(query, filters, self.bm25_field),
                 "rescore": {"window_size": depth, "query": {

@@ -11,7 +11,9 @@ import click
 from hybrid_qpr.errors import ConfigError
 
 FILTER_HELP = ("Exact-match metadata filter FIELD=VALUE (repeatable; the same field twice means either value), "
-               "applied before ranking so k results still come back. Example: --filter topic=account")
+               "applied before ranking so k results still come back. true/false match JSON booleans (never 1/0); a "
+               "list-valued field matches when any element does; a field no document has is refused. "
+               "Example: --filter topic=account")
 
 
 def parse_filters(values: tuple[str, ...]) -> dict[str, Any] | None:

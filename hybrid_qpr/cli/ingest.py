@@ -48,6 +48,11 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
     with their line numbers (--strict stops instead). A local ingest adds a segment and
     commits it only when the whole ingest succeeded; one writer at a time (--wait queues).
 
+    A cluster ingest retries what the cluster turns away (429, 5xx, a lost connection: capped
+    backoff, the server's Retry-After honoured, smaller requests while it is busy) and then
+    reads every id back: it succeeds only if each one holds this file's text. The summary says
+    what the retries cost. Exit status 1 when any document was not written.
+
     \b
     Examples:
       hybrid-qpr ingest examples/questions.jsonl --index ./qidx
@@ -67,11 +72,12 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
         raise click.UsageError("--ef-search and --nprobe apply to a local index; a cluster index keeps its own "
                                "HNSW settings")
     if use_cluster(connection):
-        from hybrid_qpr.cli._engine import open_backend
+        from hybrid_qpr.cli._engine import load_encoder, open_backend
 
-        encoder = Encoder.load(model)
-        report = open_backend(index, connection).ingest(documents, encoder, batch_size=batch_size, rejects_path=rejects,
-                                                        shards=shards, replicas=replicas)
+        backend = open_backend(index, connection)
+        encoder = load_encoder(model, backend if backend.exists() else None)  # an existing index keeps its model
+        report = backend.ingest(documents, encoder, batch_size=batch_size, rejects_path=rejects,
+                                shards=shards, replicas=replicas)
     else:
         from hybrid_qpr.backends.local import LocalIndex, MANIFEST, SearchSettings
         from pathlib import Path
@@ -88,9 +94,17 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
     all_skipped = sorted((skipped or []) + report.skipped)
     click.echo(f"indexed {report.indexed}, updated {report.updated}, skipped {len(all_skipped)}, "
                f"failed {len(report.failed)} in {report.seconds:.1f} s ({report.docs_per_second:.0f} docs/s) -> {index}")
+    if use_cluster(connection):
+        click.echo(f"  verified {report.verified} ids with their texts; retries: {report.retried_requests} requests and "
+                   f"{report.retried_documents} documents sent again, {report.retry_wait_seconds:.1f} s waiting")
     for line, reason in all_skipped[:SHOW_SKIPPED]:
         click.echo(f"  skipped {input_path}:{line}: {reason}", err=True)
     if len(all_skipped) > SHOW_SKIPPED:
         click.echo(f"  ... and {len(all_skipped) - SHOW_SKIPPED} more skipped lines", err=True)
     if report.failed:
-        click.echo(f"  {len(report.failed)} documents rejected" + (f"; written to {report.rejects_path}" if report.rejects_path else ""), err=True)
+        for failure in report.failed[:SHOW_SKIPPED]:
+            click.echo(f"  failed {input_path}:{failure.get('line')} id {failure['id']!r}: {failure['error']}", err=True)
+        raise click.ClickException(
+            f"{len(report.failed)} documents were not written" + (f" (listed in {report.rejects_path})" if report.rejects_path
+                                                                  else " (--rejects FILE lists them all)")
+            + "; the others are in the index. Fix the cause shown above and re-run the same ingest (ids are stable)")

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hybrid_qpr.types import Document
-from hybrid_qpr.artifacts import base_suffix, display_name, iter_jsonl, iter_rows, open_text
+from hybrid_qpr.artifacts import base_suffix, display_name, iter_jsonl, iter_rows, open_text, skip_undecodable
 from hybrid_qpr.errors import ConfigError, InputError
 from hybrid_qpr.text import text_id
 
@@ -108,26 +108,10 @@ def _document(record: dict[str, Any], text_column: str, id_column: str) -> Docum
     return Document(doc_id, text, metadata)
 
 
-def _decoded(lines: Iterator[str], skipped: list[tuple[int, str]] | None, header: bool) -> Iterator[str]:
-    """The lines of an ``open_text`` stream; one that is not UTF-8 is recorded in ``skipped``
-    and passed on as an empty line (so later line numbers stay right), unless there is no
-    ``skipped`` list (strict) or it is a table's header."""
-    while True:
-        try:
-            yield next(lines)
-        except StopIteration:
-            return
-        except InputError as exc:
-            if skipped is None or (header and exc.line == 1):
-                raise
-            skipped.append((exc.line, exc.problem))
-            yield "\n"
-
-
 def _jsonl(path, text_column, id_column, skipped) -> Iterator[tuple[int, Document]]:
     name = display_name(path)
     with open_text(path) as fh:
-        yield from _jsonl_records(name, path, _decoded(fh, skipped, header=False), text_column, id_column, skipped)
+        yield from _jsonl_records(name, path, skip_undecodable(fh, skipped, header=False), text_column, id_column, skipped)
 
 
 def _jsonl_records(name, path, lines, text_column, id_column, skipped) -> Iterator[tuple[int, Document]]:
@@ -143,7 +127,7 @@ def _table(path, text_column, id_column, skipped) -> Iterator[tuple[int, Documen
     name = display_name(path)
     with open_text(path) as fh:
         header: list[str] | None = None
-        for line, row in iter_rows(path, _decoded(fh, skipped, header=True)):
+        for line, row in iter_rows(path, skip_undecodable(fh, skipped, header=True)):
             if header is None:
                 header = [c.strip() for c in row]
                 if text_column not in header:

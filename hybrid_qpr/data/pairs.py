@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from hybrid_qpr.artifacts import display_name, iter_rows, open_text
+from hybrid_qpr.artifacts import display_name, iter_rows, open_text, skip_undecodable
 from hybrid_qpr.errors import ConfigError, InputError
 
 log = logging.getLogger(__name__)
@@ -97,15 +97,18 @@ def iter_pairs(
     A malformed row (wrong number of columns, empty question, ``is_duplicate`` that is
     not 0/1, only one of the two qids) raises ``InputError(path, line, problem)``; with
     ``on_bad_line="skip"`` it is skipped instead and ``(line, problem)`` is appended to
-    ``skipped`` when a list is given. Surrounding whitespace of fields is stripped.
+    ``skipped`` when a list is given; so is a line that is not UTF-8 (the first line must be). Surrounding whitespace of fields is stripped.
     """
     if on_bad_line not in ("error", "skip"):
         raise ConfigError(f"on_bad_line={on_bad_line!r}: must be 'error' or 'skip'")
     name = display_name(path)
-    n_skipped = 0
+    bad_lines: list[tuple[int, str]] = skipped if skipped is not None else []
+    before = len(bad_lines)
     with open_text(path) as fh:
         layout: _Layout | None = None
-        for line, row in iter_rows(path, fh):
+        # a line that is not UTF-8 is a bad line like any other (the first one must be readable)
+        lines = fh if on_bad_line == "error" else skip_undecodable(fh, bad_lines, header=True)
+        for line, row in iter_rows(path, lines):
             if layout is None:
                 layout = _Layout.from_header(row)
                 if layout is not None:
@@ -120,13 +123,11 @@ def iter_pairs(
             except _BadRow as bad:
                 if on_bad_line == "error":
                     raise InputError(name, line, str(bad)) from None
-                n_skipped += 1
-                if skipped is not None:
-                    skipped.append((line, str(bad)))
+                bad_lines.append((line, str(bad)))
                 continue
             yield pair
-    if n_skipped:
-        log.warning("%s: skipped %d malformed line(s)", name, n_skipped)
+    if len(bad_lines) > before:
+        log.warning("%s: skipped %d malformed line(s)", name, len(bad_lines) - before)
 
 
 class _BadRow(Exception):

@@ -10,20 +10,23 @@ kNN clause, the exact re-scoring of given ids, its client and its server-side mo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from queue import Full, Queue
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
 from hybrid_qpr.backends.base import Capabilities, IngestReport
 from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, METADATA_FIELD, SEARCH_FILTER, TEXT_FIELD, VECTOR_FIELD,
                                                 bm25_body, bm25_tokens, check_shards)
-from hybrid_qpr.backends.cluster.bulk import BulkAction, RetryPolicy, write_bulk
+from hybrid_qpr.backends.cluster.bulk import BulkAction, BulkStats, RetryPolicy, VersionClock, write_bulk
 from hybrid_qpr.backends.cluster.connection import (Engine, HttpFailure, Transport, error_for, missing_index, reason,
                                                     translate)
 from hybrid_qpr.distance import Distance, check_distance, prepare_vectors, score_from_opensearch
@@ -32,9 +35,13 @@ from hybrid_qpr.types import Document, Filters, Hit
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
 # HNSW candidate floor of a kNN search (OpenSearch ef_search, Elasticsearch num_candidates); an
 # engine module sets its own measured default_knn_candidates (docs/opensearch.md, elasticsearch.md)
 KNN_CANDIDATES = 100
+MAX_KNN_K = 10_000  # both engines' limit on a kNN search's k and num_candidates
+DEFAULT_RESULT_WINDOW = 10_000  # index.max_result_window unless the index sets another
+READ_AHEAD_BATCHES = 4  # encoded batches an ingest keeps ready while it sends or waits
 # a search answered with failed shards (a node died under it) is sent again this many times;
 # the next try reaches the surviving copies
 PARTIAL_RETRIES = 3
@@ -84,7 +91,7 @@ class ClusterBackend:
         if search_type not in SEARCH_TYPES:
             raise ConfigError(f"search_type={search_type!r}: allowed values are {', '.join(SEARCH_TYPES)}")
         self.search_type = search_type
-        self._shards: int | None = None
+        self._settings: dict[str, str] | None = None
         self._meta: dict[str, Any] | None = None
 
     # ---- what an engine module provides
@@ -144,19 +151,32 @@ class ClusterBackend:
             return self.search_type
         return "dfs_query_then_fetch" if self.shards > 1 else "query_then_fetch"
 
-    @property
-    def shards(self) -> int:
-        """The index's number of primary shards (read once; 1 while the index does not exist)."""
-        if self._shards is None:
+    def _index_settings(self) -> dict[str, str]:
+        """The index settings the query path needs (primary shards, result window), flat, the
+        index's own over the engine's defaults; read once. Empty while the index does not exist:
+        the search itself then reports the missing index."""
+        if self._settings is None:
             with translate(f"reading the settings of {self.index!r}", self.engine, self.index):
                 try:
-                    settings = self.transport.request("GET", f"/{self.index}/_settings/index.number_of_shards")
+                    answer = self.transport.request("GET", f"/{self.index}/_settings", None, {
+                        "include_defaults": "true", "flat_settings": "true", "filter_path": ",".join(
+                            f"*.{part}.index.{name}" for part in ("settings", "defaults")
+                            for name in ("number_of_shards", "max_result_window"))}, timeout=self.request_timeout)
                 except HttpFailure as failure:
-                    if failure.status == 404:  # the search itself reports the missing index
-                        return 1
+                    if failure.status == 404:
+                        return {}
                     raise
-            self._shards = int(next(iter(settings.values()))["settings"]["index"]["number_of_shards"])
-        return self._shards
+            settings: dict[str, str] = {}
+            for value in answer.values():
+                settings.update(value.get("defaults", {}))
+                settings.update(value.get("settings", {}))
+            self._settings = settings
+        return self._settings
+
+    @property
+    def shards(self) -> int:
+        """The index's number of primary shards (1 while the index does not exist)."""
+        return int(self._index_settings().get("index.number_of_shards", 1))
 
     def _bm25_params(self) -> dict[str, str]:
         return {"search_type": self.bm25_search_type()}
@@ -221,6 +241,65 @@ class ClusterBackend:
         return self.meta.get("model_fingerprint")
 
     @property
+    def model_dir(self) -> str | None:
+        """The model directory the index was built with (``_meta.model_dir``, recorded by
+        ``ingest``), so queries can default to it; None for indexes made before it was recorded."""
+        return self.meta.get("model_dir")
+
+    @property
+    def max_result_window(self) -> int:
+        """``index.max_result_window``: the most hits one search may return (from + size)."""
+        return int(self._index_settings().get("index.max_result_window", DEFAULT_RESULT_WINDOW))
+
+    def check_depth(self, depth: int, *, knn: bool) -> None:
+        """Refuse, before asking, a list longer than the engine returns: ``index.max_result_window``
+        for any search, and ``MAX_KNN_K`` for a kNN one."""
+        window = min(self.max_result_window, MAX_KNN_K) if knn else self.max_result_window
+        if depth > window:
+            limit = (f"kNN searches return at most {MAX_KNN_K:,} and index.max_result_window is "
+                     f"{self.max_result_window:,}" if knn else f"index.max_result_window is {self.max_result_window:,}")
+            raise ConfigError(f"{depth:,} hits asked per list (top_k + offset, or the fusion depth) but {self.engine_name} "
+                              f"index {self.index!r} returns at most {window:,} ({limit}). Fix: ask for <= {window:,} "
+                              f"(e.g. -k 10 with --offset to page)")
+
+    @property
+    def metadata_fields(self) -> dict[str, str]:
+        """Metadata field (dotted path) -> its mapping type, from the index mapping."""
+        fields: dict[str, str] = {}
+        stack = [("", self.meta.get("_properties", {}).get(METADATA_FIELD, {}).get("properties", {}))]
+        while stack:
+            prefix, properties = stack.pop()
+            for name, spec in properties.items():
+                if "properties" in spec:
+                    stack.append((f"{prefix}{name}.", spec["properties"]))
+                else:
+                    fields[f"{prefix}{name}"] = spec.get("type", "object")
+        return fields
+
+    def checked_filters(self, filters: Filters | None) -> Filters | None:
+        """``filters`` checked against the mapping and given the field's type: an unknown field
+        is refused with the known ones listed; a boolean field takes true/false (JSON or the
+        strings "true"/"false"), a number field numbers; a keyword field compares the value as
+        text (so ``true`` matches the string "true", never 1)."""
+        if not filters:
+            return filters
+        fields = self.metadata_fields
+        if any(str(f) not in fields for f in filters):
+            self.refresh_meta()  # documents ingested since the mapping was read may have added fields
+            fields = self.metadata_fields
+        out: dict[str, Any] = {}
+        for field, value in filters.items():
+            kind = fields.get(str(field))
+            if kind is None:
+                listed = ", ".join(sorted(fields)) or "none (the documents have no metadata)"
+                raise ConfigError(f"filter field {field!r} is not in any document of index {self.index!r}; "
+                                  f"known fields: {listed}")
+            values = list(value) if isinstance(value, (list, tuple, set, frozenset)) else [value]
+            typed = [_typed_filter_value(field, kind, v, self.index) for v in values]
+            out[field] = typed if isinstance(value, (list, tuple, set, frozenset)) else typed[0]
+        return out
+
+    @property
     def fusion_defaults(self) -> dict[str, Any]:
         """Fusion settings stored by tuning (e.g. ``{"fusion": "minmax", "alpha": 0.3, "depth": 100}``), or ``{}``."""
         return dict(self.meta.get("fusion") or {})
@@ -236,9 +315,10 @@ class ClusterBackend:
         """Refuse an encoder whose dims, distance or fingerprint differ from the index's."""
         problems = self.layout_problems(self.meta, encoder)
         if problems:
+            built_with = f" (--model {self.model_dir})" if self.model_dir else ""
             raise ModelMismatchError(f"index {self.index!r} does not match model {encoder.model_dir}: "
-                                     + "; ".join(problems) + ". Use the model the index was built with, or ingest "
-                                     "into a new index")
+                                     + "; ".join(problems) + f". Use the model the index was built with{built_with}, "
+                                     "or ingest into a new index")
         analyzer = self.meta.get("_properties", {}).get(self.bm25_field, {}).get("analyzer")
         if analyzer != self.bm25_analyzer:
             logger.warning("index %s: field %r uses the %s analyzer, not %s (made by an older hybrid-qpr), so its BM25 "
@@ -283,6 +363,8 @@ class ClusterBackend:
                                         self.default_replicas() if replicas is None else replicas)
         body = self.index_body(encoder.dim, encoder.distance, encoder.fingerprint, encoder.kind,
                                shards=shards, replicas=replicas)
+        # remembered so that queries without --model use this model (never a secret: a local path)
+        body["mappings"]["_meta"]["model_dir"] = str(Path(encoder.model_dir).resolve())
         try:
             with translate(f"creating index {self.index!r}", self.engine):
                 try:
@@ -312,16 +394,22 @@ class ClusterBackend:
     # ---- read side
     def bm25(self, query: str, depth: int, filters: Filters | None = None) -> list[Hit]:
         """BM25 via a ``match`` query: the text is analysed, never parsed as query syntax."""
+        self.check_depth(depth, knn=False)
+        filters = self.checked_filters(filters)
         return self._raw_hits(self._search(bm25_body(query, depth, filters, self.bm25_field, self.documents_in_hits),
                                            "BM25 search", self._bm25_params()))
 
     def knn(self, vector: np.ndarray, depth: int, filters: Filters | None = None) -> list[Hit]:
         """Top ``depth`` by HNSW; filters run inside the graph search (so ``depth`` hits still come back)."""
+        self.check_depth(depth, knn=True)
+        filters = self.checked_filters(filters)
         return self._to_hits(self._search(self.knn_body(vector, depth, filters), "kNN search"))
 
     def bm25_and_knn(self, query: str, vector: np.ndarray, depth: int,
                      filters: Filters | None = None) -> tuple[list[Hit], list[Hit]]:
         """``bm25`` and ``knn`` in one ``_msearch`` round trip (client-side hybrid's candidates)."""
+        self.check_depth(depth, knn=True)
+        filters = self.checked_filters(filters)
         bm25_hits, knn_hits = self._msearch([bm25_body(query, depth, filters, self.bm25_field, self.documents_in_hits),
                                              self.knn_body(vector, depth, filters)],
                                             ["BM25 search", "kNN search"], [self._bm25_params(), {}])
@@ -346,27 +434,40 @@ class ClusterBackend:
 
     # ---- write side
     def ingest(self, documents: Iterable[Document | tuple[int, Document]], encoder, *, batch_size: int = 256,
-               rejects_path: str | Path | None = None, show_progress: bool = True, max_retries: int = 5,
-               initial_backoff: float = 1.0, max_backoff: float = 30.0, shards: int | None = None,
-               replicas: int | None = None) -> IngestReport:
+               rejects_path: str | Path | None = None, show_progress: bool = True, max_retries: int = 6,
+               initial_backoff: float = 0.5, max_backoff: float = 30.0, shards: int | None = None,
+               replicas: int | None = None, bulk_timeout: float | None = None) -> IngestReport:
         """Encode and bulk-index ``documents`` (``Document`` or ``(line, Document)``) with ``_id`` =
         document id, so re-running replaces instead of duplicating.
 
-        Retries are those of ``cluster.bulk.write_bulk`` (capped exponential backoff
-        ``min(max_backoff, initial_backoff * 2**attempt)``, at most ``max_retries`` times);
-        a connection lost for longer raises ``ClusterError`` (re-run the same ingest to resume).
-        Failures are listed in the report and written as JSON lines to ``rejects_path``.
-        At the end the index is refreshed and its count checked against what was acknowledged.
-        ``shards``/``replicas`` apply when the index is created (see ``ensure_index``).
+        Encoding runs up to ``READ_AHEAD_BATCHES`` batches ahead in a thread, so it goes on while
+        a request is sent or a retry waits. Writes are externally versioned and retried as ``cluster.bulk.write_bulk``
+        says (capped exponential backoff ``min(max_backoff, initial_backoff * 2**(attempt - 1))`` or the
+        server's ``Retry-After``, at most ``max_retries`` times; smaller requests while the
+        cluster answers 429); a connection lost for longer raises ``ClusterError`` (re-run the
+        same ingest to resume). ``bulk_timeout`` is the seconds one ``_bulk`` request may take
+        (default: the client's timeout, at least 60).
+
+        Success is decided by ids, not by the engine's created/updated answers (a try answered
+        429 or timed out may have been applied): after a refresh, every id written is read back
+        in batches and must hold the text this ingest wrote last for it. An id that does not is
+        a failure. ``indexed`` is the number of documents the index gained, ``updated`` the
+        other lines written. Failures are listed in the report and written as JSON lines to
+        ``rejects_path``. ``shards``/``replicas`` apply when the index is created (see ``ensure_index``).
         """
         if batch_size < 1:
             raise ConfigError(f"batch_size={batch_size}: must be >= 1")
+        if bulk_timeout is not None and bulk_timeout <= 0:
+            raise ConfigError(f"bulk_timeout={bulk_timeout}: must be > 0 seconds")
         report = IngestReport(rejects_path=str(rejects_path) if rejects_path else None)
         start = time.monotonic()
         self.ensure_index(encoder, shards=shards, replicas=replicas)
         self._refresh()
         count_before = self.count()
         total = len(documents) if hasattr(documents, "__len__") else None  # type: ignore[arg-type]
+        clock = VersionClock()
+        written: dict[str, tuple[int, bytes, int | None]] = {}  # id -> (version, text digest, line) of its newest write
+        lines_written = 0
 
         def actions() -> Iterator[BulkAction]:
             for batch in _batches(documents, batch_size):
@@ -376,19 +477,26 @@ class ClusterBackend:
                     source = {TEXT_FIELD: doc.text, VECTOR_FIELD: vector.tolist(), METADATA_FIELD: doc.metadata}
                     if self.bm25_field != TEXT_FIELD:
                         source[self.bm25_field] = bm25_tokens(doc.text)
-                    yield BulkAction("index", doc.id, source, line)
+                    yield BulkAction("index", doc.id, source, line, clock.next())
+
+        stats = BulkStats()
 
         def results() -> Iterator[None]:
+            nonlocal lines_written
             retry = RetryPolicy(max_retries, initial_backoff, max_backoff)
-            for outcome in write_bulk(self.transport, self.index, actions(), chunk_size=batch_size, retry=retry,
-                                      timeout=max(60.0, self.request_timeout or 0)):
+            encoded = read_ahead(actions(), READ_AHEAD_BATCHES * batch_size)
+            timeout = bulk_timeout or max(60.0, self.request_timeout or 0)
+            for outcome in write_bulk(self.transport, self.index, encoded, chunk_size=batch_size, retry=retry,
+                                      timeout=timeout, stats=stats):
+                action = outcome.action
                 if not outcome.ok:
-                    report.failed.append({"id": outcome.action.id, "line": outcome.action.line,
-                                          "status": outcome.status, "error": outcome.error})
-                elif outcome.result == "created":
-                    report.indexed += 1
+                    report.failed.append({"id": action.id, "line": action.line, "status": outcome.status,
+                                          "error": outcome.error})
                 else:
-                    report.updated += 1
+                    lines_written += 1
+                    newest = written.get(action.id)
+                    if newest is None or action.version > newest[0]:
+                        written[action.id] = (action.version, text_digest(action.source[TEXT_FIELD]), action.line)
                 yield None
 
         progress: Iterable[None] = results()
@@ -399,20 +507,41 @@ class ClusterBackend:
         for _ in progress:
             pass
 
+        self._refresh()
+        unmatched = list(self.unmatched(written))
+        for doc_id, problem in unmatched:
+            report.failed.append({"id": doc_id, "line": written[doc_id][2], "status": None, "error": problem})
+        lines_written -= len(unmatched)
         if report.failed and rejects_path:
             from hybrid_qpr.artifacts import write_jsonl
 
             write_jsonl(rejects_path, report.failed)
-        self._refresh()
-        count_after = self.count()
-        expected = count_before + report.indexed
+        report.verified = len(written) - len(unmatched)
+        report.indexed = min(max(0, self.count() - count_before), report.verified)
+        report.updated = lines_written - report.indexed
+        report.retried_requests, report.retried_documents = stats.retried_requests, stats.retried_actions
+        report.retry_wait_seconds = stats.wait_seconds
         report.seconds = time.monotonic() - start
-        if count_after != expected:
-            raise BackendError(
-                f"ingest into {self.index!r}: the index holds {count_after} documents but {expected} were expected "
-                f"({count_before} before + {report.indexed} new). Another writer may be using the index; "
-                f"re-run the ingest to repair (ids are stable)")
+        if stats.retries:
+            logger.info("ingest into %s: %d requests and %d documents sent again, %.1f s waiting (smallest request %d)",
+                        self.index, stats.retried_requests, stats.retried_actions, stats.wait_seconds,
+                        stats.smallest_chunk)
         return report
+
+    def unmatched(self, written: Mapping[str, tuple[int, bytes, int | None]], batch: int = 1000) -> Iterator[tuple[str, str]]:
+        """``(id, problem)`` for each id of ``written`` that the index does not hold with the
+        text whose digest is recorded (read back with ``_mget``, ``batch`` ids at a time)."""
+        ids = list(written)
+        for start in range(0, len(ids), batch):
+            chunk = ids[start:start + batch]
+            response = self.request("POST", f"/{self.index}/_mget", {"ids": chunk}, {"_source_includes": TEXT_FIELD},
+                                    what="reading back the documents written")
+            for doc in response["docs"]:
+                if not doc.get("found"):
+                    yield doc["_id"], "acknowledged but missing from the index after the ingest; re-run the ingest"
+                elif text_digest(doc.get("_source", {}).get(TEXT_FIELD, "")) != written[doc["_id"]][1]:
+                    yield doc["_id"], ("the index holds another text for this id (another writer changed it during "
+                                       "the ingest); re-run the ingest to write this file's version")
 
     def delete(self, ids: Sequence[str]) -> int:
         """Delete ``ids``; returns how many existed. Refreshes so counts and searches agree at once."""
@@ -459,6 +588,72 @@ def _stored_document(hit: Mapping[str, Any]) -> Document | None:
     if source is None:
         return None
     return Document(hit["_id"], source.get(TEXT_FIELD, ""), source.get(METADATA_FIELD) or {})
+
+
+def _typed_filter_value(field: str, kind: str, value: Any, index: str) -> Any:
+    """``value`` as the mapping type ``kind`` of ``field`` needs it, or a ConfigError naming both."""
+    if kind == "boolean":
+        text = str(value).lower() if isinstance(value, (bool, str)) else None
+        if text not in ("true", "false"):
+            raise ConfigError(f"filter {field}={value!r}: field {field!r} holds booleans in index {index!r}; "
+                              "use true or false")
+        return text == "true"
+    if kind in ("long", "integer", "short", "byte", "double", "float", "half_float", "scaled_float", "unsigned_long"):
+        if isinstance(value, bool):
+            raise ConfigError(f"filter {field}={value!r}: field {field!r} holds numbers in index {index!r}; use a number")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"filter {field}={value!r}: field {field!r} holds numbers in index {index!r}; "
+                              "use a number") from None
+        return int(number) if number.is_integer() and kind not in ("double", "float", "half_float") else number
+    if isinstance(value, bool):  # a keyword field compares text: JSON true means the string "true"
+        return "true" if value else "false"
+    return value
+
+
+def text_digest(text: str) -> bytes:
+    """8 bytes that tell one text from another (for checking what an ingest wrote without
+    keeping the texts)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+
+
+def read_ahead(items: Iterable[T], depth: int) -> Iterator[T]:
+    """``items`` produced by a thread up to ``depth`` ahead of the consumer, so producing (here:
+    encoding, which releases the GIL in onnxruntime) overlaps with consuming (sending, waiting).
+    An exception in the producer is raised in the consumer; closing the consumer stops the producer."""
+    queue: Queue = Queue(maxsize=max(1, depth))
+    stop = threading.Event()
+    done = object()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        queue.put((item, None), timeout=0.1)
+                        break
+                    except Full:
+                        continue
+                if stop.is_set():
+                    return
+            queue.put((done, None))
+        except BaseException as exc:  # handed to the consumer, which re-raises it
+            queue.put((done, exc))
+
+    worker = threading.Thread(target=produce, name="hybrid-qpr-read-ahead", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item, error = queue.get()
+            if item is done:
+                if error is not None:
+                    raise error
+                return
+            yield item
+    finally:
+        stop.set()
+        worker.join(timeout=5)
 
 
 def _batches(documents: Iterable[Document | tuple[int, Document]], size: int) -> Iterator[list[tuple[int | None, Document]]]:

@@ -5,23 +5,46 @@
 clients' ``streaming_bulk`` helpers (which are not used: each retries in its own way, and a
 second retry layer under this one would multiply waits and hide connection loss).
 
-What is retried, with the capped exponential backoff of ``RetryPolicy``:
+A ``_bulk`` answer carries one status per action (the engines' documented bulk semantics: the
+request can succeed while single items fail), so failures come in two sizes:
 
 * a whole request that got no answer (connection refused or reset, timeout) or was answered
-  429 / 5xx - all its actions are sent again (writes carry explicit ``_id``s, so re-sending
-  an action the engine had applied replaces the document, never duplicates it);
-* a single action answered 429 / 5xx inside a successful request (a busy shard).
+  429 / 5xx: all its actions are sent again after a capped exponential backoff, or after the
+  answer's ``Retry-After`` when it has one. Nothing is known about what the engine applied
+  (a timed-out request may have been applied in full);
+* a single action answered 429 (``es_rejected_execution_exception``: a full write queue) or
+  5xx inside a successful request: it goes back in line with its own backoff while the
+  writer goes on with other actions, so one busy shard does not stall the whole ingest.
+
+An action sent twice can never make a duplicate: writes carry explicit ``_id``s. Index
+actions may also carry an external ``version`` (``version_type=external``): the engine then
+applies a write only when its version is higher than the stored one, and answers 409
+(``version_conflict_engine_exception``) otherwise. A 409 for a versioned write therefore
+means "the index already holds this version or a newer one" - the earlier try had been
+applied after all, or a later write of the same id came first - and is reported as
+``superseded``, not as a failure. That is also what keeps a stale try that the engine
+applies late from overwriting a newer text.
+
+Throttling shrinks the request: a request answered 429, or one whose actions came back 429
+for half or more, halves the number of actions per request (down to ``MIN_CHUNK``); any other
+answered request doubles it back, up to ``chunk_size``. (A few rejected actions in a request
+do not shrink it: they are retried on their own, and smaller requests would only mean more of
+them.)
 
 After ``max_retries`` consecutive failed requests a ``ClusterError`` says how many actions
 were acknowledged and that re-running the same ingest resumes it. An action still rejected
 after ``max_retries`` tries, or rejected for a reason retrying cannot fix (a mapping
-conflict), becomes a failed outcome: reported, never silently dropped.
+conflict), becomes a failed outcome: reported, never silently dropped. What the retries
+cost is counted in a ``BulkStats``.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -35,37 +58,64 @@ logger = logging.getLogger(__name__)
 
 BULK_FILTER = "errors,items.*._id,items.*.status,items.*.result,items.*.error"
 MAX_BULK_BYTES = 8 * 1024 * 1024
+MIN_CHUNK = 8  # the smallest request throttling shrinks to
+VERSION_CONFLICT = "version_conflict_engine_exception"
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Wait ``min(max_backoff, initial_backoff * 2**(attempt - 1))`` seconds before try ``attempt + 1``."""
+    """Wait ``min(max_backoff, initial_backoff * 2**(attempt - 1))`` seconds before try
+    ``attempt + 1``; a ``Retry-After`` answer header replaces that wait, up to ``max_retry_after``."""
 
-    max_retries: int = 5
-    initial_backoff: float = 1.0
+    # 0.5 s doubling: a busy node gets room at once, and six tries still wait 31.5 s in all for one
+    # that is down or restarting before giving up
+    max_retries: int = 6
+    initial_backoff: float = 0.5
     max_backoff: float = 30.0
+    max_retry_after: float = 120.0
 
     def __post_init__(self) -> None:
-        if self.max_retries < 0 or self.initial_backoff < 0 or self.max_backoff < 0:
+        if min(self.max_retries, self.initial_backoff, self.max_backoff, self.max_retry_after) < 0:
             raise ConfigError(f"retry policy {self}: retries and backoffs must be >= 0")
 
-    def delay(self, attempt: int) -> float:
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        if retry_after is not None:
+            return min(max(0.0, retry_after), self.max_retry_after)
         return min(self.max_backoff, self.initial_backoff * 2 ** max(0, attempt - 1))
+
+
+class VersionClock:
+    """External versions for index actions: nanoseconds since the epoch, strictly increasing
+    within the process, so a later write (in this ingest or a later one) always carries a
+    higher version than an earlier one. Fits the engines' signed 64-bit versions until 2262."""
+
+    def __init__(self) -> None:
+        self._last = 0
+        self._lock = threading.Lock()
+
+    def next(self) -> int:
+        with self._lock:
+            self._last = max(time.time_ns(), self._last + 1)
+            return self._last
 
 
 @dataclass
 class BulkAction:
     """One ``index`` (with ``source``) or ``delete`` of document ``id``; ``line`` is the input
-    line it came from (for reports)."""
+    line it came from (for reports); ``version`` makes an index action externally versioned."""
 
     op: Literal["index", "delete"]
     id: str
     source: dict[str, Any] | None = None
     line: int | None = None
+    version: int | None = None
     attempts: int = 0
 
     def ndjson(self, index: str) -> str:
-        header = json.dumps({self.op: {"_index": index, "_id": self.id}}, ensure_ascii=False)
+        meta: dict[str, Any] = {"_index": index, "_id": self.id}
+        if self.version is not None:
+            meta.update(version=self.version, version_type="external")
+        header = json.dumps({self.op: meta}, ensure_ascii=False)
         if self.op == "delete":
             return header + "\n"
         return header + "\n" + json.dumps(self.source, ensure_ascii=False, separators=(",", ":")) + "\n"
@@ -73,7 +123,8 @@ class BulkAction:
 
 @dataclass(frozen=True)
 class BulkOutcome:
-    """``ok`` with the engine's ``result`` (created, updated, deleted, not_found), or a failure."""
+    """``ok`` with the engine's ``result`` (created, updated, deleted, not_found, or
+    ``superseded`` for a versioned write the index already holds), or a failure."""
 
     action: BulkAction
     ok: bool
@@ -82,30 +133,71 @@ class BulkOutcome:
     error: str | None = None
 
 
+@dataclass
+class BulkStats:
+    """What writing cost: requests sent, what was sent again and why, and the time spent waiting."""
+
+    requests: int = 0
+    retried_requests: int = 0  # whole requests sent again (no answer, 429, 5xx)
+    retried_actions: int = 0  # single actions sent again (answered 429 / 5xx inside a request)
+    throttled: int = 0  # 429 answers, for a request or for an action
+    wait_seconds: float = 0.0  # slept before retries
+    smallest_chunk: int = 0  # fewest actions per request that throttling came down to
+
+    @property
+    def retries(self) -> int:
+        return self.retried_requests + self.retried_actions
+
+
 def write_bulk(transport: Transport, index: str, actions: Iterable[BulkAction], *, chunk_size: int = 256,
                max_bytes: int = MAX_BULK_BYTES, retry: RetryPolicy = RetryPolicy(),
-               timeout: float | None = None) -> Iterator[BulkOutcome]:
-    """Send ``actions`` to ``index`` and yield each one's outcome (see the module docstring)."""
+               timeout: float | None = None, stats: BulkStats | None = None) -> Iterator[BulkOutcome]:
+    """Send ``actions`` to ``index`` and yield each one's outcome (see the module docstring).
+    ``stats``, when given, is filled in as the writing goes."""
     if chunk_size < 1:
         raise ConfigError(f"chunk_size={chunk_size}: must be >= 1")
+    stats = stats if stats is not None else BulkStats()
+    stats.smallest_chunk = chunk_size
     source = iter(actions)
-    pending: deque[tuple[BulkAction, str]] = deque()  # sent again before anything new
+    source_done = False
+    tie_break = itertools.count()
+    resend: deque[tuple[BulkAction, str]] = deque()  # a failed request's actions, sent again first
+    later: list[tuple[float, int, BulkAction, str]] = []  # heap of (due time, tie-break, ...) for rejected actions
     failed_requests = acknowledged = 0
+    size_now = chunk_size
+
+    def shrink() -> None:
+        nonlocal size_now
+        size_now = max(min(MIN_CHUNK, chunk_size), size_now // 2)
+        stats.smallest_chunk = min(stats.smallest_chunk, size_now)
+
     while True:
         chunk: list[tuple[BulkAction, str]] = []
         size = 0
-        while len(chunk) < chunk_size and size < max_bytes:
-            if pending:
-                item = pending.popleft()
-            else:
+        now = time.monotonic()
+        while len(chunk) < size_now and size < max_bytes:
+            if resend:
+                item = resend.popleft()
+            elif later and later[0][0] <= now:
+                item = heapq.heappop(later)[2:]
+            elif not source_done:
                 action = next(source, None)
                 if action is None:
+                    source_done = True
                     break
                 item = (action, action.ndjson(index))
+            else:
+                break
             chunk.append(item)
             size += len(item[1])
         if not chunk:
-            return
+            if not later:
+                return
+            pause = max(0.0, later[0][0] - time.monotonic())  # only rejected actions are left: wait for the first
+            stats.wait_seconds += pause
+            time.sleep(pause)
+            continue
+        stats.requests += 1
         try:
             response = transport.request("POST", f"/{index}/_bulk", "".join(text for _, text in chunk),
                                          {"filter_path": BULK_FILTER}, ndjson=True, timeout=timeout)
@@ -119,26 +211,44 @@ def write_bulk(transport: Transport, index: str, actions: Iterable[BulkAction], 
                     f"retries ({failure.status or failure.detail}). {acknowledged} operations were acknowledged "
                     f"before that. Ids are stable: re-run the same ingest once the cluster is back to resume without "
                     f"duplicates") from failure
-            delay = retry.delay(failed_requests)
-            logger.warning("bulk request to %s failed (%s); retry %d/%d in %.1f s", index,
-                           failure.status or failure.detail, failed_requests, retry.max_retries, delay)
-            pending.extendleft(reversed(chunk))
+            if failure.status == 429:
+                stats.throttled += 1
+                shrink()
+            delay = retry.delay(failed_requests, failure.retry_after)
+            # 429s are counted in the report; a node that does not answer is worth a line at once
+            logger.log(logging.INFO if failure.status == 429 else logging.WARNING,
+                       "bulk request to %s failed (%s); retry %d/%d in %.1f s", index,
+                       failure.status or failure.detail, failed_requests, retry.max_retries, delay)
+            stats.retried_requests += 1
+            stats.wait_seconds += delay
+            resend.extendleft(reversed(chunk))
             time.sleep(delay)
             continue
         failed_requests = 0
-        wait = 0.0
+        throttled = 0
         for (action, text), item in zip(chunk, response.get("items", [])):
             op = next(iter(item.values()))
             status = int(op.get("status") or 0)
             if 200 <= status < 300 or (action.op == "delete" and status == 404):
                 acknowledged += 1
                 yield BulkOutcome(action, True, op.get("result"), status)
+            elif status == 409 and action.version is not None and _error_type(op) == VERSION_CONFLICT:
+                acknowledged += 1
+                yield BulkOutcome(action, True, "superseded", status)
             elif (status == 429 or status >= 500) and action.attempts < retry.max_retries:
+                throttled += status == 429
+                stats.throttled += status == 429
                 action.attempts += 1
-                pending.append((action, text))
-                wait = max(wait, retry.delay(action.attempts))
+                stats.retried_actions += 1
+                heapq.heappush(later, (time.monotonic() + retry.delay(action.attempts), next(tie_break), action, text))
             else:
                 yield BulkOutcome(action, False, None, status, reason({"error": op.get("error")}) or f"status {status}")
-        if wait:
-            logger.info("%d actions answered 429/5xx; sending them again in %.1f s", len(pending), wait)
-            time.sleep(wait)
+        if throttled * 2 >= len(chunk):  # the cluster turned away half the request or more
+            shrink()
+        elif size_now < chunk_size:
+            size_now = min(chunk_size, size_now * 2)
+
+
+def _error_type(op: dict) -> str | None:
+    error = op.get("error")
+    return error.get("type") if isinstance(error, dict) else None

@@ -14,18 +14,24 @@ the bulk writer's capped backoff (``cluster.bulk``) is the one retry layer.
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from hybrid_qpr.errors import BackendError, ClusterError, ConfigError
 
+logger = logging.getLogger(__name__)
+
 Engine = Literal["opensearch", "elasticsearch"]
 ENGINES: tuple[str, ...] = ("opensearch", "elasticsearch")
 ENGINE_NAMES = {"opensearch": "OpenSearch", "elasticsearch": "Elasticsearch"}
+TOO_MANY_CLAUSES = {"too_many_clauses", "too_many_nested_clauses"}  # Lucene's maxClauseCount, as each engine names it
 PROBE_PATH = "/_cluster/health"  # the Maven Central Elasticsearch has no rest-root: GET / answers 405
 
 
@@ -110,6 +116,10 @@ def resolve_options(engine: Engine, url: str | None = None, *, username: str | N
         raise ConfigError(f"{name}: give either --api-key or --user/--password, not both")
     if timeout <= 0:
         raise ConfigError(f"timeout={timeout}: must be > 0 seconds")
+    if parts.scheme == "http" and (username is not None or api_key):
+        logger.warning("%s at %s: %s sent over plain http, readable by anyone on the network path. Fix: use an "
+                       "https:// URL (TLS) for a node that needs credentials", name, redact(url),
+                       "the API key is" if api_key else "the password is")
     return ConnectionOptions(engine, url, username, password, api_key or None, ca_certs or None,
                              bool(verify_certs), float(timeout))
 
@@ -127,13 +137,36 @@ def redact(url: str) -> str:
 
 # ---------------------------------------------------------------------- transport and errors
 class HttpFailure(Exception):
-    """A request that got no answer (``status is None``) or a non-2xx answer."""
+    """A request that got no answer (``status is None``) or a non-2xx answer; ``headers`` are
+    the answer's (lower-case names), when the client library gives them."""
 
-    def __init__(self, status: int | None, body: Any, detail: str = ""):
+    def __init__(self, status: int | None, body: Any, detail: str = "", headers: Mapping[str, str] | None = None,
+                 cause: Literal["", "tls", "timeout", "foreign"] = ""):
         self.status = status
         self.body = body
         self.detail = detail
+        self.headers = {k.lower(): v for k, v in (headers or {}).items()}
+        # what went wrong when it was not an engine's error answer: a TLS handshake, a timeout,
+        # or an answer that is not the engine's (another kind of server at the URL)
+        self.cause = cause
         super().__init__(f"{status}: {reason(body) or detail}")
+
+    @property
+    def foreign(self) -> bool:
+        """The answer is not a search engine's: the client could not read it as one, or a
+        non-5xx error came as HTML or text (a web server or proxy at the URL, not the node)."""
+        if self.cause == "foreign":
+            return True
+        content_type = self.headers.get("content-type", "")
+        # 401/403 come from a security layer, whose body need not be JSON: OpenSearch's security
+        # plugin answers a refused login with text/plain "Unauthorized"
+        return self.status is not None and self.status not in (401, 403, 429) and self.status < 500 \
+            and bool(content_type) and "json" not in content_type
+
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds the server asked to wait (``Retry-After``: delay-seconds or an HTTP date), or None."""
+        return parse_retry_after(self.headers.get("retry-after"))
 
     @property
     def error_type(self) -> str | None:
@@ -142,7 +175,10 @@ class HttpFailure(Exception):
 
     @property
     def retryable(self) -> bool:
-        """No answer, too many requests, or a server-side failure: worth sending again."""
+        """No answer, too many requests, or a server-side failure: worth sending again (not a
+        failed TLS handshake or another kind of server: those stay as they are)."""
+        if self.cause in ("tls", "foreign"):
+            return False
         return self.status is None or self.status == 429 or self.status >= 500
 
 
@@ -175,6 +211,23 @@ class Transport:
             raise
 
 
+def parse_retry_after(value: str | None) -> float | None:
+    """``Retry-After`` (RFC 9110 section 10.2.3) as seconds from now: ``"3"`` -> 3.0, an HTTP
+    date -> the seconds until it (0 if past); None when absent or unreadable."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+
+
 def error_type(body: Any) -> str | None:
     if isinstance(body, dict):
         error = body.get("error")
@@ -182,6 +235,21 @@ def error_type(body: Any) -> str | None:
             root = (error.get("root_cause") or [error])[0]
             return root.get("type") or error.get("type")
     return None
+
+
+def error_types(body: Any) -> set[str]:
+    """Every ``type`` anywhere in an error body (root causes, shard failures, ``caused_by`` chains)."""
+    found: set[str] = set()
+    stack = [body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("type"), str):
+                found.add(node["type"])
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
 
 
 def reason(body: Any) -> str:
@@ -203,10 +271,24 @@ def missing_index(what: str, index: str, engine: str) -> BackendError:
                         f"'hybrid-qpr ingest FILE --{engine} [URL] --index {index}'")
 
 
-def error_for(failure: HttpFailure, what: str, engine: Engine, index: str | None = None) -> BackendError:
+def error_for(failure: HttpFailure, what: str, engine: Engine, index: str | None = None) -> BackendError | ConfigError:
     """The hybrid-qpr error for ``failure``, chosen by HTTP status and error type."""
     name = ENGINE_NAMES[engine]
     status = failure.status
+    flag = "--elasticsearch" if engine == "elasticsearch" else "--opensearch"
+    if failure.cause == "tls":
+        return ClusterError(f"{what}: the TLS handshake with {name} failed ({failure.detail}). If the node serves plain "
+                            f"HTTP, use an http:// URL; if it uses TLS with its own CA, give --ca-certs CA.pem")
+    if failure.foreign:
+        content_type = failure.headers.get("content-type")
+        answer = (f"answered {status} with {content_type}" if content_type
+                  else f"answered with something else ({' '.join(failure.detail.split())[:120]})")
+        return ClusterError(f"{what}: the server is not {name}: it {answer}. "
+                            f"Fix: point {flag} at the node's HTTP address (the local node's is shown by "
+                            f"'hybrid-qpr cluster status" + (" --engine elasticsearch'" if engine == "elasticsearch" else "'") + ")")
+    if status is None and failure.cause == "timeout":
+        return ClusterError(f"{what}: {name} did not answer in time ({failure.detail}). The node may be overloaded; "
+                            "raise --timeout or retry later")
     if status is None:
         return ClusterError(f"{what}: cannot reach {name} ({failure.detail}). Is the node running? Start one with "
                             f"'hybrid-qpr cluster start" + (" --engine elasticsearch'" if engine == "elasticsearch" else "'"))
@@ -220,6 +302,10 @@ def error_for(failure: HttpFailure, what: str, engine: Engine, index: str | None
         return missing_index(what, index, engine)
     if status == 404:
         return BackendError(f"{what}: not found ({reason(failure.body)})")
+    if status == 400 and TOO_MANY_CLAUSES & error_types(failure.body):
+        return ConfigError(f"{what}: the query has more terms than {name} allows in one query ({reason(failure.body)}; "
+                           "the cluster setting indices.query.bool.max_clause_count). Fix: shorten the query to the "
+                           "question itself")
     if status == 429 or status >= 500:
         return ClusterError(f"{what}: {name} answered {status} ({reason(failure.body)}); the cluster is overloaded "
                             "or failing - retry later")
