@@ -189,6 +189,19 @@ def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
         vectors = searcher.encoder.encode(texts[start:start + batch_size])
         for qid, text, vector in zip(qids[start:start + batch_size], texts[start:start + batch_size], vectors):
             cands[qid] = searcher.candidates(text, vector, depth, own.get(qid))
+    return tune_candidates(cands, qrels, methods=methods, alphas=alphas, depth=depth, retrieve=retrieve, task=task)
+
+
+def tune_candidates(cands: Mapping[str, Any], qrels: Mapping[str, Mapping[str, int]], *,
+                    methods: Sequence[str] = FUSION_METHODS, alphas: Sequence[float] = ALPHAS, depth: int = 100,
+                    retrieve: int | None = None, task: str = "paraphrase") -> TuneResult:
+    """The grid search of :func:`tune` on candidate lists already fetched (query id ->
+    ``hybrid_qpr.search.Candidates`` of ``depth`` hits each), e.g. by a batched benchmark."""
+    from hybrid_qpr.search import HybridSearcher
+
+    spec = get_task(task)
+    retrieve = spec.retrieve if retrieve is None else retrieve
+    qids = list(cands)
 
     def score(run: dict[str, list[str]]) -> float:
         return spec.score(run, qrels)[spec.main_metric]
@@ -202,7 +215,7 @@ def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
     grid = []
     best: tuple[float, str, float] | None = None
     for method, alpha in grid_points:
-        run = {q: [f.id for f in searcher.fuse(c, method=method, alpha=alpha, depth=depth, top_k=retrieve)]
+        run = {q: [f.id for f in HybridSearcher.fuse(c, method=method, alpha=alpha, depth=depth, top_k=retrieve)]
                for q, c in cands.items()}
         value = score(run)
         grid.append({"fusion": method, "alpha": alpha, spec.main_metric: value})
