@@ -18,10 +18,12 @@ encoder (the MSEM flow of ``HybridSearcher``). Metrics: retrieve 20, own id drop
 ``--fuse3 A,B`` also tunes a three-list fusion (BM25, encoder A, encoder B) with the same
 methods and a 0.1 weight grid on the simplex, and evaluates its winner on test.
 
-Encode speed: corpus questions/s in batches of 512 (onnxruntime, ``--threads``) and the p50 of
-300 single-question encodes; measured on whatever else the machine runs (say so when quoting).
-Vectors are cached under ``--cache`` (keyed by the corpus and the model fingerprint), with the
-speed measured when they were made.
+Encode speed: questions/s over the first 3,000 corpus questions in batches of 512
+(onnxruntime, ``--threads``) and the p50 of 300 single-question encodes; measured on whatever
+else the machine runs (say so when quoting). Vectors are cached under ``--cache`` (keyed by
+the corpus and the model fingerprint) with that speed; vectors the model already made are
+reused instead of encoding again (those stored in IDX when it was built with the same model,
+and ``--teacher-cache``).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from hybrid_qpr.types import Hit
 
 TASK = get_task("paraphrase")
 RETRIEVE = TASK.retrieve
+SPEED_SAMPLE = 3000  # corpus questions encoded in batches of 512 to measure throughput
 
 
 def corpus_key(ids: list[str], texts: list[str]) -> str:
@@ -75,32 +78,71 @@ def teacher_rows(enc: Encoder, spec: str | None) -> dict[str, np.ndarray]:
     return dict(zip(texts, rows))
 
 
+def index_rows(enc: Encoder, index, ids: list[str], texts: list[str]) -> dict[str, np.ndarray]:
+    """text -> vector stored in the local index, when the index was built with this very model."""
+    if index.manifest["model"]["fingerprint"] != enc.fingerprint:
+        return {}
+    text_of = dict(zip(ids, texts))
+    known = {}
+    for seg in index.segments:
+        for doc_id, pos in seg.lookup(ids):
+            known[text_of[doc_id]] = np.asarray(seg.vectors[pos], dtype=np.float32)
+    return known
+
+
+_worker_encoder: Encoder | None = None
+
+
+def _load_worker(model_dir: str, threads: int) -> None:
+    global _worker_encoder
+    _worker_encoder = Encoder.load(model_dir, threads=threads)
+
+
+def _encode_in_worker(texts: list[str]) -> np.ndarray:
+    assert _worker_encoder is not None
+    return np.asarray(_worker_encoder.encode(texts, batch_size=512), dtype=np.float32)
+
+
+def encode_all(enc: Encoder, texts: list[str], workers: int, threads: int) -> np.ndarray:
+    """``enc.encode`` of ``texts``, split over ``workers`` processes when there are many."""
+    if workers <= 1 or len(texts) < 10_000:
+        return np.asarray(enc.encode(texts, batch_size=512), dtype=np.float32)
+    from concurrent.futures import ProcessPoolExecutor
+
+    step = 4096
+    with ProcessPoolExecutor(workers, initializer=_load_worker, initargs=(str(enc.model_dir), threads)) as pool:
+        parts = list(pool.map(_encode_in_worker, [texts[i:i + step] for i in range(0, len(texts), step)]))
+    return np.concatenate(parts)
+
+
 def encoded_corpus(enc: Encoder, ids: list[str], texts: list[str], cache: Path,
-                   known: dict[str, np.ndarray]) -> tuple[np.ndarray, dict]:
+                   known: dict[str, np.ndarray], workers: int = 1, threads: int = 1) -> tuple[np.ndarray, dict]:
     """Corpus vectors (cached) and the speed measured when they were made; texts in ``known``
-    are not encoded again."""
+    (vectors the model already made: in the index, as a distillation teacher) are not
+    encoded again."""
     path = cache / f"{corpus_key(ids, texts)}-{enc.fingerprint}.npy"
     meta_path = path.with_suffix(".json")
     if path.is_file() and meta_path.is_file():
         return np.load(path), json.loads(meta_path.read_text())
     cache.mkdir(parents=True, exist_ok=True)
     todo = [i for i, text in enumerate(texts) if text not in known]
-    t0 = time.perf_counter()
-    fresh = np.asarray(enc.encode([texts[i] for i in todo], batch_size=512), dtype=np.float32)
-    seconds = time.perf_counter() - t0
     vectors = np.zeros((len(texts), int(enc.dim)), dtype=np.float32)
-    vectors[todo] = fresh
+    if todo:
+        vectors[todo] = encode_all(enc, [texts[i] for i in todo], workers, threads)
     for i, text in enumerate(texts):
         if text in known:
             vectors[i] = known[text]
+    sample = texts[:SPEED_SAMPLE]
+    t0 = time.perf_counter()
+    enc.encode(sample, batch_size=512)
+    seconds = time.perf_counter() - t0
     single = []
     for text in texts[:300]:
         t = time.perf_counter()
         enc.encode([text])
         single.append(time.perf_counter() - t)
-    meta = {"corpus": len(texts), "encoded": len(todo), "from_teacher_cache": len(texts) - len(todo),
-            "encode_seconds": round(seconds, 1),
-            "encode_questions_per_s": round(len(todo) / seconds, 1) if todo else None,
+    meta = {"corpus": len(texts), "encoded": len(todo), "reused": len(texts) - len(todo),
+            "encode_questions_per_s": round(len(sample) / seconds, 1), "speed_sample": len(sample),
             "single_query_ms_p50": round(latency_summary(single)["p50_ms"], 3)}
     tmp = path.with_suffix(".tmp.npy")
     np.save(tmp, vectors)
@@ -135,6 +177,16 @@ def score(run: dict[str, list[str]], qrels) -> dict[str, float]:
     return {k: round(v, 4) for k, v in TASK.score(run, qrels).items()}
 
 
+def corpus_subset(corpus: dict[str, str], queries: dict[str, str], qrels, size: int) -> dict[str, str]:
+    """The queries, their judged documents, and a seeded random sample of the others up to ``size``."""
+    import random
+
+    keep = set(queries) | {doc for q in queries for doc in qrels.get(q, {})}
+    others = sorted(set(corpus) - keep)
+    keep |= set(random.Random(13).sample(others, max(0, min(len(others), size - len(keep)))))
+    return {doc_id: text for doc_id, text in corpus.items() if doc_id in keep}
+
+
 def simplex(n: int, steps: int = 10) -> list[tuple[float, ...]]:
     return [tuple(c / steps for c in combo) for combo in itertools.product(range(steps + 1), repeat=n)
             if sum(combo) == steps]
@@ -157,7 +209,11 @@ def main() -> None:
                     help="NAME=CORPUS:CACHE_DIR: reuse encoder NAME's distillation teacher vectors of CORPUS")
     ap.add_argument("--cache", required=True, help="directory for cached corpus vectors")
     ap.add_argument("--val-queries", type=int, default=5000)
+    ap.add_argument("--test-queries", type=int, default=None, help="seeded sample of test queries [default: all]")
+    ap.add_argument("--max-corpus", type=int, default=None,
+                    help="evaluate on a corpus SUBSET of this size (for slow encoders; not the full-corpus protocol)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=1, help="processes encoding the corpus (speed is measured in one)")
     ap.add_argument("--fuse3", default=None, help="A,B: also tune BM25 + encoder A + encoder B")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
@@ -167,15 +223,23 @@ def main() -> None:
     corpus, test_queries, test_qrels = load_beir(f"{args.dataset}/beir", "test")
     _, val_all, val_qrels = load_beir(f"{args.dataset}/beir", "val")
     val_queries = sample_queries(val_all, val_qrels, args.val_queries)
-    test_queries = sample_queries(test_queries, test_qrels, None)
+    test_queries = sample_queries(test_queries, test_qrels, args.test_queries)
+    protocol = "exact kNN, fusion tuned on val, retrieve 20, own id dropped"
+    fetch = DEFAULT_DEPTH
+    if args.max_corpus:
+        corpus = corpus_subset(corpus, {**val_queries, **test_queries}, {**val_qrels, **test_qrels}, args.max_corpus)
+        fetch = 1000  # BM25 of the full index, cut to the subset: fetch deep enough to keep 100
+        protocol += (f"; SUBSET: {len(corpus):,} corpus questions (the sampled queries, their paraphrases, random others); "
+                     "BM25 statistics of the full corpus")
     ids, texts = list(corpus), list(corpus.values())
     row_of = {doc_id: i for i, doc_id in enumerate(ids)}
     index = LocalIndex.open(args.index)
     t0 = time.perf_counter()
-    bm25 = {q: index.bm25(text, DEFAULT_DEPTH) for q, text in {**val_queries, **test_queries}.items()}
+    bm25 = {q: [h for h in index.bm25(text, fetch) if h.id in row_of][:DEFAULT_DEPTH]
+            for q, text in {**val_queries, **test_queries}.items()}
     bm25_seconds = time.perf_counter() - t0
     result = {"dataset": repo_relative(args.dataset), "corpus": len(ids), "test_queries": len(test_queries),
-              "val_queries": len(val_queries), "protocol": "exact kNN, fusion tuned on val, retrieve 20, own id dropped",
+              "val_queries": len(val_queries), "protocol": protocol,
               "bm25": {"test": score({q: [h.id for h in bm25[q][:RETRIEVE]] for q in test_queries}, test_qrels),
                        "queries_per_s": round(len(bm25) / bm25_seconds, 1)},
               "encoders": {}}
@@ -184,7 +248,8 @@ def main() -> None:
         name, model_dir = spec.split("=", 1)
         enc = Encoder.load(model_dir, threads=args.threads)
         reuse = dict(item.split("=", 1) for item in args.teacher_cache).get(name)
-        vectors, speed = encoded_corpus(enc, ids, texts, Path(args.cache), teacher_rows(enc, reuse))
+        known = {**teacher_rows(enc, reuse), **index_rows(enc, index, ids, texts)}
+        vectors, speed = encoded_corpus(enc, ids, texts, Path(args.cache), known, args.workers, args.threads)
         qids = list(val_queries) + list(test_queries)
         knn = dict(zip(qids, knn_lists(np.array([row_of[q] for q in qids]), vectors, ids, enc.distance, DEFAULT_DEPTH)))
         knn_by_encoder[name] = knn
