@@ -215,6 +215,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--workers", type=int, default=1, help="processes encoding the corpus (speed is measured in one)")
     ap.add_argument("--fuse3", default=None, help="A,B: also tune BM25 + encoder A + encoder B")
+    ap.add_argument("--fuse3-val-queries", type=int, default=1000,
+                    help="val queries the three-list grid (4 methods x 66 weight triples) is tuned on")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
 
@@ -273,21 +275,31 @@ def main() -> None:
             "test": {mode: score(run, test_qrels) for mode, run in runs.items()},
         }
         print(json.dumps({name: result["encoders"][name]}, indent=1), flush=True)
+        write(result, args.out)  # after every encoder: a long run leaves usable partial results
     if args.fuse3:
         first, second = args.fuse3.split(",")
         lists = {q: [bm25[q], knn_by_encoder[first][q], knn_by_encoder[second][q]] for q in {**val_queries, **test_queries}}
         grid = []
+        tune_on = dict(list(val_queries.items())[: args.fuse3_val_queries])
         for method in FUSION_METHODS:
             for weights in simplex(3):
-                run = {q: fuse_lists(lists[q], method, weights, DEFAULT_DEPTH) for q in val_queries}
+                run = {q: fuse_lists(lists[q], method, weights, DEFAULT_DEPTH) for q in tune_on}
                 grid.append((TASK.score(run, val_qrels)["MRR@20"], method, weights))
         best_val, method, weights = max(grid, key=lambda g: g[0])
         run = {q: fuse_lists(lists[q], method, weights, DEFAULT_DEPTH) for q in test_queries}
         result["fuse3"] = {"lists": ["bm25", first, second], "fusion": method, "weights": list(weights),
+                           "tuned_on_val_queries": len(tune_on),
                            "val_mrr@20": round(best_val, 4), "test": score(run, test_qrels)}
         print(json.dumps({"fuse3": result["fuse3"]}, indent=1), flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    write(result, args.out)
+
+
+def write(result: dict, out: str) -> None:
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2) + "\n")
+    tmp.replace(path)
 
 
 if __name__ == "__main__":

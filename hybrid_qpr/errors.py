@@ -53,6 +53,8 @@ OPTIONAL_PACKAGES: dict[str, tuple[str, str | None]] = {
     "elasticsearch": ("elasticsearch", None),
     "rank_bm25": ("rank-bm25", "bench"),
     "matplotlib": ("matplotlib", "report"),
+    "cryptography": ("cryptography", "secure"),
+    "bcrypt": ("bcrypt", "secure"),
 }
 
 

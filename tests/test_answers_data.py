@@ -169,3 +169,19 @@ def test_cli_from_answers_and_from_squad(tmp_path):
     assert result.exit_code == 0, result.output
     result = CliRunner().invoke(cli, ["dataset", "from-answers", str(tmp_path / "missing.tsv"), "--out", str(tmp_path / "m")])
     assert result.exit_code == 1 and "missing.tsv: file not found" in result.output
+
+
+def test_dataset_stats_reads_answer_datasets_and_notices_edits(tmp_path):
+    src = tmp_path / "dev.tsv"
+    src.write_text(ANSWERS_TSV, encoding="utf-8")
+    build_answer_selection(src, tmp_path / "a", split_name="val")
+    result = CliRunner().invoke(cli, ["dataset", "stats", str(tmp_path / "a"), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["format"] == "hybrid-qpr-answers" and report["counts"]["val"]["queries"] == 2
+    val = tmp_path / "a" / "val.jsonl"
+    val.write_text(val.read_text(encoding="utf-8").splitlines()[0] + "\n", encoding="utf-8")  # keep one question
+    result = CliRunner().invoke(cli, ["dataset", "stats", str(tmp_path / "a")])
+    assert result.exit_code == 0, result.output
+    assert "modified since the build: val.jsonl" in result.output
+    assert json.loads(CliRunner().invoke(cli, ["dataset", "stats", str(tmp_path / "a"), "--json"]).output)["counts"]["val"]["questions"] == 1

@@ -138,3 +138,38 @@ def test_evaluate_and_tune_answer_selection_cli(tmp_path, committed_encoder):
     # with the per-query filter every query ranks only its own 3 candidates: MAP >= 1/3 always
     assert min(r["metrics"]["MAP"] for r in report["results"].values()) >= 1 / 3
     assert "| mode | MAP | MRR |" in (tmp_path / "rep" / "report.md").read_text()
+
+
+class _FixedLists:
+    """A searcher whose first-stage lists are given (the tuner only fuses them)."""
+
+    def __init__(self, lists):
+        import numpy as np
+
+        from hybrid_qpr.search import Candidates, HybridSearcher
+        from hybrid_qpr.types import Hit
+
+        self.fuse = HybridSearcher.fuse
+        self.lists = {q: Candidates([Hit(d, s) for d, s in bm25], [Hit(d, s) for d, s in knn]) for q, (bm25, knn) in lists.items()}
+        self.encoder = type("E", (), {"encode": staticmethod(lambda texts: np.zeros((len(texts), 2), np.float32))})()
+
+    def candidates(self, text, vector, depth, filters):
+        return self.lists[text]
+
+
+def test_tuned_hybrid_never_trades_mrr_for_map():
+    """l2/0.5 has the best MAP (0.625 against kNN's 0.583) but a lower MRR (0.625 against
+    0.667): answer selection guards both metrics, so the tuner keeps kNN's ranking instead."""
+    from hybrid_qpr.evaluation.evaluator import tune
+
+    lists = {"q1": ([("a", 5.62), ("c", 4.25), ("e", 3.96), ("b", 2.2), ("d", 1.53)],
+                    [("a", 0.989), ("c", 0.857), ("d", 0.783), ("e", 0.662), ("b", 0.558)]),
+             "q2": ([("c", 5.28), ("e", 4.17), ("b", 3.53), ("d", 2.26), ("a", 1.24)],
+                    [("c", 0.968), ("a", 0.89), ("b", 0.766), ("d", 0.666), ("e", 0.567)])}
+    qrels = {"q1": {"d": 1}, "q2": {"c": 1, "b": 1}}
+    result = tune(_FixedLists(lists), {"q1": "q1", "q2": "q2"}, qrels, task="answer-selection", methods=("l2",),
+                  alphas=(0.5,))
+    by_point = {(g["fusion"], g["alpha"]): g for g in result.grid}
+    assert by_point[("l2", 0.5)]["MAP"] == pytest.approx(0.625) and not by_point[("l2", 0.5)]["allowed"]
+    assert by_point[("rrf", 1.0)]["MRR"] == pytest.approx(2 / 3)
+    assert (result.fusion, result.alpha) == ("rrf", 1.0) and result.mrr == pytest.approx(0.5833, abs=1e-4)

@@ -90,3 +90,70 @@ def test_dev_map_ranks_each_question_candidates():
     swapped = [AnswerRecord(r.id, r.question, r.group, r.negatives[:1], r.positives + r.negatives[1:]) for r in records]
     # now the right answer (a 'wrong' text) ranks 2nd or 3rd: AP = 1/2 or 1/3
     assert dev_map(_BagEncoder(), swapped) < 0.6
+
+
+def test_answer_losses_come_from_the_one_registry():
+    from hybrid_qpr.model.losses import ANSWER_LOSSES, build_loss as registry_build
+    from hybrid_qpr.training.asbert import AsbertSettings, build_loss
+
+    assert ANSWER_LOSSES == ("triplet-negatives", "siamese-negatives", "sdml-negatives")
+    assert isinstance(registry_build("triplet-negatives", margin=0.7, negatives="semi-hard"), TripletNegativesLoss)
+    assert isinstance(registry_build("sdml-negatives", epsilon=0.1), SDMLNegativesLoss)
+    for kind, cls in (("triplet", TripletNegativesLoss), ("siamese", SiameseNegativesLoss), ("sdml", SDMLNegativesLoss)):
+        assert type(build_loss(AsbertSettings(loss=kind))) is cls
+    triplet = build_loss(AsbertSettings(loss="triplet", margin=0.7, negatives="semi-hard"))
+    assert (triplet.margin, triplet.negatives) == (0.7, "semi-hard")
+
+
+# Questions whose labelled wrong candidates repeat the question's words while the correct
+# sentence does not: MiniLM starts below a perfect MAP, and training on them can fix that.
+_TINY_TSV = "qid\tquestion\tsentence\tlabel\n" + "".join(
+    f"t{i}\t{q}\t{good}\t1\nt{i}\t{q}\t{bad1}\t0\nt{i}\t{q}\t{bad2}\t0\n" for i, (q, good, bad1, bad2) in enumerate([
+        ("who painted the mona lisa", "leonardo da vinci made it around 1503 .", "the mona lisa hangs in the louvre .",
+         "who painted copies of the mona lisa is unknown ."),
+        ("how tall is mount everest", "it rises 8,849 metres above sea level .", "mount everest is in the himalaya .",
+         "how tall mount everest looks depends on the weather ."),
+        ("when did the titanic sink", "the liner went down in april 1912 .", "the titanic was built in belfast .",
+         "when the titanic sank is shown in many films ."),
+        ("what is the capital of australia", "canberra hosts the federal government .",
+         "australia is the capital of sport , fans say .", "the capital of australia's largest state is sydney ."),
+        ("who wrote pride and prejudice", "jane austen published it in 1813 .", "pride and prejudice is a novel .",
+         "who wrote the sequels to pride and prejudice varies ."),
+        ("how many legs does a spider have", "eight , unlike the six of insects .", "a spider is not an insect .",
+         "how many legs a spider has lost does not stop it ."),
+    ]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss", ["triplet", "siamese", "sdml"])
+def test_tiny_asbert_run_lowers_the_loss(tmp_path, loss):
+    from hybrid_qpr.data.answer_dataset import build_answer_selection, read_answer_records
+    from hybrid_qpr.model.transformer import TransformerEmbedder
+    from hybrid_qpr.training.asbert import AsbertSettings, build_loss, draw_batch, train_asbert
+
+    src = tmp_path / "tiny.tsv"
+    src.write_text(_TINY_TSV, encoding="utf-8")
+    build_answer_selection(src, tmp_path / "train", split_name="train")
+    build_answer_selection(src, tmp_path / "dev", split_name="val")
+    settings = AsbertSettings(loss=loss, max_length=16, batch_size=6, negatives_per_question=2, steps=6, lr=1e-4,
+                              warmup=0.0, eval_every=6, patience=5, seed=1)
+    records = [r for r in read_answer_records(tmp_path / "train", "train") if r.positives]
+    questions, positives, negatives, owner = draw_batch(records, settings, 0)
+    loss_fn = build_loss(settings)
+
+    def held_loss(model) -> float:
+        with torch.no_grad():
+            v = model.encode(questions + positives + negatives)
+            n = len(questions)
+            return float(loss_fn(v[:n], v[n:2 * n], v[2 * n:], torch.as_tensor(owner)))
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model trains faster on one thread than on two contended ones
+    try:
+        before = held_loss(TransformerEmbedder.from_dir(max_length=16, normalize=settings.normalized))
+        report = train_asbert([tmp_path / "train"], tmp_path / "dev", tmp_path / "run", settings)
+        after = held_loss(TransformerEmbedder.from_dir(tmp_path / "run" / "model"))
+    finally:
+        torch.set_num_threads(threads)
+    assert report["best_step"] == 6 and report["best_dev_map"] > report["history"][0]["dev_map"], report["history"]
+    assert after < before, (before, after)

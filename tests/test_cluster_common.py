@@ -89,7 +89,7 @@ def test_a_request_refused_for_good_is_not_retried():
 
 @pytest.mark.parametrize("status, body, kind, text", [
     (None, None, ClusterError, "cannot reach Elasticsearch.*--engine elasticsearch"),
-    (401, {"error": "x"}, ClusterError, "authentication failed"),
+    (401, {"error": "x"}, ClusterError, "refused the credentials"),
     (403, {"error": {"type": "security_exception", "reason": "no"}}, ClusterError, "permission denied"),
     (404, {"error": {"type": "index_not_found_exception", "reason": "no such index"}}, BackendError,
      "index 'q' does not exist; create it with 'hybrid-qpr ingest FILE --elasticsearch"),

@@ -64,7 +64,10 @@ def test_decoders_are_crossed():
 def _toy(n=16, features=12, vocab=30, seed=0):
     g = torch.Generator().manual_seed(seed)
     qf = torch.randn(n, features, generator=g)
-    af = qf + 0.05 * torch.randn(n, features, generator=g)  # aligned answers resemble their questions
+    # aligned answers are a fixed rotation of their questions: related, but not aligned by the
+    # shared initial heads, so the matching term has something to learn
+    rotation = torch.linalg.qr(torch.randn(features, features, generator=g))[0]
+    af = qf @ rotation + 0.05 * torch.randn(n, features, generator=g)
     qt = torch.randint(1, vocab, (n, 6), generator=g)
     qt[:, 4:] = 0
     at = torch.randint(1, vocab, (n, 8), generator=g)
@@ -105,12 +108,62 @@ def test_tiny_training_run_lowers_every_loss(tmp_path, one_thread):
 def test_fit_keeps_the_best_epoch_and_stops_on_patience(one_thread):
     qf, af, qt, at = _toy(n=8)
     model = CrossVAE(12, 30, latent=4, hidden=8, embedding=4, decoder_hidden=8)
-    scores = iter([0.1, 0.5, 0.4, 0.3, 0.2, 0.9])
+    scores = iter([0.1, 0.05, 0.5, 0.4, 0.3, 0.2, 0.9])  # the first is the untrained state (epoch 0)
     result = fit(model, qf, af, qt, at, CrossVAESettings(batch_size=8, epochs=6, patience=2), validate=lambda m: next(scores))
     assert result["best_epoch"] == 2 and result["best_val"] == 0.5 and result["stopped"] == "patience"
-    assert len(result["history"]) == 4
+    assert [row["epoch"] for row in result["history"]] == [0, 1, 2, 3, 4]
+
+
+def test_fit_keeps_the_untrained_state_when_no_epoch_beats_it(one_thread):
+    qf, af, qt, at = _toy(n=8)
+    model = CrossVAE(12, 30, latent=4, hidden=8, embedding=4, decoder_hidden=8)
+    untrained = {k: v.clone() for k, v in model.state_dict().items()}
+    scores = iter([0.6, 0.5, 0.4])
+    result = fit(model, qf, af, qt, at, CrossVAESettings(batch_size=8, epochs=2, patience=5), validate=lambda m: next(scores))
+    assert result["best_epoch"] == 0 and result["best_val"] == 0.6
+    assert all(torch.equal(v, untrained[k]) for k, v in model.state_dict().items())
+
+
+def test_untrained_sides_share_weights_and_keep_the_feature_geometry():
+    """Both heads start equal (as the paper's two encoders start from one pretrained BERT) and,
+    with a latent as wide as the features, an untrained head only rotates them: cosines are kept."""
+    torch.manual_seed(0)
+    model = CrossVAE(feature_dim=6, vocab_size=9, latent=6, hidden=8, embedding=4, decoder_hidden=8)
+    x = torch.randn(5, 6)
+    mu_q, mu_a = model.means(x, "query"), model.means(x, "document")
+    assert torch.allclose(mu_q, mu_a)
+    cos = torch.nn.functional.cosine_similarity
+    assert torch.allclose(cos(mu_q[:, None], mu_q[None], dim=-1), cos(x[:, None], x[None], dim=-1), atol=1e-5)
 
 
 def test_kl_annealing():
     assert [kl_weight(s, 2.0, 4) for s in (0, 2, 4, 10)] == [0.0, 1.0, 2.0, 2.0]
     assert kl_weight(0, 1.0, 0) == 1.0
+
+
+def test_matching_on_means_ignores_the_noise():
+    torch.manual_seed(0)
+    model = CrossVAE(feature_dim=6, vocab_size=9, latent=4, hidden=8, embedding=4, decoder_hidden=8)
+    qf, af = torch.randn(3, 6), torch.randn(3, 6)
+    qt, at = torch.randint(1, 9, (3, 4)), torch.randint(1, 9, (3, 5))
+    noise = (torch.randn(3, 4), torch.randn(3, 4))
+    mu_q, mu_a = model.question_head(qf)[0], model.answer_head(af)[0]
+    at_means = matching_loss(mu_q, mu_a, model.match_weight.abs(), model.match_bias).item()
+    assert model.loss_terms(qf, af, qt, at, noise=noise, match_on_means=True).match.item() == pytest.approx(at_means)
+    assert model.loss_terms(qf, af, qt, at, noise=noise).match.item() != pytest.approx(at_means)
+
+
+def test_fit_resumes_from_its_checkpoint_and_may_train_longer(tmp_path, one_thread):
+    import dataclasses
+
+    from hybrid_qpr.errors import ConfigError
+
+    arrays = _toy(n=8)
+    settings = CrossVAESettings(latent=4, hidden=8, embedding=4, decoder_hidden=8, batch_size=8, epochs=2)
+    first = fit(CrossVAE(12, 30, latent=4, hidden=8, embedding=4, decoder_hidden=8), *arrays, settings, run_dir=tmp_path)
+    longer = dataclasses.replace(settings, epochs=4, max_minutes=5.0)  # budget settings may change
+    resumed = fit(CrossVAE(12, 30, latent=4, hidden=8, embedding=4, decoder_hidden=8), *arrays, longer, run_dir=tmp_path)
+    assert [r["epoch"] for r in resumed["history"]] == [1, 2, 3, 4] and resumed["history"][:2] == first["history"]
+    with pytest.raises(ConfigError, match="other settings"):
+        fit(CrossVAE(12, 30, latent=4, hidden=8, embedding=4, decoder_hidden=8), *arrays,
+            dataclasses.replace(longer, lr=1e-2), run_dir=tmp_path)

@@ -248,3 +248,19 @@ def test_export_cli_cnn_kind_without_run_dir_says_what_is_missing(tmp_path):
 
     result = CliRunner().invoke(cli, ["export", "--out", str(tmp_path / "x"), "--kind", "cnn"])
     assert result.exit_code == 1 and "--kind cnn needs MODEL_DIR: a 'hybrid-qpr train' run directory" in result.output
+
+
+def test_int8_vectors_do_not_depend_on_the_batch(embedder, tmp_path):
+    """Dynamic int8 quantization scales by the whole batch; the encoder runs such a model one
+    text at a time, so a text gets the same vector however it is batched."""
+    from hybrid_qpr.export.transformer import export_transformer
+
+    export_transformer(embedder, tmp_path / "int8", quantize=True)
+    encoder = Encoder.load(tmp_path / "int8")
+    assert encoder.one_text_per_run
+    texts = ["a short one", "a much longer sentence about the weather in the mountains in may", "q?", "x y z"]
+    alone = np.concatenate([encoder.encode([t]) for t in texts])
+    assert np.array_equal(encoder.encode(texts, batch_size=4), alone)
+    assert np.array_equal(encoder.encode(texts[::-1], batch_size=2)[::-1], alone)
+    encoder.one_text_per_run = False  # batched, the same texts get other vectors
+    assert not np.array_equal(encoder.encode(texts, batch_size=4), alone)

@@ -33,8 +33,8 @@ import numpy as np
 
 from hybrid_qpr.backends.base import Capabilities
 from hybrid_qpr.backends.cluster.backend import KNN_CANDIDATES, ClusterBackend
-from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, VECTOR_FIELD, bm25_query, check_shards, filter_clauses,
-                                                load_body)
+from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, TOKENS_FIELD, VECTOR_FIELD, bm25_query, bm25_values,
+                                                check_shards, filter_clauses, load_body)
 from hybrid_qpr.backends.cluster.connection import PROBE_PATH, HttpFailure, Transport, redact, resolve_options, translate
 from hybrid_qpr.distance import check_distance, elasticsearch_similarity
 from hybrid_qpr.errors import require
@@ -118,7 +118,7 @@ def index_body(dim: int, distance: str, fingerprint: str, kind: str, *, shards: 
     return load_body("elasticsearch/index.json", {
         "DIM": int(dim), "DISTANCE": distance, "MODEL_FINGERPRINT": fingerprint, "MODEL_KIND": kind,
         "ES_SIMILARITY": elasticsearch_similarity(distance), "VECTOR_INDEX_TYPE": vector_index_type or VECTOR_INDEX_TYPE,
-        "SHARDS": shards, "REPLICAS": replicas})
+        "SHARDS": shards, "REPLICAS": replicas, **bm25_values()})
 
 
 class ElasticsearchBackend(ClusterBackend):
@@ -126,6 +126,8 @@ class ElasticsearchBackend(ClusterBackend):
 
     engine = "elasticsearch"
     vector_type = "dense_vector"
+    bm25_field = TOKENS_FIELD
+    bm25_analyzer = "whitespace"
     capabilities = Capabilities(batched_bm25_and_knn=True)
 
     transport_class = ElasticsearchTransport
@@ -176,7 +178,7 @@ class ElasticsearchBackend(ClusterBackend):
         docs/elasticsearch.md against client-side fusion, which won; ``search.py`` does not use it."""
         body = self.knn_body(vector, depth, filters)
         body["knn"]["boost"] = float(alpha)
-        query_clause = bm25_query(query, filters)
+        query_clause = bm25_query(query, filters, self.bm25_field)
         query_clause["bool"]["boost"] = float(1.0 - alpha)
         body["query"] = query_clause
         return self._raw_hits(self._search(body, "BM25 + kNN in one search"))

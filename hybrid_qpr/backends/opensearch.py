@@ -34,11 +34,12 @@ import numpy as np
 from hybrid_qpr.backends.base import Capabilities
 from hybrid_qpr.backends.cluster.backend import KNN_CANDIDATES, ClusterBackend
 from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, METADATA_FIELD, TEXT_FIELD, VECTOR_FIELD, bm25_query,
-                                                check_shards, filter_clauses, load_body)
+                                                bm25_values, check_shards, filter_clauses, load_body)
 from hybrid_qpr.backends.cluster.connection import (PROBE_PATH, HttpFailure, Transport, reason, redact,
                                                     resolve_options, translate)
 from hybrid_qpr.distance import check_distance, opensearch_space_type
 from hybrid_qpr.errors import BackendError, ConfigError, require
+from hybrid_qpr.text.tokenizer import TOKEN_PATTERN
 from hybrid_qpr.types import Filters, Hit
 
 logger = logging.getLogger(__name__)
@@ -128,7 +129,8 @@ def index_body(dim: int, distance: str, fingerprint: str, kind: str, engine: str
         logger.warning("engine=%s needs the k-NN native libraries, which the Maven Central build lacks", engine)
     return load_body("opensearch/index.json", {
         "DIM": int(dim), "DISTANCE": distance, "MODEL_FINGERPRINT": fingerprint, "MODEL_KIND": kind,
-        "ENGINE": engine, "SPACE_TYPE": opensearch_space_type(distance), "SHARDS": shards, "REPLICAS": replicas})
+        "ENGINE": engine, "SPACE_TYPE": opensearch_space_type(distance), "SHARDS": shards, "REPLICAS": replicas,
+        **bm25_values(), "TOKEN_PATTERN": TOKEN_PATTERN})
 
 
 def pipeline_name(fusion: str) -> str:
@@ -180,6 +182,7 @@ class OpenSearchBackend(ClusterBackend):
 
     engine = "opensearch"
     vector_type = "knn_vector"
+    bm25_analyzer = "hybrid_qpr_words"
     capabilities = Capabilities(batched_bm25_and_knn=True, server_side_hybrid=True, server_side_rerank=True)
 
     transport_class = OpenSearchTransport
@@ -230,7 +233,7 @@ class OpenSearchBackend(ClusterBackend):
         name of one installed by ``hybrid-qpr search-pipeline install`` or with a pipeline body.
         Filters are applied inside each sub-query (2.19's ``hybrid`` has no top-level filter)."""
         body: dict[str, Any] = {"size": depth, "_source": False, "query": {"hybrid": {"queries": [
-            bm25_query(query, filters), {"knn": {VECTOR_FIELD: self._knn_clause(vector, depth, filters)}}]}}}
+            bm25_query(query, filters, self.bm25_field), {"knn": {VECTOR_FIELD: self._knn_clause(vector, depth, filters)}}]}}}
         params = {}
         if isinstance(pipeline, str):
             self._require_pipeline(pipeline)
@@ -250,7 +253,7 @@ class OpenSearchBackend(ClusterBackend):
     def rerank_server(self, query: str, vector: np.ndarray, depth: int = 30, filters: Filters | None = None) -> list[Hit]:
         """The MSEM flow in one request: BM25 recall of ``depth``, then a ``rescore`` of that
         window with the ``knn_score`` script (BM25 weight 0), so the order is by vector similarity."""
-        body = {"size": depth, "_source": False, "query": bm25_query(query, filters),
+        body = {"size": depth, "_source": False, "query": bm25_query(query, filters, self.bm25_field),
                 "rescore": {"window_size": depth, "query": {
                     "rescore_query": {"script_score": {"query": {"match_all": {}}, "script": self._score_script(vector)}},
                     "query_weight": 0.0, "rescore_query_weight": 1.0}}}

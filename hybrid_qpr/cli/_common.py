@@ -28,6 +28,32 @@ def friendly_errors(func):
     return wrapper
 
 
+def cnn_size_options(*, vocab: int, hash_bins: int, embedding_dim: int, channels: int, dim: int, layers: int,
+                     note: str = ""):
+    """Add the CNN size options (``--vocab --hash-bins --embedding-dim --channels --dim --layers``)
+    with the given defaults: ``train`` defaults to the paper's sizes, ``distill`` to the committed
+    CNN's. ``note`` is appended to each help text (e.g. "ignored with --init")."""
+    suffix = f" ({note})" if note else ""
+    options = [
+        click.option("--vocab", type=int, default=vocab, show_default=True, help="Top-V words" + suffix + "."),
+        click.option("--hash-bins", type=int, default=hash_bins, show_default=True,
+                     help="m hash bins for rare words" + suffix + "."),
+        click.option("--embedding-dim", type=int, default=embedding_dim, show_default=True,
+                     help="Word embedding size" + suffix + "."),
+        click.option("--channels", type=int, default=channels, show_default=True,
+                     help="Convolution channels" + suffix + "."),
+        click.option("--dim", type=int, default=dim, show_default=True, help="Output dimension n" + suffix + "."),
+        click.option("--layers", type=int, default=layers, show_default=True, help="Convolution layers" + suffix + "."),
+    ]
+
+    def decorate(func):
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return decorate
+
+
 from hybrid_qpr.backends.cluster.connection import ENGINE_NAMES  # noqa: E402  (stdlib-only module)
 
 ENGINE_FLAGS = {"opensearch": "--opensearch", "elasticsearch": "--elasticsearch"}

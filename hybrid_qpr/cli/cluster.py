@@ -15,6 +15,9 @@ _ENGINE = click.option("--engine", type=click.Choice(["opensearch", "elasticsear
 _NODES = click.option("--nodes", type=click.IntRange(1, 9), default=None,
                       help="Which deployment: the single node (default) or the N-node OpenSearch cluster.")
 _HOME = click.option("--home", type=click.Path(file_okay=False), default=None, help=_HOME_HELP)
+_SECURE = click.option("--secure", is_flag=True,
+                       help="The secured single node (HTTPS with a generated CA, users, roles): a deployment of "
+                       "its own beside the plain node.")
 
 
 @click.group()
@@ -35,6 +38,7 @@ def cluster() -> None:
       export HYBRID_QPR_OPENSEARCH_URL=$(hybrid-qpr cluster status --url)
       export HYBRID_QPR_ELASTICSEARCH_URL=$(hybrid-qpr cluster status --engine elasticsearch --url)
       hybrid-qpr cluster start --nodes 3                       # a three-node OpenSearch cluster on 9210-9212
+      hybrid-qpr cluster start --engine elasticsearch --secure # HTTPS + users on 9202 (OpenSearch: 2.19.4 on 9203)
       hybrid-qpr cluster stop; hybrid-qpr cluster stop --engine elasticsearch; hybrid-qpr cluster stop --nodes 3
     """
 
@@ -47,13 +51,15 @@ def cluster() -> None:
               help="Number of OpenSearch nodes (HTTP ports PORT..PORT+N-1, transport ports +100); a cluster is a "
               "deployment of its own beside the single node. [default: 1]")
 @_HOME
+@_SECURE
 @click.option("--port", type=int, default=None, help="HTTP port on 127.0.0.1 (of the first node). "
-              "[default: 9200 for OpenSearch, 9201 for Elasticsearch, 9210 for a multi-node cluster]")
+              "[default: 9200 for OpenSearch, 9201 for Elasticsearch, 9210 for a multi-node cluster; "
+              "with --secure 9203 and 9202]")
 @click.option("--heap", default=None, help="JVM heap per node (-Xms and -Xmx), e.g. 1g or 512m. "
-              "[default: 2g for one OpenSearch node, else 512m]")
+              "[default: 2g for one OpenSearch node without --secure, else 512m]")
 @click.option("--timeout", type=float, default=240.0, show_default=True, help="Seconds to wait for green health.")
 @friendly_errors
-def start(engine: str, version: str | None, nodes: int | None, home: str | None, port: int | None,
+def start(engine: str, version: str | None, nodes: int | None, home: str | None, secure: bool, port: int | None,
           heap: str | None, timeout: float) -> None:
     """Install (first time) and start the node(s), then wait for green health.
 
@@ -61,32 +67,44 @@ def start(engine: str, version: str | None, nodes: int | None, home: str | None,
     node just started (cluster name, node name, a per-start token), else it fails. On failure
     the error shows the tail of the node's log. As root, the nodes run as the system user
     'hybridqpr' (created if missing) because neither engine runs as root.
+
+    With --secure: HTTPS with a CA drawn at the first start, basic auth, an admin and a
+    read-only user, and (Elasticsearch) a read-only API key (docs/local-nodes.md); OpenSearch runs 2.19.4, the one version whose security plugin is on
+    Maven Central (no k-NN there). The URL, CA path and generated credentials go to a file of mode
+    0600 whose path is printed; the secrets themselves are never printed.
     """
     from hybrid_qpr.localnode import LocalNode
 
-    node = LocalNode(home, port=port, heap=heap, version=version, engine=engine, nodes=nodes,
+    node = LocalNode(home, port=port, heap=heap, version=version, engine=engine, nodes=nodes, secure=secure,
                      say=lambda message: click.echo(f"[cluster] {message}", err=True))
     timings = node.start(timeout=timeout)
     where = ", ".join(node.urls)
     if timings["already_running"]:
         click.echo(f"{node.dist.label} already running at {where} (pid {node.status().pid})")
-        return
-    kind = "cold start (fetch + install + boot)" if timings["install_s"] > 1 else "warm start"
-    click.echo(f"{node.dist.label} running at {where}: {kind} took {timings['install_s'] + timings['start_s']:.1f} s "
-               f"(install {timings['install_s']:.1f} s, boot to green {timings['start_s']:.1f} s)")
+    else:
+        kind = "cold start (fetch + install + boot)" if timings["install_s"] > 1 else "warm start"
+        click.echo(f"{node.dist.label} running at {where}: {kind} took {timings['install_s'] + timings['start_s']:.1f} s "
+                   f"(install {timings['install_s']:.1f} s, boot to green {timings['start_s']:.1f} s)")
+    if secure:
+        credentials = node.credentials()
+        key = ", a read-only API key" if credentials.api_key else ""
+        click.echo(f"users {credentials.admin_user} (admin) and {credentials.reader_user} (read-only), their "
+                   f"passwords{key} and the CA path: {node.credentials_file} (mode 0600); CA certificate: "
+                   f"{credentials.ca_certs}")
 
 
 @cluster.command()
 @_ENGINE
 @_NODES
 @_HOME
+@_SECURE
 @click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds before SIGKILL.")
 @friendly_errors
-def stop(engine: str, nodes: int | None, home: str | None, timeout: float) -> None:
+def stop(engine: str, nodes: int | None, home: str | None, secure: bool, timeout: float) -> None:
     """Stop the node(s) of ENGINE started by 'cluster start' (only those processes, found by their pid files)."""
     from hybrid_qpr.localnode import LocalNode
 
-    node = LocalNode(home, engine=engine, nodes=nodes)
+    node = LocalNode(home, engine=engine, nodes=nodes, secure=secure)
     click.echo(f"stopped {node.dist.label}" if node.stop(timeout=timeout) else f"no {engine} node running")
 
 
@@ -94,10 +112,11 @@ def stop(engine: str, nodes: int | None, home: str | None, timeout: float) -> No
 @_ENGINE
 @_NODES
 @_HOME
+@_SECURE
 @click.option("--url", "url_only", is_flag=True, help="Print only the URL (exit 1 if the node is not running).")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @friendly_errors
-def status(engine: str, nodes: int | None, home: str | None, url_only: bool, as_json: bool) -> None:
+def status(engine: str, nodes: int | None, home: str | None, secure: bool, url_only: bool, as_json: bool) -> None:
     """Show whether the node(s) run, health, version and plugins.
 
     \b
@@ -109,13 +128,14 @@ def status(engine: str, nodes: int | None, home: str | None, url_only: bool, as_
 
     from hybrid_qpr.localnode import LocalNode
 
-    node = LocalNode(home, engine=engine, nodes=nodes)
+    node = LocalNode(home, engine=engine, nodes=nodes, secure=secure)
     state = node.status(with_plugins=not url_only)
     if url_only:
         if not state.running:
             raise click.ClickException(f"no {engine} node running at {state.url}"
                                        + (f" ({state.problem})" if state.problem else "")
-                                       + f"; start it with 'hybrid-qpr cluster start --engine {engine}'")
+                                       + f"; start it with 'hybrid-qpr cluster start --engine {engine}"
+                                       + (" --secure'" if secure else "'"))
         click.echo(state.url)
     elif as_json:
         click.echo(json.dumps(asdict(state), indent=2))
@@ -124,6 +144,8 @@ def status(engine: str, nodes: int | None, home: str | None, url_only: bool, as_
                    f"version {state.version}, {len(state.nodes)} node(s): "
                    + ", ".join(f"{row['name']} {row['url']} pid {row['pid']}" for row in state.nodes))
         click.echo("plugins: " + (", ".join(state.plugins) or "none"))
+        if state.credentials_file:
+            click.echo(f"credentials (mode 0600): {state.credentials_file}")
     else:
         alive = [row["name"] for row in state.nodes if row["alive"]]
         click.echo(f"{node.dist.label} not running (node directory {state.node_dir})"

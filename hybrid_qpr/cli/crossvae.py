@@ -18,7 +18,7 @@ from hybrid_qpr.cli._common import friendly_errors
 @click.option("--export", "export_dir", type=click.Path(file_okay=False), default=None,
               help="Write the asymmetric ONNX model directory (question and answer sides) here.")
 @click.option("--int8", "quantize", is_flag=True, help="Quantize both exported sides to int8 (dynamic).")
-@click.option("--latent", type=int, default=128, show_default=True, help="Latent dimension (the vector size).")
+@click.option("--latent", type=int, default=384, show_default=True, help="Latent dimension (the vector size; 384 = the MiniLM width).")
 @click.option("--vocab", type=int, default=8000, show_default=True, help="Decoder vocabulary (most frequent training words).")
 @click.option("--decoder-hidden", type=int, default=256, show_default=True, help="GRU size of each decoder.")
 @click.option("--decoder-max-tokens", type=int, default=40, show_default=True, help="Tokens each decoder rebuilds per text.")
@@ -28,13 +28,15 @@ from hybrid_qpr.cli._common import friendly_errors
 @click.option("--beta", type=float, default=1.0, show_default=True, help="KL weight (reached after --kl-warmup steps).")
 @click.option("--kl-warmup", type=int, default=300, show_default=True, help="Steps of linear KL annealing from 0.")
 @click.option("--lam", type=float, default=1.0, show_default=True, help="Weight of the question-answer matching loss.")
+@click.option("--match-on", type=click.Choice(["samples", "means"]), default="samples", show_default=True,
+              help="Score the matching loss on sampled latents (the paper) or on the latent means.")
 @click.option("--patience", type=int, default=4, show_default=True, help="Stop after this many epochs without a better val MRR.")
 @click.option("--max-minutes", type=float, default=None, help="Stop after the epoch that passes this time budget.")
 @click.option("--max-length", type=int, default=128, show_default=True, help="Backbone tokens per text.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @friendly_errors
 def crossvae(datasets, out_dir, val_beir, export_dir, quantize, latent, vocab, decoder_hidden, decoder_max_tokens, epochs, batch_size, lr, beta, kl_warmup, lam,
-             patience, max_minutes, max_length, seed) -> None:
+             match_on, patience, max_minutes, max_length, seed) -> None:
     """Train Cross-VAE (Yu et al. 2020) on the train questions of DATASETS (directories written
     by 'dataset from-squad' or 'from-answers') [needs torch and transformers].
 
@@ -52,6 +54,6 @@ def crossvae(datasets, out_dir, val_beir, export_dir, quantize, latent, vocab, d
 
     settings = CrossVAESettings(latent=latent, vocab=vocab, decoder_hidden=decoder_hidden,
                                 decoder_max_tokens=decoder_max_tokens, epochs=epochs, batch_size=batch_size, lr=lr, beta=beta, kl_warmup=kl_warmup,
-                                lam=lam, patience=patience, max_minutes=max_minutes, max_length=max_length, seed=seed)
+                                lam=lam, match_on_means=match_on == "means", patience=patience, max_minutes=max_minutes, max_length=max_length, seed=seed)
     report = train_crossvae(datasets, out_dir, settings, val_beir=val_beir, export_dir=export_dir, quantize=quantize)
     click.echo(json.dumps({k: v for k, v in report.items() if k != "history"}, indent=2))

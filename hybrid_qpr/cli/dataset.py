@@ -112,15 +112,33 @@ def from_qa_log(log: str, out: str, seed: int, split: str, on_bad_line: str, as_
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of tables.")
 @friendly_errors
 def stats(directory: str, as_json: bool) -> None:
-    """Print the counts of a dataset DIRECTORY written by 'dataset build' or 'from-qa-log'.
+    """Print the counts of a dataset DIRECTORY written by 'dataset build', 'from-qa-log',
+    'from-answers' or 'from-squad' (the kind is read from its manifest).
 
     \b
     Example:
       hybrid-qpr dataset stats data/quora
+      hybrid-qpr dataset stats data/squad
     """
+    from hybrid_qpr.data import answer_dataset
+
+    if _manifest_format(directory) == answer_dataset.FORMAT:
+        _print_answers(answer_dataset.answer_dataset_stats(directory), as_json)
+        return
     from hybrid_qpr.data.dataset import dataset_stats
 
     _print(dataset_stats(directory), as_json)
+
+
+def _manifest_format(directory: str) -> str | None:
+    """The ``format`` of DIRECTORY's manifest.json, or None if it cannot be read (the reader
+    called next then says what is wrong)."""
+    from pathlib import Path
+
+    try:
+        return json.loads((Path(directory) / "manifest.json").read_text(encoding="utf-8")).get("format")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _print(report, as_json: bool) -> None:
@@ -290,3 +308,6 @@ def _print_answers(report, as_json: bool) -> None:
         console.print(f"skipped records ({len(report.skipped)}):")
         for file, where, problem in report.skipped[:_SHOWN_BAD_LINES]:
             console.print(f"  {file}:{where}: {problem}", markup=False)
+    if report.modified:
+        console.print(f"modified since the build: {', '.join(report.modified)} (counts above are read from the files)",
+                      markup=False)

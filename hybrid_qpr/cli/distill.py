@@ -6,7 +6,7 @@ import json
 
 import click
 
-from hybrid_qpr.cli._common import friendly_errors
+from hybrid_qpr.cli._common import cnn_size_options, friendly_errors
 
 
 @click.command()
@@ -27,12 +27,8 @@ from hybrid_qpr.cli._common import friendly_errors
               help="Directory of the cached teacher vectors (keyed by corpus + teacher). [default: RUN/teacher]")
 @click.option("--held-out", type=int, default=2000, show_default=True,
               help="Questions held out for teacher-agreement validation when there is no labelled val split.")
-@click.option("--vocab", type=int, default=30_000, show_default=True, help="Top-V words (ignored with --init).")
-@click.option("--hash-bins", type=int, default=5000, show_default=True, help="m hash bins for rare words (ignored with --init).")
-@click.option("--embedding-dim", type=int, default=128, show_default=True)
-@click.option("--channels", type=int, default=256, show_default=True)
-@click.option("--dim", type=int, default=256, show_default=True, help="Output dimension n.")
-@click.option("--layers", type=int, default=1, show_default=True)
+@cnn_size_options(vocab=30_000, hash_bins=5000, embedding_dim=128, channels=256, dim=256, layers=1,
+                  note="ignored with --init")
 @click.option("--batch-size", type=int, default=512, show_default=True)
 @click.option("--lr", type=float, default=1e-3, show_default=True)
 @click.option("--epochs", type=int, default=30, show_default=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from hybrid_qpr.cli._common import friendly_errors
+from hybrid_qpr.cli._common import cnn_size_options, friendly_errors
 
 
 @click.command()
@@ -25,12 +25,7 @@ from hybrid_qpr.cli._common import friendly_errors
               help="MSEM: smaller clusters are pooled into the 'other' intent class.")
 @click.option("--msem-max-classes", type=int, default=1000, show_default=True,
               help="MSEM: only the largest N clusters get their own intent class.")
-@click.option("--vocab", type=int, default=50_000, show_default=True, help="Top-V words.")
-@click.option("--hash-bins", type=int, default=5000, show_default=True, help="m hash bins for rare words.")
-@click.option("--embedding-dim", type=int, default=300, show_default=True)
-@click.option("--channels", type=int, default=300, show_default=True)
-@click.option("--dim", type=int, default=300, show_default=True, help="Output dimension n.")
-@click.option("--layers", type=int, default=1, show_default=True, help="Convolution layers.")
+@cnn_size_options(vocab=50_000, hash_bins=5000, embedding_dim=300, channels=300, dim=300, layers=1)
 @click.option("--batch-size", type=int, default=512, show_default=True)
 @click.option("--epochs", type=int, default=20, show_default=True)
 @click.option("--patience", type=int, default=3, show_default=True, help="Epochs without val MRR gain before stopping.")

@@ -49,7 +49,8 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, task, filter_field
     best_grid = sorted(result.grid, key=lambda g: -g[metric])[:5]
     click.echo(f"{metric} on {result.queries} {split} queries: bm25 {result.bm25_mrr:.4f}, knn {result.knn_mrr:.4f}")
     for g in best_grid:
-        click.echo(f"  {g['fusion']:<7} alpha={g['alpha']:.1f}  {metric} {g[metric]:.4f}")
+        below = "" if g["allowed"] else "  (not chosen: another metric is below the better single mode)"
+        click.echo(f"  {g['fusion']:<7} alpha={g['alpha']:.1f}  {metric} {g[metric]:.4f}{below}")
     click.echo(f"best: fusion={result.fusion} alpha={result.alpha:.1f} {metric} {result.mrr:.4f} "
                f"({result.mrr - max(result.bm25_mrr, result.knn_mrr):+.4f} vs the better single mode)")
     if not dry_run:

@@ -89,11 +89,12 @@ class AnswerDatasetReport:
     beir: dict[str, int] = field(default_factory=dict)
     files: dict[str, dict] = field(default_factory=dict)
     seconds: float = 0.0
+    modified: list[str] = field(default_factory=list)  # split files changed since the build (stats only)
 
     def manifest(self) -> dict[str, Any]:
         from hybrid_qpr import __version__
 
-        body = {k: v for k, v in self.__dict__.items() if k != "out"}
+        body = {k: v for k, v in self.__dict__.items() if k not in ("out", "modified")}
         return {"format": FORMAT, "format_version": FORMAT_VERSION, "created_by": f"hybrid-qpr {__version__}",
                 "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), **body}
 
@@ -220,13 +221,15 @@ def _unique(ids: list[str], what: str) -> None:
         seen.add(ident)
 
 
+def _split_counts(records: Sequence[AnswerRecord]) -> dict[str, int]:
+    return {"questions": len(records), "with_answer": sum(1 for r in records if r.positives),
+            "positives": sum(len(r.positives) for r in records), "negatives": sum(len(r.negatives) for r in records)}
+
+
 def _write(out, task: Task, built: dict[str, tuple[list[AnswerRecord], EvalItems]], sources, options,
            skipped, started: float) -> AnswerDatasetReport:
     eval_splits = [s for s in ("val", "test") if built[s][1].queries]
-    counts = {s: {"questions": len(built[s][0]), "with_answer": sum(1 for r in built[s][0] if r.positives),
-                  "positives": sum(len(r.positives) for r in built[s][0]),
-                  "negatives": sum(len(r.negatives) for r in built[s][0]),
-                  "corpus": len(built[s][1].corpus) if s in eval_splits else 0,
+    counts = {s: {**_split_counts(built[s][0]), "corpus": len(built[s][1].corpus) if s in eval_splits else 0,
                   "queries": len(built[s][1].queries) if s in eval_splits else 0} for s in SPLITS}
     report = AnswerDatasetReport(str(out), task, sources, options, counts, skipped)
     if skipped:
@@ -261,6 +264,32 @@ def read_answer_records(dataset_dir: str | Path, split: Split) -> list[AnswerRec
             raise InputError(path, line, "question, positives and negatives must be strings")
         records.append(record)
     return records
+
+
+def answer_dataset_stats(dataset_dir: str | Path) -> AnswerDatasetReport:
+    """Read an answer dataset back (``hybrid-qpr dataset stats``): the manifest, with each
+    split's question counts recomputed from its file (so edits after the build show up) and
+    the split files whose sha256 no longer matches the manifest listed in ``modified``."""
+    from hybrid_qpr.artifacts import read_manifest
+
+    dataset_dir = Path(dataset_dir)
+    path = dataset_dir / MANIFEST
+    manifest = read_manifest(path, FORMAT, FORMAT_VERSION, what="hybrid-qpr answer dataset manifest",
+                             missing=f"{path}: not found; is {dataset_dir} a directory written by "
+                                     "'hybrid-qpr dataset from-answers' or 'from-squad'?",
+                             fix="build the dataset again")
+    report = AnswerDatasetReport(str(dataset_dir), manifest.get("task", "answer-selection"), manifest.get("sources", []),
+                                 manifest.get("options", {}), manifest.get("counts", {}), manifest.get("skipped", []),
+                                 manifest.get("beir", {}), manifest.get("files", {}), manifest.get("seconds", 0.0))
+    for split in SPLITS:
+        report.counts[split] = {**report.counts.get(split, {"corpus": 0, "queries": 0}),
+                                **_split_counts(read_answer_records(dataset_dir, split))}
+        name = f"{split}.jsonl"
+        if report.files.get(name, {}).get("sha256") != file_sha256(dataset_dir / name):
+            report.modified.append(name)
+    if report.modified:
+        log.warning("%s: %s changed since the build", dataset_dir, ", ".join(report.modified))
+    return report
 
 
 def answer_dataset_fingerprint(dataset_dir: str | Path) -> str:

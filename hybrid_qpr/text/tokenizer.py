@@ -26,7 +26,9 @@ FORMAT = "hybrid-qpr-word-vocab"
 FORMAT_VERSION = 1
 
 # Unicode word characters, or a question mark (kept: it marks questions apart from statements).
-_TOKEN_RE = re.compile(r"\w+|\?")
+# The OpenSearch mapping's analyzer runs the same pattern (Java, UNICODE_CHARACTER_CLASS).
+TOKEN_PATTERN = r"\w+|\?"
+_TOKEN_RE = re.compile(TOKEN_PATTERN)
 
 
 def tokenize(text: str) -> list[str]:

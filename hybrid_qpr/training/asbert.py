@@ -72,14 +72,11 @@ class AsbertSettings:
 
 
 def build_loss(settings: AsbertSettings) -> torch.nn.Module:
-    from hybrid_qpr.model.losses.labelled_negatives import (SDMLNegativesLoss, SiameseNegativesLoss,
-                                                             TripletNegativesLoss)
+    """The loss from the one registry (``hybrid_qpr.model.losses``): its labelled-negatives kind."""
+    from hybrid_qpr.model.losses import build_loss as build_registered_loss
 
-    if settings.loss == "triplet":
-        return TripletNegativesLoss(settings.margin, settings.negatives)  # type: ignore[arg-type]
-    if settings.loss == "siamese":
-        return SiameseNegativesLoss()
-    return SDMLNegativesLoss(settings.epsilon)
+    return build_registered_loss(f"{settings.loss}-negatives", epsilon=settings.epsilon,  # type: ignore[arg-type]
+                                 margin=settings.margin, negatives=settings.negatives)
 
 
 def draw_batch(records, settings: AsbertSettings, step: int) -> tuple[list[str], list[str], list[str], list[int]]:

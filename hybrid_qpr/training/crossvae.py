@@ -47,7 +47,7 @@ CHECKPOINT_FILE = "checkpoint.pt"
 
 @dataclass(frozen=True)
 class CrossVAESettings:
-    latent: int = 128
+    latent: int = 384  # the MiniLM width: an untrained head then keeps MiniLM's cosines exactly
     hidden: int = 256
     embedding: int = 128
     decoder_hidden: int = 256
@@ -60,6 +60,7 @@ class CrossVAESettings:
     beta: float = 1.0  # KL weight after warm-up
     kl_warmup: int = 300  # steps of linear KL annealing from 0
     lam: float = 1.0  # matching-loss weight
+    match_on_means: bool = False  # score the matching term at the latent means, not the samples
     patience: int = 4  # epochs without a better validation MRR before stopping
     max_minutes: float | None = None
     seed: int = 0
@@ -97,7 +98,8 @@ def fit(model: CrossVAE, q_features: np.ndarray, a_features: np.ndarray, q_token
 
     Returns ``{"history": [per-epoch mean loss terms, beta, val], "best_epoch", "best_val",
     "stopped"}`` and leaves the best validated state (or the last one without ``validate``)
-    in ``model``."""
+    in ``model``. With ``validate``, the untrained state is scored first (epoch 0) and is kept
+    if no epoch beats it."""
     settings.check()
     torch.manual_seed(settings.seed)
     n = len(q_features)
@@ -107,13 +109,23 @@ def fit(model: CrossVAE, q_features: np.ndarray, a_features: np.ndarray, q_token
     checkpoint = run_dir / CHECKPOINT_FILE if run_dir else None
     if checkpoint is not None and checkpoint.is_file():
         state = load_checkpoint(checkpoint, "remove it to start over")
-        if state.get("settings") != dataclasses.asdict(settings):
-            raise ConfigError(f"{checkpoint} was written with other settings; remove it or use the same settings")
+        if _model_settings(state.get("settings") or {}) != _model_settings(dataclasses.asdict(settings)):
+            raise ConfigError(f"{checkpoint} was written with other settings; remove it or use the same settings "
+                              f"(only {', '.join(BUDGET_SETTINGS)} may change on resume)")
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start_epoch, step, best_val, best_epoch = state["epoch"], state["step"], state["best_val"], state["best_epoch"]
         best_state, history = state["best_state"], state["history"]
         logger.info("resuming %s after epoch %d", checkpoint, start_epoch)
+    if validate is not None and start_epoch == 0:  # the untrained state is a candidate too (epoch 0)
+        model.eval()
+        best_val = validate(model)
+        best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        history.append({"epoch": 0, "step": 0, "val": best_val})
+        logger.info("epoch 0: val %.4f", best_val)
+        if run_dir is not None:
+            with (run_dir / "log.jsonl").open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(history[0]) + "\n")
     started = time.perf_counter()
     stopped = "epochs"
     for epoch in range(start_epoch, settings.epochs):
@@ -127,7 +139,7 @@ def fit(model: CrossVAE, q_features: np.ndarray, a_features: np.ndarray, q_token
             if len(idx) < 2:
                 continue
             qf, af, qt, at = (t[idx] for t in tensors)
-            terms: LossTerms = model.loss_terms(qf, af, _trim(qt), _trim(at))
+            terms: LossTerms = model.loss_terms(qf, af, _trim(qt), _trim(at), match_on_means=settings.match_on_means)
             beta = kl_weight(step, settings.beta, settings.kl_warmup)
             loss = terms.total(beta, settings.lam)
             optimizer.zero_grad(set_to_none=True)
@@ -163,6 +175,13 @@ def fit(model: CrossVAE, q_features: np.ndarray, a_features: np.ndarray, q_token
     if best_state is not None:
         model.load_state_dict(best_state)
     return {"history": history, "best_epoch": best_epoch, "best_val": best_val, "stopped": stopped}
+
+
+BUDGET_SETTINGS = ("epochs", "patience", "max_minutes")  # how long to train, not what: may change on resume
+
+
+def _model_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in settings.items() if k not in BUDGET_SETTINGS}
 
 
 def _trim(tokens: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,7 @@ import numpy as np
 
 from hybrid_qpr.backends.base import Capabilities, IngestReport
 from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, HITS_FILTER, METADATA_FIELD, TEXT_FIELD, VECTOR_FIELD,
-                                                bm25_body, check_shards)
+                                                bm25_body, bm25_tokens, check_shards)
 from hybrid_qpr.backends.cluster.bulk import BulkAction, RetryPolicy, write_bulk
 from hybrid_qpr.backends.cluster.connection import (Engine, HttpFailure, Transport, error_for, missing_index, reason,
                                                     translate)
@@ -46,6 +46,8 @@ class ClusterBackend:
     engine: Engine
     capabilities = Capabilities(batched_bm25_and_knn=True)
     vector_type: str  # the mapping type of the vector field
+    bm25_field: str = TEXT_FIELD  # the field BM25 searches (bodies.TOKENS_FIELD where the client tokenizes)
+    bm25_analyzer: str  # its analyzer in the mapping, which yields hybrid_qpr.text.tokenize's tokens
 
     def __init__(self, client: Any, index: str, *, request_timeout: float | None = None):
         if not index or index != index.lower() or index.startswith(("_", "-", "+")) or _BAD_INDEX_CHARS.search(index):
@@ -163,6 +165,11 @@ class ClusterBackend:
             raise ModelMismatchError(f"index {self.index!r} does not match model {encoder.model_dir}: "
                                      + "; ".join(problems) + ". Use the model the index was built with, or ingest "
                                      "into a new index")
+        analyzer = self.meta.get("_properties", {}).get(self.bm25_field, {}).get("analyzer")
+        if analyzer != self.bm25_analyzer:
+            logger.warning("index %s: field %r uses the %s analyzer, not %s (made by an older hybrid-qpr), so its BM25 "
+                           "scores differ from the embedded engine's; ingest into a new index to align them",
+                           self.index, self.bm25_field, analyzer or "default", self.bm25_analyzer)
 
     def layout_problems(self, meta: Mapping[str, Any], encoder) -> list[str]:
         """What differs between an index's mapping and what ``encoder`` needs (empty = fine)."""
@@ -172,9 +179,10 @@ class ClusterBackend:
             problems = [f"field {VECTOR_FIELD!r} is {vector.get('type') or 'missing'}, expected {self.vector_type}"]
         else:
             problems = self.vector_field_problems(vector, encoder)
-        if properties.get(TEXT_FIELD, {}).get("type") != "text":
-            problems.append(f"field {TEXT_FIELD!r} is {properties.get(TEXT_FIELD, {}).get('type') or 'missing'}, "
-                            "expected text")
+        for field in dict.fromkeys((TEXT_FIELD, self.bm25_field)):
+            if properties.get(field, {}).get("type") != "text":
+                problems.append(f"field {field!r} is {properties.get(field, {}).get('type') or 'missing'}, expected text "
+                                "(an index made by an older hybrid-qpr: ingest into a new index)")
         if meta.get("distance") not in (None, encoder.distance):
             problems.append(f"index distance is {meta.get('distance')}, the model uses {encoder.distance}")
         if meta.get("model_fingerprint") not in (None, encoder.fingerprint):
@@ -230,7 +238,7 @@ class ClusterBackend:
     # ---- read side
     def bm25(self, query: str, depth: int, filters: Filters | None = None) -> list[Hit]:
         """BM25 via a ``match`` query: the text is analysed, never parsed as query syntax."""
-        return self._raw_hits(self._search(bm25_body(query, depth, filters), "BM25 search"))
+        return self._raw_hits(self._search(bm25_body(query, depth, filters, self.bm25_field), "BM25 search"))
 
     def knn(self, vector: np.ndarray, depth: int, filters: Filters | None = None) -> list[Hit]:
         """Top ``depth`` by HNSW; filters run inside the graph search (so ``depth`` hits still come back)."""
@@ -239,7 +247,8 @@ class ClusterBackend:
     def bm25_and_knn(self, query: str, vector: np.ndarray, depth: int,
                      filters: Filters | None = None) -> tuple[list[Hit], list[Hit]]:
         """``bm25`` and ``knn`` in one ``_msearch`` round trip (client-side hybrid's candidates)."""
-        bm25_hits, knn_hits = self._msearch([bm25_body(query, depth, filters), self.knn_body(vector, depth, filters)],
+        bm25_hits, knn_hits = self._msearch([bm25_body(query, depth, filters, self.bm25_field),
+                                             self.knn_body(vector, depth, filters)],
                                             ["BM25 search", "kNN search"])
         return self._raw_hits(bm25_hits), self._to_hits(knn_hits)
 
@@ -292,8 +301,10 @@ class ClusterBackend:
                 vectors = prepare_vectors(encoder.encode([doc.text for _, doc in batch], batch_size=batch_size, side="document"),
                                           encoder.distance)
                 for (line, doc), vector in zip(batch, vectors):
-                    yield BulkAction("index", doc.id, {TEXT_FIELD: doc.text, VECTOR_FIELD: vector.tolist(),
-                                                       METADATA_FIELD: doc.metadata}, line)
+                    source = {TEXT_FIELD: doc.text, VECTOR_FIELD: vector.tolist(), METADATA_FIELD: doc.metadata}
+                    if self.bm25_field != TEXT_FIELD:
+                        source[self.bm25_field] = bm25_tokens(doc.text)
+                    yield BulkAction("index", doc.id, source, line)
 
         def results() -> Iterator[None]:
             retry = RetryPolicy(max_retries, initial_backoff, max_backoff)

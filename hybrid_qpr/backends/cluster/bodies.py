@@ -16,6 +16,10 @@ from hybrid_qpr.errors import BackendError, ConfigError
 from hybrid_qpr.types import Filters
 
 TEXT_FIELD, VECTOR_FIELD, METADATA_FIELD = "text", "embedding", "metadata"
+# Elasticsearch's BM25 field: the tokens of hybrid_qpr.text.tokenize, space-separated, read by
+# the core "whitespace" analyzer (the local ES build has no analysis-common module, so no
+# pattern tokenizer); OpenSearch runs BM25 on TEXT_FIELD with the same pattern server-side
+TOKENS_FIELD = "bm25_tokens"
 DEFAULT_SHARDS = 1
 _PLACEHOLDER = re.compile(r"^\$\{([A-Z0-9_]+)\}$")
 # responses trimmed to what the backends read: smaller JSON to send and to decode
@@ -73,13 +77,32 @@ def filter_clauses(filters: Filters | None) -> list[dict]:
     return clauses
 
 
-def bm25_query(query: str, filters: Filters | None) -> dict:
-    """A ``match`` query (the text is analysed, never parsed as query syntax) with exact filters."""
-    return {"bool": {"must": [{"match": {TEXT_FIELD: {"query": query}}}], "filter": filter_clauses(filters)}}
+def bm25_values() -> dict[str, float]:
+    """The index's BM25 similarity: the embedded engine's k1 and b (Lucene's default k1 is 1.2),
+    so the same corpus scores alike on every backend."""
+    from hybrid_qpr.backends.local.bm25 import BM25_B, BM25_K1
+
+    return {"BM25_K1": BM25_K1, "BM25_B": BM25_B}
 
 
-def bm25_body(query: str, depth: int, filters: Filters | None) -> dict:
-    return {"size": depth, "_source": False, "track_total_hits": False, "query": bm25_query(query, filters)}
+def bm25_tokens(text: str) -> str:
+    """``text`` as the embedded BM25 sees it: the tokens of ``hybrid_qpr.text.tokenize``
+    (NFKC, lower case, words and ``?``) joined by spaces. Whitespace analysis of this string,
+    or the OpenSearch mapping's pattern analysis of it, gives those tokens back unchanged."""
+    from hybrid_qpr.text import tokenize
+
+    return " ".join(tokenize(text))
+
+
+def bm25_query(query: str, filters: Filters | None, field: str = TEXT_FIELD) -> dict:
+    """A ``match`` query on ``field`` (the text is analysed, never parsed as query syntax) with
+    exact filters. The query is tokenized here as the embedded engine does, so every backend
+    scores the same terms."""
+    return {"bool": {"must": [{"match": {field: {"query": bm25_tokens(query)}}}], "filter": filter_clauses(filters)}}
+
+
+def bm25_body(query: str, depth: int, filters: Filters | None, field: str = TEXT_FIELD) -> dict:
+    return {"size": depth, "_source": False, "track_total_hits": False, "query": bm25_query(query, filters, field)}
 
 
 def ids_body(ids: list[str], source: list[str] | bool = False) -> dict:

@@ -211,9 +211,11 @@ def error_for(failure: HttpFailure, what: str, engine: Engine, index: str | None
         return ClusterError(f"{what}: cannot reach {name} ({failure.detail}). Is the node running? Start one with "
                             f"'hybrid-qpr cluster start" + (" --engine elasticsearch'" if engine == "elasticsearch" else "'"))
     if status == 401:
-        return ClusterError(f"{what}: authentication failed (check --user/--password or --api-key)")
+        return ClusterError(f"{what}: {name} refused the credentials (401: wrong or missing user/password or API key); "
+                            f"check --user/--password or --api-key (or ${env_name(engine, 'USER')}, _PASSWORD, _API_KEY)")
     if status == 403:
-        return ClusterError(f"{what}: permission denied ({reason(failure.body)})")
+        return ClusterError(f"{what}: permission denied (403): the user is known but its roles do not allow this "
+                            f"({reason(failure.body)}); use a user or API key with that privilege")
     if status == 404 and index is not None and failure.error_type == "index_not_found_exception":
         return missing_index(what, index, engine)
     if status == 404:

@@ -1,4 +1,6 @@
-"""Metric-learning losses: SDML (and softmax = SDML with epsilon 0), triplet, MSEM, siamese BCE.
+"""Metric-learning losses: SDML (and softmax = SDML with epsilon 0), triplet, MSEM, siamese BCE,
+and the answer-selection versions of triplet, siamese and SDML that also take labelled wrong
+answers as negatives (``*-negatives``, ``labelled_negatives``).
 
 A loss is an ``nn.Module`` called as ``loss(anchors, positives)``; one that sets
 ``wants_labels = True`` is also given ``labels=`` (each pair's training-cluster index), and
@@ -13,18 +15,24 @@ from typing import Literal
 from torch import nn
 
 from hybrid_qpr.errors import ConfigError
+from hybrid_qpr.model.losses.labelled_negatives import SDMLNegativesLoss, SiameseNegativesLoss, TripletNegativesLoss
 from hybrid_qpr.model.losses.msem import MSEMLoss, intent_classes
 from hybrid_qpr.model.losses.sdml import SDMLLoss
 from hybrid_qpr.model.losses.siamese import SiameseBCELoss
 from hybrid_qpr.model.losses.triplet import TripletLoss
 
-__all__ = ["CNN_LOSSES", "LOSS_KINDS", "TRANSFORMER_LOSSES", "MSEMLoss", "SDMLLoss", "SiameseBCELoss", "TripletLoss", "build_loss", "intent_classes",
+__all__ = ["ANSWER_LOSSES", "CNN_LOSSES", "LOSS_KINDS", "TRANSFORMER_LOSSES", "MSEMLoss", "SDMLLoss", "SDMLNegativesLoss",
+           "SiameseBCELoss", "SiameseNegativesLoss", "TripletLoss", "TripletNegativesLoss", "build_loss", "intent_classes",
            "search_distance"]
 
-LossKind = Literal["sdml", "softmax", "triplet", "msem", "siamese"]
-LOSS_KINDS: tuple[str, ...] = ("sdml", "softmax", "triplet", "msem", "siamese")
+LossKind = Literal["sdml", "softmax", "triplet", "msem", "siamese", "triplet-negatives", "siamese-negatives",
+                   "sdml-negatives"]
+LOSS_KINDS: tuple[str, ...] = ("sdml", "softmax", "triplet", "msem", "siamese", "triplet-negatives", "siamese-negatives",
+                               "sdml-negatives")
 CNN_LOSSES: tuple[str, ...] = ("sdml", "softmax", "triplet", "msem")  # what `hybrid-qpr train` offers
 TRANSFORMER_LOSSES: tuple[str, ...] = ("sdml", "triplet", "siamese")  # what `hybrid-qpr finetune` offers
+# what `hybrid-qpr asbert` offers (as triplet, siamese, sdml): called as loss(anchors, positives, negatives, owner)
+ANSWER_LOSSES: tuple[str, ...] = ("triplet-negatives", "siamese-negatives", "sdml-negatives")
 
 
 def search_distance(loss_fn: nn.Module) -> str:
@@ -38,7 +46,8 @@ def build_loss(kind: LossKind, *, epsilon: float = 0.3, margin: float = 0.5, tri
                max_classes: int | None = 1000, scale: float = 1.0) -> nn.Module:
     """The one registry of losses: the CNN trainer, the transformer fine-tuner, the CLI and the
     benchmarks all build theirs here. ``msem`` needs the encoder's ``dim`` and the size of every
-    training cluster (in the order the trainer indexes them)."""
+    training cluster (in the order the trainer indexes them). The ``*-negatives`` kinds take
+    ``negatives`` "hard" or "semi-hard" (the triplet's pick among labelled wrong answers)."""
     if kind == "sdml":
         return SDMLLoss(epsilon, scale)
     if kind == "softmax":
@@ -51,4 +60,10 @@ def build_loss(kind: LossKind, *, epsilon: float = 0.3, margin: float = 0.5, tri
         return MSEMLoss(dim, intent_classes(cluster_sizes, min_cluster_size, max_classes), gamma, alpha, weight)
     if kind == "siamese":
         return SiameseBCELoss()
+    if kind == "triplet-negatives":
+        return TripletNegativesLoss(margin, negatives)  # type: ignore[arg-type]
+    if kind == "siamese-negatives":
+        return SiameseNegativesLoss()
+    if kind == "sdml-negatives":
+        return SDMLNegativesLoss(epsilon)
     raise ConfigError(f"loss={kind!r}: allowed values are {', '.join(LOSS_KINDS)}")
