@@ -31,8 +31,9 @@ def main() -> None:
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for colour, path in zip(colours, args.results):
         data = json.loads(Path(path).read_text())
-        dataset = Path(data["dataset"]).name
-        ax.axhline(data["bm25"]["test"]["MRR@20"], color=colour, lw=0.8, ls=":", label=f"{dataset}: BM25 alone")
+        dataset = Path(data.get("dataset", path)).name
+        if "bm25" in data:
+            ax.axhline(data["bm25"]["test"]["MRR@20"], color=colour, lw=0.8, ls=":", label=f"{dataset}: BM25 alone")
         for name, enc in data["encoders"].items():
             speed = enc.get("encode_questions_per_s")
             if not speed:
