@@ -7,7 +7,8 @@ python benchmarks/bench_quality.py --dataset /work/data/quora --index IDX \
 The same protocol as ``hybrid-qpr tune`` + ``hybrid-qpr evaluate`` on a local index with exact
 (Flat) vectors, computed in batches so that a 250k-question corpus and four encoders fit on
 2 cores: every corpus question is encoded once per encoder (the BEIR queries are corpus
-questions, so their vectors are the corpus rows), kNN is exact by the encoder's distance
+questions, so their vectors are the corpus rows; an int8 model's vector depends slightly on
+the batch it was encoded in, where ``evaluate`` encodes each query alone), kNN is exact by the encoder's distance
 (``hybrid_qpr.distance.similarity``), BM25 lists come from the local index IDX (any index of
 the same corpus; its own vectors are not used), fusion is tuned on 5,000 val queries by
 ``hybrid_qpr.evaluation.evaluator.tune_candidates`` (the grid of ``hybrid-qpr tune``) and
