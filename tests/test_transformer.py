@@ -183,15 +183,29 @@ def _dataset(tmp_path):
     return d
 
 
+def test_draw_batch_covers_every_cluster_once_per_epoch():
+    from hybrid_qpr.training.transformer import batches_per_epoch, draw_batch
+
+    groups = [[f"q{i}a", f"q{i}b", f"q{i}c"] for i in range(10)]
+    assert batches_per_epoch(10, 3) == 3
+    epoch = [draw_batch(groups, 3, seed=4, batch=b) for b in range(3)]
+    anchors = [a for batch_anchors, _ in epoch for a in batch_anchors]
+    assert len({a[:-1] for a in anchors}) == 9  # 9 distinct clusters (the 10th is the dropped remainder)
+    for batch_anchors, positives in epoch:
+        assert all(a[:-1] == p[:-1] and a != p for a, p in zip(batch_anchors, positives))
+    assert draw_batch(groups, 3, seed=4, batch=1) == epoch[1]  # seeded: a resumed run sees the same batches
+    assert draw_batch(groups, 3, seed=4, batch=3) != epoch[0]  # the next epoch is shuffled anew
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("loss_name", ["siamese", "sdml"])
-def test_tiny_finetuning_lowers_the_loss_and_resumes(tmp_path, loss_name):
+@pytest.mark.parametrize("loss_name,chunk_size", [("siamese", None), ("sdml", None), ("sdml", 3)])
+def test_tiny_finetuning_lowers_the_loss_and_resumes(tmp_path, loss_name, chunk_size):
     from hybrid_qpr.training.transformer import FinetuneSettings, build_loss, finetune
     from hybrid_qpr.model.transformer import TransformerEmbedder
 
     data = _dataset(tmp_path)
     settings = FinetuneSettings(loss=loss_name, max_length=16, batch_size=8, steps=4, lr=1e-4, warmup=0.0,
-                                checkpoint_every=2, seed=1)
+                                checkpoint_every=2, seed=1, chunk_size=chunk_size)
     loss_fn = build_loss(settings)
     anchors, positives = [c[0] for c in CLUSTERS], [c[1] for c in CLUSTERS]
 

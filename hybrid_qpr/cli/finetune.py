@@ -22,6 +22,9 @@ from hybrid_qpr.cli._common import friendly_errors
 @click.option("--batch-size", type=int, default=32, show_default=True, help="Pairs per micro-batch (in-batch negatives).")
 @click.option("--accumulate", type=int, default=1, show_default=True,
               help="Micro-batches whose gradients are summed per optimizer step (effective batch = batch-size x accumulate).")
+@click.option("--chunk-size", type=int, default=None,
+              help="Gradient caching: the whole --batch-size is the loss's batch (all in-batch negatives), but a graph "
+                   "is held for only this many texts at a time; same gradients, bounded memory. [default: off]")
 @click.option("--steps", type=int, default=500, show_default=True, help="Optimizer steps.")
 @click.option("--lr", type=float, default=2e-5, show_default=True, help="AdamW learning rate (linear warm-up then decay).")
 @click.option("--max-clusters", type=int, default=None, help="Draw pairs from at most this many train clusters (seeded sample). [default: all]")
@@ -32,6 +35,10 @@ from hybrid_qpr.cli._common import friendly_errors
 @click.option("--margin", type=float, default=1.0, show_default=True,
               help="Triplet margin on squared L2 (unit vectors: d^2 in [0, 4]); 0.5 gave zero loss on MiniLM.")
 @click.option("--epsilon", type=float, default=0.3, show_default=True, help="SDML label smoothing.")
+@click.option("--scale", type=float, default=1.0, show_default=True,
+              help="SDML logit scale s (logits -s*||a-b||^2); 10 suits --normalize (unit vectors).")
+@click.option("--max-minutes", type=float, default=None,
+              help="Stop (checkpoint and save model/) after the step that crosses this; --resume continues.")
 @click.option("--checkpoint-every", type=int, default=50, show_default=True, help="Optimizer steps between checkpoints.")
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint in --out (same settings) instead of starting over.")
 @click.option("--export", "export_dir", type=click.Path(file_okay=False), default=None,
@@ -39,8 +46,8 @@ from hybrid_qpr.cli._common import friendly_errors
 @click.option("--seed", type=int, default=0, show_default=True)
 @friendly_errors
 def finetune(dataset_dir: str, out_dir: str, loss: str, base_model: str | None, max_length: int, batch_size: int,
-             accumulate: int, steps: int, lr: float, max_clusters: int | None, normalize: bool | None, negatives: str,
-             margin: float, epsilon: float, checkpoint_every: int, resume: bool, export_dir: str | None, seed: int) -> None:
+             accumulate: int, chunk_size: int | None, steps: int, lr: float, max_clusters: int | None, normalize: bool | None, negatives: str,
+             margin: float, epsilon: float, scale: float, max_minutes: float | None, checkpoint_every: int, resume: bool, export_dir: str | None, seed: int) -> None:
     """Fine-tune a pretrained transformer on the train clusters of DATASET_DIR.
 
     DATASET_DIR is written by 'hybrid-qpr dataset build'. Pairs come from the train
@@ -57,8 +64,8 @@ def finetune(dataset_dir: str, out_dir: str, loss: str, base_model: str | None, 
     from hybrid_qpr.training.transformer import FinetuneSettings, finetune as run
 
     settings = FinetuneSettings(loss=loss, base_model=base_model, max_length=max_length, batch_size=batch_size,
-                                accumulate=accumulate, steps=steps, lr=lr, max_clusters=max_clusters, normalize=normalize,
-                                negatives=negatives, margin=margin, epsilon=epsilon, checkpoint_every=checkpoint_every,
+                                accumulate=accumulate, chunk_size=chunk_size, steps=steps, lr=lr, max_clusters=max_clusters, normalize=normalize,
+                                negatives=negatives, margin=margin, epsilon=epsilon, scale=scale, checkpoint_every=checkpoint_every,
                                 seed=seed)
-    report = run(dataset_dir, out_dir, settings, resume=resume, export_dir=export_dir)
+    report = run(dataset_dir, out_dir, settings, resume=resume, export_dir=export_dir, max_minutes=max_minutes)
     click.echo(json.dumps(report, indent=2))

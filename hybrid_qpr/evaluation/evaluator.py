@@ -190,6 +190,18 @@ def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
     own = query_filters or {}
     cands = {qid: searcher.candidates(text, searcher.encoder.encode([text])[0], depth, own.get(qid))
              for qid, text in queries.items()}
+    return tune_candidates(cands, qrels, methods=methods, alphas=alphas, depth=depth, retrieve=retrieve, task=task)
+
+
+def tune_candidates(cands: Mapping[str, Any], qrels: Mapping[str, Mapping[str, int]], *,
+                    methods: Sequence[str] = FUSION_METHODS, alphas: Sequence[float] = ALPHAS, depth: int = 100,
+                    retrieve: int | None = None, task: str = "paraphrase") -> TuneResult:
+    """The grid search of :func:`tune` on candidate lists already fetched (query id ->
+    ``hybrid_qpr.search.Candidates`` of ``depth`` hits each), e.g. by a batched benchmark."""
+    from hybrid_qpr.search import HybridSearcher
+
+    spec = get_task(task)
+    retrieve = spec.retrieve if retrieve is None else retrieve
     bm25_metrics = spec.score({q: [h.id for h in c.bm25[:retrieve]] for q, c in cands.items()}, qrels)
     knn_metrics = spec.score({q: [h.id for h in c.knn[:retrieve]] for q, c in cands.items()}, qrels)
     main = spec.main_metric
@@ -202,7 +214,7 @@ def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
     grid = []
     best: tuple[float, str, float] | None = None
     for method, alpha in grid_points:
-        run = {q: [f.id for f in searcher.fuse(c, method=method, alpha=alpha, depth=depth, top_k=retrieve)]
+        run = {q: [f.id for f in HybridSearcher.fuse(c, method=method, alpha=alpha, depth=depth, top_k=retrieve)]
                for q, c in cands.items()}
         metrics = spec.score(run, qrels)
         allowed = all(metrics[m] + 1e-12 >= better[m] for m in guarded)
@@ -214,4 +226,4 @@ def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
                           f"{', '.join(f'{k} {better[k]:.4f}' for k in guarded)}; report this as a bug")
     value, method, alpha = best
     bm25_value, knn_value = bm25_metrics[main], knn_metrics[main]
-    return TuneResult(method, alpha, value, bm25_value, knn_value, depth, len(queries), grid, spec.main_metric)
+    return TuneResult(method, alpha, value, bm25_value, knn_value, depth, len(cands), grid, spec.main_metric)

@@ -6,16 +6,22 @@ own loss modules, the very code that trains the CNN: ``losses.sdml.SDMLLoss`` (S
 ``losses.triplet.TripletLoss`` (squared L2, margin, in-batch negatives) and
 ``losses.siamese.SiameseBCELoss`` (binary cross-entropy on in-batch pair labels).
 
-Batches: each step draws ``batch_size`` distinct train clusters and one ordered pair of
-different questions from each, so no two pairs of a batch share a cluster (the other
-pairs are true negatives). The draw for step ``s`` depends only on ``(seed, s)``, which makes
-a resumed run see exactly the batches an uninterrupted run would have seen.
+Batches: the train clusters are shuffled once per epoch (seeded) and cut into batches of
+``batch_size`` clusters; each batch takes one ordered pair of different questions from each
+of its clusters, so no two pairs of a batch share a cluster (the other pairs are true
+negatives) and an epoch sees every cluster once. The draw for a step depends only on
+``(seed, step)``, which makes a resumed run see exactly the batches an uninterrupted run
+would have seen.
 
-CPU practicalities: ``max_length`` caps tokens; ``accumulate`` micro-batches add their
-gradients before each optimizer step (note: in-batch negatives still come from one
-micro-batch); a progress bar reports loss and pairs/s; a checkpoint (weights, optimizer,
-scheduler, step) is written atomically every ``checkpoint_every`` steps and ``resume=True``
-continues from it.
+Large batches on CPU: SDML's advantage comes from a large in-batch softmax (N=512 in the
+paper). ``chunk_size`` turns on gradient caching (``hybrid_qpr.training.gradcache``): the whole
+batch is the loss's batch, but a graph is held for only ``chunk_size`` texts at a time, and the
+gradients equal the plain loss's. ``accumulate`` instead sums the gradients of independent
+micro-batches (in-batch negatives then come from one micro-batch only).
+
+CPU practicalities: ``max_length`` caps tokens; a progress bar reports loss and pairs/s; a
+checkpoint (weights, optimizer, scheduler, step) is written atomically every
+``checkpoint_every`` steps and ``resume=True`` continues from it.
 
 Run directory layout (``out_dir``): ``model/`` (Hugging Face files + ``tokenizer.json`` +
 settings; loadable by ``TransformerEmbedder.from_dir`` and exportable), ``checkpoint.pt``,
@@ -37,6 +43,7 @@ import torch
 
 from hybrid_qpr.errors import ConfigError, check_at_least
 from hybrid_qpr.progress import track
+from hybrid_qpr.training.gradcache import cached_backward
 
 logger = logging.getLogger(__name__)
 
@@ -52,12 +59,14 @@ class FinetuneSettings:
     max_length: int = 64
     batch_size: int = 32  # pairs per micro-batch
     accumulate: int = 1  # micro-batches per optimizer step
+    chunk_size: int | None = None  # gradient caching: texts per forward with a graph (None: plain backward)
     steps: int = 500  # optimizer steps
     lr: float = 2e-5
     warmup: float = 0.1  # fraction of steps with linearly rising learning rate
     max_clusters: int | None = None  # cap on the train clusters used (seeded sample), None = all
     normalize: bool | None = None  # None: True for siamese and triplet, False for sdml
     epsilon: float = 0.3  # SDML label smoothing
+    scale: float = 1.0  # SDML logit scale (10 suits unit vectors, see losses.sdml)
     # Triplet: with margin 0.5, semi-hard or hard in-batch negatives, MiniLM's loss was 0 from
     # the first step (nothing learned); 1.0 with hard negatives trains (docs/transformer.md).
     margin: float = 1.0
@@ -74,6 +83,8 @@ class FinetuneSettings:
         check_at_least(self, ("batch_size", "accumulate", "steps", "checkpoint_every", "log_every"))
         if self.batch_size < 2:
             raise ConfigError(f"batch_size={self.batch_size}: in-batch negatives need at least 2 pairs per batch")
+        if self.chunk_size is not None and self.chunk_size < 1:
+            raise ConfigError(f"chunk_size={self.chunk_size}: must be >= 1 (or None for a plain backward)")
         if not self.lr > 0:
             raise ConfigError(f"lr={self.lr}: must be > 0")
 
@@ -93,7 +104,8 @@ def build_loss(settings: FinetuneSettings) -> torch.nn.Module:
     from hybrid_qpr.model.losses import build_loss as build_registered_loss
 
     return build_registered_loss(settings.loss, epsilon=settings.epsilon, margin=settings.margin,  # type: ignore[arg-type]
-                                 triplet_distance="squared", negatives=settings.negatives)
+                                 triplet_distance="squared", negatives=settings.negatives,
+                                 scale=settings.scale)
 
 
 def pair_groups(dataset_dir: str | Path, max_clusters: int | None, seed: int) -> list[list[str]]:
@@ -113,12 +125,22 @@ def pair_groups(dataset_dir: str | Path, max_clusters: int | None, seed: int) ->
     return groups
 
 
-def draw_batch(groups: list[list[str]], size: int, seed: int, step: int, micro: int) -> tuple[list[str], list[str]]:
-    """``size`` (anchor, positive) pairs from ``size`` distinct clusters; depends only on its arguments."""
-    rng = random.Random(f"{seed}:{step}:{micro}")
+def batches_per_epoch(n_groups: int, size: int) -> int:
+    """Full batches one epoch yields (the last, partial one is dropped; at least one)."""
+    return max(1, n_groups // size)
+
+
+def draw_batch(groups: list[list[str]], size: int, seed: int, batch: int) -> tuple[list[str], list[str]]:
+    """The ``batch``-th batch (counted over all epochs): ``size`` (anchor, positive) pairs from
+    ``size`` distinct clusters; depends only on its arguments."""
+    per_epoch = batches_per_epoch(len(groups), size)
+    epoch, index = divmod(batch, per_epoch)
+    order = list(range(len(groups)))
+    random.Random(f"{seed}:epoch:{epoch}").shuffle(order)
+    rng = random.Random(f"{seed}:{batch}")
     anchors, positives = [], []
-    for index in rng.sample(range(len(groups)), min(size, len(groups))):
-        a, b = rng.sample(groups[index], 2)
+    for cluster in order[index * size : (index + 1) * size]:
+        a, b = rng.sample(groups[cluster], 2)
         anchors.append(a)
         positives.append(b)
     return anchors, positives
@@ -149,8 +171,12 @@ def _resumable(saved: dict[str, Any], settings: FinetuneSettings) -> None:
 
 
 def finetune(dataset_dir: str | Path, out_dir: str | Path, settings: FinetuneSettings, *, resume: bool = False,
-             export_dir: str | Path | None = None, show_progress: bool = True) -> dict[str, Any]:
+             export_dir: str | Path | None = None, show_progress: bool = True,
+             max_minutes: float | None = None) -> dict[str, Any]:
     """Fine-tune and save ``out_dir/model``; optionally export it to ONNX in ``export_dir``.
+
+    ``max_minutes`` stops after the step that crosses it: the checkpoint and ``model/`` are
+    written as at the end, and ``resume=True`` later continues the same schedule.
 
     Returns a report: steps done, seconds, pairs/s, first and last logged loss.
     """
@@ -197,10 +223,15 @@ def finetune(dataset_dir: str | Path, out_dir: str | Path, settings: FinetuneSet
         optimizer.zero_grad(set_to_none=True)
         total = 0.0
         for micro in range(settings.accumulate):
-            anchors, positives = draw_batch(groups, settings.batch_size, settings.seed, step, micro)
-            loss = loss_fn(model(model.collate(anchors)), model(model.collate(positives))) / settings.accumulate
-            loss.backward()
-            total += loss.item()
+            anchors, positives = draw_batch(groups, settings.batch_size, settings.seed,
+                                            step * settings.accumulate + micro)
+            if settings.chunk_size is None:
+                loss = loss_fn(model(model.collate(anchors)), model(model.collate(positives))) / settings.accumulate
+                loss.backward()
+                total += loss.item()
+            else:
+                total += cached_backward(lambda texts: model(model.collate(texts)), (anchors, positives),
+                                         lambda a, p: loss_fn(a, p) / settings.accumulate, settings.chunk_size)
             pairs_done += len(anchors)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -212,14 +243,19 @@ def finetune(dataset_dir: str | Path, out_dir: str | Path, settings: FinetuneSet
             with log_path.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps({"step": step + 1, "loss": total, "lr": scheduler.get_last_lr()[0],
                                      "pairs_per_s": rate}) + "\n")
-        if (step + 1) % settings.checkpoint_every == 0 or step + 1 == settings.steps:
+        out_of_time = max_minutes is not None and time.perf_counter() - t0 > 60 * max_minutes
+        if (step + 1) % settings.checkpoint_every == 0 or step + 1 == settings.steps or out_of_time:
             _save_checkpoint(checkpoint, model, optimizer, scheduler, step + 1, settings)
+        if out_of_time:
+            logger.info("--max-minutes %s reached after step %d of %d", max_minutes, step + 1, settings.steps)
+            break
     seconds = time.perf_counter() - t0
     report = {
-        "loss": settings.loss, "steps": settings.steps, "steps_this_run": len(losses), "seconds": round(seconds, 1),
+        "loss": settings.loss, "steps": settings.steps, "steps_done": start + len(losses), "steps_this_run": len(losses), "seconds": round(seconds, 1),
         "pairs_per_s": round(pairs_done / seconds, 1) if seconds > 0 else None,
         "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
-        "train_clusters": len(groups), "pairs_seen": settings.steps * settings.batch_size * settings.accumulate,
+        "train_clusters": len(groups), "pairs_seen": (start + len(losses)) * settings.batch_size * settings.accumulate,
+        "epochs": round((start + len(losses)) * settings.accumulate / batches_per_epoch(len(groups), settings.batch_size), 3),
     }
     training = {**dataclasses.asdict(settings), "dataset": str(dataset_dir), "report": report}
     model.save(out_dir / MODEL_SUBDIR, extra={"training": training})

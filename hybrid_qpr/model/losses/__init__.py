@@ -43,15 +43,15 @@ def search_distance(loss_fn: nn.Module) -> str:
 def build_loss(kind: LossKind, *, epsilon: float = 0.3, margin: float = 0.5, triplet_distance: str = "euclidean",
                negatives: str = "random", dim: int | None = None, cluster_sizes: Sequence[int] | None = None,
                gamma: float = 10.0, alpha: float = 0.5, weight: float = 0.1, min_cluster_size: int = 5,
-               max_classes: int | None = 1000) -> nn.Module:
+               max_classes: int | None = 1000, scale: float = 1.0) -> nn.Module:
     """The one registry of losses: the CNN trainer, the transformer fine-tuner, the CLI and the
     benchmarks all build theirs here. ``msem`` needs the encoder's ``dim`` and the size of every
     training cluster (in the order the trainer indexes them). The ``*-negatives`` kinds take
     ``negatives`` "hard" or "semi-hard" (the triplet's pick among labelled wrong answers)."""
     if kind == "sdml":
-        return SDMLLoss(epsilon)
+        return SDMLLoss(epsilon, scale)
     if kind == "softmax":
-        return SDMLLoss(0.0)
+        return SDMLLoss(0.0, scale)
     if kind == "triplet":
         return TripletLoss(margin, triplet_distance, negatives)  # type: ignore[arg-type]
     if kind == "msem":
