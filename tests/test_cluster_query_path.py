@@ -38,9 +38,9 @@ class AnsweringTransport(Transport):
 
     def request(self, method, path, body=None, params=None, *, ndjson=False, timeout=None):
         self.requests.append((method, path, body, dict(params or {})))
-        if path.endswith("/_settings"):  # flat, as the backend asks
-            return {"idx": {"settings": {"index.number_of_shards": str(self.shards)},
-                            "defaults": {"index.max_result_window": "10000"}}}
+        if path.endswith("/_settings"):
+            return {"idx": {"settings": {"index": {"number_of_shards": str(self.shards)}},
+                            "defaults": {"index": {"max_result_window": "10000"}}}}
         if path.endswith("/_mapping"):
             return {"idx": {"mappings": {"_meta": {"distance": "cosine", "dim": 4, "model_fingerprint": "stub"},
                                          "properties": {"embedding": {"type": "knn_vector", "dimension": 4},

@@ -159,17 +159,17 @@ class ClusterBackend:
             with translate(f"reading the settings of {self.index!r}", self.engine, self.index):
                 try:
                     answer = self.transport.request("GET", f"/{self.index}/_settings", None, {
-                        "include_defaults": "true", "flat_settings": "true", "filter_path": ",".join(
+                        "include_defaults": "true", "filter_path": ",".join(
                             f"*.{part}.index.{name}" for part in ("settings", "defaults")
                             for name in ("number_of_shards", "max_result_window"))}, timeout=self.request_timeout)
                 except HttpFailure as failure:
                     if failure.status == 404:
                         return {}
                     raise
-            settings: dict[str, str] = {}
+            settings: dict[str, str] = {}  # flattened here: filter_path cannot match flat_settings' dotted keys
             for value in answer.values():
-                settings.update(value.get("defaults", {}))
-                settings.update(value.get("settings", {}))
+                for part in ("defaults", "settings"):
+                    settings.update({f"index.{k}": v for k, v in value.get(part, {}).get("index", {}).items()})
             self._settings = settings
         return self._settings
 
