@@ -21,3 +21,11 @@ def relative_if_path(value: object) -> object:
     if isinstance(value, Path) or (isinstance(value, str) and os.path.isabs(value)):
         return repo_relative(value)
     return value
+
+
+def command_line() -> str:
+    """The command that ran this benchmark, for its result file, with absolute paths made
+    repository-relative."""
+    import sys
+
+    return "python " + " ".join(str(relative_if_path(arg)) for arg in sys.argv)

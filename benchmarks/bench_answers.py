@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from _results import repo_relative
+from hybrid_qpr.artifacts import write_json
 
 SHOWN = {"wikiqa": ("MAP", "MRR"), "trecqa": ("MAP", "MRR"), "squad": ("MRR", "R@1", "R@5")}  # main metric first
 EVAL_SETS = {  # name: (dataset dir name, task, tuning split, report split)
@@ -152,9 +153,9 @@ def main() -> None:
             row = run_one(args.data, args.work, eval_set, name, Path(model_dir))
             results["runs"][f"{eval_set}/{name}"] = row
             print(json.dumps({k: row[k] for k in ("eval_set", "encoder", "tuned", "results")}), flush=True)
-            args.out.write_text(json.dumps(results, indent=2) + "\n")
+            write_json(args.out, results)
         results["encode_per_s"][name] = round(encode_speed(args.data, Path(model_dir)), 1)
-        args.out.write_text(json.dumps(results, indent=2) + "\n")
+        write_json(args.out, results)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import shutil
 from pathlib import Path
 
 from _results import repo_relative
+from hybrid_qpr.artifacts import write_json
 
 EVAL_SETS = {  # name: (task, report split, metrics shown)
     "wikiqa": ("answer-selection", "val", ("MAP", "MRR")),
@@ -139,7 +140,7 @@ def main() -> None:
         for eval_set in args.sets:
             row = run_one(args.data, args.work, urls, eval_set, name, Path(model_dir), args.fusion, args.alpha)
             results["runs"][f"{eval_set}/{name}"] = row
-            args.out.write_text(json.dumps(results, indent=2) + "\n")
+            write_json(args.out, results)
     print(markdown(results))
 
 

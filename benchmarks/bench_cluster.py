@@ -41,7 +41,6 @@ Examples (the numbers in README.md and docs/elasticsearch.md)::
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import shutil
 import sys
@@ -53,7 +52,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-DEFAULT_DATA = "/work/shared/data/quora-pairs.tsv.gz"
+# the shared data folder beside the project root (../shared/data), as in the docs
+DEFAULT_DATA = str(Path(__file__).resolve().parents[2] / "shared" / "data" / "quora-pairs.tsv.gz")
+
+
+def cluster_backend(engine: str, url: str, index: str, timeout: float = 60.0):
+    """The OpenSearch or Elasticsearch backend of ``index`` at ``url`` (default options)."""
+    import importlib
+
+    module = importlib.import_module(f"hybrid_qpr.backends.{engine}")
+    backend_cls = module.OpenSearchBackend if engine == "opensearch" else module.ElasticsearchBackend
+    return backend_cls(module.connect(url, timeout=timeout), index)
 
 
 def load(path: str, n_docs: int, n_queries: int, seed: int):
@@ -140,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
 
         args.compress = compress_by_default(resolve_options(args.engine, args.url).url)
 
-    from _results import relative_if_path, repo_relative
+    from _results import command_line, repo_relative
+    from hybrid_qpr.artifacts import write_json
     from hybrid_qpr.distance import similarity
     from hybrid_qpr.encoders import Encoder
     from hybrid_qpr.evaluation.evaluator import latency_summary
@@ -238,13 +248,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<15}{row['p50_ms']:>9.2f}{row['p99_ms']:>9.2f}{row['p50_ms'] / base:>9.2f}x"
                   f"{row['H@1']:>8.3f}{row[f'MRR@{k}']:>9.3f}")
         if args.json_out:
-            Path(args.json_out).write_text(json.dumps({
-                "command": "python " + " ".join(str(relative_if_path(a)) for a in sys.argv), "engine": args.engine, "docs": len(docs),
+            write_json(args.json_out, {
+                "command": command_line(), "engine": args.engine, "docs": len(docs),
                 "queries": len(timed), "top_k": k, "depth": depth, "fusion": args.fusion, "alpha": args.alpha,
                 "vector_index_type": args.vector_index_type if args.engine == "elasticsearch" else None,
                 "model": repo_relative(encoder.model_dir), "ingest_docs_per_s": report.docs_per_second,
                 "knn_candidates": getattr(backend, "knn_candidates", None), "compress": args.compress,
-                "knn_recall_at_10": recall, "knn_curve": curve, "modes": rows}, indent=2), encoding="utf-8")
+                "knn_recall_at_10": recall, "knn_curve": curve, "modes": rows})
         if args.engine != "local" and not args.keep:
             backend.drop()
     finally:

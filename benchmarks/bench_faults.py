@@ -22,7 +22,6 @@ Example (the numbers in docs/reliability.md)::
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import statistics
 import sys
@@ -33,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from benchmarks.bench_cluster import DEFAULT_DATA, load  # noqa: E402
+from benchmarks.bench_cluster import DEFAULT_DATA, cluster_backend, load  # noqa: E402
 from faultproxy import FaultProxy, Faults  # noqa: E402
 
 
@@ -61,9 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from hybrid_qpr.encoders import Encoder
+    from hybrid_qpr.artifacts import write_json
 
-    engine = importlib.import_module(f"hybrid_qpr.backends.{args.engine}")
-    backend_cls = engine.OpenSearchBackend if args.engine == "opensearch" else engine.ElasticsearchBackend
     docs, _ = load(args.data, args.docs, 0, 13)
     encoder = Encoder.load(None)
     encoder.encode([d.text for d in docs[:256]], side="document")  # warm up the session
@@ -78,9 +76,9 @@ def main(argv: list[str] | None = None) -> int:
             proxy.__enter__()
         try:
             url = proxy.url if proxy else args.url
-            direct = backend_cls(engine.connect(args.url, timeout=60), args.index)
+            direct = cluster_backend(args.engine, args.url, args.index)
             direct.drop()
-            backend = backend_cls(engine.connect(url, timeout=60), args.index)
+            backend = cluster_backend(args.engine, url, args.index)
             start = time.monotonic()
             report = backend.ingest(docs, encoder, batch_size=args.batch_size, show_progress=False,
                                     bulk_timeout=args.bulk_timeout)
@@ -112,11 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"faults / unthrottled = {ratio:.1%} (target >= 40%)")
     if args.json_out:
         sys.path.insert(0, str(ROOT / "benchmarks"))
-        from _results import relative_if_path
+        from _results import command_line
 
-        Path(args.json_out).write_text(json.dumps({
-            "command": "python " + " ".join(str(relative_if_path(a)) for a in sys.argv), "engine": args.engine,
-            "faults": faults.__dict__, "results": results}, indent=2), encoding="utf-8")
+        write_json(args.json_out, {"command": command_line(), "engine": args.engine,
+                                   "faults": faults.__dict__, "results": results})
     return 0 if exact_all else 1
 
 

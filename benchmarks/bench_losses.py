@@ -17,14 +17,14 @@ import argparse
 import json
 import os
 import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from _results import relative_if_path
+from _results import command_line
+from hybrid_qpr.artifacts import write_json
 from bench_encode import test_quality
 from hybrid_qpr.data.beir import load_beir
 from hybrid_qpr.data.splits import load_split
@@ -61,7 +61,7 @@ def main() -> None:
     corpus, queries, qrels = load_beir(f"{args.dataset}/beir", "test")
     vocab = Vocabulary.build((q.text for c in tr for q in c.questions), top_words=20000, hash_bins=5000)
     cfg = TrainConfig(batch_size=512, lr=1e-3, epochs=50, patience=3, seed=13, max_minutes=args.minutes, val_queries=1000)
-    report = {"command": "python " + " ".join(str(relative_if_path(a)) for a in sys.argv),
+    report = {"command": command_line(),
               "machine": f"{platform.machine()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads",
               "config": {"vocab_top_words": 20000, "hash_bins": 5000, **ARCH, "window": 5, "batch_size": cfg.batch_size,
                          "optimizer": "Adam lr 1e-3", "seed": cfg.seed, "max_minutes": args.minutes,
@@ -86,8 +86,7 @@ def main() -> None:
         }
         print(json.dumps({"loss": name, **{k: quality[k] for k in ("H@1", "H@10", "MRR@20")},
                           "best_epoch": result.best_epoch, "epochs": len(result.history)}), flush=True)
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        write_json(args.out, report)
     print(f"\n| loss | test H@1 | test H@10 | test MRR@20 | best val MRR@20 | epochs (best) | s/epoch |")
     print("|---|---|---|---|---|---|---|")
     for name, r in report["results"].items():

@@ -25,7 +25,6 @@ Examples (the numbers in docs/opensearch.md)::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -166,13 +165,14 @@ def main(argv: list[str] | None = None) -> int:
         args.shards = 3
 
     from hybrid_qpr.encoders import Encoder
+    from _results import command_line
+    from hybrid_qpr.artifacts import write_json
 
     docs, queries = load(args.data, args.docs, args.queries + args.warmup, args.seed)
     encoder = Encoder.load(None)
     result = (consistency if args.what == "consistency" else scaling)(args, docs, queries, encoder)
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps({"command": "python " + " ".join(sys.argv), **result}, indent=2),
-                                       encoding="utf-8")
+        write_json(args.json_out, {"command": command_line(), **result})
     return 0
 
 

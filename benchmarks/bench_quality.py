@@ -40,6 +40,7 @@ import numpy as np
 
 from _results import repo_relative
 from hybrid_qpr import fusion as fusion_lib
+from hybrid_qpr.artifacts import atomic_write, write_json
 from hybrid_qpr.data.beir import load_beir
 from hybrid_qpr.distance import prepare_vectors, similarity
 from hybrid_qpr.encoders import Encoder
@@ -145,10 +146,9 @@ def encoded_corpus(enc: Encoder, ids: list[str], texts: list[str], cache: Path,
     meta = {"corpus": len(texts), "encoded": len(todo), "reused": len(texts) - len(todo),
             "encode_questions_per_s": round(len(sample) / seconds, 1), "speed_sample": len(sample),
             "single_query_ms_p50": round(latency_summary(single)["p50_ms"], 3)}
-    tmp = path.with_suffix(".tmp.npy")
-    np.save(tmp, vectors)
-    tmp.rename(path)
-    meta_path.write_text(json.dumps(meta))
+    with atomic_write(path, "wb") as fh:
+        np.save(fh, vectors)
+    write_json(meta_path, meta)
     return vectors, meta
 
 
@@ -296,11 +296,7 @@ def main() -> None:
 
 
 def write(result: dict, out: str) -> None:
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(path)
+    write_json(out, result)
 
 
 if __name__ == "__main__":

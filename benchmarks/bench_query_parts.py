@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 import time
@@ -38,6 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _results import repo_relative  # noqa: E402
+from hybrid_qpr.artifacts import write_json  # noqa: E402
 from bench_vector_recall import read_queries  # noqa: E402
 from hybrid_qpr.backends.local import LocalIndex  # noqa: E402
 from hybrid_qpr.backends.local.index import _best_rows, _merge_ranked  # noqa: E402
@@ -156,8 +156,7 @@ def main() -> None:
     for name, row in out.items():
         print(f"| {name} | {row['wall_p50_ms']:.3f} | {row['wall_p95_ms']:.3f} | {row['cpu_p50_ms']:.3f} |")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2), encoding="utf-8")
+        write_json(args.out, result)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _results import repo_relative  # noqa: E402
+from hybrid_qpr.artifacts import write_json  # noqa: E402
 from hybrid_qpr.backends.local import LocalIndex  # noqa: E402
 from hybrid_qpr.backends.local.vectors import build_faiss  # noqa: E402
 from hybrid_qpr.data.documents import iter_documents  # noqa: E402
@@ -186,8 +187,7 @@ def main() -> None:
         result["sizes"][str(size)] = rows
     result["load_average_at_end"] = os.getloadavg()
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2), encoding="utf-8")
+        write_json(args.out, result)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_cluster import DEFAULT_DATA, load  # noqa: E402
+from benchmarks.bench_cluster import DEFAULT_DATA, cluster_backend, load  # noqa: E402
 
 
 def wait_for_node(url: str, timeout: float) -> float:
@@ -76,13 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", dest="json_out", default=None)
     args = parser.parse_args(argv)
 
-    import importlib
-
     from hybrid_qpr.encoders import Encoder
+    from hybrid_qpr.artifacts import write_json
     from hybrid_qpr.errors import ClusterError
 
-    engine = importlib.import_module(f"hybrid_qpr.backends.{args.engine}")
-    backend_cls = engine.OpenSearchBackend if args.engine == "opensearch" else engine.ElasticsearchBackend
     docs, _ = load(args.data, args.docs, 0, 13)
     encoder = Encoder.load(None)
     results = {}
@@ -124,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             yield doc
 
     for scenario in (["rerun", "survive"] if args.scenario == "both" else [args.scenario]):
-        backend = backend_cls(engine.connect(args.url, timeout=60), args.index)
+        backend = cluster_backend(args.engine, args.url, args.index)
         backend.drop()
         row: dict = {"docs": len(docs), "kill_after": args.kill_after}
         if scenario == "rerun":
@@ -138,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             start()
             wait_for_node(args.url, args.restart_timeout)
             row["restart_s"] = round(time.monotonic() - started, 1)
-            backend = backend_cls(engine.connect(args.url, timeout=60), args.index)
+            backend = cluster_backend(args.engine, args.url, args.index)
             row["count_after_kill"] = backend.count()
             report = backend.ingest(docs, encoder, batch_size=250, show_progress=False)
             row["second_run"] = {"indexed": report.indexed, "updated": report.updated, "failed": len(report.failed),
@@ -162,11 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         results[scenario] = row
         backend.drop()
     if args.json_out:
-        from _results import relative_if_path
+        from _results import command_line
 
-        Path(args.json_out).write_text(json.dumps({"command": "python " + " ".join(str(relative_if_path(a)) for a in sys.argv),
-                                                   "engine": args.engine,
-                                                   "results": results}, indent=2), encoding="utf-8")
+        write_json(args.json_out, {"command": command_line(), "engine": args.engine, "results": results})
     return 0 if all(r["exact"] for r in results.values()) else 1
 
 
