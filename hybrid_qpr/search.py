@@ -108,10 +108,12 @@ class HybridSearcher:
 
     # ------------------------------------------------------------------ search
     def candidates(self, query: str, vector, depth: int, filters: Filters | None = None) -> Candidates:
-        """BM25 and kNN lists of ``depth`` hits for one query (``vector`` = its encoding)."""
+        """BM25 and kNN lists of ``depth`` hits for one query (``vector`` = its encoding, or a
+        function returning it where the backend has ``vector_beside_bm25``)."""
         if self.backend.capabilities.batched_bm25_and_knn:  # one round trip where a backend offers it
             return Candidates(*self.backend.bm25_and_knn(query, vector, depth, filters))  # type: ignore[attr-defined]
-        return Candidates(self.backend.bm25(query, depth, filters), self.backend.knn(vector, depth, filters))
+        return Candidates(self.backend.bm25(query, depth, filters),
+                          self.backend.knn(vector() if callable(vector) else vector, depth, filters))
 
     def search(self, query: str, *, mode: Mode = "hybrid", top_k: int = 10, offset: int = 0,
                fusion: str | None = None, alpha: float | None = None, filters: Filters | None = None,
@@ -133,17 +135,24 @@ class HybridSearcher:
             hits = self.backend.bm25(query, need, filters)[offset:need]
             return self._results([(h.id, h.score, RankedScore(h.score, offset + i + 1), None) for i, h in enumerate(hits)],
                                  hits)
+        if mode == "hybrid":
+            return self._hybrid(query, need, offset, fusion, alpha, filters, depth, vector)
         if vector is None:
             vector = self.encoder.encode([query])[0]
         if mode == "knn":
             hits = self.backend.knn(vector, need, filters)[offset:need]
             return self._results([(h.id, h.score, None, RankedScore(h.score, offset + i + 1)) for i, h in enumerate(hits)],
                                  hits)
-        if mode == "rerank":
-            recalled = self.backend.bm25(query, max(rerank_depth, need), filters)
-            return self._results(self._rerank(recalled, vector)[offset:need], recalled)
+        recalled = self.backend.bm25(query, max(rerank_depth, need), filters)  # rerank
+        return self._results(self._rerank(recalled, vector)[offset:need], recalled)
+
+    def _hybrid(self, query: str, need: int, offset: int, fusion: str | None, alpha: float | None,
+                filters: Filters | None, depth: int | None, vector) -> list[SearchResult]:
         method, alpha = self.fusion_settings(fusion, alpha)
         depth = self.fusion_depth(depth, need)
+        if vector is None:  # encoded beside the BM25 list where the backend can, else first
+            vector = (lambda: self.encoder.encode([query])[0]) if self.backend.capabilities.vector_beside_bm25 \
+                else self.encoder.encode([query])[0]
         cands = self.candidates(query, vector, depth, filters)
         fused = self.fuse(cands, method=method, alpha=alpha, depth=depth, top_k=need)[offset:need]
         return self._results([(f.id, f.score, None if f.ranks[0] is None else RankedScore(f.scores[0], f.ranks[0]),

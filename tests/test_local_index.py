@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 
 import numpy as np
 import pytest
@@ -168,3 +169,24 @@ def test_bm25_and_knn_together_equal_the_two_lists(index, committed_encoder):
         assert index.bm25_and_knn(query, vec, 20) == (index.bm25(query, 20), index.knn(vec, 20))
         filters = {"topic": "password"}
         assert index.bm25_and_knn(query, vec, 5, filters) == (index.bm25(query, 5, filters), index.knn(vec, 5, filters))
+
+
+def test_query_vector_as_function_is_encoded_on_the_knn_worker(index, committed_encoder):
+    """A hybrid query's encoding overlaps the BM25 list: ``bm25_and_knn`` takes the vector as a
+    function and calls it on the kNN worker; lists and search results are unchanged."""
+    from hybrid_qpr.search import HybridSearcher
+
+    searcher = HybridSearcher(index, committed_encoder)
+    for query in ("how do i change my password", "delete my account"):
+        vec = committed_encoder.encode([query])[0]
+        threads = []
+
+        def vector_of():
+            threads.append(threading.current_thread().name)
+            return vec
+
+        assert index.bm25_and_knn(query, vector_of, 20) == index.bm25_and_knn(query, vec, 20)
+        assert len(threads) == 1 and threads[0].startswith("hybrid-qpr-knn")
+        assert searcher.search(query, mode="hybrid") == searcher.search(query, mode="hybrid", vector=vec)
+    assert index.bm25_and_knn("delete my account", vector_of, 5, {"topic": "password"}) == \
+        (index.bm25("delete my account", 5, {"topic": "password"}), index.knn(vec, 5, {"topic": "password"}))

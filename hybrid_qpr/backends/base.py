@@ -30,11 +30,15 @@ class Capabilities:
     * ``server_side_hybrid`` - ``hybrid_server`` fuses inside the engine with the same
       method, weights and depth as client-side fusion (OpenSearch neural-search).
     * ``server_side_rerank`` - ``rerank_server`` runs the MSEM flow in one request.
+    * ``vector_beside_bm25`` - ``bm25_and_knn`` also takes the query vector as a function
+      and calls it while the BM25 list is scored (the embedded index: a hybrid query's
+      encoding overlaps BM25 instead of preceding it).
     """
 
     batched_bm25_and_knn: bool = False
     server_side_hybrid: bool = False
     server_side_rerank: bool = False
+    vector_beside_bm25: bool = False
 
 
 @runtime_checkable

@@ -27,6 +27,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,6 +212,7 @@ def top_rows(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: Sequen
     if not idfs or depth <= 0:
         return out
     no_deletions = np.zeros(0, dtype=np.bool_)
+    total = _scratch(max(len(p.doc_len) for p, _ in parts))
     for seg, (postings, deleted) in enumerate(parts):
         spans = [(int(postings.ptr[col]), int(postings.ptr[col + 1]), idfs[token]) for token in tokens
                  if token in idfs and (col := postings.column(token)) is not None]  # query order, repeats included
@@ -218,8 +220,8 @@ def top_rows(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: Sequen
             continue
         starts, ends, token_idfs = (np.asarray(v) for v in zip(*spans))
         scores, rows = kernel(postings.rows, weights[seg], starts.astype(np.int64), ends.astype(np.int64),
-                              token_idfs.astype(np.float32), len(postings.doc_len),
-                              no_deletions if deleted is None else deleted, depth)
+                              token_idfs.astype(np.float32), no_deletions if deleted is None else deleted, depth,
+                              total[:len(postings.doc_len)])
         if len(scores) > depth:  # the histogram bin may hold more than needed: the exact cut, ties kept
             keep = scores >= np.partition(scores, len(scores) - depth)[len(scores) - depth]
             scores, rows = scores[keep], rows[keep]
@@ -228,6 +230,17 @@ def top_rows(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: Sequen
 
 
 _KERNEL: list = []
+_SCRATCH = threading.local()
+
+
+def _scratch(n_docs: int) -> np.ndarray:
+    """This thread's score accumulator, at least ``n_docs`` long and all zeros between calls
+    (the kernel zeroes what it used). Reused across queries: a fresh ``n_docs`` array per
+    query costs its page faults (1M documents: 8 MB)."""
+    total = getattr(_SCRATCH, "total", None)
+    if total is None or len(total) < n_docs:
+        _SCRATCH.total = total = np.zeros(n_docs, dtype=np.float64)
+    return total
 
 
 def _top_kernel():
@@ -242,13 +255,16 @@ def _top_kernel():
     return _KERNEL[0]
 
 
-def _score_top(rows, weights, starts, ends, token_idfs, n_docs, deleted, depth):  # pragma: no cover - compiled
+def _score_top(rows, weights, starts, ends, token_idfs, deleted, depth, total):  # pragma: no cover - compiled
     """Sum ``token_idf * weight`` (float32 products, float64 sums in query-token order: what
     ``np.bincount`` does in ``score_segments``) into every document, then return the live
-    positive scores at or above the ``depth``-th best. The cut is found with a 4,096-bin
-    histogram over [0, sum of the query's idfs] (weights are below 1, so no score reaches
-    that bound): two passes over the documents, no sort of every score."""
-    total = np.zeros(n_docs, dtype=np.float64)
+    positive scores at or above the ``depth``-th best, in row order. ``total`` is a zeroed
+    scratch at least as long as the segment (reused across queries instead of a fresh array:
+    the last pass zeroes it again). The cut is found with a 4,096-bin histogram over
+    [0, sum of the query's idfs] (weights are below 1, so no score reaches that bound): two
+    passes over the documents, no sort of every score. (A list of touched documents instead
+    of full passes was measured slower: Quora queries' postings reach most documents.)"""
+    n_docs = len(total)
     bound = 0.0
     for t in range(len(starts)):
         idf32 = token_idfs[t]
@@ -281,4 +297,5 @@ def _score_top(rows, weights, starts, ends, token_idfs, n_docs, deleted, depth):
             out_scores[i] = np.float32(score)
             out_rows[i] = row
             i += 1
+        total[row] = 0.0
     return out_scores, out_rows

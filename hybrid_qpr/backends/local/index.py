@@ -34,7 +34,7 @@ import secrets
 import shutil
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
@@ -128,7 +128,7 @@ class LocalIndex:
     """``hybrid_qpr.backends.base.Backend`` over a local index directory (see the module docstring)."""
 
     # bm25_and_knn runs the two lists on two threads (both release the GIL while they score)
-    capabilities = Capabilities(batched_bm25_and_knn=True)
+    capabilities = Capabilities(batched_bm25_and_knn=True, vector_beside_bm25=True)
 
     def __init__(self, path: Path, manifest: dict[str, Any], bm25: Bm25Impl | None = None, *, load: bool = True):
         self.path = Path(path)
@@ -390,16 +390,19 @@ class LocalIndex:
             found.append((seg, *_best_rows(scores, rows, depth)))
         return _merge_ranked(found, depth)
 
-    def bm25_and_knn(self, query: str, vector: np.ndarray, depth: int,
+    def bm25_and_knn(self, query: str, vector: np.ndarray | Callable[[], np.ndarray], depth: int,
                      filters: Filters | None = None) -> tuple[list[Hit], list[Hit]]:
         """``bm25`` and ``knn`` at once: kNN on a worker thread while BM25 runs here. FAISS and
         the compiled BM25 scorer release the GIL, so on two cores a hybrid query costs about
-        the slower of the two lists instead of their sum."""
+        the slower of the two lists instead of their sum. ``vector`` may be a function that
+        returns it (the query's encoding): it is then called on the worker too, so encoding
+        overlaps the BM25 list as well (onnxruntime also releases the GIL)."""
+        vector_of = vector if callable(vector) else (lambda: vector)
         if not self.segments:
             return [], []
         if filters:  # filtered lists are exact scans over the matching rows: no FAISS call to overlap
-            return self.bm25(query, depth, filters), self.knn(vector, depth, filters)
-        pending = _worker().submit(self.knn, vector, depth)
+            return self.bm25(query, depth, filters), self.knn(vector_of(), depth, filters)
+        pending = _worker().submit(lambda: self.knn(vector_of(), depth))
         try:
             bm25_hits = self.bm25(query, depth)
         finally:
