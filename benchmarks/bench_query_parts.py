@@ -98,7 +98,8 @@ def main() -> None:
     candidates = [Candidates(index.bm25(q, depth), index.knn(v, depth)) for q, v in zip(texts, vectors)]  # warms up
     ids10 = [[h.id for h in c.bm25[:10]] for c in candidates]
     serial = HybridSearcher(index, encoder)
-    serial.candidates = lambda q, v, d, f=None: Candidates(index.bm25(q, d, f), index.knn(v, d, f))  # type: ignore[method-assign]
+    # one thread: encode, then BM25, then kNN (``v`` is the encoding function hybrid passes)
+    serial.candidates = lambda q, v, d, f=None: Candidates(index.bm25(q, d, f), index.knn(v() if callable(v) else v, d, f))  # type: ignore[method-assign]
 
     steps = {
         "encode": lambda i: encoder.encode([texts[i]]),

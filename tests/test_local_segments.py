@@ -105,6 +105,30 @@ def test_knn_and_documents_agree_across_segments(segmented, single, committed_en
     assert segmented.documents(["q025"])["q025"].text == "is it possible to delete our credit card?"
 
 
+def test_several_hnsw_segments_asked_for_their_share_lose_nothing(tmp_path, committed_encoder):
+    """With several segments each FAISS index is first asked for its share of the depth; a
+    segment whose whole share lands in the merged list is searched again in full. Here one
+    small segment holds the 20 best documents while its share is 12: the list must still be
+    the exact top 20 (HNSW over a few hundred vectors at this efSearch is exact)."""
+    from hybrid_qpr.distance import similarity
+
+    idx = LocalIndex.create(tmp_path / "idx", committed_encoder, faiss="hnsw")
+    near = [Document(f"p{i:02d}", f"how do i change my password {i}") for i in range(30)]
+    far = [Document(f"{kind[0]}{i:03d}", f"{kind} recipe {i} with {kind} and sugar") for kind in ("cake", "bread")
+           for i in range(300)]
+    for part in (near, far[:300], far[300:]):
+        idx.ingest(part, committed_encoder, show_progress=False)
+    assert len(idx.segments) == 3 and all(s.entry["factory"].startswith("HNSW") for s in idx.segments)
+    vec = committed_encoder.encode(["how do i change my password"])[0]
+    docs = near + far
+    exact = similarity(vec[None, :], committed_encoder.encode([d.text for d in docs]), idx.distance)[0]
+    best = sorted(zip(exact.tolist(), [d.id for d in docs]), key=lambda sd: (-sd[0], sd[1]))[:20]
+    assert all(doc_id.startswith("p") for _, doc_id in best)  # the small segment holds the whole top 20
+    for hits in (idx.knn(vec, 20), idx.bm25_and_knn("how do i change my password", vec, 20)[1]):
+        assert [h.id for h in hits] == [doc_id for _, doc_id in best]
+        assert [h.score for h in hits] == pytest.approx([score for score, _ in best], abs=1e-3)
+
+
 def test_tombstones_hide_deleted_rows_without_rewriting(tmp_path, committed_encoder, question_bank):
     idx = LocalIndex.create(tmp_path / "idx", committed_encoder)
     idx.ingest(question_bank, committed_encoder, show_progress=False)

@@ -30,9 +30,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import secrets
 import shutil
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -101,6 +103,26 @@ def _merge_ranked(found: list[tuple["Segment", np.ndarray, np.ndarray]], depth: 
             ranked.extend(zip(scores[keep].tolist(), seg.ids_at(rows[keep])))
     ranked.sort(key=lambda si: (-si[0], si[1]))
     return [Hit(doc_id, float(score)) for score, doc_id in ranked[:depth]]
+
+
+# efSearch of a segment asked for its share k of a multi-segment kNN list: efSearch * (k / full
+# k) ** SHARE_EF_POWER. Measured on ten 100,000-document HNSW32 segments (docs/engine.md): power 1
+# (efSearch scaled like k) lost 3.5 points of recall@10 against full searches (0.989 -> 0.954),
+# 0.75 keeps 0.967 and the merged index's recall@100 (0.892) at about half the FAISS time.
+SHARE_EF_POWER = 0.75
+
+
+class _SegmentQueue:
+    """Segments handed out one at a time to the threads that search them (a hybrid query's
+    kNN worker and, once its BM25 list is done, the calling thread)."""
+
+    def __init__(self, segments: Sequence["Segment"]):
+        self._left = iter(segments)
+        self._lock = threading.Lock()
+
+    def take(self) -> "Segment | None":
+        with self._lock:
+            return next(self._left, None)
 
 
 _WORKER: list[ThreadPoolExecutor] = []
@@ -367,47 +389,105 @@ class LocalIndex:
     def knn(self, vector: np.ndarray, depth: int, filters: Filters | None = None) -> list[Hit]:
         """Top ``depth`` by similarity: FAISS per segment without filters; exact over the
         matching rows with them."""
+        query = self._knn_query(vector)
+        allowed = self.matching(filters)
+        if allowed is None:
+            found = self._faiss_candidates(query, depth, _SegmentQueue(self.segments))
+            return _merge_ranked(self._settled(found, query, depth), depth)
+        found = []
+        for seg, rows in zip(self.segments, allowed):
+            if len(rows):
+                scores = similarity(query, np.asarray(seg.vectors[rows]), self.distance)[0]
+                found.append((seg, *_best_rows(scores, rows, depth)))
+        return _merge_ranked(found, depth)
+
+    def _knn_query(self, vector: np.ndarray) -> np.ndarray:
         query = prepare_vectors(np.asarray(vector, dtype=np.float32).reshape(1, -1), self.distance)
         if query.shape[1] != self.dim:
             raise ModelMismatchError(f"query vector has {query.shape[1]} dims; index {self.path} has {self.dim}")
-        allowed = self.matching(filters)
+        return query
+
+    def _faiss_candidates(self, query: np.ndarray, depth: int,
+                          segments: "_SegmentQueue") -> list[tuple[Segment, np.ndarray, np.ndarray, bool]]:
+        """``(segment, scores, rows, complete)`` of the live rows among each segment's FAISS
+        hits, for the segments this thread takes from ``segments`` (several threads may share
+        it). With one segment it is asked for ``depth`` (plus its deleted rows). With several,
+        each is first asked only for its share (the optimistic per-segment k of Lucene 10's
+        multi-segment kNN): twice ``depth`` times its fraction of the live documents, plus 10,
+        with efSearch times (that k / the full k) ** ``SHARE_EF_POWER`` (never below that k nor
+        above the index's efSearch). A segment
+        whose whole answer lands in the merged top ``depth`` may hold more, so ``_settled``
+        searches it again in full (``complete`` is False until then)."""
         found = []
-        for i, seg in enumerate(self.segments):
-            if allowed is not None:
-                rows = allowed[i]
-                if len(rows):
-                    scores = similarity(query, np.asarray(seg.vectors[rows]), self.distance)[0]
-                    found.append((seg, *_best_rows(scores, rows, depth)))
-                continue
-            n_deleted = seg.count - seg.live
-            with one_thread():
-                raw, hits = seg.faiss.search(query, min(depth + n_deleted, seg.count))
-            rows = hits[0][hits[0] >= 0].astype(np.int64)
-            scores = score_from_faiss(raw[0][hits[0] >= 0], self.distance)
-            if seg.deleted is not None:
-                keep = ~seg.deleted[rows]
-                rows, scores = rows[keep], scores[keep]
-            found.append((seg, *_best_rows(scores, rows, depth)))
-        return _merge_ranked(found, depth)
+        live_total = max(1, sum(seg.live for seg in self.segments))
+        ef_search = self.search_settings.ef_search
+        while (seg := segments.take()) is not None:
+            full = min(depth + seg.count - seg.live, seg.count)
+            k, params = full, None
+            if len(self.segments) > 1:
+                k = min(full, math.ceil(2 * depth * seg.live / live_total) + 10 + seg.count - seg.live)
+                if k < full and hasattr(seg.faiss, "hnsw"):
+                    faiss = require("faiss", feature="the local index")
+                    params = faiss.SearchParametersHNSW(efSearch=min(ef_search, max(k, math.ceil(ef_search * (k / full) ** SHARE_EF_POWER))))
+            found.append((*self._search_segment(seg, query, k, params), k == full))
+        return found
+
+    def _search_segment(self, seg: Segment, query: np.ndarray, k: int,
+                        params: Any = None) -> tuple[Segment, np.ndarray, np.ndarray]:
+        with one_thread():
+            raw, hits = seg.faiss.search(query, k, params=params)
+        valid = hits[0] >= 0
+        rows = hits[0][valid].astype(np.int64)
+        scores = score_from_faiss(raw[0][valid], self.distance)
+        if seg.deleted is not None:
+            keep = ~seg.deleted[rows]
+            rows, scores = rows[keep], scores[keep]
+        return seg, scores, rows
+
+    def _settled(self, found: list[tuple[Segment, np.ndarray, np.ndarray, bool]], query: np.ndarray,
+                 depth: int) -> list[tuple[Segment, np.ndarray, np.ndarray]]:
+        """``found`` with every partial answer that reaches the merged top ``depth`` whole
+        (all its scores at or above the ``depth``-th best) replaced by a full search of its
+        segment: only then could the segment hold more documents that belong in the list."""
+        scores = np.concatenate([f[1] for f in found]) if found else np.zeros(0, np.float32)
+        cutoff = np.partition(scores, len(scores) - depth)[len(scores) - depth] if len(scores) > depth else -np.inf
+        out = []
+        for seg, seg_scores, rows, complete in found:
+            if not complete and len(seg_scores) and seg_scores.min() >= cutoff:
+                seg, seg_scores, rows = self._search_segment(seg, query, min(depth + seg.count - seg.live, seg.count))
+            out.append((seg, *_best_rows(seg_scores, rows, depth)))
+        return out
 
     def bm25_and_knn(self, query: str, vector: np.ndarray | Callable[[], np.ndarray], depth: int,
                      filters: Filters | None = None) -> tuple[list[Hit], list[Hit]]:
-        """``bm25`` and ``knn`` at once: kNN on a worker thread while BM25 runs here. FAISS and
-        the compiled BM25 scorer release the GIL, so on two cores a hybrid query costs about
-        the slower of the two lists instead of their sum. ``vector`` may be a function that
-        returns it (the query's encoding): it is then called on the worker too, so encoding
-        overlaps the BM25 list as well (onnxruntime also releases the GIL)."""
+        """``bm25`` and ``knn`` at once: kNN on a worker thread while BM25 runs here. FAISS, the
+        compiled BM25 scorer and onnxruntime release the GIL, so on two cores a hybrid query
+        costs about the slower of the two lists instead of their sum. ``vector`` may be a
+        function that returns it (the query's encoding): it is then called on the worker, so
+        encoding overlaps the BM25 list too. With several segments, this thread takes the
+        segments' FAISS searches the worker has not started once its BM25 list is done (one
+        HNSW search per segment would otherwise all wait on the worker)."""
         vector_of = vector if callable(vector) else (lambda: vector)
         if not self.segments:
             return [], []
         if filters:  # filtered lists are exact scans over the matching rows: no FAISS call to overlap
             return self.bm25(query, depth, filters), self.knn(vector_of(), depth, filters)
-        pending = _worker().submit(lambda: self.knn(vector_of(), depth))
+        segments = _SegmentQueue(self.segments)
+        ready: list[np.ndarray] = []  # the prepared query vector, once the worker has it
+
+        def knn_half() -> list[tuple[Segment, np.ndarray, np.ndarray, bool]]:
+            ready.append(self._knn_query(vector_of()))
+            return self._faiss_candidates(ready[0], depth, segments)
+
+        pending = _worker().submit(knn_half)
+        helped: list[tuple[Segment, np.ndarray, np.ndarray, bool]] = []
         try:
             bm25_hits = self.bm25(query, depth)
+            if ready:  # never wait for the encoding here: the worker searches whatever is left
+                helped = self._faiss_candidates(ready[0], depth, segments)
         finally:
-            knn_hits = pending.result()
-        return bm25_hits, knn_hits
+            found = pending.result()
+        return bm25_hits, _merge_ranked(self._settled(found + helped, ready[0], depth), depth)
 
     def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
         """Exact similarity of ``vector`` to the stored vectors of ``ids`` (MSEM rerank)."""
