@@ -112,6 +112,12 @@ def _merge_ranked(found: list[tuple["Segment", np.ndarray, np.ndarray]], depth: 
 SHARE_EF_POWER = 0.75
 
 
+def _full_k(seg: "Segment", depth: int) -> int:
+    """Hits to ask a segment's FAISS index for so that ``depth`` live ones can remain: its
+    deleted rows may be among them."""
+    return min(depth + seg.count - seg.live, seg.count)
+
+
 class _SegmentQueue:
     """Segments handed out one at a time to the threads that search them (a hybrid query's
     kNN worker and, once its BM25 list is done, the calling thread)."""
@@ -422,7 +428,7 @@ class LocalIndex:
         live_total = max(1, sum(seg.live for seg in self.segments))
         ef_search = self.search_settings.ef_search
         while (seg := segments.take()) is not None:
-            full = min(depth + seg.count - seg.live, seg.count)
+            full = _full_k(seg, depth)
             k, params = full, None
             if len(self.segments) > 1:
                 k = min(full, math.ceil(2 * depth * seg.live / live_total) + 10 + seg.count - seg.live)
@@ -455,7 +461,7 @@ class LocalIndex:
         out = []
         for seg, seg_scores, rows, complete in found:
             if not complete and len(seg_scores) and seg_scores.min() >= cutoff:
-                seg, seg_scores, rows = self._search_segment(seg, query, min(depth + seg.count - seg.live, seg.count))
+                seg, seg_scores, rows = self._search_segment(seg, query, _full_k(seg, depth))
             out.append((seg, *_best_rows(seg_scores, rows, depth)))
         return out
 
@@ -607,9 +613,16 @@ class LocalIndex:
         return removed
 
     # ------------------------------------------------------------------ merges
+    def _factory_for(self, n: int) -> str:
+        """The FAISS factory of a new segment of ``n`` documents, by the index's stored choice."""
+        return faiss_factory(n, self.manifest["faiss"].get("kind", "auto"), self._flat_threshold)
+
+    @property
+    def _flat_threshold(self) -> int:
+        return int(self.manifest["faiss"].get("flat_threshold", FLAT_THRESHOLD))
+
     def _merge_by_policy(self) -> None:
-        faiss_info = self.manifest["faiss"]
-        flat_limit = int(faiss_info.get("flat_threshold", FLAT_THRESHOLD)) if faiss_info.get("kind") == "auto" else None
+        flat_limit = self._flat_threshold if self.manifest["faiss"].get("kind") == "auto" else None
         while (names := plan_merge(self.manifest["segments"], flat_limit=flat_limit)) is not None:
             self._merge(names)
 
@@ -661,11 +674,8 @@ class LocalIndex:
         counter = int(self.manifest.get("next_segment", 1))
         entries = [e for e in self.manifest["segments"] if e["name"] not in names]
         if ids:
-            faiss_info = self.manifest["faiss"]
-            factory = faiss_factory(len(ids), faiss_info.get("kind", "auto"),
-                                    int(faiss_info.get("flat_threshold", FLAT_THRESHOLD)))
             merged = write_segment(self.path / SEGMENTS_DIR, self._new_segment_name(counter), ids, texts, metas,
-                                   vectors, self.distance, factory)
+                                   vectors, self.distance, self._factory_for(len(ids)))
             first = min((i for i, e in enumerate(self.manifest["segments"]) if e["name"] in names), default=0)
             entries.insert(min(first, len(entries)), merged)
         logger.info("merged %d segments (%d documents)", len(names), len(ids))
@@ -799,11 +809,8 @@ class _IngestWriter:
             vectors[np.asarray(to_encode)] = prepare_vectors(encoded, self.index.distance)
             logger.info("encoded %d texts in %.1f s (CPU %.1f s)", len(to_encode), time.perf_counter() - started,
                         time.process_time() - cpu)
-        faiss_info = self.index.manifest["faiss"]
-        factory = faiss_factory(len(ids), faiss_info.get("kind", "auto"),
-                                int(faiss_info.get("flat_threshold", FLAT_THRESHOLD)))
         entry = write_segment(self.index.path / SEGMENTS_DIR, self.index._new_segment_name(self.counter), ids, texts,
-                              metas, vectors, self.index.distance, factory)
+                              metas, vectors, self.index.distance, self.index._factory_for(len(ids)))
         self.counter += 1
         seg = Segment(self.index.path, entry, self.index.dim, self.index.search_settings, verify=False)
         number = len(self.new_segments)
