@@ -320,7 +320,7 @@ def add_lever_modes(args, modes: dict, backend, encoder, k: int, depth: int) -> 
 
     def cold_pool(q):  # a client of its own per query: the TCP connection is opened for this search
         fresh = engine(connect(args.url, timeout=120, compress=args.compress, check=False), backend.index)
-        fresh._shards = backend.shards  # what a long-lived backend has cached
+        fresh._settings = backend._index_settings()  # what a long-lived backend has cached
         try:
             return fresh.bm25(q, k)
         finally:

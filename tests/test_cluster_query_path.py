@@ -119,6 +119,22 @@ def test_bm25_search_type_follows_the_shard_count(shards, expected):
         OpenSearchBackend(None, "idx", search_type="dfs")
 
 
+def test_settings_read_again_after_the_index_is_dropped_and_created():
+    """The shard count (hence the BM25 search type) is cached per index, so deleting or
+    creating the index must forget it: a 3-shard index made after a 1-shard one uses dfs."""
+    transport = AnsweringTransport(DOCS, shards=1)
+    backend = backend_over(transport)
+    assert backend.bm25_search_type() == "query_then_fetch"
+    transport.shards = 3  # the index is replaced by one with three primaries
+    backend._forget_index()  # what drop() and ensure_index() do around the DELETE / PUT
+    assert backend.bm25_search_type() == "dfs_query_then_fetch"
+    transport.shards = 1
+    original = transport.request
+    transport.request = lambda method, path, *a, **k: {} if method == "DELETE" else original(method, path, *a, **k)
+    assert backend.drop() is True
+    assert backend.bm25_search_type() == "query_then_fetch"
+
+
 def test_a_search_that_lost_shards_is_sent_again_then_refused(monkeypatch):
     monkeypatch.setattr(cluster_backend.time, "sleep", lambda seconds: None)
     transport = AnsweringTransport(DOCS, failures=2)

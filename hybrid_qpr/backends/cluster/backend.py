@@ -373,15 +373,20 @@ class ClusterBackend:
                     if failure.error_type != "resource_already_exists_exception":  # lost a race with another ingest
                         raise
         finally:
-            self._meta = self._shards = None
+            self._forget_index()
         self.check_encoder(encoder)
         logger.info("created index %s (dim %d, %s, %d shards, %d replicas)", self.index, encoder.dim,
                     encoder.distance, shards, replicas)
         return True
 
+    def _forget_index(self) -> None:
+        """Drop what was read of the index (mapping ``_meta``, settings): it is being created or deleted."""
+        self._meta = None
+        self._settings = None
+
     def drop(self) -> bool:
         """Delete the whole index; False if it did not exist."""
-        self._meta = self._shards = None
+        self._forget_index()
         with translate(f"deleting index {self.index!r}", self.engine):
             try:
                 self.transport.request("DELETE", f"/{self.index}")
