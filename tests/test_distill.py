@@ -140,3 +140,64 @@ def test_tiny_distillation_lowers_the_loss_resumes_and_exports(tmp_path, tiny_te
     assert meta["loss"] == "distill" and meta["distance"] == "sqeuclidean"
     export_run(run, tmp_path / "onnx")
     assert Encoder.load(tmp_path / "onnx").encode(["w1 w2 w3 ?"]).shape == (1, 8)
+
+
+def test_teacher_words_from_a_wordpiece_tokenizer_or_a_cnn_vocabulary(tmp_path, tiny_teacher):
+    from hybrid_qpr.errors import ArtifactError
+    from hybrid_qpr.text.tokenizer import Vocabulary
+    from hybrid_qpr.training.word_init import teacher_words
+
+    vocab = {"[PAD]": 0, "[CLS]": 1, "world": 4, "hello": 2, "##s": 3, "don't": 5, "x1": 6, "Big": 7}
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"type": "WordPiece", "vocab": vocab}}))
+    assert teacher_words(tmp_path) == ["hello", "world", "x1"]  # vocabulary order; no pieces, specials, splits or capitals
+    assert teacher_words(tiny_teacher) == Vocabulary.load(tiny_teacher / "tokenizer.json").words
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE"}}))
+    with pytest.raises(ArtifactError, match="neither a WordPiece"):
+        teacher_words(tmp_path)
+
+
+def test_word_embeddings_start_from_the_teacher(tiny_teacher):
+    """Each word row is the teacher's vector of that word alone on its principal components:
+    two words the teacher maps to the same vector get the same row; hash bins stay random."""
+    from hybrid_qpr.encoders import Encoder
+    from hybrid_qpr.model.cnn import CNNModel
+    from hybrid_qpr.text.tokenizer import Vocabulary
+    from hybrid_qpr.training.word_init import extend_vocabulary, init_word_embeddings, teacher_word_vectors, teacher_words
+
+    encoder = Encoder.load(tiny_teacher)
+    teacher_vocab = teacher_words(tiny_teacher)
+    base = Vocabulary(["w1", "zzz-never", "unseenword"], hash_bins=7)
+    vocabulary = extend_vocabulary(base, teacher_vocab)
+    assert vocabulary.words[:3] == base.words and set(teacher_vocab) <= set(vocabulary.words)
+    assert len(vocabulary.words) == len(set(vocabulary.words))
+    torch.manual_seed(0)
+    model = CNNModel(vocabulary, embedding_dim=6, channels=8, dim=4)
+    hash_rows = model.embedding.weight[1 + len(vocabulary.words):].detach().clone()
+    assert init_word_embeddings(model, encoder) == len(vocabulary.words)
+    rows = model.embedding.weight.detach().numpy()
+    expected = teacher_word_vectors(encoder, vocabulary.words, 6)
+    assert np.allclose(rows[1:1 + len(vocabulary.words)], expected, atol=1e-5)
+    assert np.allclose(expected.std(axis=0), 1.0, atol=1e-3)
+    assert torch.equal(model.embedding.weight[1 + len(vocabulary.words):], hash_rows) and not rows[0].any()
+    same = teacher_word_vectors(encoder, ["w1", "w1", "w2"], 2)
+    assert np.allclose(same[0], same[1])
+
+
+def test_tiny_distillation_with_teacher_words(tmp_path, tiny_teacher):
+    from hybrid_qpr.text.tokenizer import Vocabulary
+    from hybrid_qpr.training.cnn import TrainConfig
+    from hybrid_qpr.training.distill import DistillConfig, distill
+    from hybrid_qpr.training.word_init import teacher_words
+
+    corpus = tmp_path / "questions.jsonl"
+    corpus.write_text("".join(json.dumps({"id": q.id, "text": q.text}) + "\n"
+                              for c in topic_clusters(40, 3) for q in c.questions))
+    config = DistillConfig(teacher_temperature=0.1, group_size=4, neighbours=8, held_out=24, vocab=20, hash_bins=10,
+                           architecture=dict(embedding_dim=16, channels=24, dim=8, layers=1), teacher_words=True)
+    run = tmp_path / "run"
+    result = distill(corpus, tiny_teacher, run, config=config, show_progress=False,
+                     train_config=TrainConfig(batch_size=32, lr=3e-3, epochs=4, patience=10))
+    assert result.history[-1]["loss"] < result.history[0]["loss"]
+    words = Vocabulary.load(run / "tokenizer.json").words
+    assert len(words) > 20 and set(teacher_words(tiny_teacher)) <= set(words)
+    assert json.loads((run / "model.json").read_text())["loss_options"]["teacher_words"] is True

@@ -25,6 +25,9 @@ from hybrid_qpr.cli._common import cnn_size_options, friendly_errors
               help="Batches are built from groups of this many teacher nearest neighbours (1 = random batches).")
 @click.option("--teacher-cache", type=click.Path(file_okay=False), default=None,
               help="Directory of the cached teacher vectors (keyed by corpus + teacher). [default: RUN/teacher]")
+@click.option("--teacher-words", is_flag=True,
+              help="Add the teacher's whole words to the vocabulary and start every word embedding from the teacher's "
+                   "vector of that word alone (PCA to --embedding-dim), instead of at random (ignored with --init).")
 @click.option("--held-out", type=int, default=2000, show_default=True,
               help="Questions held out for teacher-agreement validation when there is no labelled val split.")
 @cnn_size_options(vocab=30_000, hash_bins=5000, embedding_dim=128, channels=256, dim=256, layers=1,
@@ -38,7 +41,7 @@ from hybrid_qpr.cli._common import cnn_size_options, friendly_errors
 @click.option("--resume", is_flag=True, help="Continue from RUN/checkpoint.pt.")
 @friendly_errors
 def distill(corpus, teacher_dir, run_dir, pairs, pairs_weight, init, teacher_temperature, group_size, teacher_cache,
-            held_out, vocab, hash_bins, embedding_dim, channels, dim, layers, batch_size, lr, epochs, patience,
+            teacher_words, held_out, vocab, hash_bins, embedding_dim, channels, dim, layers, batch_size, lr, epochs, patience,
             max_minutes, seed, resume) -> None:
     """Distil TEACHER into a CNN on the questions of CORPUS; best model in RUN/best.pt.
 
@@ -57,7 +60,7 @@ def distill(corpus, teacher_dir, run_dir, pairs, pairs_weight, init, teacher_tem
     from hybrid_qpr.training.distill import DistillConfig, distill as run_distillation
 
     config = DistillConfig(teacher_temperature=teacher_temperature, group_size=group_size, pairs_weight=pairs_weight,
-                           held_out=held_out, vocab=vocab, hash_bins=hash_bins,
+                           held_out=held_out, vocab=vocab, hash_bins=hash_bins, teacher_words=teacher_words,
                            architecture=dict(embedding_dim=embedding_dim, channels=channels, dim=dim, layers=layers))
     train_config = TrainConfig(batch_size=batch_size, lr=lr, epochs=epochs, patience=patience, seed=seed,
                                max_minutes=max_minutes)

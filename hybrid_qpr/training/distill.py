@@ -219,6 +219,7 @@ class DistillConfig:
     vocab: int = 30_000
     hash_bins: int = 5000
     architecture: dict | None = None  # CNNModel settings; default below
+    teacher_words: bool = False  # add the teacher's words and start word embeddings from it (word_init)
 
 
 DEFAULT_ARCHITECTURE = {"embedding_dim": 128, "channels": 256, "dim": 256, "layers": 1}  # the committed CNN's: ~13k questions/s
@@ -249,6 +250,7 @@ def distill(corpus: str | Path, teacher_dir: str | Path, run_dir: str | Path, *,
     from hybrid_qpr.text.tokenizer import Vocabulary
     from hybrid_qpr.training.cnn import BEST, RUN_META, TrainConfig, train, write_run_meta
     from hybrid_qpr.training.teacher import corpus_fingerprint, teacher_embeddings
+    from hybrid_qpr.training.word_init import extend_vocabulary, init_word_embeddings, teacher_words
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -276,14 +278,21 @@ def distill(corpus: str | Path, teacher_dir: str | Path, run_dir: str | Path, *,
         vocabulary = Vocabulary.load(init / "tokenizer.json")
     else:
         architecture = dict(config.architecture or DEFAULT_ARCHITECTURE)
-        vocabulary = Vocabulary.load(vocab_path) if resume and vocab_path.exists() else Vocabulary.build(
-            [texts[i] for i in rows] + [q.text for c in pair_clusters or [] for q in c.questions],
-            top_words=config.vocab, hash_bins=config.hash_bins)
+        if resume and vocab_path.exists():
+            vocabulary = Vocabulary.load(vocab_path)
+        else:
+            vocabulary = Vocabulary.build([texts[i] for i in rows] + [q.text for c in pair_clusters or [] for q in c.questions],
+                                          top_words=config.vocab, hash_bins=config.hash_bins)
+            if config.teacher_words:
+                vocabulary = extend_vocabulary(vocabulary, teacher_words(teacher_dir))
     vocabulary.save(vocab_path)
     torch.manual_seed(train_config.seed)
     model = CNNModel(vocabulary, **architecture)
-    if init is not None and not (resume and (run_dir / "checkpoint.pt").exists()):
+    fresh = not (resume and (run_dir / "checkpoint.pt").exists())
+    if init is not None and fresh:
         model.load_state_dict(load_checkpoint(init / BEST, "is --init a 'hybrid-qpr train' or 'distill' run directory?")["model"])
+    elif config.teacher_words and fresh:
+        log.info("teacher words: %d word embeddings start from the teacher", init_word_embeddings(model, encoder))
 
     loss = InBatchDistillationLoss(config.teacher_temperature)
     neighbours = None
@@ -299,6 +308,7 @@ def distill(corpus: str | Path, teacher_dir: str | Path, run_dir: str | Path, *,
                "corpus_questions": len(texts), "teacher_temperature": config.teacher_temperature,
                "group_size": config.group_size, "pairs": str(pairs) if pairs else None,
                "pairs_weight": config.pairs_weight if pairs else 0.0, "init": str(init) if init else None,
+               "teacher_words": config.teacher_words and init is None,
                "validation": "labelled val split" if val_clusters is not None else f"teacher agreement on {len(val_rows)} held-out questions"}
     write_run_meta(run_dir, architecture=architecture, loss="distill", loss_options=options, loss_fn=loss,
                    dataset_dir=labelled or corpus)
