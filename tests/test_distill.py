@@ -126,7 +126,7 @@ def test_tiny_distillation_lowers_the_loss_resumes_and_exports(tmp_path, tiny_te
     corpus.write_text("".join(json.dumps({"id": q.id, "text": q.text}) + "\n"
                               for c in topic_clusters(80, 3) for q in c.questions))
     config = DistillConfig(teacher_temperature=0.1, group_size=4, neighbours=8, held_out=40, vocab=500, hash_bins=10,
-                           architecture=dict(embedding_dim=16, channels=24, dim=8, layers=1))
+                           architecture=dict(embedding_dim=16, channels=24, dim=8, layers=1), teacher_words=False)
     run = tmp_path / "run"
     result = distill(corpus, tiny_teacher, run, config=config, show_progress=False,
                      train_config=TrainConfig(batch_size=40, lr=3e-3, epochs=6, patience=10))

@@ -25,9 +25,10 @@ from hybrid_qpr.cli._common import cnn_size_options, friendly_errors
               help="Batches are built from groups of this many teacher nearest neighbours (1 = random batches).")
 @click.option("--teacher-cache", type=click.Path(file_okay=False), default=None,
               help="Directory of the cached teacher vectors (keyed by corpus + teacher). [default: RUN/teacher]")
-@click.option("--teacher-words", is_flag=True,
+@click.option("--teacher-words/--no-teacher-words", default=True, show_default=True,
               help="Add the teacher's whole words to the vocabulary and start every word embedding from the teacher's "
-                   "vector of that word alone (PCA to --embedding-dim), instead of at random (ignored with --init).")
+                   "vector of that word alone (PCA to --embedding-dim) instead of at random; ignored with --init. "
+                   "On Quora it lifted validation MRR@20 after one epoch from 0.808 to 0.943 (docs/training.md).")
 @click.option("--held-out", type=int, default=2000, show_default=True,
               help="Questions held out for teacher-agreement validation when there is no labelled val split.")
 @cnn_size_options(vocab=30_000, hash_bins=5000, embedding_dim=128, channels=256, dim=256, layers=1,

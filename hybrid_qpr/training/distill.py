@@ -219,7 +219,7 @@ class DistillConfig:
     vocab: int = 30_000
     hash_bins: int = 5000
     architecture: dict | None = None  # CNNModel settings; default below
-    teacher_words: bool = False  # add the teacher's words and start word embeddings from it (word_init)
+    teacher_words: bool = True  # add the teacher's words and start word embeddings from it (word_init)
 
 
 DEFAULT_ARCHITECTURE = {"embedding_dim": 128, "channels": 256, "dim": 256, "layers": 1}  # the committed CNN's: ~13k questions/s
