@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent
 BUNDLED_DIRS = ("onnx", "mappings", "examples")  # keep in step with hybrid_qpr/resources.py
 # Of onnx/, only the default model goes into the wheel (keeps it small); other model
 # directories there are used from a checkout with --model. Keep in step with resources.DEFAULT_MODEL.
-WHEEL_MODELS = ("sdml-cnn-quora",)
+WHEEL_MODELS = ("distilled-cnn-quora",)
 SKIPPED = shutil.ignore_patterns("__pycache__", "*.py", "*.pyc", ".*")
 
 

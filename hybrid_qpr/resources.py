@@ -19,7 +19,7 @@ from hybrid_qpr.errors import ArtifactError
 # or mapping file needs no change here or in setup.py).
 BUNDLED_DIRS: tuple[str, ...] = ("onnx", "mappings", "examples")
 PACKAGED = "_data"
-DEFAULT_MODEL = "sdml-cnn-quora"
+DEFAULT_MODEL = "distilled-cnn-quora"
 
 
 def _root(name: str) -> Path:
@@ -42,7 +42,7 @@ def bundled(name: str, *parts: str) -> Path:
 
 
 def model_dir(name: str = DEFAULT_MODEL) -> Path:
-    """A model directory shipped under ``onnx/`` (default: the committed SDML CNN)."""
+    """A model directory shipped under ``onnx/`` (default: the committed distilled CNN)."""
     return bundled("onnx", name)
 
 
