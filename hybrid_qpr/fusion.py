@@ -115,6 +115,10 @@ def _ranked(lists: Sequence[Sequence[Hit]], depth: int | None) -> list[list[Hit]
         raise ConfigError(f"depth={depth}: must be >= 1")
     out = []
     for hits in lists:
+        head = list(hits[:depth] if depth is not None else hits)
+        if len({hit.id for hit in head}) == len(head):  # the usual case: no repeated id, nothing to drop
+            out.append(head)
+            continue
         seen: set[str] = set()
         kept = []
         for hit in hits:
@@ -127,18 +131,24 @@ def _ranked(lists: Sequence[Sequence[Hit]], depth: int | None) -> list[list[Hit]
     return out
 
 
+def _fused_order(item: tuple[str, float]) -> tuple[float, str]:
+    return -item[1], item[0]
+
+
 def _finish(totals: dict[str, float], lists: list[list[Hit]], top_k: int | None) -> list[Fused]:
-    per_list = [{hit.id: (hit.score, rank) for rank, hit in enumerate(hits, start=1)} for hits in lists]
-    order = sorted(totals.items(), key=lambda item: (-item[1], item[0]))
-    if top_k is not None:
-        if top_k < 0:
-            raise ConfigError(f"top_k={top_k}: must be >= 0")
-        order = order[:top_k]
+    if top_k is not None and top_k < 0:
+        raise ConfigError(f"top_k={top_k}: must be >= 0")
+    if top_k is not None and top_k < len(totals):  # a page of a long list: sort only what can be on it
+        cut = sorted(totals.values(), reverse=True)[top_k - 1] if top_k else math.inf
+        order = sorted(((doc_id, score) for doc_id, score in totals.items() if score >= cut), key=_fused_order)[:top_k]
+    else:
+        order = sorted(totals.items(), key=_fused_order)
+    positions = [{hit.id: rank for rank, hit in enumerate(hits)} for hits in lists]
     fused = []
     for doc_id, score in order:
-        found = [table.get(doc_id) for table in per_list]
-        fused.append(Fused(doc_id, score, tuple(f[0] if f else None for f in found),
-                           tuple(f[1] if f else None for f in found)))
+        found = [(hits, where.get(doc_id)) for hits, where in zip(lists, positions)]
+        fused.append(Fused(doc_id, score, tuple(None if i is None else hits[i].score for hits, i in found),
+                           tuple(None if i is None else i + 1 for _, i in found)))
     return fused
 
 
@@ -176,7 +186,7 @@ def weighted_sum(lists: Sequence[Sequence[Hit]], *, normalisation: Normalisation
         normed = normalize([h.score for h in hits], normalisation)
         tables.append({h.id: n for h, n in zip(hits, normed)})
         floors.append(_floor(normed, normalisation))
-    ids = sorted({h.id for hits in ranked for h in hits})
+    ids = {h.id for hits in ranked for h in hits}  # _finish orders them (score, then id)
     totals = {doc_id: sum(weight * table.get(doc_id, floor) for weight, table, floor in zip(w, tables, floors))
               for doc_id in ids}
     return _finish(totals, ranked, top_k)
