@@ -116,20 +116,30 @@ def test_neighbour_groups_cover_every_row_once():
     assert sorted(flat) == rows and max(len(g) for g in groups) == 4
 
 
-def test_tiny_distillation_lowers_the_loss_resumes_and_exports(tmp_path, tiny_teacher):
-    from hybrid_qpr.encoders import Encoder
-    from hybrid_qpr.export.onnx import export_run
+def _tiny_run(tmp_path, teacher, n_clusters: int, *, batch_size: int, epochs: int, **settings):
+    """Distil ``teacher`` into a tiny student on ``n_clusters`` synthetic topics (three questions
+    each); returns (corpus file, config, run directory, result)."""
     from hybrid_qpr.training.cnn import TrainConfig
     from hybrid_qpr.training.distill import DistillConfig, distill
 
     corpus = tmp_path / "questions.jsonl"
     corpus.write_text("".join(json.dumps({"id": q.id, "text": q.text}) + "\n"
-                              for c in topic_clusters(80, 3) for q in c.questions))
-    config = DistillConfig(teacher_temperature=0.1, group_size=4, neighbours=8, held_out=40, vocab=500, hash_bins=10,
-                           architecture=dict(embedding_dim=16, channels=24, dim=8, layers=1), teacher_words=False)
+                              for c in topic_clusters(n_clusters, 3) for q in c.questions))
+    config = DistillConfig(teacher_temperature=0.1, group_size=4, neighbours=8, hash_bins=10,
+                           architecture=dict(embedding_dim=16, channels=24, dim=8, layers=1), **settings)
     run = tmp_path / "run"
-    result = distill(corpus, tiny_teacher, run, config=config, show_progress=False,
-                     train_config=TrainConfig(batch_size=40, lr=3e-3, epochs=6, patience=10))
+    result = distill(corpus, teacher, run, config=config, show_progress=False,
+                     train_config=TrainConfig(batch_size=batch_size, lr=3e-3, epochs=epochs, patience=10))
+    return corpus, config, run, result
+
+def test_tiny_distillation_lowers_the_loss_resumes_and_exports(tmp_path, tiny_teacher):
+    from hybrid_qpr.encoders import Encoder
+    from hybrid_qpr.export.onnx import export_run
+    from hybrid_qpr.training.cnn import TrainConfig
+    from hybrid_qpr.training.distill import distill
+
+    corpus, config, run, result = _tiny_run(tmp_path, tiny_teacher, 80, batch_size=40, epochs=6,
+                                            held_out=40, vocab=500, teacher_words=False)
     losses = [h["loss"] for h in result.history]
     assert losses[-1] < 0.8 * losses[0]
     assert result.history[-1]["teacher_recall@10"] > result.history[0]["teacher_recall@10"] - 0.05
@@ -185,18 +195,10 @@ def test_word_embeddings_start_from_the_teacher(tiny_teacher):
 
 def test_tiny_distillation_with_teacher_words(tmp_path, tiny_teacher):
     from hybrid_qpr.text.tokenizer import Vocabulary
-    from hybrid_qpr.training.cnn import TrainConfig
-    from hybrid_qpr.training.distill import DistillConfig, distill
     from hybrid_qpr.training.word_init import teacher_words
 
-    corpus = tmp_path / "questions.jsonl"
-    corpus.write_text("".join(json.dumps({"id": q.id, "text": q.text}) + "\n"
-                              for c in topic_clusters(40, 3) for q in c.questions))
-    config = DistillConfig(teacher_temperature=0.1, group_size=4, neighbours=8, held_out=24, vocab=20, hash_bins=10,
-                           architecture=dict(embedding_dim=16, channels=24, dim=8, layers=1), teacher_words=True)
-    run = tmp_path / "run"
-    result = distill(corpus, tiny_teacher, run, config=config, show_progress=False,
-                     train_config=TrainConfig(batch_size=32, lr=3e-3, epochs=4, patience=10))
+    _, _, run, result = _tiny_run(tmp_path, tiny_teacher, 40, batch_size=32, epochs=4, held_out=24, vocab=20,
+                                  teacher_words=True)
     assert result.history[-1]["loss"] < result.history[0]["loss"]
     words = Vocabulary.load(run / "tokenizer.json").words
     assert len(words) > 20 and set(teacher_words(tiny_teacher)) <= set(words)
