@@ -26,10 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
+from hybrid_qpr.artifacts import ENCODER_TOKENIZER_FILE
 from hybrid_qpr.errors import ArtifactError
-from hybrid_qpr.text.tokenizer import Vocabulary, tokenize
-
-TOKENIZER_FILE = "tokenizer.json"
+from hybrid_qpr.text.tokenizer import FORMAT as WORD_VOCABULARY_FORMAT, Vocabulary, tokenize
 
 
 def teacher_words(teacher_dir: str | Path) -> list[str]:
@@ -37,14 +36,14 @@ def teacher_words(teacher_dir: str | Path) -> list[str]:
     tokenizer (``tokenizer.json`` of Hugging Face ``tokenizers``) the tokens that are not
     continuations (``##...``) or specials and that our tokenizer keeps as one word; for a CNN
     teacher, the words of its vocabulary."""
-    path = Path(teacher_dir) / TOKENIZER_FILE
+    path = Path(teacher_dir) / ENCODER_TOKENIZER_FILE
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise ArtifactError(f"{path}: the teacher has no tokenizer file") from exc
     except json.JSONDecodeError as exc:
         raise ArtifactError(f"{path}: tokenizer is not valid JSON ({exc})") from exc
-    if isinstance(data.get("words"), list):  # a hybrid-qpr word vocabulary (CNN teacher)
+    if data.get("format") == WORD_VOCABULARY_FORMAT:  # a CNN teacher
         candidates = data["words"]
     elif isinstance(data.get("model", {}).get("vocab"), dict):  # WordPiece
         vocab = data["model"]["vocab"]
