@@ -197,6 +197,56 @@ def test_draw_batch_covers_every_cluster_once_per_epoch():
     assert draw_batch(groups, 3, seed=4, batch=3) != epoch[0]  # the next epoch is shuffled anew
 
 
+def test_bisection_order_keeps_neighbours_together():
+    from hybrid_qpr.training.transformer import bisection_order
+
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(4, 8)) * 10
+    topic = rng.permutation(np.repeat(np.arange(4), 16))  # 4 topics of 16 rows, interleaved
+    vectors = (centres[topic] + rng.normal(size=(64, 8))).astype(np.float32)
+    order = bisection_order(vectors, leaf_size=8)
+    assert sorted(order.tolist()) == list(range(64))  # a permutation
+    # each run of 16 in the order is one topic: batches of 16 hold only same-topic clusters
+    assert all(len(set(topic[order[i : i + 16]])) == 1 for i in range(0, 64, 16))
+    assert np.array_equal(order, bisection_order(vectors, leaf_size=8))  # deterministic
+
+
+def test_topic_batches_are_contiguous_runs_of_the_order_and_cover_an_epoch():
+    from hybrid_qpr.training.transformer import draw_batch
+
+    groups = [[f"q{i}a", f"q{i}b"] for i in range(12)]
+    topics = np.array([3, 7, 1, 0, 11, 5, 9, 2, 8, 4, 6, 10])
+    position = {int(c): i for i, c in enumerate(topics)}
+    epoch = [draw_batch(groups, 4, seed=2, batch=b, topics=topics) for b in range(3)]
+    seen = []
+    for anchors, _ in epoch:
+        places = sorted(position[int(a[1:-1])] for a in anchors)
+        # consecutive positions of the topic order (allowing the wrap-around at its end)
+        assert all((b - a) % 12 == 1 for a, b in zip(places, places[1:])) or places[-1] - places[0] == 11
+        seen += [a[:-1] for a in anchors]
+    assert len(set(seen)) == 12  # an epoch sees every cluster once
+    assert draw_batch(groups, 4, seed=2, batch=1, topics=topics) == epoch[1]  # resumable
+    assert draw_batch(groups, 4, seed=2, batch=3, topics=topics) != epoch[0]  # epochs differ
+
+
+def test_topic_batching_finetunes_and_caches_its_order(tmp_path):
+    from hybrid_qpr.training.transformer import TOPIC_ORDER_FILE, FinetuneSettings, finetune
+
+    data = _dataset(tmp_path)
+    settings = FinetuneSettings(loss="sdml", max_length=16, batch_size=4, steps=2, lr=1e-4, warmup=0.0,
+                                checkpoint_every=1, seed=1, batching="topic", normalize=True, scale=10.0)
+    out = tmp_path / "run"
+    report = finetune(data, out, settings, show_progress=False)
+    assert report["steps_this_run"] == 2 and np.isfinite(report["last_loss"])
+    order = np.load(out / TOPIC_ORDER_FILE)
+    assert sorted(order.tolist()) == list(range(len(CLUSTERS)))
+    more = dataclasses.replace(settings, steps=3)
+    assert finetune(data, out, more, resume=True, show_progress=False)["steps_this_run"] == 1
+    assert np.array_equal(np.load(out / TOPIC_ORDER_FILE), order)  # the resumed run reused the order
+    with pytest.raises(ConfigError, match="batching"):
+        FinetuneSettings(batching="nearest").check()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("loss_name,chunk_size", [("siamese", None), ("sdml", None), ("sdml", 3)])
 def test_tiny_finetuning_lowers_the_loss_and_resumes(tmp_path, loss_name, chunk_size):

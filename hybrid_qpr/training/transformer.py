@@ -13,6 +13,14 @@ negatives) and an epoch sees every cluster once. The draw for a step depends onl
 ``(seed, step)``, which makes a resumed run see exactly the batches an uninterrupted run
 would have seen.
 
+``batching="topic"`` makes the in-batch negatives hard: topic-aware sampling as in TAS-Balanced
+(Hofstätter et al., SIGIR 2021). Before training, the base model embeds one question of each
+cluster, and the clusters are ordered by recursive bisection along the principal direction of
+their embeddings (balanced halves), so neighbours in the order are about the same thing. A
+batch is then a contiguous run of that order: its other pairs are questions on the same topic
+that the labels call different, which random batches of 512 almost never hold. The order is
+cached in ``out_dir`` (``topic-order.npy``) so a resumed run sees the same batches.
+
 Large batches on CPU: SDML's advantage comes from a large in-batch softmax (N=512 in the
 paper). ``chunk_size`` turns on gradient caching (``hybrid_qpr.training.gradcache``): the whole
 batch is the loss's batch, but a graph is held for only ``chunk_size`` texts at a time, and the
@@ -39,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import torch
 
 from hybrid_qpr.errors import ConfigError, check_at_least
@@ -48,8 +57,11 @@ from hybrid_qpr.training.gradcache import cached_backward
 logger = logging.getLogger(__name__)
 
 LossName = Literal["sdml", "triplet", "siamese"]
+Batching = Literal["random", "topic"]
+BATCHINGS: tuple[str, ...] = ("random", "topic")
 MODEL_SUBDIR = "model"
 CHECKPOINT_FILE = "checkpoint.pt"
+TOPIC_ORDER_FILE = "topic-order.npy"
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,7 @@ class FinetuneSettings:
     # the first step (nothing learned); 1.0 with hard negatives trains (docs/transformer.md).
     margin: float = 1.0
     negatives: str = "hard"
+    batching: Batching = "random"  # "topic": batches of clusters on one topic (hard in-batch negatives)
     checkpoint_every: int = 50
     log_every: int = 10
     seed: int = 0
@@ -87,6 +100,8 @@ class FinetuneSettings:
             raise ConfigError(f"chunk_size={self.chunk_size}: must be >= 1 (or None for a plain backward)")
         if not self.lr > 0:
             raise ConfigError(f"lr={self.lr}: must be > 0")
+        if self.batching not in BATCHINGS:
+            raise ConfigError(f"batching={self.batching!r}: allowed values are {', '.join(BATCHINGS)}")
 
     @property
     def normalized(self) -> bool:
@@ -130,16 +145,77 @@ def batches_per_epoch(n_groups: int, size: int) -> int:
     return max(1, n_groups // size)
 
 
-def draw_batch(groups: list[list[str]], size: int, seed: int, batch: int) -> tuple[list[str], list[str]]:
+def bisection_order(vectors: np.ndarray, leaf_size: int) -> np.ndarray:
+    """Row order of ``vectors`` in which rows close in space are close in the order.
+
+    Recursive balanced bisection: split at the median of the projection on the principal
+    direction (a few power iterations on the covariance), recurse on each half until it holds
+    at most ``leaf_size`` rows. Deterministic for given input.
+    """
+    order: list[np.ndarray] = []
+    stack = [np.arange(len(vectors))]
+    while stack:
+        rows = stack.pop()
+        if len(rows) <= leaf_size:
+            order.append(rows)
+            continue
+        block = vectors[rows] - vectors[rows].mean(axis=0)
+        direction = block.std(axis=0) + 1e-6  # deterministic start, not orthogonal to the answer
+        for _ in range(20):
+            direction = block.T @ (block @ direction)
+            direction /= np.linalg.norm(direction) + 1e-12
+        ranked = rows[np.argsort(block @ direction, kind="stable")]
+        half = len(ranked) // 2
+        stack.append(ranked[half:])  # popped second: the order is left half, then right half
+        stack.append(ranked[:half])
+    return np.concatenate(order)
+
+
+def topic_order(model, groups: list[list[str]], batch_size: int, cache: Path) -> np.ndarray:
+    """The clusters' topic order (``bisection_order`` of the base model's embedding of each
+    cluster's first question), read from ``cache`` when a run resumes."""
+    from hybrid_qpr.artifacts import atomic_write
+
+    if cache.is_file():
+        order = np.load(cache)
+        if len(order) == len(groups):
+            return order
+        logger.info("%s holds %d clusters, not %d: recomputing", cache, len(order), len(groups))
+    firsts = [texts[0] for texts in groups]
+    parts = []
+    for start in track(range(0, len(firsts), 256), total=-(-len(firsts) // 256), description="topic order: embed clusters"):
+        parts.append(model.encode(firsts[start : start + 256]).numpy())
+    order = bisection_order(np.concatenate(parts).astype(np.float32), max(2, batch_size // 4))
+    with atomic_write(cache, "wb") as fh:
+        np.save(fh, order)
+    return order
+
+
+def draw_batch(groups: list[list[str]], size: int, seed: int, batch: int,
+               topics: np.ndarray | None = None) -> tuple[list[str], list[str]]:
     """The ``batch``-th batch (counted over all epochs): ``size`` (anchor, positive) pairs from
-    ``size`` distinct clusters; depends only on its arguments."""
+    ``size`` distinct clusters; depends only on its arguments.
+
+    Without ``topics`` an epoch is a seeded shuffle of the clusters cut into batches. With a
+    topic order, a batch is ``size`` consecutive clusters of it; each epoch shifts the cut by a
+    seeded offset and shuffles the batches' order, so epochs differ but stay on-topic.
+    """
     per_epoch = batches_per_epoch(len(groups), size)
     epoch, index = divmod(batch, per_epoch)
-    order = list(range(len(groups)))
-    random.Random(f"{seed}:epoch:{epoch}").shuffle(order)
+    epoch_rng = random.Random(f"{seed}:epoch:{epoch}")
+    if topics is None:
+        order = list(range(len(groups)))
+        epoch_rng.shuffle(order)
+        chosen = order[index * size : (index + 1) * size]
+    else:
+        offset = epoch_rng.randrange(len(groups))
+        batch_order = list(range(per_epoch))
+        epoch_rng.shuffle(batch_order)
+        start = offset + batch_order[index] * size
+        chosen = [int(topics[(start + i) % len(groups)]) for i in range(size)]
     rng = random.Random(f"{seed}:{batch}")
     anchors, positives = [], []
-    for cluster in order[index * size : (index + 1) * size]:
+    for cluster in chosen:
         a, b = rng.sample(groups[cluster], 2)
         anchors.append(a)
         positives.append(b)
@@ -164,7 +240,8 @@ def _save_checkpoint(path: Path, model, optimizer, scheduler, step: int, setting
 def _resumable(saved: dict[str, Any], settings: FinetuneSettings) -> None:
     """A checkpoint may be continued with more steps, nothing else changed."""
     now = dataclasses.asdict(settings)
-    diff = [k for k in now if k not in ("steps", "checkpoint_every", "log_every") and saved.get(k) != now[k]]
+    defaults = dataclasses.asdict(FinetuneSettings())  # a setting added later: older checkpoints used its default
+    diff = [k for k in now if k not in ("steps", "checkpoint_every", "log_every") and saved.get(k, defaults[k]) != now[k]]
     if diff:
         raise ConfigError(f"--resume: the checkpoint was made with other settings ({', '.join(f'{k}={saved.get(k)!r}' for k in diff)}); "
                           "use the same settings or start over without --resume")
@@ -208,6 +285,7 @@ def finetune(dataset_dir: str | Path, out_dir: str | Path, settings: FinetuneSet
     elif resume:
         logger.info("--resume: no checkpoint in %s, starting at step 0", out_dir)
     (out_dir / "settings.json").write_text(json.dumps(dataclasses.asdict(settings), indent=2) + "\n")
+    topics = topic_order(model, groups, settings.batch_size, out_dir / TOPIC_ORDER_FILE) if settings.batching == "topic" else None
 
     model.train()
     log_path = out_dir / "log.jsonl"
@@ -224,7 +302,7 @@ def finetune(dataset_dir: str | Path, out_dir: str | Path, settings: FinetuneSet
         total = 0.0
         for micro in range(settings.accumulate):
             anchors, positives = draw_batch(groups, settings.batch_size, settings.seed,
-                                            step * settings.accumulate + micro)
+                                            step * settings.accumulate + micro, topics)
             if settings.chunk_size is None:
                 loss = loss_fn(model(model.collate(anchors)), model(model.collate(positives))) / settings.accumulate
                 loss.backward()
