@@ -349,6 +349,7 @@ class LocalIndex:
         if self._stats is None:
             self._stats = bm25_lib.corpus_stats(parts)
             self._weights = bm25_lib.term_weights(parts, self._stats)
+            self._dense = bm25_lib.dense_columns(parts, self._weights)
         return parts
 
     def _bm25_scores(self, tokens: list[str]) -> list[np.ndarray]:
@@ -383,7 +384,7 @@ class LocalIndex:
             return []
         if allowed is None and self.bm25_impl == "bm25s":
             parts = self._bm25_parts()
-            best = bm25_lib.top_rows(parts, tokenize(query), self._stats, self._weights, depth)
+            best = bm25_lib.top_rows(parts, tokenize(query), self._stats, self._weights, depth, self._dense)
             if best is not None:
                 return _merge_ranked([(seg, *found) for seg, found in zip(self.segments, best)], depth)
         found = []
