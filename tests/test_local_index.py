@@ -157,10 +157,62 @@ def test_knn_search_settings_are_stored_and_can_be_overridden(tmp_path, committe
     assert reopened.segments[0].faiss.hnsw.efSearch == 200 and reopened.search_settings.nprobe == 10
     assert reopened.knn(vec, 1)[0].id == "q007"
     old = dict(idx.manifest["faiss"])
-    del old["ef_search"]  # an index written before ef_search was stored gets the default
-    assert SearchSettings.from_manifest(old).ef_search == EF_SEARCH
+    del old["ef_search"]  # no stored efSearch: each segment's calibrated one, EF_SEARCH for older segments
+    assert SearchSettings.from_manifest(old).ef_search is None
+    assert SearchSettings.from_manifest(old).ef_for(None) == EF_SEARCH
+    assert SearchSettings.from_manifest(old).ef_for(24) == 24 and SearchSettings(ef_search=40).ef_for(24) == 40
     with pytest.raises(ConfigError, match="ef_search=0"):
         SearchSettings(ef_search=0)
+
+
+def test_hnsw_segments_search_with_their_calibrated_ef(tmp_path, committed_encoder, question_bank):
+    """Without a stored efSearch, each HNSW segment is searched with the value measured when
+    its graph was built (recorded in its manifest entry); an explicit one still wins."""
+    from hybrid_qpr.backends.local import EF_LADDER
+
+    idx = LocalIndex.create(tmp_path / "h", committed_encoder, faiss="hnsw")
+    idx.ingest(question_bank, committed_encoder, show_progress=False)
+    assert idx.manifest["faiss"]["ef_search"] is None
+    entry = idx.manifest["segments"][0]
+    assert entry["ef_search"] in EF_LADDER
+    reopened = LocalIndex.open(idx.path)
+    vec = committed_encoder.encode([question_bank[7].text])[0]
+    assert reopened.knn(vec, 1)[0].id == "q007"
+    assert reopened.segments[0].faiss.hnsw.efSearch == entry["ef_search"] == reopened.segments[0].ef_search
+    reopened.set_search_settings(ef_search=300)
+    assert reopened.segments[0].faiss.hnsw.efSearch == 300 == reopened.segments[0].ef_search
+
+
+@pytest.mark.parametrize("metric", ["L2", "IP"])
+def test_calibrate_ef_picks_the_smallest_ladder_step_that_reaches_the_target(metric):
+    """The chosen efSearch reaches the target recall on the sampled vectors (checked here by
+    hand against exact search) and the step below it does not."""
+    import faiss
+
+    from hybrid_qpr.backends.local.vectors import EF_LADDER, calibrate_ef
+
+    rng = np.random.default_rng(5)
+    vectors = rng.normal(size=(6000, 24)).astype(np.float32)  # hard for HNSW: no cluster structure
+    distance = "sqeuclidean" if metric == "L2" else "cosine"
+    if metric == "IP":
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    graph = faiss.index_factory(24, "HNSW8", faiss.METRIC_L2 if metric == "L2" else faiss.METRIC_INNER_PRODUCT)
+    graph.hnsw.efConstruction = 16
+    graph.add(vectors)
+    target = 0.9
+    ef = calibrate_ef(graph, vectors, distance, target=target, sample=100)
+    rows = np.sort(np.random.default_rng(13).choice(len(vectors), 100, replace=False))
+    exact = faiss.knn(vectors[rows], vectors, 11, graph.metric_type)[1]
+
+    def recall(ef_search: int) -> float:
+        graph.hnsw.efSearch = ef_search
+        found = graph.search(vectors[rows], 11)[1]
+        own = lambda hits, r: set([int(h) for h in hits if h != r][:10])  # noqa: E731
+        return sum(len(own(f, r) & own(e, r)) for f, e, r in zip(found, exact, rows)) / (10 * len(rows))
+
+    assert ef in EF_LADDER and recall(ef) >= target
+    assert ef == EF_LADDER[0] or recall(EF_LADDER[EF_LADDER.index(ef) - 1]) < target
+    assert ef > EF_LADDER[0]  # this graph needs more than the smallest step
 
 
 def test_bm25_and_knn_together_equal_the_two_lists(index, committed_encoder):

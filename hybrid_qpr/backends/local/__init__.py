@@ -9,9 +9,9 @@ corpus-wide statistics over per-segment postings; ``vectors.py`` the FAISS part;
 
 from hybrid_qpr.backends.local.commit import FORMAT, FORMAT_VERSION, LOCK_FILE, MANIFEST
 from hybrid_qpr.backends.local.index import BM25_IMPLS, SEGMENT_DOCS, Bm25Impl, LocalIndex
-from hybrid_qpr.backends.local.vectors import (EF_SEARCH, FAISS_KINDS, FLAT_THRESHOLD, NPROBE, FaissKind, SearchSettings,
+from hybrid_qpr.backends.local.vectors import (EF_LADDER, EF_SEARCH, FAISS_KINDS, FLAT_THRESHOLD, NPROBE, FaissKind, SearchSettings,
                                                build_faiss, faiss_factory)
 
 __all__ = ["BM25_IMPLS", "EF_SEARCH", "FAISS_KINDS", "FLAT_THRESHOLD", "FORMAT", "FORMAT_VERSION", "LOCK_FILE", "MANIFEST",
-           "NPROBE", "SEGMENT_DOCS", "Bm25Impl", "FaissKind", "LocalIndex", "SearchSettings", "build_faiss",
+           "EF_LADDER", "NPROBE", "SEGMENT_DOCS", "Bm25Impl", "FaissKind", "LocalIndex", "SearchSettings", "build_faiss",
            "faiss_factory"]

@@ -422,12 +422,11 @@ class LocalIndex:
         each is first asked only for its share (the optimistic per-segment k of Lucene 10's
         multi-segment kNN): twice ``depth`` times its fraction of the live documents, plus 10,
         with efSearch times (that k / the full k) ** ``SHARE_EF_POWER`` (never below that k nor
-        above the index's efSearch). A segment whose whole answer lands in the merged top
+        above the segment's efSearch). A segment whose whole answer lands in the merged top
         ``depth`` may hold more, so ``_settled`` searches it again in full (``complete`` is
         False until then)."""
         found = []
         live_total = max(1, sum(seg.live for seg in self.segments))
-        ef_search = self.search_settings.ef_search
         while (seg := segments.take()) is not None:
             full = _full_k(seg, depth)
             k, params = full, None
@@ -435,8 +434,8 @@ class LocalIndex:
                 k = min(full, math.ceil(2 * depth * seg.live / live_total) + 10 + seg.count - seg.live)
                 if k < full and hasattr(seg.faiss, "hnsw"):
                     faiss = require("faiss", feature="the local index")
-                    ef = math.ceil(ef_search * (k / full) ** SHARE_EF_POWER)
-                    params = faiss.SearchParametersHNSW(efSearch=min(ef_search, max(k, ef)))
+                    ef = math.ceil(seg.ef_search * (k / full) ** SHARE_EF_POWER)
+                    params = faiss.SearchParametersHNSW(efSearch=min(seg.ef_search, max(k, ef)))
             found.append((*self._search_segment(seg, query, k, params), k == full))
         return found
 

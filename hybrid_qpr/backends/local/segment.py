@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from hybrid_qpr.backends.local import bm25 as bm25_lib
-from hybrid_qpr.backends.local.vectors import SearchSettings, build_faiss
+from hybrid_qpr.backends.local.vectors import SearchSettings, build_faiss, calibrate_ef
 from hybrid_qpr.distance import Distance
 from hybrid_qpr.errors import IndexDamagedError, require
 from hybrid_qpr.text import tokenize
@@ -94,8 +94,12 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
         times = {"sqlite": lap()}
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         np.save(tmp / VECTORS, vectors, allow_pickle=False)
-        faiss.write_index(build_faiss(vectors, distance, factory), str(tmp / FAISS_FILE))
+        graph = build_faiss(vectors, distance, factory)
+        faiss.write_index(graph, str(tmp / FAISS_FILE))
         times[factory] = lap()
+        ef_search = calibrate_ef(graph, vectors, distance) if hasattr(graph, "hnsw") else None
+        if ef_search is not None:
+            times["efSearch calibration"] = lap()
         bm25_lib.save_postings(bm25_lib.build_postings(tokenize(t) for t in texts), tmp)
         fields = sorted({key for m in metas if m != "{}" for key in json.loads(m)})
         times["postings"] = lap()
@@ -112,8 +116,11 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return {"name": name, "count": len(ids), "deleted": 0, "deletions": None, "factory": factory,
-            "fields": fields, "files": files}
+    entry = {"name": name, "count": len(ids), "deleted": 0, "deletions": None, "factory": factory,
+             "fields": fields, "files": files}
+    if ef_search is not None:
+        entry["ef_search"] = ef_search  # measured on this graph (vectors.calibrate_ef)
+    return entry
 
 
 def write_deletions(segment_dir: Path, generation: int, deleted: np.ndarray) -> dict[str, Any]:
@@ -285,7 +292,7 @@ class Segment:
             if index.ntotal != self.count or index.d != self.dim:
                 raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} holds {index.ntotal} vectors of {index.d} "
                               f"dims, expected {self.count} of {self.dim}", fix_for(FAISS_FILE, self.index_path))
-            self.search.apply(index)
+            self.search.apply(index, self.entry.get("ef_search"))
             self._faiss = index
         return self._faiss
 
@@ -293,7 +300,12 @@ class Segment:
         if search != self.search:
             self.search = search
             if self._faiss is not None:
-                search.apply(self._faiss)
+                search.apply(self._faiss, self.entry.get("ef_search"))
+
+    @property
+    def ef_search(self) -> int:
+        """The efSearch this segment's HNSW graph is searched with."""
+        return self.search.ef_for(self.entry.get("ef_search"))
 
     def lookup(self, ids: Sequence[str], columns: str = "id, pos") -> list[tuple]:
         """Rows of ``ids`` that are live in this segment (``columns`` selected)."""

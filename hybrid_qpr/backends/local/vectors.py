@@ -2,12 +2,19 @@
 
 FAISS index choice (``kind="auto"``), chosen by measured recall against exact search (every
 size must keep >= 0.95 of the exact top 10; docs/engine.md has the curves): exact ``Flat``
-below ``flat_threshold`` vectors, else ``HNSW32`` searched with ``efSearch = EF_SEARCH``.
-``"ivf"`` gives ``IVF{round(4·sqrt(N))},Flat`` probed with ``NPROBE`` lists, ``"hnsw"`` HNSW
-at every size, ``"flat"`` exact search at every size. Both search settings are stored in the
-manifest and can be overridden per query (``--ef-search``, ``--nprobe``). The metric comes
-from the encoder's training distance (``hybrid_qpr.distance``). Each segment chooses for its
-own size, so small segments are exact.
+below ``flat_threshold`` vectors, else ``HNSW32``. ``"ivf"`` gives ``IVF{round(4·sqrt(N))},Flat``
+probed with ``NPROBE`` lists, ``"hnsw"`` HNSW at every size, ``"flat"`` exact search at every
+size. The metric comes from the encoder's training distance (``hybrid_qpr.distance``). Each
+segment chooses for its own size, so small segments are exact.
+
+HNSW ``efSearch`` is measured, not fixed: when a segment's graph is built, ``calibrate_ef``
+searches it with a sample of its own vectors and keeps the smallest efSearch of ``EF_LADDER``
+whose recall@10 against exact search (each vector's own hit left out) reaches
+``EF_TARGET_RECALL`` (above the 0.95 floor: real queries are not stored documents). How
+hard a graph is to search depends on the vectors (the SDML CNN needed about 96 at 123,725
+questions where the distilled CNN keeps 0.986 at 16), so one fixed number is either slow or
+short. A stored or per-query ``--ef-search`` overrides every segment's measured value
+(``SearchSettings``); ``--nprobe`` sets IVF's lists.
 
 Searches run on one thread (``one_thread``): a single query is too small a job to share,
 and FAISS's OpenMP threads spin-wait for each other, which on a busy machine made one
@@ -35,7 +42,9 @@ FAISS_KINDS: tuple[str, ...] = ("auto", "flat", "ivf", "hnsw")
 FLAT_THRESHOLD = 20_000
 NPROBE = 10
 TRAIN_PER_LIST = 40
-HNSW_M, EF_SEARCH, EF_CONSTRUCTION = 32, 96, 40
+HNSW_M, EF_SEARCH, EF_CONSTRUCTION = 32, 96, 40  # EF_SEARCH: segments built before calibration
+EF_LADDER: tuple[int, ...] = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+EF_TARGET_RECALL, EF_SAMPLE = 0.97, 256
 
 
 def faiss_factory(n: int, kind: FaissKind = "auto", flat_threshold: int = FLAT_THRESHOLD) -> str:
@@ -81,32 +90,72 @@ def build_faiss(vectors: np.ndarray, distance: Distance, factory: str, nprobe: i
 
 
 def set_search_params(index, nprobe: int = NPROBE, ef_search: int = EF_SEARCH) -> None:
-    """Lists probed (IVF) and candidate-list size (HNSW; FAISS never uses less than k)."""
+    """Lists probed (IVF) and candidate-list size (HNSW)."""
     if hasattr(index, "nprobe"):
         index.nprobe = nprobe
     if hasattr(index, "hnsw"):
         index.hnsw.efSearch = ef_search
 
 
+def calibrate_ef(index, vectors: np.ndarray, distance: Distance, target: float = EF_TARGET_RECALL,
+                 sample: int = EF_SAMPLE, seed: int = 13) -> int:
+    """The smallest efSearch of ``EF_LADDER`` at which the HNSW ``index`` over ``vectors``
+    finds ``target`` of the exact top 10 of ``sample`` of its own vectors (seeded; each
+    vector's own row left out of both lists); the ladder's last step if none does."""
+    faiss = require("faiss", feature="the local index")
+    n = len(vectors)
+    if n <= 11:
+        return EF_LADDER[0]
+    rows = np.sort(np.random.default_rng(seed).choice(n, min(sample, n), replace=False))
+    queries = np.ascontiguousarray(vectors[rows])
+    metric = faiss.METRIC_L2 if faiss_metric(distance) == "L2" else faiss.METRIC_INNER_PRODUCT
+
+    def top10(found: np.ndarray) -> list[set[int]]:
+        return [set([int(r) for r in hits if r != own and r >= 0][:10]) for own, hits in zip(rows, found)]
+
+    with one_thread():
+        exact = top10(faiss.knn(queries, vectors, 11, metric)[1])
+        before = index.hnsw.efSearch
+        try:
+            for ef in EF_LADDER:
+                index.hnsw.efSearch = ef
+                found = top10(index.search(queries, 11)[1])
+                recall = sum(len(f & e) for f, e in zip(found, exact)) / max(1, sum(len(e) for e in exact))
+                if recall >= target:
+                    logger.info("efSearch %d: recall@10 %.3f on %d of the segment's own vectors", ef, recall, len(rows))
+                    return ef
+        finally:
+            index.hnsw.efSearch = before
+    return EF_LADDER[-1]
+
+
 @dataclass(frozen=True)
 class SearchSettings:
-    """How approximate segments are searched: IVF lists probed, HNSW ``efSearch``."""
+    """How approximate segments are searched: IVF lists probed, HNSW ``efSearch`` (``None``:
+    each segment's calibrated value, see the module docstring)."""
 
     nprobe: int = NPROBE
-    ef_search: int = EF_SEARCH
+    ef_search: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("nprobe", "ef_search"):
-            if int(getattr(self, name)) < 1:
-                raise ConfigError(f"{name}={getattr(self, name)}: must be >= 1")
+            value = getattr(self, name)
+            if value is not None and int(value) < 1:
+                raise ConfigError(f"{name}={value}: must be >= 1")
 
     @classmethod
     def from_manifest(cls, faiss_info: Mapping[str, Any]) -> "SearchSettings":
-        """The stored settings; an index written before ``ef_search`` was stored gets the default."""
-        return cls(int(faiss_info.get("nprobe") or NPROBE), int(faiss_info.get("ef_search") or EF_SEARCH))
+        """The stored settings (``ef_search`` absent or null: calibrated per segment)."""
+        ef = faiss_info.get("ef_search")
+        return cls(int(faiss_info.get("nprobe") or NPROBE), int(ef) if ef else None)
 
-    def apply(self, index) -> None:
-        set_search_params(index, self.nprobe, self.ef_search)
+    def ef_for(self, calibrated: int | None) -> int:
+        """efSearch for a segment whose graph measured ``calibrated`` (``None``: built before
+        calibration): the explicit setting wins."""
+        return self.ef_search or calibrated or EF_SEARCH
+
+    def apply(self, index, calibrated: int | None = None) -> None:
+        set_search_params(index, self.nprobe, self.ef_for(calibrated))
 
 
 @contextlib.contextmanager
