@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,3 +25,16 @@ class Hit:
     id: str
     score: float
     document: Document | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def many(cls, ids: Iterable[str], scores: Iterable[float]) -> list["Hit"]:
+        """Hits without a document, equal to ``[Hit(i, s) ...]``, built at about half the cost:
+        the frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``,
+        and every query builds two lists of 100 of them."""
+        new = object.__new__
+        out = []
+        for doc_id, score in zip(ids, scores):
+            hit = new(cls)
+            hit.__dict__.update(id=doc_id, score=score, document=None)
+            out.append(hit)
+        return out

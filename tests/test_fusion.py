@@ -94,3 +94,13 @@ def test_bad_arguments_raise_config_error(kwargs):
         fuse(BM25, KNN, **kwargs)
     with pytest.raises(ConfigError, match="rrf_k"):
         rrf([BM25], rrf_k=-1)
+
+
+def test_hits_built_in_bulk_equal_hits_built_one_by_one():
+    from hybrid_qpr.types import Hit
+
+    bulk = Hit.many(["a", "b"], [2.0, 1.5])
+    assert bulk == [Hit("a", 2.0), Hit("b", 1.5)] and bulk[0].document is None
+    assert hash(bulk[1]) == hash(Hit("b", 1.5)) and repr(bulk[0]) == "Hit(id='a', score=2.0)"
+    with pytest.raises(AttributeError):
+        bulk[0].score = 3.0  # still frozen

@@ -96,13 +96,15 @@ def _merge_ranked(found: list[tuple["Segment", np.ndarray, np.ndarray]], depth: 
     cutoff = -np.inf
     if len(all_scores) > depth:
         cutoff = np.partition(all_scores, len(all_scores) - depth)[len(all_scores) - depth]
-    ranked: list[tuple[float, str]] = []
+    kept_scores, kept_ids = [], []
     for seg, scores, rows in found:
         keep = scores >= cutoff
         if keep.any():
-            ranked.extend(zip(scores[keep].tolist(), seg.ids_at(rows[keep])))
-    ranked.sort(key=lambda si: (-si[0], si[1]))
-    return [Hit(doc_id, float(score)) for score, doc_id in ranked[:depth]]
+            kept_scores.append(scores[keep])
+            kept_ids.extend(seg.ids_at(rows[keep]))
+    scores, ids = np.concatenate(kept_scores), np.asarray(kept_ids, dtype=object)
+    order = np.lexsort((ids, -scores))[:depth]  # score descending, then id
+    return Hit.many(ids[order].tolist(), scores[order].astype(np.float64).tolist())
 
 
 # efSearch of a segment asked for its share k of a multi-segment kNN list: efSearch * (k / full
