@@ -330,17 +330,20 @@ def _score_top(rows, weights, starts, ends, token_idfs, slots, dense, deleted, d
                 total[rows[j]] += np.float32(idf32 * weights[j])
     check_deleted = len(deleted) > 0
     stride = max(1, n_docs // sample_size)
-    sample = np.empty(n_docs // stride + 1, dtype=np.float64)
-    m = 0
+    want = -(-3 * depth // stride) + 4  # sample ranks above the guessed cut
+    best = np.zeros(want, dtype=np.float64)  # the sample's best ``want`` scores, unordered (0: empty)
+    low, low_at, m = 0.0, 0, 0
     for row in range(0, n_docs, stride):
         score = total[row]
         if score > 0 and not (check_deleted and deleted[row]):
-            sample[m] = score
             m += 1
-    want = -(-3 * depth // stride) + 4  # sample ranks above the guessed cut
-    cut = 0.0  # 0: every positive score
-    if m > want:
-        cut = np.partition(sample[:m], m - want)[m - want]
+            if score > low:  # replace the lowest kept score; rare once the buffer holds high ones
+                best[low_at] = score
+                low, low_at = best[0], 0
+                for i in range(1, want):
+                    if best[i] < low:
+                        low, low_at = best[i], i
+    cut = low if m >= want else 0.0  # the want-th best sampled score; 0: every positive score
     out_scores, out_rows = _collect(total, deleted, cut)
     if len(out_scores) < depth and cut > 0:  # the guess was too high: the exact histogram cut
         out_scores, out_rows = _collect(total, deleted, _histogram_cut(total, deleted, depth, bound))
