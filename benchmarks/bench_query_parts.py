@@ -16,7 +16,8 @@ p50 is what a user waits). Steps:
 * ``knn list``                 ``LocalIndex.knn(v, depth)`` (FAISS + tombstones + ids)
 * ``fetch 10``                 ``LocalIndex.documents`` of 10 ids (SQLite)
 * ``fusion``                   RRF of the two lists (``HybridSearcher.fuse``)
-* ``bm25 | knn | hybrid``      ``HybridSearcher.search`` end to end, encoding included
+* ``bm25 | knn | hybrid``      ``HybridSearcher.search`` end to end, encoding included (hybrid at
+                               ``--depth``, the lists' depth)
 * ``hybrid, one thread``       hybrid with the two lists one after the other
 
     python benchmarks/bench_query_parts.py /tmp/lp/quora-hnsw --queries /work/data/quora/beir/queries.jsonl \
@@ -45,7 +46,7 @@ from hybrid_qpr.backends.local.vectors import one_thread  # noqa: E402
 from hybrid_qpr.data.documents import iter_documents  # noqa: E402
 from hybrid_qpr.distance import prepare_vectors  # noqa: E402
 from hybrid_qpr.encoders import Encoder  # noqa: E402
-from hybrid_qpr.search import Candidates, HybridSearcher  # noqa: E402
+from hybrid_qpr.search import DEFAULT_DEPTH, Candidates, HybridSearcher  # noqa: E402
 from hybrid_qpr.text import tokenize  # noqa: E402
 
 
@@ -82,7 +83,7 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=None,
                         help="the documents of the index (for bm25s; its order need not match) [default: skip bm25s]")
     parser.add_argument("--n", type=int, default=1000)
-    parser.add_argument("--depth", type=int, default=100)
+    parser.add_argument("--depth", type=int, default=DEFAULT_DEPTH, help="list depth of the parts [default: the hybrid default]")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--out", type=Path, default=None)
@@ -138,8 +139,8 @@ def main() -> None:
         "fusion": lambda i: searcher.fuse(candidates[i], method="rrf", alpha=0.5, depth=depth, top_k=10),
         "bm25 mode": lambda i: searcher.search(texts[i], mode="bm25"),
         "knn mode": lambda i: searcher.search(texts[i], mode="knn"),
-        "hybrid mode": lambda i: searcher.search(texts[i], mode="hybrid"),
-        "hybrid mode, one thread": lambda i: serial.search(texts[i], mode="hybrid"),
+        "hybrid mode": lambda i: searcher.search(texts[i], mode="hybrid", depth=depth),
+        "hybrid mode, one thread": lambda i: serial.search(texts[i], mode="hybrid", depth=depth),
     })
     out: dict[str, dict] = {name: {} for name in steps}
     for _ in range(args.rounds):

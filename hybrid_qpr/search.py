@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 Mode = Literal["hybrid", "bm25", "knn", "rerank"]
 MODES: tuple[str, ...] = ("hybrid", "bm25", "knn", "rerank")
-DEFAULT_DEPTH = 100
+DEFAULT_DEPTH = fusion_lib.DEFAULT_DEPTH  # candidates per list (see hybrid_qpr.fusion)
 RERANK_DEPTH = 30
 DEFAULT_FUSION, DEFAULT_ALPHA = "rrf", 0.5
 

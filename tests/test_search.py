@@ -29,10 +29,13 @@ def test_round_trip_each_mode_finds_the_question_itself(searcher):
 
 
 def test_explanations_carry_the_scores_and_ranks_behind_each_hit(searcher):
+    from hybrid_qpr.search import DEFAULT_DEPTH
+
     backend = searcher.backend
-    bm25 = {h.id: (h.score, i) for i, h in enumerate(backend.bm25(QUERY, 100), 1)}
+    depth = max(DEFAULT_DEPTH, 20)  # the lists hybrid fuses for 20 results
+    bm25 = {h.id: (h.score, i) for i, h in enumerate(backend.bm25(QUERY, depth), 1)}
     vec = searcher.encoder.encode([QUERY])[0]
-    knn = {h.id: (h.score, i) for i, h in enumerate(backend.knn(vec, 100), 1)}
+    knn = {h.id: (h.score, i) for i, h in enumerate(backend.knn(vec, depth), 1)}
     for r in searcher.search(QUERY, mode="hybrid", top_k=20):
         assert (r.bm25 is None) == (r.id not in bm25) and (r.knn is None) == (r.id not in knn)
         if r.bm25:

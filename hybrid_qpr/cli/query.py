@@ -41,7 +41,7 @@ def results_table(query: str, mode: str, results, offset: int = 0):
 @click.option("--fusion", type=click.Choice(["rrf", "minmax", "zscore", "l2"]), default=None,
               help="Hybrid fusion. [default: the index's tuned value ('hybrid-qpr tune'), else rrf]")
 @click.option("--alpha", type=float, default=None, help="Weight of kNN in the fusion, BM25 gets 1 - alpha. [default: tuned value, else 0.5]")
-@click.option("--depth", type=int, default=None, help="Candidates taken from each list before fusion. [default: 100, at least --from + k]")
+@click.option("--depth", type=int, default=None, help="Candidates taken from each list before fusion. [default: the tuned depth, else 30; at least --from + k]")
 @click.option("--rerank-depth", type=int, default=30, show_default=True, help="BM25 candidates re-ranked in rerank mode.")
 @click.option("--filter", "filters", multiple=True, help=FILTER_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")

@@ -7,6 +7,7 @@ import click
 from hybrid_qpr.cli._common import cluster_options, friendly_errors
 from hybrid_qpr.cli._engine import model_option
 from hybrid_qpr.cli._tasks import task_options
+from hybrid_qpr.fusion import DEFAULT_DEPTH
 
 
 @click.command()
@@ -15,7 +16,8 @@ from hybrid_qpr.cli._tasks import task_options
 @click.option("--split", type=click.Choice(["val", "test"]), default="val", show_default=True, help="Queries to tune on (tune on val, report on test).")
 @click.option("--index", required=True, help="Index holding the BEIR corpus (local directory, or a cluster index with --opensearch/--elasticsearch).")
 @click.option("--max-queries", type=int, default=None, help="Tune on a seeded sample of this many judged queries. [default: all]")
-@click.option("--depth", type=int, default=100, show_default=True, help="Candidates per list before fusion.")
+@click.option("--depth", type=int, default=None, help="Candidates per list before fusion (stored with the tuned fusion). "
+              f"[default: {DEFAULT_DEPTH}, or the task's retrieve depth where larger (answer selection: 100)]")
 @click.option("--dry-run", is_flag=True, help="Print the result without storing it as the index default.")
 @task_options
 @model_option

@@ -25,7 +25,7 @@ from hybrid_qpr.errors import ConfigError
 from hybrid_qpr.evaluation.metrics import drop_self
 from hybrid_qpr.evaluation.tasks import TASKS, get_task
 from hybrid_qpr.filters import merge_filters
-from hybrid_qpr.fusion import FUSION_METHODS
+from hybrid_qpr.fusion import DEFAULT_DEPTH, FUSION_METHODS
 from hybrid_qpr.types import Filters
 
 logger = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ class TuneResult:
 
 
 def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *,
-         methods: Sequence[str] = FUSION_METHODS, alphas: Sequence[float] = ALPHAS, depth: int = 100,
+         methods: Sequence[str] = FUSION_METHODS, alphas: Sequence[float] = ALPHAS, depth: int | None = None,
          retrieve: int | None = None, task: str = "paraphrase",
          query_filters: Mapping[str, Filters] | None = None) -> TuneResult:
     """Choose the fusion method and ``alpha`` maximising the task's main metric on ``queries``
@@ -185,6 +185,8 @@ def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
     """
     spec = get_task(task)
     retrieve = spec.retrieve if retrieve is None else retrieve
+    if depth is None:  # the search default, or the task's retrieve depth where that is larger
+        depth = max(DEFAULT_DEPTH, retrieve)
     if depth < retrieve:
         raise ConfigError(f"depth={depth}: must be >= retrieve ({retrieve}) so fusion sees every candidate")
     own = query_filters or {}
@@ -194,7 +196,7 @@ def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
 
 
 def tune_candidates(cands: Mapping[str, Any], qrels: Mapping[str, Mapping[str, int]], *,
-                    methods: Sequence[str] = FUSION_METHODS, alphas: Sequence[float] = ALPHAS, depth: int = 100,
+                    methods: Sequence[str] = FUSION_METHODS, alphas: Sequence[float] = ALPHAS, depth: int = DEFAULT_DEPTH,
                     retrieve: int | None = None, task: str = "paraphrase") -> TuneResult:
     """The grid search of :func:`tune` on candidate lists already fetched (query id ->
     ``hybrid_qpr.search.Candidates`` of ``depth`` hits each), e.g. by a batched benchmark."""
