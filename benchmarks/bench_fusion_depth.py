@@ -50,6 +50,7 @@ def main() -> None:
     parser.add_argument("--depths", default="20,30,50,100")
     parser.add_argument("--latency-queries", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ef-search", type=int, default=None, help="HNSW efSearch for every segment [default: as stored]")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
@@ -57,6 +58,8 @@ def main() -> None:
     _, all_queries, qrels = load_beir(args.beir, args.split)
     queries = sample_queries(all_queries, qrels, args.queries)
     index = LocalIndex.open(args.index)
+    if args.ef_search:
+        index.set_search_settings(ef_search=args.ef_search)
     encoder = Encoder.load(index.model_dir)
     searcher = HybridSearcher(index, encoder)
     qids = list(queries)

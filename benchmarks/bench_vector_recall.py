@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _results import repo_relative  # noqa: E402
 from hybrid_qpr.artifacts import write_json  # noqa: E402
 from hybrid_qpr.backends.local import LocalIndex  # noqa: E402
-from hybrid_qpr.backends.local.vectors import build_faiss  # noqa: E402
+from hybrid_qpr.backends.local.vectors import build_faiss, calibrate_ef  # noqa: E402
 from hybrid_qpr.data.documents import iter_documents  # noqa: E402
 from hybrid_qpr.distance import prepare_vectors  # noqa: E402
 from hybrid_qpr.encoders import Encoder  # noqa: E402
@@ -88,8 +88,10 @@ def measure(faiss_index, queries: np.ndarray, truth: np.ndarray, build_s: float,
             "p50_ms_k10": single_query_ms(faiss_index, queries, 10), "p50_ms_k100": single_query_ms(faiss_index, queries, 100)}
 
 
-def engine_recall(index: LocalIndex, queries: np.ndarray, efs: list[int]) -> list[dict]:
-    """Recall of ``LocalIndex.knn`` (the index as built) against exact search over its live vectors."""
+def engine_recall(index: LocalIndex, queries: np.ndarray, efs: list[int], calibrate: bool = False) -> list[dict]:
+    """Recall of ``LocalIndex.knn`` (the index as built) against exact search over its live vectors.
+    ``calibrate``: first run ``calibrate_ef`` on each HNSW segment (an index built before
+    calibration) and measure the largest value it chooses as the default."""
     vectors = live_vectors(index, index.count())
     flat = build_faiss(vectors, index.distance, "Flat")
     _, truth = flat.search(queries, 100)
@@ -97,13 +99,22 @@ def engine_recall(index: LocalIndex, queries: np.ndarray, efs: list[int]) -> lis
     ids = [h for seg in index.segments
            for h in seg.ids_at(np.arange(seg.count) if seg.deleted is None else np.flatnonzero(~seg.deleted))]
     truth_ids = [[ids[r] for r in row] for row in truth]
-    default = index.search_settings.ef_search
+    default = index.search_settings.ef_search  # None: each segment's calibrated efSearch
+    calibrated = [seg.ef_search for seg in index.segments if hasattr(seg.faiss, "hnsw")]
+    if calibrate:  # segments built before calibration: what calibrate_ef would choose for them
+        calibrated = [calibrate_ef(seg.faiss, np.ascontiguousarray(seg.vectors, dtype=np.float32), index.distance)
+                      for seg in index.segments if hasattr(seg.faiss, "hnsw")]
+        print(json.dumps({"calibrated_ef_search": calibrated}), flush=True)
     rows = []
-    for ef in dict.fromkeys([default, *efs]):
-        index.set_search_settings(ef_search=ef)
+    settings = [(default, True)] if not calibrate else [(max(calibrated, default=default), True)]
+    settings += [(ef, False) for ef in efs if ef != settings[0][0]]
+    for ef, is_default in settings:
+        if ef is not None:
+            index.set_search_settings(ef_search=ef)
         found10 = [[h.id for h in index.knn(q, 10)] for q in queries]
         found100 = [[h.id for h in index.knn(q, 100)] for q in queries]
-        rows.append({"ef_search": ef, "default": ef == default, "segments": len(index.segments),
+        rows.append({"ef_search": ef if ef is not None else f"calibrated {calibrated}", "default": is_default,
+                     "segments": len(index.segments),
                      "recall@10_k10": recall(found10, truth_ids, 10), "recall@10_k100": recall(found100, truth_ids, 10),
                      "recall@100_k100": recall(found100, truth_ids, 100),
                      "knn_p50_ms_k10": single_knn_ms(index, queries, 10),
@@ -128,6 +139,8 @@ def main() -> None:
     parser.add_argument("--n-queries", type=int, default=500)
     parser.add_argument("--sizes", type=int, nargs="+", default=[])
     parser.add_argument("--engine", action="store_true", help="measure the index as built (see above)")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="with --engine: calibrate the segments' efSearch first (indexes built before calibration)")
     parser.add_argument("--hnsw-m", type=int, nargs="+", default=[32])
     parser.add_argument("--ef", type=int, nargs="+", default=[16, 32, 64, 96, 128, 192, 256])
     parser.add_argument("--nprobe", type=int, nargs="+", default=[10, 32, 64, 128, 256])
@@ -149,7 +162,7 @@ def main() -> None:
               "load_average_at_start": os.getloadavg(), "sizes": {}}
     if args.engine:
         result["engine"] = {"documents": index.count(), "factories": sorted({s.entry["factory"] for s in index.segments}),
-                            "rows": engine_recall(index, queries, args.ef)}
+                            "rows": engine_recall(index, queries, args.ef, args.calibrate)}
     everything = live_vectors(index, max(args.sizes, default=0)) if args.sizes else np.zeros((0, 0), np.float32)
     for size in args.sizes:
         if size > len(everything):

@@ -423,26 +423,32 @@ class LocalIndex:
         it). With one segment it is asked for ``depth`` (plus its deleted rows). With several,
         each is first asked only for its share (the optimistic per-segment k of Lucene 10's
         multi-segment kNN): twice ``depth`` times its fraction of the live documents, plus 10,
-        with efSearch times (that k / the full k) ** ``SHARE_EF_POWER`` (never below that k nor
-        above the segment's efSearch). A segment whose whole answer lands in the merged top
-        ``depth`` may hold more, so ``_settled`` searches it again in full (``complete`` is
-        False until then)."""
+        with efSearch times (that k / the full k) ** ``SHARE_EF_POWER``. A segment whose whole
+        answer lands in the merged top ``depth`` may hold more, so ``_settled`` searches it again
+        in full (``complete`` is False until then)."""
         found = []
         live_total = max(1, sum(seg.live for seg in self.segments))
         while (seg := segments.take()) is not None:
             full = _full_k(seg, depth)
-            k, params = full, None
+            k, ef = full, seg.ef_search
             if len(self.segments) > 1:
                 k = min(full, math.ceil(2 * depth * seg.live / live_total) + 10 + seg.count - seg.live)
-                if k < full and hasattr(seg.faiss, "hnsw"):
-                    faiss = require("faiss", feature="the local index")
+                if k < full:
                     ef = math.ceil(seg.ef_search * (k / full) ** SHARE_EF_POWER)
-                    params = faiss.SearchParametersHNSW(efSearch=min(seg.ef_search, max(k, ef)))
-            found.append((*self._search_segment(seg, query, k, params), k == full))
+            found.append((*self._search_segment(seg, query, k, ef), k == full))
         return found
 
     def _search_segment(self, seg: Segment, query: np.ndarray, k: int,
-                        params: Any = None) -> tuple[Segment, np.ndarray, np.ndarray]:
+                        ef: int | None = None) -> tuple[Segment, np.ndarray, np.ndarray]:
+        """The live rows among ``seg``'s FAISS top ``k``. An HNSW graph is searched with
+        efSearch ``ef`` (default: the segment's), never below ``k``: FAISS does not raise it
+        itself, and a list longer than its candidate queue loses its tail (measured on Quora
+        val, depth 30: equal-RRF MRR@20 0.854 at ef 16, 0.856 at ef 30)."""
+        params = None
+        if hasattr(seg.faiss, "hnsw"):
+            wanted = max(k, ef or seg.ef_search)
+            if wanted != seg.faiss.hnsw.efSearch:
+                params = require("faiss", feature="the local index").SearchParametersHNSW(efSearch=wanted)
         with one_thread():
             raw, hits = seg.faiss.search(query, k, params=params)
         valid = hits[0] >= 0
