@@ -62,7 +62,9 @@ def test_ingest_twice_then_query_table_json_and_batch(tmp_path, bank_file, model
 def test_knn_search_settings_options(tmp_path, bank_file, model_args):
     index = tmp_path / "h"
     made = run(["ingest", str(bank_file), "--index", str(index), "--faiss", "hnsw", "--ef-search", "50", *model_args])
-    assert made.exit_code == 0
+    assert made.exit_code == 0 and "HNSW graphs searched with stored efSearch 50" in made.output
+    measured = run(["ingest", str(bank_file), "--index", str(tmp_path / "m"), "--faiss", "hnsw", *model_args])
+    assert measured.exit_code == 0 and "measured on each graph" in measured.output
     assert json.loads((index / "manifest.json").read_text())["faiss"]["ef_search"] == 50
     again = run(["ingest", str(bank_file), "--index", str(index), "--ef-search", "70"])
     assert again.exit_code == 0 and "stored when an index is created" in again.output

@@ -143,6 +143,20 @@ def test_open_errors(tmp_path):
         LocalIndex.open(tmp_path)
 
 
+def test_a_bad_stored_ef_search_is_named_on_open_and_by_check(tmp_path, committed_encoder, question_bank):
+    from hybrid_qpr.backends.local.check import check_index
+    from hybrid_qpr.errors import IndexDamagedError
+
+    idx = LocalIndex.create(tmp_path / "h", committed_encoder, faiss="hnsw")
+    idx.ingest(question_bank[:40], committed_encoder, show_progress=False)
+    manifest = json.loads((idx.path / "manifest.json").read_text())
+    manifest["segments"][0]["ef_search"] = "sixteen"
+    (idx.path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(IndexDamagedError, match="segment entry 0 has ef_search='sixteen'"):
+        LocalIndex.open(idx.path)
+    assert any("ef_search='sixteen'" in p.what for p in check_index(idx.path).problems)
+
+
 def test_knn_search_settings_are_stored_and_can_be_overridden(tmp_path, committed_encoder, question_bank):
     from hybrid_qpr.backends.local import EF_SEARCH, SearchSettings
 

@@ -94,6 +94,13 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
     all_skipped = sorted((skipped or []) + report.skipped)
     click.echo(f"indexed {report.indexed}, updated {report.updated}, skipped {len(all_skipped)}, "
                f"failed {len(report.failed)} in {report.seconds:.1f} s ({report.docs_per_second:.0f} docs/s) -> {index}")
+    if not use_cluster(connection):
+        graphs = [seg.ef_search for seg in target.segments if hasattr(seg.faiss, "hnsw")]
+        if graphs:  # the kNN speed/recall setting the user may want to know about
+            stored = target.search_settings.ef_search
+            how = f"stored efSearch {stored}" if stored else f"efSearch {', '.join(map(str, sorted(set(graphs))))}, " \
+                  "measured on each graph (0.97 of the exact top 10)"
+            click.echo(f"  kNN: {len(graphs)} of {len(target.segments)} segments are HNSW graphs searched with {how}")
     if use_cluster(connection):
         click.echo(f"  verified {report.verified} ids with their texts; retries: {report.retried_requests} requests and "
                    f"{report.retried_documents} documents sent again, {report.retry_wait_seconds:.1f} s waiting")

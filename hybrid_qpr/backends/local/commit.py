@@ -69,9 +69,18 @@ def manifest_problem(manifest: dict[str, Any]) -> str | None:
     for i, entry in enumerate(manifest["segments"]):
         if not isinstance(entry, dict) or not {"name", "count", "files"} <= set(entry):
             return f"segment entry {i} lacks name, count or files"
+        if not _ef_ok(entry.get("ef_search")):
+            return f"segment entry {i} has ef_search={entry['ef_search']!r}, not a whole number >= 1"
     if not isinstance(manifest.get("faiss"), dict):
         return "has no 'faiss' section"
+    if not _ef_ok(manifest["faiss"].get("ef_search")):
+        return f"'faiss' has ef_search={manifest['faiss']['ef_search']!r}, not a whole number >= 1"
     return None
+
+
+def _ef_ok(value: Any) -> bool:
+    """An efSearch as stored: absent/null (calibrated or default) or a whole number >= 1."""
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
 
 
 def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
