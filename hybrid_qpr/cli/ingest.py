@@ -95,7 +95,8 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
     click.echo(f"indexed {report.indexed}, updated {report.updated}, skipped {len(all_skipped)}, "
                f"failed {len(report.failed)} in {report.seconds:.1f} s ({report.docs_per_second:.0f} docs/s) -> {index}")
     if not use_cluster(connection):
-        graphs = [seg.ef_search for seg in target.segments if hasattr(seg.faiss, "hnsw")]
+        # from the manifest entries: loading each FAISS file (and its CRC check) only to print this would cost seconds
+        graphs = [seg.ef_search for seg in target.segments if seg.entry["factory"].startswith("HNSW")]
         if graphs:  # the kNN speed/recall setting the user may want to know about
             stored = target.search_settings.ef_search
             how = f"stored efSearch {stored}" if stored else f"efSearch {', '.join(map(str, sorted(set(graphs))))}, " \
