@@ -287,6 +287,11 @@ def _scratch(n_docs: int) -> np.ndarray:
     return total
 
 
+def has_compiled_scorer() -> bool:
+    """Whether ``top_rows`` can run (numba is installed): ``dense_columns`` is only worth building then."""
+    return _top_kernel() is not None
+
+
 def _top_kernel():
     """The compiled scorer of ``top_rows`` (compiled on first use, cached on disk by numba), or ``None``."""
     if not _KERNEL:

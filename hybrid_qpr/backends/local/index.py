@@ -351,7 +351,8 @@ class LocalIndex:
         if self._stats is None:
             self._stats = bm25_lib.corpus_stats(parts)
             self._weights = bm25_lib.term_weights(parts, self._stats)
-            self._dense = bm25_lib.dense_columns(parts, self._weights)
+            # only the compiled scorer reads them (up to 8 columns of 4 bytes per document)
+            self._dense = bm25_lib.dense_columns(parts, self._weights) if bm25_lib.has_compiled_scorer() else None
         return parts
 
     def _bm25_scores(self, tokens: list[str]) -> list[np.ndarray]:
