@@ -185,8 +185,7 @@ def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
     """
     spec = get_task(task)
     retrieve = spec.retrieve if retrieve is None else retrieve
-    if depth is None:  # the search default, or the task's retrieve depth where that is larger
-        depth = max(DEFAULT_DEPTH, retrieve)
+    depth = _tuning_depth(depth, retrieve)
     if depth < retrieve:
         raise ConfigError(f"depth={depth}: must be >= retrieve ({retrieve}) so fusion sees every candidate")
     own = query_filters or {}
@@ -195,8 +194,13 @@ def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
     return tune_candidates(cands, qrels, methods=methods, alphas=alphas, depth=depth, retrieve=retrieve, task=task)
 
 
+def _tuning_depth(depth: int | None, retrieve: int) -> int:
+    """``depth``, else the search default, or the task's retrieve depth where that is larger."""
+    return max(DEFAULT_DEPTH, retrieve) if depth is None else depth
+
+
 def tune_candidates(cands: Mapping[str, Any], qrels: Mapping[str, Mapping[str, int]], *,
-                    methods: Sequence[str] = FUSION_METHODS, alphas: Sequence[float] = ALPHAS, depth: int = DEFAULT_DEPTH,
+                    methods: Sequence[str] = FUSION_METHODS, alphas: Sequence[float] = ALPHAS, depth: int | None = None,
                     retrieve: int | None = None, task: str = "paraphrase") -> TuneResult:
     """The grid search of :func:`tune` on candidate lists already fetched (query id ->
     ``hybrid_qpr.search.Candidates`` of ``depth`` hits each), e.g. by a batched benchmark."""
@@ -204,6 +208,7 @@ def tune_candidates(cands: Mapping[str, Any], qrels: Mapping[str, Mapping[str, i
 
     spec = get_task(task)
     retrieve = spec.retrieve if retrieve is None else retrieve
+    depth = _tuning_depth(depth, retrieve)
     bm25_metrics = spec.score({q: [h.id for h in c.bm25[:retrieve]] for q, c in cands.items()}, qrels)
     knn_metrics = spec.score({q: [h.id for h in c.knn[:retrieve]] for q, c in cands.items()}, qrels)
     main = spec.main_metric
