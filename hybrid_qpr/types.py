@@ -30,7 +30,7 @@ class Hit:
     def many(cls, ids: Iterable[str], scores: Iterable[float]) -> list["Hit"]:
         """Hits without a document, equal to ``[Hit(i, s) ...]``, built at about half the cost:
         the frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``,
-        and every query builds two lists of 100 of them."""
+        and a hybrid query builds both of its candidate lists this way."""
         new = object.__new__
         out = []
         for doc_id, score in zip(ids, scores):

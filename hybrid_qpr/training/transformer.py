@@ -159,7 +159,8 @@ def bisection_order(vectors: np.ndarray, leaf_size: int) -> np.ndarray:
         if len(rows) <= leaf_size:
             order.append(rows)
             continue
-        block = vectors[rows] - vectors[rows].mean(axis=0)
+        block = vectors[rows]
+        block = block - block.mean(axis=0)
         direction = block.std(axis=0) + 1e-6  # deterministic start, not orthogonal to the answer
         for _ in range(20):
             direction = block.T @ (block @ direction)
