@@ -314,3 +314,50 @@ def test_int8_vectors_do_not_depend_on_the_batch(embedder, tmp_path):
     assert np.array_equal(encoder.encode(texts[::-1], batch_size=2)[::-1], alone)
     encoder.one_text_per_run = False  # batched, the same texts get other vectors
     assert not np.array_equal(encoder.encode(texts, batch_size=4), alone)
+
+
+def test_interpolate_state_is_the_straight_line_and_names_mismatches():
+    from hybrid_qpr.training.interpolate import interpolate_state
+
+    base = {"w": torch.tensor([0.0, 2.0]), "ids": torch.tensor([1, 2])}
+    tuned = {"w": torch.tensor([4.0, -2.0]), "ids": torch.tensor([1, 2])}
+    mixed = interpolate_state(base, tuned, 0.25)
+    assert torch.allclose(mixed["w"], torch.tensor([1.0, 1.0]))  # 0.75 * base + 0.25 * tuned
+    assert torch.equal(mixed["ids"], tuned["ids"]) and mixed["ids"].dtype == torch.long
+    assert torch.equal(interpolate_state(base, tuned, 1.0)["w"], tuned["w"])
+    with pytest.raises(ConfigError, match="differ in parameters: extra"):
+        interpolate_state(base, {**tuned, "extra": torch.zeros(1)}, 0.5)
+    with pytest.raises(ConfigError, match=r"parameter w: shape \(2,\) in the base model, \(3,\)"):
+        interpolate_state(base, {**tuned, "w": torch.zeros(3)}, 0.5)
+    with pytest.raises(ConfigError, match=r"\[0, 1\]"):
+        interpolate_state(base, tuned, 1.5)
+
+
+@pytest.mark.slow
+def test_interpolate_cli_writes_the_midpoint_model_and_exports_it(tmp_path):
+    from click.testing import CliRunner
+
+    from hybrid_qpr.cli.main import cli
+    from hybrid_qpr.model.transformer import TransformerEmbedder
+    from hybrid_qpr.training.transformer import FinetuneSettings, finetune
+
+    settings = FinetuneSettings(loss="sdml", max_length=16, batch_size=8, steps=2, lr=1e-3, warmup=0.0,
+                                checkpoint_every=2, seed=1, normalize=True, scale=10.0)
+    run = tmp_path / "run"
+    finetune(_dataset(tmp_path), run, settings, show_progress=False)
+    result = CliRunner().invoke(cli, ["interpolate", str(run), "--weight", "0.5", "--out", str(tmp_path / "mid"),
+                                      "--export", str(tmp_path / "onnx")])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["weight"] == 0.5
+    base = TransformerEmbedder.from_dir(max_length=16).state_dict()
+    tuned = TransformerEmbedder.from_dir(run / "model").state_dict()
+    mid = TransformerEmbedder.from_dir(tmp_path / "mid")
+    assert mid.max_length == 16 and mid.normalize  # the tuned model's settings travel
+    name = "backbone.encoder.layer.0.attention.self.query.weight"
+    assert not torch.equal(base[name], tuned[name])
+    assert torch.allclose(mid.state_dict()[name], (base[name] + tuned[name]) / 2, atol=1e-6)
+    texts = ["how do i learn python", "what is the capital of france"]
+    vectors = Encoder.load(tmp_path / "onnx").encode(texts)
+    assert np.allclose(vectors, mid.encode(texts).numpy(), atol=1e-4)
+    result = CliRunner().invoke(cli, ["interpolate", str(run), "--out", str(tmp_path / "x"), "--int8"])
+    assert result.exit_code != 0 and "--int8 needs --export" in result.output

@@ -14,6 +14,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "train": ("hybrid_qpr.cli.train", "train", "Train a paraphrase encoder (SDML, softmax, triplet, MSEM) [needs torch]."),
     "distill": ("hybrid_qpr.cli.distill", "distill", "Distil a teacher encoder (MiniLM) into the fast CNN on unlabelled questions [needs torch]."),
     "finetune": ("hybrid_qpr.cli.finetune", "finetune", "Fine-tune a pretrained transformer (MiniLM) on question pairs [needs torch]."),
+    "interpolate": ("hybrid_qpr.cli.interpolate", "interpolate",
+                    "Mix a fine-tuned transformer's weights with its base model's (WiSE-FT) [needs torch]."),
     "asbert": ("hybrid_qpr.cli.asbert", "asbert", "Fine-tune MiniLM for answer selection (ASBERT: triplet, siamese, SDML) [needs torch]."),
     "crossvae": ("hybrid_qpr.cli.crossvae", "crossvae", "Train Cross-VAE for answer retrieval; export question/answer encoders [needs torch]."),
     "export": ("hybrid_qpr.cli.export", "export", "Export a trained encoder to ONNX (model.onnx, tokenizer.json, config.json)."),

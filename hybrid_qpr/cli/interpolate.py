@@ -1,0 +1,50 @@
+"""``hybrid-qpr interpolate``: move a fine-tuned transformer back toward its base model (WiSE-FT)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from hybrid_qpr.cli._common import friendly_errors
+
+
+@click.command()
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Model directory to write (Hugging Face files + tokenizer + settings), as a finetune run's model/.")
+@click.option("--weight", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
+              help="Share of the fine-tuned weights: 1 keeps the fine-tuned model, 0 gives the base model back.")
+@click.option("--base-model", type=click.Path(exists=True, file_okay=False), default=None,
+              help="The model RUN_DIR was tuned from. [default: the one its training settings record, else the bundled all-MiniLM-L6-v2]")
+@click.option("--export", "export_dir", type=click.Path(file_okay=False), default=None,
+              help="Also export the result to this ONNX model directory (as 'hybrid-qpr export').")
+@click.option("--int8", is_flag=True, help="With --export: dynamic int8 quantization.")
+@friendly_errors
+def interpolate(run_dir: str, out_dir: str, weight: float, base_model: str | None, export_dir: str | None, int8: bool) -> None:
+    """Mix a fine-tuned transformer's weights with its base model's (WiSE-FT).
+
+    Fine-tuning on one domain can cost quality on others (MiniLM tuned on Quora pairs loses
+    on SQuAD answer retrieval). The straight line between the two sets of weights,
+    (1 - w) x base + w x fine-tuned, keeps most of the in-domain gain and much of the base
+    model's generality (Wortsman et al., CVPR 2022). Choose --weight on validation data.
+
+    RUN_DIR: a 'hybrid-qpr finetune' run (its model/ is used) or such a model directory.
+
+    \b
+    Example:
+      hybrid-qpr interpolate runs/minilm-ft --weight 0.5 --out models/minilm-ft-w50 --export onnx/minilm-ft-w50 --int8
+    """
+    from hybrid_qpr.training.interpolate import interpolate_model
+
+    if int8 and export_dir is None:
+        raise click.UsageError("--int8 needs --export DIR")
+    settings = interpolate_model(run_dir, out_dir, weight, base_model)
+    report = {"out": out_dir, **settings["interpolation"]}
+    if export_dir is not None:
+        from hybrid_qpr.export.transformer import export_transformer_dir
+
+        config = export_transformer_dir(out_dir, export_dir, quantize=int8)
+        report["export"] = {"out": export_dir, "quantization": config["quantization"],
+                            "parity_max_abs_diff_fp32": config["parity_max_abs_diff_fp32"]}
+    click.echo(json.dumps(report, indent=2))

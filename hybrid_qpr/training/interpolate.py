@@ -1,0 +1,81 @@
+"""Weight-space interpolation of a fine-tuned transformer with its base model (WiSE-FT).
+
+Fine-tuning on one domain's pairs can cost quality elsewhere: MiniLM fine-tuned on Quora gains
+on Quora and loses on SQuAD answer retrieval. Wortsman et al. ("Robust fine-tuning of zero-shot
+models", CVPR 2022) showed that the straight line between the base weights and the fine-tuned
+weights keeps most of the in-domain gain while recovering the base model's robustness:
+
+    theta(w) = (1 - w) * theta_base + w * theta_tuned,      w in [0, 1]
+
+w = 1 is the fine-tuned model, w = 0 the base model. Both must share one architecture (same
+parameter names and shapes); only floating-point tensors are mixed, integer buffers (position
+ids) are the fine-tuned model's. The result is a model directory like a fine-tuning run's
+``model/``: ``hybrid-qpr export`` takes it as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hybrid_qpr.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+
+def interpolate_state(base: dict[str, torch.Tensor], tuned: dict[str, torch.Tensor],
+                      weight: float) -> dict[str, torch.Tensor]:
+    """``(1 - weight) * base + weight * tuned`` for every floating tensor; names and shapes must match."""
+    if not 0.0 <= weight <= 1.0:
+        raise ConfigError(f"interpolation weight must be in [0, 1], got {weight}")
+    missing = sorted(set(tuned) ^ set(base))
+    if missing:
+        raise ConfigError(f"the base and fine-tuned models differ in parameters: {', '.join(missing[:5])}"
+                          + (" ..." if len(missing) > 5 else "") + "; interpolate a model with the base it was tuned from")
+    mixed: dict[str, torch.Tensor] = {}
+    for name, value in tuned.items():
+        start = base[name]
+        if start.shape != value.shape:
+            raise ConfigError(f"parameter {name}: shape {tuple(start.shape)} in the base model, "
+                              f"{tuple(value.shape)} in the fine-tuned one")
+        mixed[name] = torch.lerp(start.to(value.dtype), value, weight) if value.is_floating_point() else value.clone()
+    return mixed
+
+
+def interpolate_model(tuned_dir: str | Path, out_dir: str | Path, weight: float,
+                      base_dir: str | Path | None = None) -> dict[str, Any]:
+    """Write ``out_dir``: the model of ``tuned_dir`` moved back toward ``base_dir`` (see the module doc).
+
+    ``tuned_dir`` is a fine-tuning run directory (its ``model/`` is used) or a model directory
+    written by ``hybrid-qpr finetune``. ``base_dir`` defaults to the base model recorded in its
+    training settings, else the bundled all-MiniLM-L6-v2. The tuned model's max_length and
+    normalisation are kept. Returns the settings written with the model.
+    """
+    from hybrid_qpr.model.transformer import SETTINGS_FILE, TransformerEmbedder
+    from hybrid_qpr.training.transformer import MODEL_SUBDIR
+
+    tuned_dir = Path(tuned_dir)
+    if (tuned_dir / MODEL_SUBDIR).is_dir():
+        tuned_dir = tuned_dir / MODEL_SUBDIR
+    settings_path = tuned_dir / SETTINGS_FILE
+    if not settings_path.is_file():
+        raise ConfigError(f"{tuned_dir}: no {SETTINGS_FILE}; give a 'hybrid-qpr finetune' run or its model/ directory")
+    try:
+        settings = json.loads(settings_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{settings_path}: not valid JSON ({exc})") from exc
+    training = settings.get("training") or {}
+    if base_dir is None:
+        base_dir = training.get("base_model")  # None: the bundled model, as finetune used
+    tuned = TransformerEmbedder.from_dir(tuned_dir)
+    base = TransformerEmbedder.from_dir(base_dir)
+    with torch.no_grad():
+        tuned.load_state_dict(interpolate_state(base.state_dict(), tuned.state_dict(), weight))
+    interpolation = {"weight": weight, "base_model": str(base_dir) if base_dir else None, "tuned_model": str(tuned_dir)}
+    tuned.save(out_dir, extra={"training": training, "interpolation": interpolation})
+    logger.info("wrote %s: %.2f x fine-tuned + %.2f x base", out_dir, weight, 1 - weight)
+    return {**tuned.settings(), "training": training, "interpolation": interpolation}
