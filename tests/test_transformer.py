@@ -361,3 +361,19 @@ def test_interpolate_cli_writes_the_midpoint_model_and_exports_it(tmp_path):
     assert np.allclose(vectors, mid.encode(texts).numpy(), atol=1e-4)
     result = CliRunner().invoke(cli, ["interpolate", str(run), "--out", str(tmp_path / "x"), "--int8"])
     assert result.exit_code != 0 and "--int8 needs --export" in result.output
+
+
+def test_symmetric_pair_loss_averages_both_directions_by_hand():
+    from hybrid_qpr.training.transformer import FinetuneSettings, pair_loss
+
+    a = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    p = torch.tensor([[0.8, 0.6], [0.3, 0.9], [1.0, 0.2]])
+    logits = -10.0 * torch.cdist(a, p) ** 2  # -scale * squared distance, rows: anchors
+    labels = torch.arange(3)
+    forward = torch.nn.functional.cross_entropy(logits, labels)  # epsilon 0: the plain in-batch softmax
+    backward = torch.nn.functional.cross_entropy(logits.T, labels)
+    one_way = FinetuneSettings(epsilon=0.0, scale=10.0)
+    assert torch.allclose(pair_loss(one_way)(a, p), forward, atol=1e-5)
+    both = dataclasses.replace(one_way, symmetric=True, accumulate=2)
+    assert torch.allclose(pair_loss(both)(a, p), (forward + backward) / 4, atol=1e-5)  # halved per micro-batch
+    assert not torch.allclose(forward, backward)  # the case tells the directions apart

@@ -35,6 +35,9 @@ from hybrid_qpr.cli._common import friendly_errors
 @click.option("--batching", type=click.Choice(["random", "topic"]), default="random", show_default=True,
               help="random: clusters shuffled into batches; topic: each batch is clusters on one topic (the base model's "
                    "embeddings, ordered by recursive bisection), so in-batch negatives are hard (TAS-Balanced).")
+@click.option("--symmetric", is_flag=True,
+              help="Average the loss over both directions: anchors rank the batch's positives and positives rank "
+                   "its anchors (every text is a query once per step).")
 @click.option("--margin", type=float, default=1.0, show_default=True,
               help="Triplet margin on squared L2 (unit vectors: d^2 in [0, 4]); 0.5 gave zero loss on MiniLM.")
 @click.option("--epsilon", type=float, default=0.3, show_default=True, help="SDML label smoothing.")
@@ -49,7 +52,7 @@ from hybrid_qpr.cli._common import friendly_errors
 @click.option("--seed", type=int, default=0, show_default=True)
 @friendly_errors
 def finetune(dataset_dir: str, out_dir: str, loss: str, base_model: str | None, max_length: int, batch_size: int,
-             accumulate: int, chunk_size: int | None, steps: int, lr: float, max_clusters: int | None, normalize: bool | None, negatives: str, batching: str,
+             accumulate: int, chunk_size: int | None, steps: int, lr: float, max_clusters: int | None, normalize: bool | None, negatives: str, batching: str, symmetric: bool,
              margin: float, epsilon: float, scale: float, max_minutes: float | None, checkpoint_every: int, resume: bool, export_dir: str | None, seed: int) -> None:
     """Fine-tune a pretrained transformer on the train clusters of DATASET_DIR.
 
@@ -68,7 +71,7 @@ def finetune(dataset_dir: str, out_dir: str, loss: str, base_model: str | None, 
 
     settings = FinetuneSettings(loss=loss, base_model=base_model, max_length=max_length, batch_size=batch_size,
                                 accumulate=accumulate, chunk_size=chunk_size, steps=steps, lr=lr, max_clusters=max_clusters, normalize=normalize,
-                                negatives=negatives, batching=batching, margin=margin, epsilon=epsilon, scale=scale, checkpoint_every=checkpoint_every,
+                                negatives=negatives, batching=batching, symmetric=symmetric, margin=margin, epsilon=epsilon, scale=scale, checkpoint_every=checkpoint_every,
                                 seed=seed)
     report = run(dataset_dir, out_dir, settings, resume=resume, export_dir=export_dir, max_minutes=max_minutes)
     click.echo(json.dumps(report, indent=2))

@@ -45,6 +45,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
@@ -84,6 +85,7 @@ class FinetuneSettings:
     margin: float = 1.0
     negatives: str = "hard"
     batching: Batching = "random"  # "topic": batches of clusters on one topic (hard in-batch negatives)
+    symmetric: bool = False  # average the loss over both directions (anchors -> positives and back)
     checkpoint_every: int = 50
     log_every: int = 10
     seed: int = 0
@@ -223,6 +225,20 @@ def draw_batch(groups: list[list[str]], size: int, seed: int, batch: int,
     return anchors, positives
 
 
+def pair_loss(settings: FinetuneSettings) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The training objective on a batch's (anchor, positive) embeddings.
+
+    ``symmetric`` averages the loss of both directions: each anchor ranks the batch's positives
+    and each positive ranks the batch's anchors (as CLIP's contrastive loss does), so every
+    text of the batch is a query once. For triplet and siamese it scores each pair twice.
+    """
+    loss_fn = build_loss(settings)
+    scale = 1.0 / settings.accumulate  # summed over micro-batches, so the step sees their mean
+    if settings.symmetric:
+        return lambda a, p: (loss_fn(a, p) + loss_fn(p, a)) * (0.5 * scale)
+    return lambda a, p: loss_fn(a, p) * scale
+
+
 def _lr_factor(step: int, total: int, warmup: float) -> float:
     """Linear warm-up over ``warmup * total`` steps, then linear decay to 0."""
     warm = max(1, int(warmup * total))
@@ -267,7 +283,7 @@ def finetune(dataset_dir: str | Path, out_dir: str | Path, settings: FinetuneSet
     groups = pair_groups(dataset_dir, settings.max_clusters, settings.seed)
     model = TransformerEmbedder.from_dir(settings.base_model, max_length=settings.max_length,
                                          normalize=settings.normalized)
-    loss_fn = build_loss(settings)
+    loss_fn = pair_loss(settings)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: _lr_factor(s, settings.steps, settings.warmup))
@@ -305,12 +321,12 @@ def finetune(dataset_dir: str | Path, out_dir: str | Path, settings: FinetuneSet
             anchors, positives = draw_batch(groups, settings.batch_size, settings.seed,
                                             step * settings.accumulate + micro, topics)
             if settings.chunk_size is None:
-                loss = loss_fn(model(model.collate(anchors)), model(model.collate(positives))) / settings.accumulate
+                loss = loss_fn(model(model.collate(anchors)), model(model.collate(positives)))
                 loss.backward()
                 total += loss.item()
             else:
                 total += cached_backward(lambda texts: model(model.collate(texts)), (anchors, positives),
-                                         lambda a, p: loss_fn(a, p) / settings.accumulate, settings.chunk_size)
+                                         loss_fn, settings.chunk_size)
             pairs_done += len(anchors)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
