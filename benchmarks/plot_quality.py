@@ -1,6 +1,7 @@
 """Quality against encode speed, one point per encoder and mode, from bench_quality.py results.
 
-python benchmarks/plot_quality.py benchmarks/results/quality-quora.json [more.json ...] --out docs/quality-speed.svg
+python benchmarks/plot_quality.py benchmarks/results/quality-quora.json [more.json ...] --out docs/quality-speed.svg \
+    [--encoders cnn distilled-tw minilm ...]
 
 x: corpus questions/s encoded (log scale), y: test MRR@20; one marker per mode (knn, tuned
 hybrid with BM25, rerank of BM25's top 30), one colour per dataset; BM25 alone is a
@@ -20,6 +21,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("results", nargs="+")
     ap.add_argument("--out", required=True, help=".svg or .png")
+    ap.add_argument("--encoders", nargs="+", default=None,
+                    help="plot only these encoder names (labels of many close variants overlap) [default: all]")
     args = ap.parse_args()
 
     import matplotlib
@@ -36,7 +39,7 @@ def main() -> None:
             ax.axhline(data["bm25"]["test"]["MRR@20"], color=colour, lw=0.8, ls=":", label=f"{dataset}: BM25 alone")
         for name, enc in data["encoders"].items():
             speed = enc.get("encode_questions_per_s")
-            if not speed:
+            if not speed or (args.encoders and name not in args.encoders):
                 continue
             for mode, marker in MODES.items():
                 ax.scatter(speed, enc["test"][mode]["MRR@20"], color=colour, marker=marker, s=60 if mode == "hybrid" else 30)
