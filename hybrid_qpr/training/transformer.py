@@ -43,9 +43,9 @@ import json
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
@@ -123,6 +123,12 @@ def build_loss(settings: FinetuneSettings) -> torch.nn.Module:
     return build_registered_loss(settings.loss, epsilon=settings.epsilon, margin=settings.margin,  # type: ignore[arg-type]
                                  triplet_distance="squared", negatives=settings.negatives,
                                  scale=settings.scale)
+
+
+def run_model_dir(path: str | Path) -> Path:
+    """The model directory of a fine-tuning run (its ``model/``), or ``path`` itself when it is one."""
+    path = Path(path)
+    return path / MODEL_SUBDIR if (path / MODEL_SUBDIR).is_dir() else path
 
 
 def pair_groups(dataset_dir: str | Path, max_clusters: int | None, seed: int) -> list[list[str]]:
