@@ -107,7 +107,6 @@ def main() -> None:
     verdicts = [labels[m] for m in misses if m in labels]
     paraphrases = verdicts.count("paraphrase")
     low, high = wilson(paraphrases, len(verdicts))
-    judged_share = len(verdicts) / len(misses) if misses else 0.0
     summary = {
         "dataset": repo_relative(args.dataset), "encoder": repo_relative(args.encoder), "split": args.split,
         "queries": len(sample), "seed": args.seed, "misses": len(misses), "judged": len(verdicts),
@@ -119,7 +118,7 @@ def main() -> None:
             1 - len(misses) * (1 - paraphrases / max(1, len(verdicts))) / len(sample), 4),
         "labels": repo_relative(args.labels),
     }
-    if judged_share < 1:
+    if len(verdicts) < len(misses):
         summary["note"] = f"{len(misses) - len(verdicts)} misses not judged; the share is of the judged ones"
     print(json.dumps(summary, indent=1))
     if args.out:
