@@ -42,6 +42,8 @@ RRF_K = 60
 # own lists (benchmarks/bench_fusion_depth.py): equal RRF and tuned fusion at depth 30 are at
 # least as good as at 100 (within 0.0006 MRR@20), and the hybrid query is 0.2-0.3 ms faster.
 DEFAULT_DEPTH = 30
+# What a hybrid search uses when neither the caller nor the index's tuned defaults say.
+DEFAULT_FUSION, DEFAULT_ALPHA = "rrf", 0.5
 
 
 @dataclass(frozen=True)

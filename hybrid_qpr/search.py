@@ -37,7 +37,7 @@ Mode = Literal["hybrid", "bm25", "knn", "rerank"]
 MODES: tuple[str, ...] = ("hybrid", "bm25", "knn", "rerank")
 DEFAULT_DEPTH = fusion_lib.DEFAULT_DEPTH  # candidates per list (see hybrid_qpr.fusion)
 RERANK_DEPTH = 30
-DEFAULT_FUSION, DEFAULT_ALPHA = "rrf", 0.5
+DEFAULT_FUSION, DEFAULT_ALPHA = fusion_lib.DEFAULT_FUSION, fusion_lib.DEFAULT_ALPHA
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from hybrid_qpr.backends.local import LocalIndex
 from hybrid_qpr.cli.main import cli
 from hybrid_qpr.data.answer_dataset import build_answer_selection
-from hybrid_qpr.data.documents import iter_batch_queries, iter_queries
+from hybrid_qpr.data.documents import iter_batch_queries
 from hybrid_qpr.errors import ConfigError, InputError
 from hybrid_qpr.evaluation.tasks import get_task, query_filters_from
 from hybrid_qpr.filters import filter_problem, merge_filters
@@ -25,7 +25,7 @@ def test_batch_queries_carry_their_own_filter(tmp_path):
     queries = list(iter_batch_queries(path))
     assert [(q.id, q.text, q.filter) for q in queries] == [
         ("1", "plain text query", None), ("a", "with group", {"group": "g1"}), ("b", "two groups", {"group": ["g1", "g2"]})]
-    assert list(iter_queries(path))[1] == (2, "a", "with group")
+    assert queries[1].line == 2
 
 
 @pytest.mark.parametrize("bad, message", [

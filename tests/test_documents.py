@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from hybrid_qpr.data.documents import detect_format, iter_documents, iter_queries, text_id
+from hybrid_qpr.data.documents import detect_format, iter_batch_queries, iter_documents, text_id
 from hybrid_qpr.errors import InputError
 
 
@@ -73,10 +73,11 @@ def test_stdin_is_sniffed(monkeypatch):
     assert _docs("-") == [(1, "s1", "from stdin?", {})]
 
 
-def test_iter_queries_plain_and_jsonl(tmp_path):
+def test_batch_queries_plain_and_jsonl(tmp_path):
     path = tmp_path / "queries.txt"
     path.write_text('how do i sleep?\n\n{"id": "q9", "text": "cheap flights?"}\n', encoding="utf-8")
-    assert list(iter_queries(path)) == [(1, "1", "how do i sleep?"), (3, "q9", "cheap flights?")]
+    assert [(q.line, q.id, q.text) for q in iter_batch_queries(path)] == [(1, "1", "how do i sleep?"),
+                                                                         (3, "q9", "cheap flights?")]
     path.write_text('{"id": "q1"}\n', encoding="utf-8")
     with pytest.raises(InputError, match=r"queries\.txt:1: field 'text'"):
-        list(iter_queries(path))
+        list(iter_batch_queries(path))

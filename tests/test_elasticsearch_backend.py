@@ -51,14 +51,3 @@ def test_a_vector_field_of_another_kind_is_refused(es_client, es_backend, commit
         "text": {"type": "keyword"}, "embedding": {"type": "float"}}}})
     with pytest.raises(ModelMismatchError, match="'embedding' is float, expected dense_vector.*'text' is keyword"):
         es_backend.ingest(question_bank[:5], enc, show_progress=False)
-
-
-def test_one_request_query_plus_knn_scores_by_boosted_sum(es_backend, committed_encoder, question_bank):
-    es_backend.ingest(question_bank, committed_encoder, show_progress=False)
-    query = "how do i change my password?"
-    vector = committed_encoder.encode([query])[0]
-    only_bm25 = es_backend.hybrid_one_request(query, vector, 10, alpha=0.0)
-    assert [h.id for h in only_bm25][:3] == [h.id for h in es_backend.bm25(query, 10)][:3]
-    mixed = es_backend.hybrid_one_request(query, vector, 20, {"lang": "de"}, alpha=0.5)
-    by_id = {d.id: d for d in question_bank}
-    assert mixed and all(by_id[h.id].metadata["lang"] == "de" for h in mixed)

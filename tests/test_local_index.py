@@ -32,8 +32,8 @@ def test_ingest_builds_all_parts_and_manifest(index, committed_encoder, question
     manifest = json.loads((index.path / "manifest.json").read_text())
     assert manifest["model"]["fingerprint"] == committed_encoder.fingerprint
     assert manifest["model"]["dim"] == committed_encoder.dim and manifest["count"] == len(question_bank)
-    assert manifest["faiss"]["factory"] == "Flat" and manifest["bm25"]["impl"] == "bm25s"
-    assert {"faiss-cpu", "bm25s", "numpy"} <= set(manifest["versions"])
+    assert manifest["faiss"]["factory"] == "Flat" and manifest["bm25"]["impl"] == "builtin"
+    assert {"faiss-cpu", "numpy"} <= set(manifest["versions"])
     [segment] = manifest["segments"]  # one ingest = one segment holding every part
     for name in ("docs.sqlite", "vectors.npy", "vectors.faiss", "bm25.vocab.json", "bm25.tf.npy"):
         assert (index.path / "segments" / segment["name"] / name).exists()
@@ -131,7 +131,7 @@ def test_rank_bm25_is_selectable(tmp_path, committed_encoder, question_bank):
     idx = LocalIndex.create(tmp_path / "rb", committed_encoder, bm25="rank-bm25")
     idx.ingest(question_bank, committed_encoder, show_progress=False)
     assert not (idx.path / "bm25").exists()
-    assert idx.bm25("when does my invoice expire", 1)[0].id == LocalIndex.open(idx.path, bm25="bm25s").bm25(
+    assert idx.bm25("when does my invoice expire", 1)[0].id == LocalIndex.open(idx.path, bm25="builtin").bm25(
         "when does my invoice expire", 1)[0].id
 
 
@@ -256,3 +256,16 @@ def test_query_vector_as_function_is_encoded_on_the_knn_worker(index, committed_
         assert searcher.search(query, mode="hybrid") == searcher.search(query, mode="hybrid", vector=vec)
     assert index.bm25_and_knn("delete my account", vector_of, 5, {"topic": "password"}) == \
         (index.bm25("delete my account", 5, {"topic": "password"}), index.knn(vec, 5, {"topic": "password"}))
+
+
+def test_an_index_that_records_the_old_scorer_name_still_opens(index):
+    """Indexes written before the scorer had its own name record impl "bm25s" (a package
+    they never used); they open with the built-in scorer and rank the same."""
+    manifest_path = index.path / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    before = [h.id for h in index.bm25("when does my invoice expire", 5)]
+    manifest["bm25"]["impl"] = "bm25s"
+    manifest_path.write_text(json.dumps(manifest))
+    reopened = LocalIndex.open(index.path)
+    assert reopened.bm25_impl == "builtin"
+    assert [h.id for h in reopened.bm25("when does my invoice expire", 5)] == before

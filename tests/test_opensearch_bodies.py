@@ -9,6 +9,7 @@ import pytest
 
 from hybrid_qpr.backends.opensearch import (OpenSearchBackend, connect, filter_clauses, index_body, pipeline_body,
                                             redact)
+from hybrid_qpr.backends.elasticsearch import index_body as es_index_body
 from hybrid_qpr.distance import score_from_opensearch, similarity
 from hybrid_qpr.errors import ClusterError, ConfigError
 from hybrid_qpr.text.tokenizer import TOKEN_PATTERN
@@ -31,7 +32,7 @@ def test_index_bodies_take_dims_and_space_from_the_model(distance, space, es):
     assert settings["similarity"]["default"] == {"type": "BM25", "k1": 1.5, "b": 0.75}
     assert settings["analysis"]["tokenizer"]["hybrid_qpr_words"]["pattern"] == TOKEN_PATTERN
     assert body["mappings"]["properties"]["text"]["analyzer"] == "hybrid_qpr_words"
-    elastic = index_body(96, distance, "abcdef0123456789", "cnn", flavour="elasticsearch")
+    elastic = es_index_body(96, distance, "abcdef0123456789", "cnn")
     dense = elastic["mappings"]["properties"]["embedding"]
     assert (dense["type"], dense["dims"], dense["similarity"]) == ("dense_vector", 96, es)
     assert "${" not in json.dumps(elastic)

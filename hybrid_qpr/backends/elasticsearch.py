@@ -175,16 +175,3 @@ class ElasticsearchBackend(ClusterBackend):
                             "num_candidates": len(chunk), "filter": {"ids": {"values": chunk}}}}
             scores.update((hit.id, hit.score) for hit in self._to_hits(self._search(body, "vector re-scoring")))
         return scores
-
-    def hybrid_one_request(self, query: str, vector: np.ndarray, depth: int, filters: Filters | None = None, *,
-                           alpha: float = 0.5) -> list[Hit]:
-        """What a basic licence allows server-side: ``query`` (BM25) and ``knn`` in one search,
-        each document scored ``(1 - alpha) * bm25 + alpha * knn_score`` on the raw scales (no
-        normalisation: BM25 runs 0..~20, the kNN score 0..1). Kept for the measurement in
-        docs/elasticsearch.md against client-side fusion, which won; ``search.py`` does not use it."""
-        body = self.knn_body(vector, depth, filters)
-        body["knn"]["boost"] = float(alpha)
-        query_clause = bm25_query(query, filters, self.bm25_field)
-        query_clause["bool"]["boost"] = float(1.0 - alpha)
-        body["query"] = query_clause
-        return self._raw_hits(self._search(body, "BM25 + kNN in one search"))

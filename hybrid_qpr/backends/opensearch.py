@@ -40,17 +40,16 @@ from hybrid_qpr.backends.cluster.connection import (PROBE_PATH, HttpFailure, Tra
                                                     resolve_options, translate)
 from hybrid_qpr.distance import check_distance, opensearch_space_type
 from hybrid_qpr.errors import BackendError, ConfigError, require
+from hybrid_qpr.fusion import DEFAULT_ALPHA, FUSION_METHODS, RRF_K, check_method
 from hybrid_qpr.text.tokenizer import TOKEN_PATTERN
 from hybrid_qpr.types import Filters, Hit
 
 logger = logging.getLogger(__name__)
 
-ServerFusion = Literal["rrf", "minmax", "zscore", "l2"]
-SERVER_FUSIONS: tuple[str, ...] = ("rrf", "minmax", "zscore", "l2")
 DEFAULT_PIPELINE = "hybrid-qpr-rrf"
 
 __all__ = ["OpenSearchBackend", "connect", "index_body", "pipeline_body", "install_pipelines", "filter_clauses",
-           "redact", "load_body", "SERVER_FUSIONS", "KNN_CANDIDATES", "TEXT_FIELD", "VECTOR_FIELD", "METADATA_FIELD"]
+           "redact", "load_body", "KNN_CANDIDATES", "TEXT_FIELD", "VECTOR_FIELD", "METADATA_FIELD"]
 
 
 # ---------------------------------------------------------------------- client
@@ -153,14 +152,9 @@ def connect(url: str | None = None, *, username: str | None = None, password: st
 
 # ---------------------------------------------------------------------- bodies
 def index_body(dim: int, distance: str, fingerprint: str, kind: str, engine: str = "lucene", *,
-               shards: int = DEFAULT_SHARDS, replicas: int = 0,
-               flavour: Literal["opensearch", "elasticsearch"] = "opensearch") -> dict:
-    """The create-index body for a model with ``dim`` dims trained for ``distance``.
-    (``flavour="elasticsearch"`` is kept for old callers: use ``elasticsearch.index_body``.)"""
-    if flavour == "elasticsearch":
-        from hybrid_qpr.backends.elasticsearch import index_body as es_index_body
-
-        return es_index_body(dim, distance, fingerprint, kind, shards=shards, replicas=replicas)
+               shards: int = DEFAULT_SHARDS, replicas: int = 0) -> dict:
+    """The OpenSearch create-index body for a model with ``dim`` dims trained for ``distance``
+    (Elasticsearch's: ``hybrid_qpr.backends.elasticsearch.index_body``)."""
     distance = check_distance(distance)
     shards, replicas = check_shards(shards, replicas)
     if engine != "lucene":
@@ -175,12 +169,11 @@ def pipeline_name(fusion: str) -> str:
     return f"hybrid-qpr-{fusion}"
 
 
-def pipeline_body(fusion: str, alpha: float = 0.5, rrf_k: int = 60) -> dict:
+def pipeline_body(fusion: str, alpha: float = DEFAULT_ALPHA, rrf_k: int = RRF_K) -> dict:
     """Search pipeline for server-side fusion with the client side's meaning of every setting:
     ``alpha`` is the weight of the kNN list and ``1 - alpha`` that of BM25 (for RRF too: the
     weights go into the score-ranker when they are not equal); ``rrf_k`` is RRF's rank constant."""
-    if fusion not in SERVER_FUSIONS:
-        raise ConfigError(f"fusion={fusion!r}: server-side fusion allows {', '.join(SERVER_FUSIONS)}")
+    check_method(fusion)
     if not 0.0 <= alpha <= 1.0:
         raise ConfigError(f"alpha={alpha}: must be between 0 and 1 (weight of the kNN side)")
     if rrf_k < 1:
@@ -193,8 +186,8 @@ def pipeline_body(fusion: str, alpha: float = 0.5, rrf_k: int = 60) -> dict:
     return body
 
 
-def install_pipelines(client, fusions: Sequence[str] = SERVER_FUSIONS, alpha: float = 0.5,
-                      rrf_k: int = 60) -> dict[str, str]:
+def install_pipelines(client, fusions: Sequence[str] = FUSION_METHODS, alpha: float = DEFAULT_ALPHA,
+                      rrf_k: int = RRF_K) -> dict[str, str]:
     """PUT one search pipeline per fusion; returns ``{pipeline name: "installed" | reason}``.
 
     A technique the cluster rejects (z-score on neural-search 2.19) is reported, not raised,

@@ -32,19 +32,6 @@ def parse_filters(values: tuple[str, ...]) -> dict[str, Any] | None:
     return filters or None
 
 
-def quiet_bm25s() -> None:
-    """bm25s sets its own logger to DEBUG when imported; keep its chatter out of the CLI
-    unless -vv asked for debug output (the CLI, not the library, owns log levels)."""
-    import logging
-
-    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
-        try:
-            import bm25s  # noqa: F401  (its import is what sets the level)
-        except ImportError:
-            return
-        logging.getLogger("bm25s").setLevel(logging.WARNING)
-
-
 def use_cluster(connection: dict[str, Any]) -> bool:
     """True when ``--opensearch [URL]`` or ``--elasticsearch [URL]`` chose a cluster index."""
     from hybrid_qpr.cli._common import chosen_engine
@@ -55,7 +42,6 @@ def use_cluster(connection: dict[str, Any]) -> bool:
 def open_backend(index: str, connection: dict[str, Any]):
     """The local index directory ``index``, or the index ``index`` of the cluster chosen by
     ``--opensearch [URL]`` / ``--elasticsearch [URL]``."""
-    quiet_bm25s()
     from hybrid_qpr.cli._common import chosen_engine, cluster_client
 
     engine = chosen_engine(connection)
@@ -74,7 +60,7 @@ def open_backend(index: str, connection: dict[str, Any]):
 
 def load_encoder(model: str | None, backend=None):
     """``--model`` if given; else the model the local index was built with (when it still
-    exists); else the model committed in ``onnx/``."""
+    exists); else the default model bundled with the package."""
     from hybrid_qpr.encoders import Encoder
 
     if model is None and backend is not None:
@@ -102,4 +88,4 @@ def knn_search_options(stored: str):
 def model_option(func):
     return click.option("--model", type=click.Path(file_okay=False), default=None,
                         help="Encoder directory (model.onnx, tokenizer.json, config.json). [default: the model the "
-                             "index was built with, else the one committed in onnx/]")(func)
+                             "index was built with, else the default model bundled with the package (the distilled CNN)]")(func)

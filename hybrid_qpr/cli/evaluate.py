@@ -7,6 +7,10 @@ import click
 from hybrid_qpr.cli._common import cluster_options, friendly_errors
 from hybrid_qpr.cli._engine import model_option
 from hybrid_qpr.cli._tasks import task_options
+from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS
+from hybrid_qpr.search import MODES
+
+EVALUATED_MODES = ("bm25", "knn", "hybrid", "rerank")  # MODES, in the order of the report
 
 
 @click.command()
@@ -14,10 +18,11 @@ from hybrid_qpr.cli._tasks import task_options
               help="BEIR directory (corpus.jsonl, queries.jsonl, qrels/<split>.tsv).")
 @click.option("--split", type=click.Choice(["val", "test"]), default="test", show_default=True, help="Queries to evaluate.")
 @click.option("--index", required=True, help="Index holding the BEIR corpus (local directory, or a cluster index with --opensearch/--elasticsearch).")
-@click.option("--modes", default="bm25,knn,hybrid,rerank", show_default=True, help="Comma-separated modes to compare.")
+@click.option("--modes", default=",".join(EVALUATED_MODES), show_default=True, help="Comma-separated modes to compare.")
 @click.option("--max-queries", type=int, default=None, help="Evaluate a seeded sample of this many judged queries. [default: all]")
-@click.option("--fusion", type=click.Choice(["rrf", "minmax", "zscore", "l2"]), default=None, help="Hybrid fusion. [default: the index's tuned value, else rrf]")
-@click.option("--alpha", type=float, default=None, help="Weight of kNN in hybrid. [default: tuned value, else 0.5]")
+@click.option("--fusion", type=click.Choice(FUSION_METHODS), default=None,
+              help=f"Hybrid fusion. [default: the index's tuned value, else {DEFAULT_FUSION}]")
+@click.option("--alpha", type=float, default=None, help=f"Weight of kNN in hybrid. [default: tuned value, else {DEFAULT_ALPHA}]")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="eval-report", show_default=True,
               help="Directory for report.md, report.json and report.png.")
 @click.option("--no-plot", is_flag=True, help="Skip report.png (no matplotlib needed).")
@@ -45,7 +50,7 @@ def evaluate(beir_dir, split, index, modes, max_queries, fusion, alpha, out_dir,
     from hybrid_qpr.data.beir import load_beir
     from hybrid_qpr.evaluation.evaluator import evaluate as run_evaluate, sample_queries
     from hybrid_qpr.evaluation.report import markdown_table, write_report
-    from hybrid_qpr.search import MODES, HybridSearcher
+    from hybrid_qpr.search import HybridSearcher
 
     wanted = [m.strip() for m in modes.split(",") if m.strip()]
     bad = [m for m in wanted if m not in MODES]

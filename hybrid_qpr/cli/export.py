@@ -33,8 +33,8 @@ def export(model_dir: str | None, out_dir: str, kind: str, max_length: int | Non
 
     \b
     Examples:
-      hybrid-qpr export --out onnx/minilm --max-length 64           # off-the-shelf MiniLM
-      hybrid-qpr export runs/minilm-sdml --out onnx/minilm-sdml --int8
+      hybrid-qpr export --out models/minilm --max-length 64           # off-the-shelf MiniLM
+      hybrid-qpr export runs/minilm-sdml --out models/minilm-sdml --int8
     """
     if kind == "cnn":
         if not model_dir:

@@ -61,9 +61,6 @@ def optimize(directory, model, drop_damaged, wait) -> None:
     from pathlib import Path
 
     from hybrid_qpr.backends.local import LocalIndex
-    from hybrid_qpr.cli._engine import quiet_bm25s
-
-    quiet_bm25s()
     target = LocalIndex.open_for_repair(directory)
     encoder = None
     model = model or target.model_dir

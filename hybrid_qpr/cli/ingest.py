@@ -6,6 +6,8 @@ import click
 
 from hybrid_qpr.cli._common import cluster_options, friendly_errors
 from hybrid_qpr.cli._engine import knn_search_options, model_option, use_cluster
+from hybrid_qpr.backends.local.index import BM25_IMPLS
+from hybrid_qpr.backends.local.vectors import FAISS_KINDS
 
 SHOW_SKIPPED = 20
 
@@ -20,12 +22,13 @@ SHOW_SKIPPED = 20
 @click.option("--text-column", default="text", show_default=True, help="Field or column holding the question text.")
 @click.option("--id-column", default="id", show_default=True,
               help="Field or column holding the id (BEIR '_id' is found too). Records without one get an id derived from their text.")
-@click.option("--faiss", "faiss_kind", type=click.Choice(["auto", "flat", "ivf", "hnsw"]), default="auto", show_default=True,
+@click.option("--faiss", "faiss_kind", type=click.Choice(FAISS_KINDS), default=FAISS_KINDS[0], show_default=True,
               help="Local vector index when the index is created, per segment: auto = exact Flat below 20,000 "
                    "documents, else HNSW32 (both chosen by measured recall >= 0.95 of the exact top 10: "
                    "docs/engine.md); ivf = IVF{4*sqrt(N)},Flat.")
-@click.option("--bm25", "bm25_impl", type=click.Choice(["bm25s", "rank-bm25"]), default="bm25s", show_default=True,
-              help="Local BM25 implementation when the index is created (rank-bm25 is much slower per query).")
+@click.option("--bm25", "bm25_impl", type=click.Choice(BM25_IMPLS), default=BM25_IMPLS[0], show_default=True,
+              help="Local BM25 scorer when the index is created: builtin (per-segment postings, corpus-wide "
+                   "statistics) or rank-bm25 (a reference for benchmarks, much slower per query).")
 @knn_search_options("stored in the index when it is created ('query' can override it)")
 @click.option("--batch-size", type=int, default=256, show_default=True, help="Texts per encoder batch (and per bulk request).")
 @click.option("--strict", is_flag=True, help="Stop at the first bad input line instead of skipping and reporting it.")
@@ -55,16 +58,13 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
 
     \b
     Examples:
-      hybrid-qpr ingest examples/questions.jsonl --index ./qidx
+      hybrid-qpr ingest questions.jsonl --index ./qidx
       hybrid-qpr ingest quora-pairs.tsv.gz --index ./quora-idx
       hybrid-qpr ingest corpus.jsonl --index questions --opensearch http://127.0.0.1:9200
       hybrid-qpr ingest corpus.jsonl --index questions --elasticsearch --shards 3 --replicas 1
     """
-    from hybrid_qpr.cli._engine import quiet_bm25s
     from hybrid_qpr.data.documents import iter_documents
     from hybrid_qpr.encoders import Encoder
-
-    quiet_bm25s()
 
     skipped: list[tuple[int, str]] | None = None if strict else []
     documents = iter_documents(input_path, text_column=text_column, id_column=id_column, fmt=fmt, skipped=skipped)

@@ -33,7 +33,7 @@ def interpolate(run_dir: str, out_dir: str, weight: float, base_model: str | Non
 
     \b
     Example:
-      hybrid-qpr interpolate runs/minilm-ft --weight 0.5 --out models/minilm-ft-w50 --export onnx/minilm-ft-w50 --int8
+      hybrid-qpr interpolate runs/minilm-ft --weight 0.5 --out models/minilm-ft-w50 --export models/minilm-ft-w50-onnx --int8
     """
     from hybrid_qpr.training.interpolate import interpolate_model
 

@@ -62,13 +62,13 @@ def cli(verbose: int) -> None:
     """hybrid-qpr: find the known paraphrases of a new question.
 
     BM25 for word overlap, a trained encoder plus kNN for paraphrases with little
-    overlap, and a fusion of both. Runs embedded (SQLite + FAISS + bm25s in a local
-    directory) or in an OpenSearch cluster.
+    overlap, and a fusion of both. Runs embedded (SQLite + FAISS + BM25 postings in a
+    local directory), in OpenSearch (--opensearch) or in Elasticsearch (--elasticsearch).
 
     \b
-    Quick start (uses the model committed in onnx/ and the sample bank in examples/):
+    Quick start (the bundled model and sample bank; questions.jsonl: one {"id", "text"} per line):
       hybrid-qpr demo
-      hybrid-qpr ingest examples/questions.jsonl --index ./qidx
+      hybrid-qpr ingest questions.jsonl --index ./qidx
       hybrid-qpr query "how do i reset my password" --index ./qidx --mode hybrid
     """
     level = logging.WARNING - 10 * min(verbose, 2)

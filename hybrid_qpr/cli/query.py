@@ -8,6 +8,8 @@ import click
 
 from hybrid_qpr.cli._common import cluster_options, friendly_errors
 from hybrid_qpr.cli._engine import FILTER_HELP, knn_search_options, model_option
+from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_DEPTH, DEFAULT_FUSION, FUSION_METHODS
+from hybrid_qpr.search import MODES, RERANK_DEPTH
 
 
 def results_table(query: str, mode: str, results, offset: int = 0):
@@ -34,15 +36,17 @@ def results_table(query: str, mode: str, results, offset: int = 0):
 @click.option("--index", required=True, help="Local index directory, or the cluster index name with --opensearch/--elasticsearch.")
 @click.option("--queries", "queries_path", type=click.Path(allow_dash=True, dir_okay=False), default=None,
               help="Batch mode: a file with one query per line, or JSONL with id, text and optionally \"filter\": {\"field\": \"value\"} (merged with --filter) ('-' = stdin). Prints one JSON object per line.")
-@click.option("--mode", type=click.Choice(["hybrid", "bm25", "knn", "rerank"]), default="hybrid", show_default=True,
+@click.option("--mode", type=click.Choice(MODES), default=MODES[0], show_default=True,
               help="hybrid fuses BM25 and kNN; rerank is the MSEM baseline (BM25 recall of --rerank-depth, re-ranked by the encoder).")
 @click.option("-k", "--top-k", type=int, default=10, show_default=True, help="Results per query (per page).")
 @click.option("--from", "offset", type=int, default=0, show_default=True, help="Skip this many results (pagination): --from 10 -k 10 is page 2.")
-@click.option("--fusion", type=click.Choice(["rrf", "minmax", "zscore", "l2"]), default=None,
-              help="Hybrid fusion. [default: the index's tuned value ('hybrid-qpr tune'), else rrf]")
-@click.option("--alpha", type=float, default=None, help="Weight of kNN in the fusion, BM25 gets 1 - alpha. [default: tuned value, else 0.5]")
-@click.option("--depth", type=int, default=None, help="Candidates taken from each list before fusion. [default: the tuned depth, else 30; at least --from + k]")
-@click.option("--rerank-depth", type=int, default=30, show_default=True, help="BM25 candidates re-ranked in rerank mode.")
+@click.option("--fusion", type=click.Choice(FUSION_METHODS), default=None,
+              help=f"Hybrid fusion. [default: the index's tuned value ('hybrid-qpr tune'), else {DEFAULT_FUSION}]")
+@click.option("--alpha", type=float, default=None,
+              help=f"Weight of kNN in the fusion, BM25 gets 1 - alpha. [default: tuned value, else {DEFAULT_ALPHA}]")
+@click.option("--depth", type=int, default=None,
+              help=f"Candidates taken from each list before fusion. [default: the tuned depth, else {DEFAULT_DEPTH}; at least --from + k]")
+@click.option("--rerank-depth", type=int, default=RERANK_DEPTH, show_default=True, help="BM25 candidates re-ranked in rerank mode.")
 @click.option("--filter", "filters", multiple=True, help=FILTER_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--server-side", is_flag=True, help="OpenSearch only: fuse (hybrid, with the same fusion, alpha and depth) or re-rank inside the cluster.")

@@ -7,8 +7,7 @@ from __future__ import annotations
 import click
 
 from hybrid_qpr.cli._common import friendly_errors, opensearch_client, opensearch_options
-
-FUSIONS = ("rrf", "minmax", "l2", "zscore")
+from hybrid_qpr.fusion import DEFAULT_ALPHA, FUSION_METHODS, RRF_K
 
 
 @click.group("search-pipeline")
@@ -19,11 +18,11 @@ def search_pipeline() -> None:
 @search_pipeline.command()
 @opensearch_options
 @click.option("--index", default=None, help="Take alpha and rrf_k from this index's tuned fusion defaults (mapping _meta).")
-@click.option("--fusion", "fusions", type=click.Choice(FUSIONS), multiple=True,
-              help="Pipelines to install (repeatable). [default: all: rrf, minmax, l2, zscore]")
+@click.option("--fusion", "fusions", type=click.Choice(FUSION_METHODS), multiple=True,
+              help=f"Pipelines to install (repeatable). [default: all: {', '.join(FUSION_METHODS)}]")
 @click.option("--alpha", type=float, default=None,
-              help="Weight of the kNN list in minmax/l2/zscore (BM25 gets 1 - alpha). [default: the index's tuned value, else 0.5]")
-@click.option("--rrf-k", type=int, default=None, help="RRF rank constant. [default: the index's tuned value, else 60]")
+              help=f"Weight of the kNN list in minmax/l2/zscore (BM25 gets 1 - alpha). [default: the index's tuned value, else {DEFAULT_ALPHA}]")
+@click.option("--rrf-k", type=int, default=None, help=f"RRF rank constant. [default: the index's tuned value, else {RRF_K}]")
 @friendly_errors
 def install(index, fusions, alpha, rrf_k, **connection) -> None:
     """Install (or overwrite) the hybrid-qpr-<fusion> search pipelines.
@@ -41,9 +40,9 @@ def install(index, fusions, alpha, rrf_k, **connection) -> None:
 
     client = opensearch_client(**connection)
     defaults = OpenSearchBackend(client, index).fusion_defaults if index else {}
-    alpha = alpha if alpha is not None else float(defaults.get("alpha", 0.5))
-    rrf_k = rrf_k if rrf_k is not None else int(defaults.get("rrf_k", 60))
-    outcome = install_pipelines(client, fusions or FUSIONS, alpha=alpha, rrf_k=rrf_k)
+    alpha = alpha if alpha is not None else float(defaults.get("alpha", DEFAULT_ALPHA))
+    rrf_k = rrf_k if rrf_k is not None else int(defaults.get("rrf_k", RRF_K))
+    outcome = install_pipelines(client, fusions or FUSION_METHODS, alpha=alpha, rrf_k=rrf_k)
     for name, result in outcome.items():
         click.echo(f"{name}: {result}")
     click.echo(f"(alpha={alpha} for the kNN side, rrf_k={rrf_k})")

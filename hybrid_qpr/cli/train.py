@@ -42,7 +42,7 @@ def train(dataset_dir, run_dir, loss, epsilon, margin, triplet_distance, negativ
     Example:
       hybrid-qpr train data/quora --out runs/sdml --vocab 20000 --embedding-dim 128 --channels 256 --dim 256
       hybrid-qpr train data/quora --out runs/msem --loss msem --msem-weight 0.1
-      hybrid-qpr export runs/sdml --kind cnn --out onnx/my-model
+      hybrid-qpr export runs/sdml --kind cnn --out models/my-model
     """
     import json
     from pathlib import Path

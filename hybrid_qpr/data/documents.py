@@ -199,10 +199,3 @@ def iter_batch_queries(path: str | Path) -> Iterator[BatchQuery]:
                 raise InputError(name, line, doc)
             qid = doc.id if ("id" in record or "_id" in record) else str(line)
             yield BatchQuery(line, qid, doc.text, own_filter)
-
-
-def iter_queries(path: str | Path) -> Iterator[tuple[int, str, str]]:
-    """``(line, query id, text)`` of each query of a queries file (``iter_batch_queries``
-    without the per-query filters)."""
-    for query in iter_batch_queries(path):
-        yield query.line, query.id, query.text

@@ -72,6 +72,7 @@ TASKS: dict[str, Task] = {
     "answer-retrieval": Task("answer-retrieval", ("MRR", "R@1", "R@5", "MAP"), "MRR", 100, False, None, _retrieval,
                              ("MRR", "R@1", "R@5")),
 }
+TASK_NAMES: tuple[str, ...] = tuple(TASKS)  # the first is the default
 
 
 def get_task(name: str) -> Task:

@@ -61,13 +61,17 @@ from hybrid_qpr.types import Document, Filters, Hit
 
 logger = logging.getLogger(__name__)
 
-Bm25Impl = Literal["bm25s", "rank-bm25"]
-BM25_IMPLS: tuple[str, ...] = ("bm25s", "rank-bm25")
+# "builtin": our own scorer over per-segment postings (bm25.py); "rank-bm25": the rank-bm25
+# package, a slow reference kept for benchmarks. Indexes written before the scorer had its own
+# name record "bm25s" (a package it never used), read as "builtin".
+Bm25Impl = Literal["builtin", "rank-bm25"]
+BM25_IMPLS: tuple[str, ...] = ("builtin", "rank-bm25")
+OLD_BM25_NAMES = {"bm25s": "builtin"}
 SEGMENT_DOCS = 250_000  # an ingest flushes a segment every this many documents (bounds its memory; fewer segments, cheaper kNN)
 
 
 def _versions() -> dict[str, str]:
-    return library_versions(("hybrid-qpr", "faiss-cpu", "bm25s", "numpy"))
+    return library_versions(("hybrid-qpr", "faiss-cpu", "numpy"))
 
 
 def _now() -> str:
@@ -165,7 +169,8 @@ class LocalIndex:
         self.manifest = manifest
         self.distance: Distance = check_distance(manifest["model"]["distance"])
         self.dim = int(manifest["model"]["dim"])
-        self.bm25_impl: Bm25Impl = bm25 or manifest.get("bm25", {}).get("impl", "bm25s")
+        stored = manifest.get("bm25", {}).get("impl", "builtin")
+        self.bm25_impl: Bm25Impl = bm25 or OLD_BM25_NAMES.get(stored, stored)
         if self.bm25_impl not in BM25_IMPLS:
             raise ConfigError(f"bm25={self.bm25_impl!r}: allowed values are {', '.join(BM25_IMPLS)}")
         self._lock = WriteLock(self.path)
@@ -198,7 +203,7 @@ class LocalIndex:
         return cls(path, read_manifest(path), load=False)
 
     @classmethod
-    def create(cls, path: str | Path, encoder, *, faiss: FaissKind = "auto", bm25: Bm25Impl = "bm25s",
+    def create(cls, path: str | Path, encoder, *, faiss: FaissKind = "auto", bm25: Bm25Impl = "builtin",
                flat_threshold: int = FLAT_THRESHOLD, search: SearchSettings | None = None) -> "LocalIndex":
         """Open ``path`` if it holds an index (checking ``encoder`` matches it), else create
         an empty index for ``encoder`` there (a manifest with no segments). ``search``: the
@@ -385,7 +390,7 @@ class LocalIndex:
         allowed = self.matching(filters)
         if not self.segments:
             return []
-        if allowed is None and self.bm25_impl == "bm25s":
+        if allowed is None and self.bm25_impl == "builtin":
             parts = self._bm25_parts()
             best = bm25_lib.top_rows(parts, tokenize(query), self._stats, self._weights, depth, self._dense)
             if best is not None:
