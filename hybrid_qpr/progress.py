@@ -1,35 +1,52 @@
-"""Progress bars on stderr (rich), quiet when stderr is not a terminal unless asked."""
+"""Progress on stderr for every long step: a rich bar on a terminal; elsewhere (a log file, a
+pipe, CI) a plain line every ``HYBRID_QPR_PROGRESS_SECONDS`` seconds (default 30; 0 = every item)
+and one when the step ends, so a long run off a terminal is never silent. A step that ends
+before the first interval prints nothing off a terminal."""
 
 from __future__ import annotations
 
+import os
+import sys
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
 
+PLAIN_SECONDS_VARIABLE = "HYBRID_QPR_PROGRESS_SECONDS"
+DEFAULT_PLAIN_SECONDS = 30.0
+
 
 def track(items: Iterable[T], total: int | None = None, description: str = "working",
           status: Callable[[], str] | None = None) -> Iterator[T]:
-    """Yield ``items`` while a bar with count, rate and ETA is drawn on stderr.
+    """Yield ``items`` while progress (count, rate, ETA) is shown on stderr.
 
     ``status``, if given, is called after each item and its text is shown after the
     description (e.g. the running training loss).
     """
     from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
 
     console = Console(stderr=True)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        transient=False,
-        disable=not console.is_terminal,
-    ) as progress:
+    if console.is_terminal:
+        yield from _bar(items, total, description, status, console)
+    else:
+        yield from _plain(items, total, description, status, _plain_seconds())
+
+
+def _plain_seconds() -> float:
+    raw = os.environ.get(PLAIN_SECONDS_VARIABLE, "")
+    try:
+        return max(0.0, float(raw)) if raw.strip() else DEFAULT_PLAIN_SECONDS
+    except ValueError:
+        return DEFAULT_PLAIN_SECONDS
+
+
+def _bar(items, total, description, status, console):
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TimeRemainingColumn(), console=console, transient=False) as progress:
         task = progress.add_task(description, total=total)
         for item in items:
             yield item
@@ -37,3 +54,31 @@ def track(items: Iterable[T], total: int | None = None, description: str = "work
                 progress.advance(task)
             else:
                 progress.update(task, advance=1, description=f"{description} {status()}")
+
+
+def plain_line(description: str, done: int, total: int | None, elapsed: float, status: str = "") -> str:
+    """``encoding: 1,200/5,000 (24%), 12 s, 100/s, about 38 s left [status]``."""
+    rate = done / elapsed if elapsed > 0 else 0.0
+    parts = [f"{done:,}/{total:,} ({100 * done / total:.0f}%)" if total else f"{done:,}", f"{elapsed:.0f} s"]
+    if rate:
+        parts.append(f"{rate:,.1f}/s")
+        if total and done < total:
+            parts.append(f"about {(total - done) / rate:.0f} s left")
+    return f"{description}: {', '.join(parts)}" + (f" {status}" if status else "")
+
+
+def _plain(items, total, description, status, every):
+    start = last = time.monotonic()
+    done = 0
+    printed = False
+    for item in items:
+        yield item
+        done += 1
+        now = time.monotonic()
+        if now - last >= every:
+            print(plain_line(description, done, total, now - start, status() if status else ""), file=sys.stderr,
+                  flush=True)
+            last, printed = now, True
+    if printed:
+        print(plain_line(description, done, total, time.monotonic() - start, status() if status else "") + " done",
+              file=sys.stderr, flush=True)

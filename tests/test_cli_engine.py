@@ -115,11 +115,14 @@ def test_delete_and_usage_errors(tmp_path, bank_file, model_args):
     assert missing.exit_code == 1 and "not a hybrid-qpr index" in missing.output
 
 
-def test_tune_then_evaluate_on_the_examples(tmp_path, model_args):
+def test_tune_then_evaluate_on_the_examples(tmp_path, model_args, monkeypatch):
     index = str(tmp_path / "ex")
     assert run(["ingest", str(EXAMPLES / "beir" / "corpus.jsonl"), "--index", index, *model_args]).exit_code == 0
+    monkeypatch.setenv("HYBRID_QPR_PROGRESS_SECONDS", "0")  # off a terminal: a plain progress line per query
     tuned = run(["tune", "--beir", str(EXAMPLES / "beir"), "--split", "val", "--index", index])
     assert tuned.exit_code == 0 and "best: fusion=" in tuned.output and "stored as the default" in tuned.output
+    assert "tune: BM25 and kNN lists: 60/60 (100%)" in tuned.stderr and "tune: fusion grid: " in tuned.stderr
+    monkeypatch.delenv("HYBRID_QPR_PROGRESS_SECONDS")
     manifest = json.loads((Path(index) / "manifest.json").read_text())
     assert manifest["fusion"]["tuned"]["value"] >= max(manifest["fusion"]["tuned"]["bm25"], manifest["fusion"]["tuned"]["knn"])
     out = tmp_path / "report"

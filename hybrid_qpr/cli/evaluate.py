@@ -63,7 +63,7 @@ def evaluate(beir_dir, split, index, modes, max_queries, fusion, alpha, out_dir,
     searcher = HybridSearcher(backend, load_encoder(model, backend))
     sample = sample_queries(queries, qrels, max_queries)
     results = run_evaluate(searcher, sample, qrels, modes=wanted, fusion=fusion, alpha=alpha, task=task,
-                           query_filters=task_query_filters(beir_dir, task, filter_field, list(sample)))
+                           query_filters=task_query_filters(beir_dir, task, filter_field, list(sample)), show_progress=True)
     context = {"beir": str(beir_dir), "split": split, "task": task, "index": str(index), "queries": len(sample),
                "documents": backend.count(), "model": searcher.encoder.fingerprint}
     paths = write_report(results, out_dir, title=f"hybrid-qpr evaluation ({split})", context=context, plot=not no_plot)

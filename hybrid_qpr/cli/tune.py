@@ -46,7 +46,7 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, task, filter_field
     searcher = HybridSearcher(backend, load_encoder(model, backend))
     sample = sample_queries(queries, qrels, max_queries)
     result = run_tune(searcher, sample, qrels, depth=depth, task=task,
-                      query_filters=task_query_filters(beir_dir, task, filter_field, list(sample)))
+                      query_filters=task_query_filters(beir_dir, task, filter_field, list(sample)), show_progress=True)
     metric = result.metric
     best_grid = sorted(result.grid, key=lambda g: -g[metric])[:5]
     click.echo(f"{metric} on {result.queries} {split} queries: bm25 {result.bm25_mrr:.4f}, knn {result.knn_mrr:.4f}")

@@ -106,14 +106,15 @@ def latency_summary(seconds: Sequence[float]) -> dict[str, float]:
 def evaluate(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *,
              modes: Sequence[str] = ("bm25", "knn", "hybrid", "rerank"), retrieve: int | None = None,
              task: str = "paraphrase", query_filters: Mapping[str, Filters] | None = None,
-             **search_kwargs: Any) -> dict[str, dict[str, Any]]:
+             show_progress: bool = False, **search_kwargs: Any) -> dict[str, dict[str, Any]]:
     """``{mode: {"metrics": {...}, "latency": {...}, "queries": n, "settings": {...}}}``.
 
     Each query is searched one at a time (as a user would), so the latency includes
     encoding the query. ``task`` picks the metrics and the default depth
     (``hybrid_qpr.evaluation.tasks``); ``query_filters`` gives queries their own filter
     (merged with ``filters``), e.g. answer selection ranks each question's own candidates.
-    ``search_kwargs`` go to ``HybridSearcher.search`` (fusion, alpha, filters...)."""
+    ``search_kwargs`` go to ``HybridSearcher.search`` (fusion, alpha, filters...).
+    ``show_progress``: progress per mode on stderr (``hybrid_qpr.progress``)."""
     spec = get_task(task)
     retrieve = spec.retrieve if retrieve is None else retrieve
     if retrieve < 1:
@@ -124,7 +125,7 @@ def evaluate(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[s
     for mode in modes:
         run: dict[str, list[str]] = {}
         times: list[float] = []
-        for qid, text in queries.items():
+        for qid, text in _maybe_track(queries.items(), len(queries), f"evaluate {mode}", show_progress):
             start = time.perf_counter()
             results = searcher.search(text, mode=mode, top_k=retrieve, filters=filters[qid], **search_kwargs)
             times.append(time.perf_counter() - start)
@@ -166,7 +167,7 @@ class TuneResult:
 def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *,
          methods: Sequence[str] = FUSION_METHODS, alphas: Sequence[float] = ALPHAS, depth: int | None = None,
          retrieve: int | None = None, task: str = "paraphrase",
-         query_filters: Mapping[str, Filters] | None = None) -> TuneResult:
+         query_filters: Mapping[str, Filters] | None = None, show_progress: bool = False) -> TuneResult:
     """Choose the fusion method and ``alpha`` maximising the task's main metric on ``queries``
     (MRR@20 for paraphrase retrieval, MAP for answer selection, MRR for answer retrieval),
     among the grid points that are not below the better single mode (the one with the higher
@@ -182,6 +183,7 @@ def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
     BM25 alone and kNN alone (documents from the other list only follow), so the better single
     mode is itself a candidate and the tuned hybrid is never worse than it on these queries;
     this is checked. Ties between grid points go to the earlier one (methods order, then smaller alpha).
+    ``show_progress``: progress of the retrieval and of the grid on stderr.
     """
     spec = get_task(task)
     retrieve = spec.retrieve if retrieve is None else retrieve
@@ -190,8 +192,17 @@ def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
         raise ConfigError(f"depth={depth}: must be >= retrieve ({retrieve}) so fusion sees every candidate")
     own = query_filters or {}
     cands = {qid: searcher.candidates(text, searcher.encoder.encode([text])[0], depth, own.get(qid))
-             for qid, text in queries.items()}
-    return tune_candidates(cands, qrels, methods=methods, alphas=alphas, depth=depth, retrieve=retrieve, task=task)
+             for qid, text in _maybe_track(queries.items(), len(queries), "tune: BM25 and kNN lists", show_progress)}
+    return tune_candidates(cands, qrels, methods=methods, alphas=alphas, depth=depth, retrieve=retrieve, task=task,
+                           show_progress=show_progress)
+
+
+def _maybe_track(items, total: int, description: str, show: bool):
+    if not show:
+        return items
+    from hybrid_qpr.progress import track
+
+    return track(items, total=total, description=description)
 
 
 def _tuning_depth(depth: int | None, retrieve: int) -> int:
@@ -201,7 +212,7 @@ def _tuning_depth(depth: int | None, retrieve: int) -> int:
 
 def tune_candidates(cands: Mapping[str, Any], qrels: Mapping[str, Mapping[str, int]], *,
                     methods: Sequence[str] = FUSION_METHODS, alphas: Sequence[float] = ALPHAS, depth: int | None = None,
-                    retrieve: int | None = None, task: str = "paraphrase") -> TuneResult:
+                    retrieve: int | None = None, task: str = "paraphrase", show_progress: bool = False) -> TuneResult:
     """The grid search of :func:`tune` on candidate lists already fetched (query id ->
     ``hybrid_qpr.search.Candidates`` of ``depth`` hits each), e.g. by a batched benchmark."""
     from hybrid_qpr.search import HybridSearcher
@@ -220,7 +231,7 @@ def tune_candidates(cands: Mapping[str, Any], qrels: Mapping[str, Mapping[str, i
             grid_points.append(forced)
     grid = []
     best: tuple[float, str, float] | None = None
-    for method, alpha in grid_points:
+    for method, alpha in _maybe_track(grid_points, len(grid_points), "tune: fusion grid", show_progress):
         run = {q: [f.id for f in HybridSearcher.fuse(c, method=method, alpha=alpha, depth=depth, top_k=retrieve)]
                for q, c in cands.items()}
         metrics = spec.score(run, qrels)

@@ -117,6 +117,7 @@ def train_asbert(train_dirs: list[str | Path], dev_dir: str | Path, out_dir: str
     """Fine-tune, keep the best dev-MAP state, save ``out_dir/model`` and optionally export it."""
     from hybrid_qpr.data.answer_dataset import read_answer_records
     from hybrid_qpr.model.transformer import TransformerEmbedder
+    from hybrid_qpr.progress import track
     from hybrid_qpr.training.transformer import _lr_factor
 
     settings.check()
@@ -140,7 +141,8 @@ def train_asbert(train_dirs: list[str | Path], dev_dir: str | Path, out_dir: str
     logger.info("step 0: dev MAP %.4f", best)
     started, losses, stopped = time.perf_counter(), [], "steps"
     model.train()
-    for step in range(settings.steps):
+    for step in track(range(settings.steps), total=settings.steps, description="asbert",
+                      status=lambda: f"loss {losses[-1]:.4f}" if losses else ""):
         questions, positives, negatives, owner = draw_batch(records, settings, step)
         texts = questions + positives + negatives
         vectors = model(model.collate(texts))

@@ -38,6 +38,7 @@ import torch
 from hybrid_qpr.artifacts import atomic_write, load_checkpoint, save_checkpoint
 from hybrid_qpr.errors import ConfigError
 from hybrid_qpr.model.crossvae import CrossVAE, LossTerms
+from hybrid_qpr.progress import track
 from hybrid_qpr.text.tokenizer import Vocabulary
 
 logger = logging.getLogger(__name__)
@@ -134,7 +135,9 @@ def fit(model: CrossVAE, q_features: np.ndarray, a_features: np.ndarray, q_token
         random.Random(f"{settings.seed}:{epoch}").shuffle(order)
         sums: dict[str, float] = {}
         batches = 0
-        for begin in range(0, n - 1, settings.batch_size):  # a last batch of 1 pair has no negative: skipped
+        starts = range(0, n - 1, settings.batch_size)  # a last batch of 1 pair has no negative: skipped
+        for begin in track(starts, total=len(starts), description=f"crossvae epoch {epoch + 1}",
+                           status=lambda: f"match {sums.get('match', 0.0) / max(batches, 1):.4f}"):
             idx = torch.as_tensor(order[begin:begin + settings.batch_size])
             if len(idx) < 2:
                 continue
@@ -203,7 +206,6 @@ def sentence_features(embedder, texts: Sequence[str], cache_dir: Path | None, ba
     key = _text_key(texts, embedder.max_length, embedder.source)
     if cache_dir is not None and (cache_dir / f"features-{key}.npy").is_file():
         return np.load(cache_dir / f"features-{key}.npy")
-    from hybrid_qpr.progress import track
 
     order = np.argsort([len(t) for t in texts], kind="stable")  # similar lengths per batch: less padding
     features = np.zeros((len(texts), embedder.dim), np.float32)
