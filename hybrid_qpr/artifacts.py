@@ -285,6 +285,19 @@ def library_versions(packages: Iterable[str]) -> dict[str, str]:
     return out
 
 
+def recorded_path(path: str | Path) -> str:
+    """How a model records where its data came from: relative to the working directory (as
+    the command was typed from the project's root), else the last two parts - never the
+    absolute paths of the machine that trained it, which a committed model would carry along."""
+    path = Path(path)
+    if not path.is_absolute():
+        return path.as_posix()
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return Path(*path.parts[-2:]).as_posix()
+
+
 def write_json(path: str | Path, obj: Any) -> None:
     """Write ``obj`` as indented JSON (UTF-8, not ASCII-escaped), atomically."""
     with atomic_write(path) as fh:

@@ -41,3 +41,21 @@ def test_encoder_config_is_stamped_and_its_version_checked(tmp_path):
 def test_library_versions_leave_out_what_is_absent():
     versions = library_versions(["numpy", "no-such-distribution-hqpr"])
     assert set(versions) == {"numpy"} and versions["numpy"][0].isdigit()
+
+
+def test_models_record_portable_data_paths(tmp_path, monkeypatch):
+    from hybrid_qpr.artifacts import recorded_path
+
+    monkeypatch.chdir(tmp_path)
+    assert recorded_path("data/quora") == "data/quora"
+    assert recorded_path(tmp_path / "data" / "quora") == "data/quora"
+    assert recorded_path("/srv/training-box/data/quora") == "data/quora"
+
+
+def test_committed_model_configs_hold_no_absolute_paths():
+    import re
+    from pathlib import Path
+
+    for config in (Path(__file__).resolve().parents[1] / "onnx").glob("*/config.json"):
+        text = config.read_text(encoding="utf-8")
+        assert not re.search(r'"/(home|root|tmp|work|srv|Users)/', text), config

@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 import torch
 
+from hybrid_qpr.artifacts import recorded_path
 from hybrid_qpr.errors import ConfigError, check_at_least
 
 logger = logging.getLogger(__name__)
@@ -178,7 +179,7 @@ def train_asbert(train_dirs: list[str | Path], dev_dir: str | Path, out_dir: str
     model.load_state_dict(best_state)
     report = {"loss": settings.loss, "train_questions": len(records), "best_dev_map": best, "best_step": best_step,
               "stopped": stopped, "seconds": round(time.perf_counter() - started, 1), "history": history,
-              "train": [str(d) for d in train_dirs], "dev": str(dev_dir)}
+              "train": [recorded_path(d) for d in train_dirs], "dev": recorded_path(dev_dir)}
     training = {**dataclasses.asdict(settings), "report": {k: v for k, v in report.items() if k != "history"}}
     model.save(out_dir / "model", extra={"training": training})
     if export_dir is not None:

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hybrid_qpr.artifacts import load_checkpoint, save_checkpoint
+from hybrid_qpr.artifacts import load_checkpoint, recorded_path, save_checkpoint
 from hybrid_qpr.data.clusters import Cluster
 from hybrid_qpr.distance import check_distance, similarity
 from hybrid_qpr.evaluation.evaluator import top_k_indices
@@ -137,7 +137,7 @@ def write_run_meta(run_dir: str | Path, *, architecture: dict, loss: str, loss_o
     manifest = Path(dataset_dir) / "manifest.json"
     fingerprint = json.loads(manifest.read_text(encoding="utf-8")).get("fingerprint") if manifest.is_file() else None
     meta = {"architecture": architecture, "loss": loss, "loss_options": loss_options, "distance": search_distance(loss_fn),
-            "dataset": str(dataset_dir), "data_fingerprint": fingerprint}
+            "dataset": recorded_path(dataset_dir), "data_fingerprint": fingerprint}
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     (Path(run_dir) / RUN_META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
     return meta

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hybrid_qpr.artifacts import atomic_write, load_checkpoint, save_checkpoint
+from hybrid_qpr.artifacts import atomic_write, load_checkpoint, recorded_path, save_checkpoint
 from hybrid_qpr.errors import ConfigError
 from hybrid_qpr.model.crossvae import CrossVAE, LossTerms
 from hybrid_qpr.progress import track
@@ -271,8 +271,8 @@ def train_crossvae(dataset_dirs: Sequence[str | Path], out_dir: str | Path, sett
     result = fit(model, features[rows[0]], features[rows[1]], q_tokens, a_tokens, settings, validate=validate,
                  run_dir=out_dir)
     torch.save(model.state_dict(), out_dir / "crossvae.pt")
-    report = {"pairs": len(pairs), "texts": len(texts), "datasets": [str(d) for d in dataset_dirs],
-              "val_beir": str(val_beir) if val_beir else None, "seconds": round(time.perf_counter() - started, 1),
+    report = {"pairs": len(pairs), "texts": len(texts), "datasets": [recorded_path(d) for d in dataset_dirs],
+              "val_beir": recorded_path(val_beir) if val_beir else None, "seconds": round(time.perf_counter() - started, 1),
               **result}
     if export_dir is not None:
         report["export"] = str(export_crossvae(model, embedder, export_dir, quantize=quantize,

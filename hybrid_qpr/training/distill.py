@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from hybrid_qpr.artifacts import recorded_path
 from hybrid_qpr.data.clusters import Cluster
 from hybrid_qpr.errors import ConfigError, InputError
 
@@ -304,10 +305,11 @@ def distill(corpus: str | Path, teacher_dir: str | Path, run_dir: str | Path, *,
                                 neighbours=neighbours, group_size=config.group_size, pairs=pair_clusters,
                                 pairs_loss=SDMLLoss(config.pairs_epsilon) if pair_clusters else None,
                                 pairs_weight=config.pairs_weight, val_rows=val_rows)
-    options = {"teacher": str(teacher_dir), "teacher_fingerprint": encoder.fingerprint, "corpus": str(corpus),
+    options = {"teacher": recorded_path(teacher_dir), "teacher_fingerprint": encoder.fingerprint,
+               "corpus": recorded_path(corpus),
                "corpus_questions": len(texts), "teacher_temperature": config.teacher_temperature,
-               "group_size": config.group_size, "pairs": str(pairs) if pairs else None,
-               "pairs_weight": config.pairs_weight if pairs else 0.0, "init": str(init) if init else None,
+               "group_size": config.group_size, "pairs": recorded_path(pairs) if pairs else None,
+               "pairs_weight": config.pairs_weight if pairs else 0.0, "init": recorded_path(init) if init else None,
                "teacher_words": config.teacher_words and init is None,
                "validation": "labelled val split" if val_clusters is not None else f"teacher agreement on {len(val_rows)} held-out questions"}
     write_run_meta(run_dir, architecture=architecture, loss="distill", loss_options=options, loss_fn=loss,

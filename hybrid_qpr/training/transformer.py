@@ -51,6 +51,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from hybrid_qpr.artifacts import recorded_path
 from hybrid_qpr.errors import ConfigError, check_at_least
 from hybrid_qpr.progress import track
 from hybrid_qpr.training.gradcache import cached_backward
@@ -358,7 +359,7 @@ def finetune(dataset_dir: str | Path, out_dir: str | Path, settings: FinetuneSet
         "train_clusters": len(groups), "pairs_seen": (start + len(losses)) * settings.batch_size * settings.accumulate,
         "epochs": round((start + len(losses)) * settings.accumulate / batches_per_epoch(len(groups), settings.batch_size), 3),
     }
-    training = {**dataclasses.asdict(settings), "dataset": str(dataset_dir), "report": report}
+    training = {**dataclasses.asdict(settings), "dataset": recorded_path(dataset_dir), "report": report}
     model.save(out_dir / MODEL_SUBDIR, extra={"training": training})
     if export_dir is not None:
         from hybrid_qpr.export.transformer import export_transformer
