@@ -111,6 +111,9 @@ def test_delete_and_usage_errors(tmp_path, bank_file, model_args):
     assert CliRunner().invoke(cli, ["query", "--index", index]).exit_code == 2
     bad = CliRunner().invoke(cli, ["query", "x", "--index", index, "--filter", "nofield"])
     assert bad.exit_code == 1 and "FIELD=VALUE" in bad.output
+    local_server_side = CliRunner().invoke(cli, ["query", "x", "--index", index, "--server-side"])
+    assert local_server_side.exit_code == 2 and "--server-side fuses inside OpenSearch" in local_server_side.output
+    assert "server_side=" not in local_server_side.output  # CLI words, not the library's parameter names
     missing = CliRunner().invoke(cli, ["query", "x", "--index", str(tmp_path / "none")])
     assert missing.exit_code == 1 and "not a hybrid-qpr index" in missing.output
 

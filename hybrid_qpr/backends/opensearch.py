@@ -40,7 +40,7 @@ from hybrid_qpr.backends.cluster.connection import (PROBE_PATH, HttpFailure, Tra
                                                     resolve_options, translate)
 from hybrid_qpr.distance import check_distance, opensearch_space_type
 from hybrid_qpr.errors import BackendError, ConfigError, require
-from hybrid_qpr.fusion import DEFAULT_ALPHA, FUSION_METHODS, RRF_K, check_method
+from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS, RRF_K, check_method
 from hybrid_qpr.text.tokenizer import TOKEN_PATTERN
 from hybrid_qpr.types import Filters, Hit
 
@@ -169,6 +169,11 @@ def pipeline_name(fusion: str) -> str:
     return f"hybrid-qpr-{fusion}"
 
 
+def unweighted_rrf(alpha: float) -> bool:
+    """Equal weights: the RRF pipeline is sent without weights (see ``pipeline_body``)."""
+    return round(1.0 - alpha, 6) == round(alpha, 6)
+
+
 def pipeline_body(fusion: str, alpha: float = DEFAULT_ALPHA, rrf_k: int = RRF_K) -> dict:
     """Search pipeline for server-side fusion with the client side's meaning of every setting:
     ``alpha`` is the weight of the kNN list and ``1 - alpha`` that of BM25 (for RRF too: the
@@ -181,7 +186,7 @@ def pipeline_body(fusion: str, alpha: float = DEFAULT_ALPHA, rrf_k: int = RRF_K)
     weights = [round(1.0 - alpha, 6), round(alpha, 6)]
     body = load_body(f"opensearch/pipeline-{fusion}.json",
                      {"WEIGHT_BM25": weights[0], "WEIGHT_KNN": weights[1], "RRF_K": int(rrf_k)})
-    if fusion == "rrf" and weights[0] != weights[1]:  # weighted RRF (neural-search 3.x); equal weights rank alike
+    if fusion == "rrf" and not unweighted_rrf(alpha):  # weighted RRF (neural-search 3.x); equal weights rank alike
         body["phase_results_processors"][0]["score-ranker-processor"]["combination"]["parameters"] = {"weights": weights}
     return body
 
@@ -258,7 +263,7 @@ class OpenSearchBackend(ClusterBackend):
 
     # ---- cluster-side modes
     def hybrid_server(self, query: str, vector: np.ndarray, depth: int, filters: Filters | None = None, *,
-                      method: str = "rrf", alpha: float = 0.5, rrf_k: int = 60,
+                      method: str = DEFAULT_FUSION, alpha: float = DEFAULT_ALPHA, rrf_k: int = RRF_K,
                       pipeline: str | Mapping[str, Any] | None = None) -> list[Hit]:
         """Fusion in the cluster: neural-search's ``hybrid`` query (a ``match`` and a ``knn``
         sub-query, each taking its top ``depth``) normalised and combined by a search pipeline.
@@ -267,7 +272,11 @@ class OpenSearchBackend(ClusterBackend):
         with the request, so the cluster fuses exactly as ``hybrid_qpr.fusion`` would (nothing to
         install, and a tuned index's settings are honoured). ``pipeline`` overrides it with the
         name of one installed by ``hybrid-qpr search-pipeline install`` or with a pipeline body.
-        Filters are applied inside each sub-query (2.19's ``hybrid`` has no top-level filter)."""
+        Filters are applied inside each sub-query (2.19's ``hybrid`` has no top-level filter).
+
+        Scores are on the client side's scale: RRF with equal weights goes to the cluster without
+        weights (2.19 knows no weighted RRF), where each list adds ``1 / (rrf_k + rank)``, twice
+        the client's ``0.5 / (rrf_k + rank)``; those scores are halved here."""
         self.check_depth(depth, knn=True)
         filters = self.checked_filters(filters)
         body: dict[str, Any] = {"size": depth, "_source": source_param(self.documents_in_hits), "query": {"hybrid": {"queries": [
@@ -281,7 +290,7 @@ class OpenSearchBackend(ClusterBackend):
         else:
             body["search_pipeline"] = dict(pipeline) if pipeline is not None else pipeline_body(method, alpha, rrf_k)
         try:
-            return self._raw_hits(self._search(body, "server-side hybrid search", params))
+            hits = self._raw_hits(self._search(body, "server-side hybrid search", params))
         except BackendError as exc:
             failure = exc.__cause__
             if pipeline is None and isinstance(failure, HttpFailure) and failure.error_type == "illegal_argument_exception":
@@ -289,6 +298,9 @@ class OpenSearchBackend(ClusterBackend):
                                   f"rejects it ({reason(failure.body)}). Weighted RRF (alpha != 0.5) and z-score need "
                                   "neural-search 3.x; use client-side fusion (drop --server-side) instead") from failure
             raise
+        if pipeline is None and method == "rrf" and unweighted_rrf(alpha):
+            hits = [Hit(h.id, 0.5 * h.score, h.document) for h in hits]
+        return hits
 
     def rerank_server(self, query: str, vector: np.ndarray, depth: int = 30, filters: Filters | None = None) -> list[Hit]:
         """The MSEM flow in one request: BM25 recall of ``depth``, then a ``rescore`` of that

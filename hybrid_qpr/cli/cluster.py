@@ -105,7 +105,9 @@ def stop(engine: str, nodes: int | None, home: str | None, secure: bool, timeout
     from hybrid_qpr.localnode import LocalNode
 
     node = LocalNode(home, engine=engine, nodes=nodes, secure=secure)
-    click.echo(f"stopped {node.dist.label}" if node.stop(timeout=timeout) else f"no {engine} node running")
+    ports = ", ".join(str(m.http_port) for m in node.members)
+    click.echo(f"stopped {node.dist.label}: its JVM has exited and port {ports} is free" if node.stop(timeout=timeout)
+               else f"no {engine} node running")
 
 
 @cluster.command()

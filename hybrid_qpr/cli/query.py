@@ -84,6 +84,9 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
         raise click.ClickException(f"index {index} holds no documents: no ingest into it has committed (an "
                                    "interrupted or failed first ingest leaves it empty). Fix: hybrid-qpr ingest "
                                    f"FILE --index {index}")
+    if server_side and not backend.capabilities.server_side_hybrid:
+        raise click.UsageError("--server-side fuses inside OpenSearch: add --opensearch [URL]; a local index and "
+                               "Elasticsearch (basic licence) fuse client-side, which is the default")
     if ef_search or nprobe:
         backend.set_search_settings(nprobe=nprobe, ef_search=ef_search)
     searcher = HybridSearcher(backend, load_encoder(model, backend))

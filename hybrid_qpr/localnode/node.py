@@ -346,7 +346,9 @@ class LocalNode:
         return {"install_s": t_installed - t0, "start_s": time.monotonic() - t_installed, "already_running": False}
 
     def stop(self, timeout: float = 60.0) -> bool:
-        """Stop every node started from this home for this deployment; False when none was running."""
+        """Stop every node started from this home for this deployment and return once each JVM
+        has exited and its HTTP port is free again (so a 'start' right after finds it free);
+        False when none was running."""
         pids = [pid for pid in (self._live_pid(m) for m in self.members) if pid is not None]
         for pid in pids:
             os.kill(pid, signal.SIGTERM)
@@ -359,6 +361,8 @@ class LocalNode:
                 os.kill(pid, signal.SIGKILL)
                 while _alive(pid):
                     time.sleep(0.2)
+        while pids and time.monotonic() < deadline + 10 and any(_port_in_use(m.http_port) for m in self.members):
+            time.sleep(0.2)  # the kernel releases a dead JVM's listening socket shortly after it exits
         for member in self.members:
             member.pid_file.unlink(missing_ok=True)
         return bool(pids)
