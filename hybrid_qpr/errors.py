@@ -82,14 +82,6 @@ class ClusterError(BackendError):
     """The OpenSearch node could not be reached, started or used."""
 
 
-class BulkIndexError(BackendError):
-    """Some documents were rejected by bulk indexing; they are listed, never dropped."""
-
-    def __init__(self, message: str, failed: list[dict] | None = None):
-        self.failed = failed or []
-        super().__init__(message)
-
-
 def require(module: str, extra: str | None = None, feature: str = "this feature"):
     """Import an optional module or raise ``MissingDependencyError`` with the install command."""
     import importlib

@@ -52,5 +52,5 @@ def mapping_file(relative: str) -> Path:
 
 
 def examples_dir() -> Path:
-    """The demo bank: ``questions.jsonl`` and ``beir/``."""
+    """The sample banks: ``questions.jsonl`` and ``beir/``, and ``support/`` (the demo's)."""
     return bundled("examples")

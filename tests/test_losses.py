@@ -116,6 +116,7 @@ def test_msem_errors_name_the_problem():
         MSEMLoss(2, [0, 1], weight=-1)
 
 
+@pytest.mark.slow
 def test_tiny_msem_training_raises_val_mrr_and_trains_the_classifier(tmp_path):
     from hybrid_qpr.model.cnn import CNNModel
     from hybrid_qpr.text.tokenizer import Vocabulary

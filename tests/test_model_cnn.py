@@ -6,13 +6,15 @@ import subprocess
 import sys
 
 import numpy as np
-import torch
+import pytest
 
-from hybrid_qpr.model.cnn import CNNModel
-from hybrid_qpr.model.losses import SDMLLoss
-from hybrid_qpr.text.tokenizer import Vocabulary
-from hybrid_qpr.training.cnn import TrainConfig, epoch_batches, train
-from synthetic import topic_clusters, write_dataset_dir
+torch = pytest.importorskip("torch")
+
+from hybrid_qpr.model.cnn import CNNModel  # noqa: E402
+from hybrid_qpr.model.losses import SDMLLoss  # noqa: E402
+from hybrid_qpr.text.tokenizer import Vocabulary  # noqa: E402
+from hybrid_qpr.training.cnn import TrainConfig, epoch_batches, train  # noqa: E402
+from synthetic import topic_clusters, write_dataset_dir  # noqa: E402
 
 
 def _model(seed=0):
@@ -41,6 +43,7 @@ def test_batches_never_hold_two_pairs_of_one_cluster():
         assert all(owner[a] == owner[b] == clusters[k].id for a, b, k in batch)  # k: the pair's cluster index
 
 
+@pytest.mark.slow
 def test_tiny_training_raises_val_mrr_and_resumes(tmp_path):
     tr, va = topic_clusters(300, 2), topic_clusters(60, 3)
     vocab = Vocabulary.build((q.text for c in tr for q in c.questions), top_words=1000, hash_bins=20)

