@@ -64,38 +64,45 @@ FRAMES = [  # short and built from the same few words, as most support questions
 # and two objects and asks all four combinations, so each of its questions shares half its core
 # with two of the others and nothing with the third, and the same request reads differently in
 # every product's group.
-REQUESTS = {
-    "reset-password": (["reset", "recover", "change", "retrieve", "replace"],
-                       ["the password", "my forgotten login", "the sign in code", "the account passcode",
-                        "the admin credentials"]),
-    "refund": (["get a refund for", "return", "send back", "claim my money back on", "cancel the purchase of"],
-               ["the order", "this purchase", "the item i bought", "what i paid for it", "the unit"]),
-    "wont-turn-on": (["power on", "switch on", "start", "boot up", "wake up"],
-                     ["the device", "it when the screen stays black", "it after it died", "the unit", "it at all"]),
-    "battery": (["extend", "save", "stop draining", "improve", "preserve"],
-                ["the battery", "the charge", "battery life", "the power between charges", "the cell"]),
-    "update": (["update", "upgrade", "install", "download", "flash"],
-               ["the firmware", "the latest software", "the newest release", "the system version",
-                "a software patch"]),
-    "warranty": (["check", "claim", "extend", "look up", "use"],
-                 ["the warranty", "the guarantee", "repair coverage", "the free repair period",
-                  "the manufacturer cover"]),
-    "wifi": (["fix", "keep", "stabilise", "restore", "strengthen"],
-             ["the wifi connection", "the wireless link", "the internet signal", "the network connection",
-              "the home network"]),
-    "factory-reset": (["factory reset", "wipe", "erase", "restore", "clear"],
-                      ["all settings", "everything", "the device to defaults", "the original configuration",
-                       "all my data"]),
-    "shipping": (["track", "trace", "find", "follow", "locate"],
-                 ["the delivery", "the parcel", "my shipment", "the package", "the courier"]),
-    "noise": (["stop", "silence", "get rid of", "fix", "quiet"],
-              ["the buzzing noise", "a humming sound", "the loud rattle", "the clicking", "the whine"]),
-    "pairing": (["pair", "connect", "link", "sync", "set up"],
-                ["my phone", "the bluetooth", "my smartphone", "the mobile app", "my iphone"]),
-    "overheating": (["stop", "prevent", "cool", "reduce", "avoid"],
-                    ["the overheating", "the heat", "the high temperature", "the hot casing",
-                     "the thermal shutdown"]),
-}
+REQUEST_TABLE = """
+reset-password: reset; recover; change; retrieve; replace
+    | the password; my forgotten login; the sign in code; the account passcode; the admin credentials
+
+refund: get a refund for; return; send back; claim my money back on; cancel the purchase of
+    | the order; this purchase; the item i bought; what i paid for it; the unit
+
+wont-turn-on: power on; switch on; start; boot up; wake up
+    | the device; it when the screen stays black; it after it died; the unit; it at all
+
+battery: extend; save; stop draining; improve; preserve
+    | the battery; the charge; battery life; the power between charges; the cell
+
+update: update; upgrade; install; download; flash
+    | the firmware; the latest software; the newest release; the system version; a software patch
+
+warranty: check; claim; extend; look up; use
+    | the warranty; the guarantee; repair coverage; the free repair period; the manufacturer cover
+
+wifi: fix; keep; stabilise; restore; strengthen
+    | the wifi connection; the wireless link; the internet signal; the network connection; the home network
+
+factory-reset: factory reset; wipe; erase; restore; clear
+    | all settings; everything; the device to defaults; the original configuration; all my data
+
+shipping: track; trace; find; follow; locate
+    | the delivery; the parcel; my shipment; the package; the courier
+
+noise: stop; silence; get rid of; fix; quiet
+    | the buzzing noise; a humming sound; the loud rattle; the clicking; the whine
+
+pairing: pair; connect; link; sync; set up
+    | my phone; the bluetooth; my smartphone; the mobile app; my iphone
+
+overheating: stop; prevent; cool; reduce; avoid
+    | the overheating; the heat; the high temperature; the hot casing; the thermal shutdown
+"""  # request: actions | objects, each list separated by ';'
+REQUESTS = {request.strip(): tuple([part.strip() for part in side.split(";")] for side in rest.split("|"))
+            for request, rest in (entry.split(":", 1) for entry in REQUEST_TABLE.strip().split("\n\n"))}
 PER_GROUP = 4
 
 SEED = 13
