@@ -16,7 +16,9 @@ flaky cluster produces:
   connection reset (TCP RST);
 * ``refuse_after`` - after that many ``_bulk`` requests, every further one answered 403
   ``security_exception`` and not forwarded: a node that starts refusing writes mid-ingest (a
-  failure no retry can fix).
+  failure no retry can fix);
+* ``withhold_create`` - the request that creates an index (``PUT /<name>``) forwarded and applied,
+  then no answer until the client gives up: an index made without the client knowing it.
 
 Choices come from one seeded ``random.Random``, so a run is repeatable. ``counts`` says how
 many of each were injected (and how many documents each touched). Loopback only; one thread
@@ -55,6 +57,7 @@ class Faults:
     reset_mid_response: float = 0.0
     hold_seconds: float = 30.0  # longest a withheld answer is held
     refuse_after: int | None = None  # _bulk requests let through before every further one is refused (403)
+    withhold_create: bool = False
     seed: int = 0
 
 
@@ -159,6 +162,10 @@ class _Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         if self.command == "POST" and path.endswith("/_bulk"):
             self.bulk(gzip.decompress(body) if gzipped else body)
+        elif self.command == "PUT" and path.count("/") == 1 and self.owner.faults.withhold_create:
+            self.forward(body, gzipped)
+            self.owner.count("withheld_creations")
+            self.withhold()
         else:
             self.send(*self.forward(body, gzipped))
 

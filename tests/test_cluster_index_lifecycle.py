@@ -82,6 +82,24 @@ def test_an_index_whose_shards_never_start_is_deleted_again(cluster_backend, clu
     assert not cluster_backend.exists()
 
 
+def test_an_index_made_by_a_create_request_whose_answer_never_came_is_deleted_again(
+        cluster_backend, cluster_engine, cluster_url, committed_encoder, question_bank, monkeypatch):
+    import importlib
+
+    from faultproxy import FaultProxy, Faults
+
+    monkeypatch.setattr(cluster_backend_module, "CREATE_WAIT_SECONDS", 1)
+    monkeypatch.setattr(cluster_backend_module, "CREATE_ANSWER_MARGIN", 2)
+    module = importlib.import_module(f"hybrid_qpr.backends.{cluster_engine}")
+    with FaultProxy(cluster_url, Faults(withhold_create=True, hold_seconds=10)) as proxy:
+        through = type(cluster_backend)(module.connect(proxy.url), cluster_backend.index)
+        with pytest.raises(ClusterError, match=f"creating index '{cluster_backend.index}': "
+                                               f"{ENGINES[cluster_engine]} did not answer in time"):
+            through.ingest(question_bank[:10], committed_encoder, show_progress=False)
+        assert proxy.counts["withheld_creations"] == 1
+    assert not cluster_backend.exists()  # it was made (the node applied the request), then deleted
+
+
 @pytest.fixture()
 def filled(cluster_backend, committed_encoder):
     cluster_backend.ingest([Document(f"d{i}", f"how do i reset password {i}?") for i in range(3)], committed_encoder,

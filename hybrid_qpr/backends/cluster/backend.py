@@ -40,8 +40,10 @@ DEFAULT_RESULT_WINDOW = 10_000  # index.max_result_window unless the index sets 
 # a search answered with failed shards (a node died under it) is sent again this many times;
 # the next try reaches the surviving copies
 PARTIAL_RETRIES = 3
-# seconds index creation waits for its shards to start (the engines' default is also 30)
+# seconds index creation waits for its shards to start (the engines' default is also 30), and
+# how much longer the client waits for the answer
 CREATE_WAIT_SECONDS = 30
+CREATE_ANSWER_MARGIN = 30
 SearchType = Literal["auto", "query_then_fetch", "dfs_query_then_fetch"]
 SEARCH_TYPES: tuple[str, ...] = ("auto", "query_then_fetch", "dfs_query_then_fetch")
 
@@ -367,10 +369,11 @@ class ClusterBackend:
         if self.exists():
             self.check_encoder(encoder)
             return False
-        nodes = self.data_nodes()
+        # no replicas fit any cluster: then the health (a cluster privilege) is not asked
+        nodes = self.data_nodes() if replicas != 0 else None
         shards, replicas = check_shards(DEFAULT_SHARDS if shards is None else shards,
-                                        (0 if nodes <= 1 else 1) if replicas is None else replicas)
-        if replicas >= nodes:
+                                        (0 if (nodes or 1) <= 1 else 1) if replicas is None else replicas)
+        if nodes is not None and replicas >= nodes:
             raise ConfigError(f"creating index {self.index!r} with {replicas} replica(s) per shard: a replica is never "
                               f"placed on the node that holds its primary, so that needs {replicas + 1} data nodes and "
                               f"this {self.engine_name} cluster has {nodes}. Nothing was created; use --replicas "
@@ -387,19 +390,21 @@ class ClusterBackend:
             with translate(f"creating index {self.index!r}", self.engine):
                 try:
                     answer = self.transport.request("PUT", self.path(), body, params,
-                                                    timeout=max(self.request_timeout or 0, CREATE_WAIT_SECONDS + 30))
+                                                    timeout=max(self.request_timeout or 0, CREATE_WAIT_SECONDS + CREATE_ANSWER_MARGIN))
                 except HttpFailure as failure:
                     if failure.error_type != "resource_already_exists_exception":  # lost a race with another ingest
                         raise
-        except BaseException:
-            self._undo_create(creation_id)  # a request without an answer may have created it all the same
+        except BaseException as exc:
+            failure = exc.__cause__
+            if not (isinstance(failure, HttpFailure) and failure.status is not None and failure.status < 500):
+                self._undo_create(creation_id)  # no answer (or a 5xx): the index may have been made all the same
             raise
         finally:
             self._forget_index()
         if isinstance(answer, dict) and answer.get("shards_acknowledged") is False:
             self._undo_create(creation_id)
             raise ClusterError(f"creating index {self.index!r}: its shards did not start within {CREATE_WAIT_SECONDS} s "
-                               f"({shards} primaries, {replicas} replica(s) each, {nodes} data node(s)), so it was "
+                               f"({shards} primaries, {replicas} replica(s) each), so it was "
                                "deleted again. GET /_cluster/allocation/explain says why a shard is not placed "
                                "(a disk over its watermark?)")
         self.check_encoder(encoder)
