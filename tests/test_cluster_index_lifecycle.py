@@ -63,6 +63,10 @@ def test_the_help_example_refuses_at_once_then_a_placeable_layout_is_created_gre
     health = cluster_backend.transport.request("GET", "/_cluster/health" + index_path(index))
     assert health["status"] == "green" and health["active_primary_shards"] == 3
     assert cluster_backend.shards == 3
+    again = CliRunner().invoke(cli, [*args, "--replicas", "1"])  # the index exists: its layout stays, and says so
+    assert again.exit_code == 0, again.output
+    assert f"note: --shards/--replicas apply when an index is created; {index} exists and keeps its layout" \
+        in again.output
 
 
 def test_an_index_whose_shards_never_start_is_deleted_again(cluster_backend, cluster_engine, committed_encoder,

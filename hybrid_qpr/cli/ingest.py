@@ -76,7 +76,11 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
         from hybrid_qpr.cli._engine import load_encoder, open_backend
 
         backend = open_backend(index, connection)
-        encoder = load_encoder(model, backend if backend.exists() else None)  # an existing index keeps its model
+        exists = backend.exists()
+        encoder = load_encoder(model, backend if exists else None)  # an existing index keeps its model
+        if exists and (shards is not None or replicas is not None):
+            click.echo(f"note: --shards/--replicas apply when an index is created; {index} exists and keeps its "
+                       f"layout (to change it: 'hybrid-qpr index drop {index}', then ingest again)", err=True)
         if strict:
             documents = _stop_at_a_refused_id(documents, backend, input_path)
         report = backend.ingest(documents, encoder, batch_size=batch_size, rejects_path=rejects,
