@@ -13,7 +13,12 @@ flaky cluster produces:
 * ``timeout_after_apply`` - the request forwarded and applied, then no answer until the client
   gives up (or ``hold_seconds``): a timeout after the fact;
 * ``reset_mid_response`` - the request forwarded and applied, then half the answer sent and the
-  connection reset (TCP RST).
+  connection reset (TCP RST);
+* ``refuse_after`` - after that many ``_bulk`` requests, every further one answered 403
+  ``security_exception`` and not forwarded: a node that starts refusing writes mid-ingest (a
+  failure no retry can fix);
+* ``withhold_create`` - the request that creates an index (``PUT /<name>``) forwarded and applied,
+  then no answer until the client gives up: an index made without the client knowing it.
 
 Choices come from one seeded ``random.Random``, so a run is repeatable. ``counts`` says how
 many of each were injected (and how many documents each touched). Loopback only; one thread
@@ -36,6 +41,8 @@ from urllib.parse import urlsplit
 
 REJECTED = {"type": "es_rejected_execution_exception",
             "reason": "rejected execution of coordinating operation (injected by tests/faultproxy.py)"}
+REFUSED = {"type": "security_exception",
+           "reason": "action [indices:data/write/bulk] is unauthorized (injected by tests/faultproxy.py)"}
 HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host",
                "accept-encoding", "proxy-connection", "te", "upgrade"}
 
@@ -49,6 +56,8 @@ class Faults:
     timeout_after_apply: float = 0.0
     reset_mid_response: float = 0.0
     hold_seconds: float = 30.0  # longest a withheld answer is held
+    refuse_after: int | None = None  # _bulk requests let through before every further one is refused (403)
+    withhold_create: bool = False
     seed: int = 0
 
 
@@ -153,6 +162,10 @@ class _Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         if self.command == "POST" and path.endswith("/_bulk"):
             self.bulk(gzip.decompress(body) if gzipped else body)
+        elif self.command == "PUT" and path.count("/") == 1 and self.owner.faults.withhold_create:
+            self.forward(body, gzipped)
+            self.owner.count("withheld_creations")
+            self.withhold()
         else:
             self.send(*self.forward(body, gzipped))
 
@@ -170,6 +183,12 @@ class _Handler(BaseHTTPRequestHandler):
             n = 1 if op == "delete" else 2
             items.append(lines[i:i + n])
             i += n
+        owner.count("bulk_requests")
+        if faults.refuse_after is not None and owner.counts["bulk_requests"] > faults.refuse_after:
+            owner.count("refused_requests")
+            error = {"root_cause": [REFUSED], **REFUSED}
+            self.send(403, self.json_headers(), json.dumps({"error": error, "status": 403}).encode())
+            return
         if owner.chance(faults.reject_request):
             owner.count("rejected_requests")
             owner.count("rejected_request_docs", len(items))

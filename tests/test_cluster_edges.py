@@ -1,7 +1,9 @@
 """Edges of the cluster backends, each a one-line message naming the value and the fix.
 
-Without a node: another kind of server at the URL, https against a plain-HTTP server,
-credentials over plain http. On a real node, once per engine: a blank query, filters (an
+Without a node: another kind of server at the URL (a web server, a stub answering ``200 {}`` to
+everything), https against a plain-HTTP server and http against a TLS one, URLs that cannot be
+read, credentials over plain http. On both real nodes: each engine's flag pointed at the other
+engine. On a real node, once per engine: a blank query, filters (an
 unknown field, booleans, numbers, lists), the result window and kNN k limits, too many query
 clauses, and the index remembering the model it was built with.
 """
@@ -10,13 +12,16 @@ from __future__ import annotations
 
 import importlib
 import logging
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from click.testing import CliRunner
 
 from hybrid_qpr.backends.cluster.connection import resolve_options
-from hybrid_qpr.errors import ClusterError, ConfigError
+from hybrid_qpr.cli.main import cli
+from hybrid_qpr.errors import BackendError, ClusterError, ConfigError
 from hybrid_qpr.search import HybridSearcher
 from hybrid_qpr.types import Document
 
@@ -55,6 +60,115 @@ def test_a_server_that_is_not_the_engine_and_a_tls_mismatch_are_named(engine, we
     assert "\n" not in str(caught.value)
     with pytest.raises(ClusterError, match=f"the TLS handshake with {ENGINES[engine]} failed .*use an http:// URL"):
         module.connect(f"https://{web_server}", timeout=5)
+
+
+def serve(handler, tls_context=None):
+    """``handler`` served on a free loopback port in a thread; yields ``host:port``."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    if tls_context is not None:
+        server.socket = tls_context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+class EmptyJson(BaseHTTPRequestHandler):
+    """Answers every request ``200 {}`` (JSON), whatever it asks."""
+
+    def answer(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(b"{}")
+
+    do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = answer
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture()
+def empty_json_server():
+    yield from serve(EmptyJson)
+
+
+@pytest.fixture()
+def tls_server(tmp_path):
+    """A TLS port (a certificate of the secured local node's kind) answering ``200 {}``."""
+    from hybrid_qpr.localnode.security import CERTS_DIR, NODE_CERT, NODE_KEY, generate_tls
+
+    generate_tls(tmp_path)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / CERTS_DIR / NODE_CERT, tmp_path / CERTS_DIR / NODE_KEY)
+    yield from serve(EmptyJson, context)
+
+
+def one_line_error(result) -> str:
+    """The CLI's output when it is exactly one 'Error: ...' line and exit status 1."""
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1 and len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_a_server_answering_200_empty_json_to_everything_is_named_not_a_traceback(engine, empty_json_server,
+                                                                                   tmp_path):
+    module = importlib.import_module(f"hybrid_qpr.backends.{engine}")
+    with pytest.raises(ClusterError, match=f"the server is not {ENGINES[engine]}.*point --{engine} at the node"):
+        module.connect(f"http://{empty_json_server}", timeout=5)
+    backend_class = getattr(module, "OpenSearchBackend", None) or module.ElasticsearchBackend
+    unchecked = backend_class(module.connect(f"http://{empty_json_server}", timeout=5, check=False), "questions")
+    with pytest.raises((BackendError, ClusterError), match="questions"):  # the library without the probe
+        unchecked.refresh_meta()
+    source = tmp_path / "q.jsonl"
+    source.write_text('{"id": "a", "text": "how do i reset my password?"}\n', encoding="utf-8")
+    for command in (["query", "password", "--index", "questions"], ["ingest", str(source), "--index", "questions"],
+                    ["index", "drop", "questions", "--yes"]):
+        line = one_line_error(CliRunner().invoke(cli, [*command, f"--{engine}", f"http://{empty_json_server}"]))
+        assert f"the server is not {ENGINES[engine]}" in line
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+@pytest.mark.parametrize("url, problem", [("http://127.0.0.1:notaport", "Port could not be cast"),
+                                          ("http://[::1", "Invalid IPv6 URL"),
+                                          ("http://127.0.0.1:99999", "Port out of range"),
+                                          ("ftp://127.0.0.1:9200", "expected http\\(s\\)://host")])
+def test_urls_that_cannot_be_read_are_one_line(engine, url, problem):
+    with pytest.raises(ConfigError, match=f"{ENGINES[engine]} URL .*{problem}"):
+        resolve_options(engine, url)
+    line = one_line_error(CliRunner().invoke(cli, ["query", "password", "--index", "questions", f"--{engine}", url]))
+    assert "expected http(s)://host[:port]" in line
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_plain_http_to_a_tls_port_suggests_https(engine, tls_server):
+    module = importlib.import_module(f"hybrid_qpr.backends.{engine}")
+    with pytest.raises(ClusterError, match=f"the port answers TLS, not plain HTTP.*use https://{tls_server}") as caught:
+        module.connect(f"http://{tls_server}", timeout=5)
+    assert "Is the node running" not in str(caught.value)
+    line = one_line_error(CliRunner().invoke(cli, ["query", "password", "--index", "questions", f"--{engine}",
+                                                   f"http://u:secret-pw@{tls_server}"]))
+    assert f"use https://{tls_server}" in line and "secret-pw" not in line
+
+
+@pytest.mark.cluster
+def test_each_engine_flag_pointed_at_the_other_engine_names_what_it_found(opensearch_url, elasticsearch_url):
+    from hybrid_qpr.backends import elasticsearch, opensearch
+
+    with pytest.raises(ClusterError, match="this node is Elasticsearch, not OpenSearch. Fix: use --elasticsearch URL"):
+        opensearch.connect(elasticsearch_url)
+    with pytest.raises(ClusterError, match=r"this node is OpenSearch [0-9.]+, not Elasticsearch. Fix: use --opensearch"):
+        elasticsearch.connect(opensearch_url)
+    for flag, url, found in (("--opensearch", elasticsearch_url, "Elasticsearch"),
+                             ("--elasticsearch", opensearch_url, "OpenSearch")):
+        line = one_line_error(CliRunner().invoke(cli, ["query", "password", "--index", "questions", flag, url]))
+        assert f"this node is {found}" in line and "model" not in line
 
 
 def test_credentials_over_plain_http_are_warned_about(caplog):

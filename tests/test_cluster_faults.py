@@ -11,16 +11,21 @@ proxy injected).
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import signal
+import subprocess
+import sys
+import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
 from faultproxy import FaultProxy, Faults
 from hybrid_qpr.backends.cluster.connection import HttpFailure
-from hybrid_qpr.errors import ClusterError
+from hybrid_qpr.errors import BackendError, ClusterError
 from hybrid_qpr.localnode import LocalNode
 from hybrid_qpr.types import Document
 
@@ -127,6 +132,50 @@ def test_reingest_of_the_same_file_through_faults_changes_nothing(cluster_url, e
         assert report.retries > 0
     finally:
         direct.drop()
+
+
+def test_a_node_that_starts_refusing_mid_ingest_stops_it_with_its_own_error_and_no_thread_left(
+        cluster_url, engine_module, committed_encoder, corpus):
+    """The library: the 403 raised mid-way, and the encoding thread is gone when it arrives."""
+    index = f"hqpr-fault-{uuid.uuid4().hex[:8]}"
+    direct = backend_at(engine_module, cluster_url, index)
+    try:
+        with FaultProxy(cluster_url, Faults(refuse_after=2)) as proxy:
+            with pytest.raises(BackendError, match="permission denied \\(403\\)"):
+                backend_at(engine_module, proxy.url, index).ingest(corpus, committed_encoder, batch_size=20,
+                                                                   show_progress=False)
+        assert proxy.counts["refused_requests"] == 1
+        assert not [t for t in threading.enumerate() if t.name == "hybrid-qpr-read-ahead"]
+        direct._refresh()  # the failed ingest did not get to its refresh
+        assert direct.count() == 40  # the two requests let through, nothing after the refusal
+    finally:
+        direct.drop()
+
+
+def test_the_cli_failing_mid_ingest_exits_with_its_one_line_error_never_a_native_abort(
+        cluster_engine, cluster_url, tmp_path):
+    """Before the fix, an error mid-ingest left the encoding thread inside onnxruntime at exit:
+    'terminate called without an active exception', exit 134, in 4 of 6 runs of this test's
+    command. Three runs per engine, each in its own process (an abort shows only at exit)."""
+    source = tmp_path / "questions.jsonl"
+    source.write_text("".join(json.dumps({"id": f"m{i}", "text": f"how can i change setting {i} of my account?"})
+                              + "\n" for i in range(4000)), encoding="utf-8")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)}
+    index = f"hqpr-fault-{uuid.uuid4().hex[:8]}"
+    try:
+        for run in range(3):
+            with FaultProxy(cluster_url, Faults(refuse_after=3)) as proxy:
+                done = subprocess.run([sys.executable, "-m", "hybrid_qpr.cli.main", "ingest", str(source), "--index",
+                                       index, "--batch-size", "64", f"--{cluster_engine}", proxy.url],
+                                      env=env, capture_output=True, text=True, timeout=300)
+            assert done.returncode == 1, (run, done.returncode, done.stderr[-500:])
+            assert "terminate called" not in done.stderr and "Traceback" not in done.stderr
+            lines = done.stderr.strip().splitlines()
+            assert lines[-1].startswith(f"Error: bulk request to '{index}': permission denied (403)"), done.stderr
+            assert proxy.counts["refused_requests"] == 1
+    finally:
+        backend_at(importlib.import_module(f"hybrid_qpr.backends.{cluster_engine}"), cluster_url, index).drop()
 
 
 @pytest.mark.slow

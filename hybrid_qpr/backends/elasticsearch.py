@@ -35,8 +35,8 @@ from hybrid_qpr.backends.base import Capabilities
 from hybrid_qpr.backends.cluster.backend import MAX_KNN_K, ClusterBackend
 from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, TOKENS_FIELD, VECTOR_FIELD, bm25_query, bm25_values,
                                                 check_shards, filter_clauses, load_body, source_param)
-from hybrid_qpr.backends.cluster.connection import (PROBE_PATH, HttpFailure, Transport, compress_by_default, redact,
-                                                    resolve_options, translate)
+from hybrid_qpr.backends.cluster.connection import HttpFailure, Transport, compress_by_default, resolve_options
+from hybrid_qpr.backends.cluster.probe import probe
 from hybrid_qpr.distance import check_distance, elasticsearch_similarity
 from hybrid_qpr.errors import require
 from hybrid_qpr.types import Filters, Hit
@@ -64,6 +64,7 @@ class ElasticsearchTransport(Transport):
         try:
             return client.perform_request(method, path, params=params or None, headers=headers, body=body).body
         except UnsupportedProductError as exc:  # a 2xx answer without Elasticsearch's product header
+            self.foreign_answer = True
             raise HttpFailure(exc.meta.status, None, str(exc.message)[:200], exc.meta.headers, cause="foreign") from exc
         except ApiError as exc:
             raise HttpFailure(exc.meta.status, exc.body, str(exc.message)[:300], exc.meta.headers) from exc
@@ -73,6 +74,8 @@ class ElasticsearchTransport(Transport):
             cause = "tls" if isinstance(exc, TlsError) else "timeout" if isinstance(exc, ConnectionTimeout) else ""
             raise HttpFailure(None, None, f"{type(exc).__name__}: {exc.message}"[:300], cause=cause) from exc
 
+    foreign_answer = False  # set when an answer lacked Elasticsearch's product header
+
     def exists(self, path: str) -> bool:
         try:
             return bool(self.request("HEAD", path))
@@ -80,6 +83,20 @@ class ElasticsearchTransport(Transport):
             if failure.status == 404:
                 return False
             raise
+
+    def other_engine(self) -> str | None:
+        """OpenSearch (with its version) when it gave the last answer that was not Elasticsearch's:
+        asked with ``GET /`` below the client's product check, which refuses any other engine."""
+        if not self.foreign_answer:
+            return None
+        try:
+            root = self.client.transport.perform_request("GET", "/", headers={"accept": "application/json"}).body
+        except Exception:  # whatever answers there is not a search engine this can name
+            return None
+        version = root.get("version") if isinstance(root, dict) else None
+        if isinstance(version, dict) and version.get("distribution") == "opensearch":
+            return f"OpenSearch {version.get('number', '')}".strip()
+        return None
 
 
 def connect(url: str | None = None, *, username: str | None = None, password: str | None = None,
@@ -110,8 +127,7 @@ def connect(url: str | None = None, *, username: str | None = None, password: st
         kwargs["api_key"] = options.api_key
     client = elasticsearch.Elasticsearch(options.url, **kwargs)
     if check:
-        with translate(f"connecting to {redact(options.url)}", "elasticsearch"):
-            ElasticsearchTransport(client).request("GET", PROBE_PATH)
+        probe(ElasticsearchTransport(client), options.url)
     return client
 
 

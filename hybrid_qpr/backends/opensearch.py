@@ -36,8 +36,9 @@ from hybrid_qpr.backends.base import Capabilities
 from hybrid_qpr.backends.cluster.backend import KNN_CANDIDATES, ClusterBackend
 from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, METADATA_FIELD, TEXT_FIELD, VECTOR_FIELD, bm25_query,
                                                 bm25_values, check_shards, filter_clauses, load_body, source_param)
-from hybrid_qpr.backends.cluster.connection import (PROBE_PATH, HttpFailure, Transport, compress_by_default, reason, redact,
+from hybrid_qpr.backends.cluster.connection import (HttpFailure, Transport, compress_by_default, reason, redact,
                                                     resolve_options, translate)
+from hybrid_qpr.backends.cluster.probe import probe
 from hybrid_qpr.distance import check_distance, opensearch_space_type
 from hybrid_qpr.errors import BackendError, ConfigError, require
 from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS, RRF_K, check_method
@@ -77,6 +78,10 @@ class OpenSearchTransport(Transport):
 
     def exists(self, path: str) -> bool:
         return bool(self.request("HEAD", path))  # opensearch-py answers a HEAD with True/False
+
+    def other_engine(self) -> str | None:
+        # Elasticsearch names itself in a header of every answer; OpenSearch never sends it
+        return (getattr(_LAST_ANSWER, "headers", None) or {}).get("x-elastic-product")
 
 
 ANSWER_HEADERS = "hybrid_qpr_headers"  # attribute of an opensearch-py error: the failed answer's headers
@@ -145,8 +150,7 @@ def connect(url: str | None = None, *, username: str | None = None, password: st
         kwargs["headers"] = {"Authorization": f"ApiKey {options.api_key}"}
     client = opensearchpy.OpenSearch(**kwargs)
     if check:
-        with translate(f"connecting to {redact(options.url)}", "opensearch"):
-            OpenSearchTransport(client).request("GET", PROBE_PATH)
+        probe(OpenSearchTransport(client), options.url)
     return client
 
 

@@ -1,17 +1,17 @@
-"""``hybrid-qpr index``: maintenance of a local index directory (check, optimize)."""
+"""``hybrid-qpr index``: maintenance of a local index directory (check, optimize) and removal of a cluster index (drop)."""
 
 from __future__ import annotations
 
 import click
 
-from hybrid_qpr.cli._common import friendly_errors
+from hybrid_qpr.cli._common import cluster_options, friendly_errors
 
 WAIT_HELP = "If another process is writing the index, wait for it instead of failing."
 
 
 @click.group()
 def index() -> None:
-    """Check or optimize a local index directory."""
+    """Check or optimize a local index directory; drop a cluster index."""
 
 
 @index.command()
@@ -74,3 +74,32 @@ def optimize(directory, model, drop_damaged, wait) -> None:
                f"{result['documents']} documents")
     for dropped in result["dropped"]:
         click.echo(f"  dropped damaged segment {dropped}; re-ingest your source file to restore its documents", err=True)
+
+
+@index.command()
+@click.argument("name")
+@click.option("--yes", "-y", is_flag=True, help="Drop without asking for confirmation.")
+@cluster_options(selects_backend=True)
+@friendly_errors
+def drop(name, yes, **connection) -> None:
+    """Delete the OpenSearch or Elasticsearch index NAME with all its documents. Asks for
+    confirmation first (--yes skips it). NAME is one index, never a pattern. A local index
+    is a directory: remove that with 'rm -r'.
+
+    \b
+    Example:
+      hybrid-qpr index drop questions --opensearch http://127.0.0.1:9200
+    """
+    from hybrid_qpr.cli._engine import open_backend, use_cluster
+
+    if not use_cluster(connection):
+        raise click.UsageError("index drop deletes a cluster index: give --opensearch [URL] or --elasticsearch [URL] "
+                               "(a local index is a directory: remove it with 'rm -r')")
+    backend = open_backend(name, connection)
+    if not backend.exists():
+        raise click.ClickException(f"{backend.engine_name} has no index {name!r}: nothing dropped")
+    documents = backend.count()
+    if not yes:
+        click.confirm(f"Drop {backend.engine_name} index {name!r} and its {documents:,} documents?", abort=True, err=True)
+    backend.drop()
+    click.echo(f"dropped {backend.engine_name} index {name!r} ({documents:,} documents)")

@@ -38,7 +38,8 @@ SHOW_SKIPPED = 20
 @click.option("--shards", type=click.IntRange(min=1), default=None,
               help="Cluster only, when the index is created: primary shards. [default: 1]")
 @click.option("--replicas", type=click.IntRange(min=0), default=None,
-              help="Cluster only, when the index is created: replicas per shard. [default: 0 on a one-node cluster, else 1]")
+              help="Cluster only, when the index is created: replicas per shard; each needs a data node of its own, "
+                   "so at most the data nodes - 1 (more are refused). [default: 0 on a one-node cluster, else 1]")
 @cluster_options(selects_backend=True)
 @friendly_errors
 def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm25_impl, ef_search, nprobe, batch_size,
@@ -61,7 +62,7 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
       hybrid-qpr ingest questions.jsonl --index ./qidx
       hybrid-qpr ingest quora-pairs.tsv.gz --index ./quora-idx
       hybrid-qpr ingest corpus.jsonl --index questions --opensearch http://127.0.0.1:9200
-      hybrid-qpr ingest corpus.jsonl --index questions --elasticsearch --shards 3 --replicas 1
+      hybrid-qpr ingest corpus.jsonl --index questions --elasticsearch --shards 3
     """
     from hybrid_qpr.data.documents import iter_documents
     from hybrid_qpr.encoders import Encoder
@@ -75,7 +76,13 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
         from hybrid_qpr.cli._engine import load_encoder, open_backend
 
         backend = open_backend(index, connection)
-        encoder = load_encoder(model, backend if backend.exists() else None)  # an existing index keeps its model
+        exists = backend.exists()
+        encoder = load_encoder(model, backend if exists else None)  # an existing index keeps its model
+        if exists and (shards is not None or replicas is not None):
+            click.echo(f"note: --shards/--replicas apply when an index is created; {index} exists and keeps its "
+                       f"layout (to change it: 'hybrid-qpr index drop {index}', then ingest again)", err=True)
+        if strict:
+            documents = _stop_at_a_refused_id(documents, backend, input_path)
         report = backend.ingest(documents, encoder, batch_size=batch_size, rejects_path=rejects,
                                 shards=shards, replicas=replicas)
     else:
@@ -116,3 +123,16 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
             f"{len(report.failed)} documents were not written" + (f" (listed in {report.rejects_path})" if report.rejects_path
                                                                   else " (--rejects FILE lists them all)")
             + "; the others are in the index. Fix the cause shown above and re-run the same ingest (ids are stable)")
+
+
+def _stop_at_a_refused_id(documents, backend, input_path):
+    """--strict on a cluster: an id the engine refuses stops the ingest like any other bad line
+    (without --strict the backend skips and reports it)."""
+    from hybrid_qpr.artifacts import display_name
+    from hybrid_qpr.errors import InputError
+
+    for line, doc in documents:
+        problem = backend.id_problem(doc.id)
+        if problem:
+            raise InputError(display_name(input_path), line, problem)
+        yield line, doc

@@ -10,44 +10,42 @@ kNN clause, the exact re-scoring of given ids, its client and its server-side mo
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import re
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from queue import Full, Queue
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import numpy as np
 
 from hybrid_qpr.backends.base import Capabilities, IngestReport
+from hybrid_qpr.backends.cluster import writer
 from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, METADATA_FIELD, SEARCH_FILTER, TEXT_FIELD, VECTOR_FIELD,
-                                                bm25_body, bm25_tokens, check_shards)
-from hybrid_qpr.backends.cluster.bulk import BulkAction, BulkStats, RetryPolicy, VersionClock, write_bulk
-from hybrid_qpr.backends.cluster.connection import (Engine, HttpFailure, Transport, error_for, missing_index, reason,
-                                                    translate)
+                                                bm25_body, check_shards)
+from hybrid_qpr.backends.cluster.connection import Engine, HttpFailure, Transport, error_for, reason, translate
+from hybrid_qpr.backends.cluster.names import check_index_name, id_problem, index_path
 from hybrid_qpr.distance import Distance, check_distance, prepare_vectors, score_from_opensearch
 from hybrid_qpr.errors import BackendError, ClusterError, ConfigError, ModelMismatchError
 from hybrid_qpr.types import Document, Filters, Hit
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
 # HNSW candidate floor of a kNN search (OpenSearch ef_search, Elasticsearch num_candidates); an
 # engine module sets its own measured default_knn_candidates (docs/opensearch.md, elasticsearch.md)
 KNN_CANDIDATES = 100
 MAX_KNN_K = 10_000  # both engines' limit on a kNN search's k and num_candidates
 DEFAULT_RESULT_WINDOW = 10_000  # index.max_result_window unless the index sets another
-READ_AHEAD_BATCHES = 4  # encoded batches an ingest keeps ready while it sends or waits
 # a search answered with failed shards (a node died under it) is sent again this many times;
 # the next try reaches the surviving copies
 PARTIAL_RETRIES = 3
+# seconds index creation waits for its shards to start (the engines' default is also 30), and
+# how much longer the client waits for the answer
+CREATE_WAIT_SECONDS = 30
+CREATE_ANSWER_MARGIN = 30
 SearchType = Literal["auto", "query_then_fetch", "dfs_query_then_fetch"]
 SEARCH_TYPES: tuple[str, ...] = ("auto", "query_then_fetch", "dfs_query_then_fetch")
-_BAD_INDEX_CHARS = re.compile(r'[\\/*?"<>| ,#:]')
 
 
 class ClusterBackend:
@@ -77,9 +75,7 @@ class ClusterBackend:
 
     def __init__(self, client: Any, index: str, *, request_timeout: float | None = None,
                  documents_in_hits: bool = True, knn_candidates: int | None = None, search_type: SearchType = "auto"):
-        if not index or index != index.lower() or index.startswith(("_", "-", "+")) or _BAD_INDEX_CHARS.search(index):
-            raise ConfigError(f"index name {index!r}: {self.engine_name} needs lowercase, no spaces or \\/*?\"<>|,#:, "
-                              "not starting with _ - +")
+        check_index_name(index, self.engine_name)
         self.client = client
         self.transport = self.transport_class(client)
         self.index = index
@@ -113,6 +109,10 @@ class ClusterBackend:
     def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
         raise NotImplementedError
 
+    def path(self, *parts: str) -> str:
+        """``/<index>/<parts...>`` with the index name percent-encoded (``names.index_path``)."""
+        return index_path(self.index, *parts)
+
     @property
     def engine_name(self) -> str:
         return {"opensearch": "OpenSearch", "elasticsearch": "Elasticsearch"}[self.engine]
@@ -125,7 +125,7 @@ class ClusterBackend:
 
     def _search(self, body: dict, what: str, params: dict | None = None) -> list[dict]:
         params = {"filter_path": SEARCH_FILTER, **(params or {})}
-        response = self._whole_answer(what, lambda: self.request("POST", f"/{self.index}/_search", body, params,
+        response = self._whole_answer(what, lambda: self.request("POST", self.path("_search"), body, params,
                                                                  what=what))
         return response.get("hits", {}).get("hits", [])  # filter_path drops an empty hits list
 
@@ -158,7 +158,7 @@ class ClusterBackend:
         if self._settings is None:
             with translate(f"reading the settings of {self.index!r}", self.engine, self.index):
                 try:
-                    answer = self.transport.request("GET", f"/{self.index}/_settings", None, {
+                    answer = self.transport.request("GET", self.path("_settings"), None, {
                         "include_defaults": "true", "filter_path": ",".join(
                             f"*.{part}.index.{name}" for part in ("settings", "defaults")
                             for name in ("number_of_shards", "max_result_window"))}, timeout=self.request_timeout)
@@ -202,12 +202,12 @@ class ClusterBackend:
         return out
 
     def _refresh(self) -> None:
-        self.request("POST", f"/{self.index}/_refresh", what="refreshing")
+        self.request("POST", self.path("_refresh"), what="refreshing")
 
     # ---- index facts
     def exists(self) -> bool:
         with translate(f"checking index {self.index!r}", self.engine):
-            return self.transport.exists(f"/{self.index}")
+            return self.transport.exists(self.path())
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -217,8 +217,13 @@ class ClusterBackend:
         return self._meta  # type: ignore[return-value]
 
     def refresh_meta(self) -> dict[str, Any]:
-        mapping = self.request("GET", f"/{self.index}/_mapping", what="reading the mapping")
-        mappings = next(iter(mapping.values()))["mappings"]
+        mapping = self.request("GET", self.path("_mapping"), what="reading the mapping")
+        # one entry, keyed by the concrete index (an alias's answer names the index behind it)
+        entry = next(iter(mapping.values()), None) if isinstance(mapping, dict) else None
+        mappings = entry.get("mappings") if isinstance(entry, dict) else None
+        if not isinstance(mappings, dict):
+            raise BackendError(f"reading the mapping of {self.index!r}: the answer holds no mapping "
+                               f"({str(mapping)[:80]}); is the server at the URL a {self.engine_name} node?")
         meta = dict(mappings.get("_meta") or {})
         meta["_properties"] = mappings.get("properties", {})
         self._meta = meta
@@ -308,7 +313,7 @@ class ClusterBackend:
         """Store tuned fusion defaults in the mapping ``_meta`` (other ``_meta`` keys kept)."""
         meta = {k: v for k, v in self.meta.items() if not k.startswith("_")}
         meta["fusion"] = dict(defaults)
-        self.request("PUT", f"/{self.index}/_mapping", {"_meta": meta}, what="updating the _meta")
+        self.request("PUT", self.path("_mapping"), {"_meta": meta}, what="updating the _meta")
         self._meta = None
 
     def check_encoder(self, encoder) -> None:
@@ -346,38 +351,82 @@ class ClusterBackend:
             problems.append("mapping _meta lacks the hybrid-qpr model facts (not created by hybrid-qpr)")
         return problems
 
-    def default_replicas(self) -> int:
-        """0 on a one-data-node cluster (a replica could never be placed), else 1."""
+    def data_nodes(self) -> int:
+        """How many data nodes the cluster has (from ``_cluster/health``)."""
         with translate("reading cluster health", self.engine):
             health = self.transport.request("GET", "/_cluster/health")
-        return 0 if int(health.get("number_of_data_nodes") or 1) <= 1 else 1
+        return int(health.get("number_of_data_nodes") or 1)
 
     def ensure_index(self, encoder, *, shards: int | None = None, replicas: int | None = None) -> bool:
         """Create the index for ``encoder`` if missing (True), else check it matches (False).
-        ``shards`` defaults to 1 and ``replicas`` to what the cluster can hold (``default_replicas``);
-        both only apply when the index is created."""
+        ``shards`` defaults to 1 and ``replicas`` to what the cluster can hold (0 on one data
+        node, else 1); both only apply when the index is created.
+
+        More replicas than the cluster can place (a replica never shares a node with its
+        primary) are refused before anything is created, naming the node count. The index is
+        created whole or not at all: when its shards do not start within ``CREATE_WAIT_SECONDS``,
+        or the request fails, an index this call created is deleted again."""
         if self.exists():
             self.check_encoder(encoder)
             return False
+        # no replicas fit any cluster: then the health (a cluster privilege) is not asked
+        nodes = self.data_nodes() if replicas != 0 else None
         shards, replicas = check_shards(DEFAULT_SHARDS if shards is None else shards,
-                                        self.default_replicas() if replicas is None else replicas)
+                                        (0 if (nodes or 1) <= 1 else 1) if replicas is None else replicas)
+        if nodes is not None and replicas >= nodes:
+            raise ConfigError(f"creating index {self.index!r} with {replicas} replica(s) per shard: a replica is never "
+                              f"placed on the node that holds its primary, so that needs {replicas + 1} data nodes and "
+                              f"this {self.engine_name} cluster has {nodes}. Nothing was created; use --replicas "
+                              f"{nodes - 1} (or add data nodes)")
         body = self.index_body(encoder.dim, encoder.distance, encoder.fingerprint, encoder.kind,
                                shards=shards, replicas=replicas)
+        meta = body["mappings"]["_meta"]
         # remembered so that queries without --model use this model (never a secret: a local path)
-        body["mappings"]["_meta"]["model_dir"] = str(Path(encoder.model_dir).resolve())
+        meta["model_dir"] = str(Path(encoder.model_dir).resolve())
+        meta["creation_id"] = creation_id = uuid.uuid4().hex  # tells the index this call made from a rival's
+        params = {"wait_for_active_shards": "all", "timeout": f"{CREATE_WAIT_SECONDS}s"}
+        answer: Any = None
         try:
             with translate(f"creating index {self.index!r}", self.engine):
                 try:
-                    self.transport.request("PUT", f"/{self.index}", body, {"wait_for_active_shards": "all"})
+                    answer = self.transport.request("PUT", self.path(), body, params,
+                                                    timeout=max(self.request_timeout or 0, CREATE_WAIT_SECONDS + CREATE_ANSWER_MARGIN))
                 except HttpFailure as failure:
                     if failure.error_type != "resource_already_exists_exception":  # lost a race with another ingest
                         raise
+        except BaseException as exc:
+            failure = exc.__cause__
+            if not (isinstance(failure, HttpFailure) and failure.status is not None and failure.status < 500):
+                self._undo_create(creation_id)  # no answer (or a 5xx): the index may have been made all the same
+            raise
         finally:
             self._forget_index()
+        if isinstance(answer, dict) and answer.get("shards_acknowledged") is False:
+            self._undo_create(creation_id)
+            raise ClusterError(f"creating index {self.index!r}: its shards did not start within {CREATE_WAIT_SECONDS} s "
+                               f"({shards} primaries, {replicas} replica(s) each), so it was "
+                               "deleted again. GET /_cluster/allocation/explain says why a shard is not placed "
+                               "(a disk over its watermark?)")
         self.check_encoder(encoder)
         logger.info("created index %s (dim %d, %s, %d shards, %d replicas)", self.index, encoder.dim,
                     encoder.distance, shards, replicas)
         return True
+
+    def _undo_create(self, creation_id: str) -> None:
+        """Delete the index if it is the one made with ``creation_id`` (never another
+        process's); quick requests, and any failure only logged: the caller is already failing."""
+        try:
+            mapping = self.transport.request("GET", self.path("_mapping"), timeout=10)
+            metas = [(entry.get("mappings") or {}).get("_meta") or {} for entry in mapping.values()]
+            if any(meta.get("creation_id") == creation_id for meta in metas):
+                self.transport.request("DELETE", self.path(), timeout=10)
+                logger.info("deleted the half-made index %s", self.index)
+        except HttpFailure as failure:
+            if failure.status != 404:
+                logger.warning("index %s may be left half-made (%s); delete it with 'hybrid-qpr index drop %s'",
+                               self.index, failure, self.index)
+        except Exception as exc:  # an odd answer: never hide the error being raised
+            logger.warning("index %s may be left half-made (%s)", self.index, exc)
 
     def _forget_index(self) -> None:
         """Drop what was read of the index (mapping ``_meta``, settings): it is being created or deleted."""
@@ -389,7 +438,7 @@ class ClusterBackend:
         self._forget_index()
         with translate(f"deleting index {self.index!r}", self.engine):
             try:
-                self.transport.request("DELETE", f"/{self.index}")
+                self.transport.request("DELETE", self.path())
             except HttpFailure as failure:
                 if failure.status == 404:
                     return False
@@ -424,20 +473,20 @@ class ClusterBackend:
         ids = list(dict.fromkeys(ids))
         if not ids:
             return {}
-        response = self.request("POST", f"/{self.index}/_mget", {"ids": ids},
+        response = self.request("POST", self.path("_mget"), {"ids": ids},
                                 {"_source_includes": f"{TEXT_FIELD},{METADATA_FIELD}"}, what="fetching documents")
         return {doc["_id"]: _stored_document(doc) for doc in response["docs"] if doc.get("found")}
 
     def count(self) -> int:
         response = self._whole_answer("counting documents",
-                                      lambda: self.request("GET", f"/{self.index}/_count", what="counting documents"))
+                                      lambda: self.request("GET", self.path("_count"), what="counting documents"))
         return int(response["count"])
 
     def close(self) -> None:
         """Close the client's connection pool."""
         self.client.close()
 
-    # ---- write side
+    # ---- write side (hybrid_qpr.backends.cluster.writer)
     def ingest(self, documents: Iterable[Document | tuple[int, Document]], encoder, *, batch_size: int = 256,
                rejects_path: str | Path | None = None, show_progress: bool = True, max_retries: int = 6,
                initial_backoff: float = 0.5, max_backoff: float = 30.0, shards: int | None = None,
@@ -445,8 +494,13 @@ class ClusterBackend:
         """Encode and bulk-index ``documents`` (``Document`` or ``(line, Document)``) with ``_id`` =
         document id, so re-running replaces instead of duplicating.
 
-        Encoding runs up to ``READ_AHEAD_BATCHES`` batches ahead in a thread, so it goes on while
-        a request is sent or a retry waits. Writes are externally versioned and retried as ``cluster.bulk.write_bulk``
+        A document whose id the engine would refuse (over ``names.MAX_ID_BYTES``) is skipped
+        before it is encoded and reported in ``skipped`` with its line (a plain ``Document``:
+        its position in ``documents``, from 1); the others are written.
+
+        Encoding runs up to ``writer.READ_AHEAD_BATCHES`` batches ahead in a thread, so it goes on while
+        a request is sent or a retry waits; that thread is stopped and joined on every way out.
+        Writes are externally versioned and retried as ``cluster.bulk.write_bulk``
         says (capped exponential backoff ``min(max_backoff, initial_backoff * 2**(attempt - 1))`` or the
         server's ``Retry-After``, at most ``max_retries`` times; smaller requests while the
         cluster answers 429); a connection lost for longer raises ``ClusterError`` (re-run the
@@ -460,106 +514,17 @@ class ClusterBackend:
         other lines written. Failures are listed in the report and written as JSON lines to
         ``rejects_path``. ``shards``/``replicas`` apply when the index is created (see ``ensure_index``).
         """
-        if batch_size < 1:
-            raise ConfigError(f"batch_size={batch_size}: must be >= 1")
-        if bulk_timeout is not None and bulk_timeout <= 0:
-            raise ConfigError(f"bulk_timeout={bulk_timeout}: must be > 0 seconds")
-        report = IngestReport(rejects_path=str(rejects_path) if rejects_path else None)
-        start = time.monotonic()
-        self.ensure_index(encoder, shards=shards, replicas=replicas)
-        self._refresh()
-        count_before = self.count()
-        total = len(documents) if hasattr(documents, "__len__") else None  # type: ignore[arg-type]
-        clock = VersionClock()
-        written: dict[str, tuple[int, bytes, int | None]] = {}  # id -> (version, text digest, line) of its newest write
-        lines_written = 0
-
-        def actions() -> Iterator[BulkAction]:
-            for batch in _batches(documents, batch_size):
-                vectors = prepare_vectors(encoder.encode([doc.text for _, doc in batch], batch_size=batch_size, side="document"),
-                                          encoder.distance)
-                for (line, doc), vector in zip(batch, vectors):
-                    source = {TEXT_FIELD: doc.text, VECTOR_FIELD: vector.tolist(), METADATA_FIELD: doc.metadata}
-                    if self.bm25_field != TEXT_FIELD:
-                        source[self.bm25_field] = bm25_tokens(doc.text)
-                    yield BulkAction("index", doc.id, source, line, clock.next())
-
-        stats = BulkStats()
-
-        def results() -> Iterator[None]:
-            nonlocal lines_written
-            retry = RetryPolicy(max_retries, initial_backoff, max_backoff)
-            encoded = read_ahead(actions(), READ_AHEAD_BATCHES * batch_size)
-            timeout = bulk_timeout or max(60.0, self.request_timeout or 0)
-            for outcome in write_bulk(self.transport, self.index, encoded, chunk_size=batch_size, retry=retry,
-                                      timeout=timeout, stats=stats):
-                action = outcome.action
-                if not outcome.ok:
-                    report.failed.append({"id": action.id, "line": action.line, "status": outcome.status,
-                                          "error": outcome.error})
-                else:
-                    lines_written += 1
-                    newest = written.get(action.id)
-                    if newest is None or action.version > newest[0]:
-                        written[action.id] = (action.version, text_digest(action.source[TEXT_FIELD]), action.line)
-                yield None
-
-        progress: Iterable[None] = results()
-        if show_progress:
-            from hybrid_qpr.progress import track
-
-            progress = track(progress, total=total, description=f"indexing into {self.index}")
-        for _ in progress:
-            pass
-
-        self._refresh()
-        unmatched = list(self.unmatched(written))
-        for doc_id, problem in unmatched:
-            report.failed.append({"id": doc_id, "line": written[doc_id][2], "status": None, "error": problem})
-        lines_written -= len(unmatched)
-        if report.failed and rejects_path:
-            from hybrid_qpr.artifacts import write_jsonl
-
-            write_jsonl(rejects_path, report.failed)
-        report.verified = len(written) - len(unmatched)
-        report.indexed = min(max(0, self.count() - count_before), report.verified)
-        report.updated = lines_written - report.indexed
-        report.retried_requests, report.retried_documents = stats.retried_requests, stats.retried_actions
-        report.retry_wait_seconds = stats.wait_seconds
-        report.seconds = time.monotonic() - start
-        if stats.retries:
-            logger.info("ingest into %s: %d requests and %d documents sent again, %.1f s waiting (smallest request %d)",
-                        self.index, stats.retried_requests, stats.retried_actions, stats.wait_seconds,
-                        stats.smallest_chunk)
-        return report
-
-    def unmatched(self, written: Mapping[str, tuple[int, bytes, int | None]], batch: int = 1000) -> Iterator[tuple[str, str]]:
-        """``(id, problem)`` for each id of ``written`` that the index does not hold with the
-        text whose digest is recorded (read back with ``_mget``, ``batch`` ids at a time)."""
-        ids = list(written)
-        for start in range(0, len(ids), batch):
-            chunk = ids[start:start + batch]
-            response = self.request("POST", f"/{self.index}/_mget", {"ids": chunk}, {"_source_includes": TEXT_FIELD},
-                                    what="reading back the documents written")
-            for doc in response["docs"]:
-                if not doc.get("found"):
-                    yield doc["_id"], "acknowledged but missing from the index after the ingest; re-run the ingest"
-                elif text_digest(doc.get("_source", {}).get(TEXT_FIELD, "")) != written[doc["_id"]][1]:
-                    yield doc["_id"], ("the index holds another text for this id (another writer changed it during "
-                                       "the ingest); re-run the ingest to write this file's version")
+        return writer.ingest(self, documents, encoder, batch_size=batch_size, rejects_path=rejects_path,
+                             show_progress=show_progress, max_retries=max_retries, initial_backoff=initial_backoff,
+                             max_backoff=max_backoff, shards=shards, replicas=replicas, bulk_timeout=bulk_timeout)
 
     def delete(self, ids: Sequence[str]) -> int:
         """Delete ``ids``; returns how many existed. Refreshes so counts and searches agree at once."""
-        if not self.exists():
-            raise missing_index("deleting documents", self.index, self.engine)
-        deleted = 0
-        for outcome in write_bulk(self.transport, self.index,
-                                  (BulkAction("delete", i) for i in dict.fromkeys(ids))):
-            if not outcome.ok:
-                raise BackendError(f"deleting {outcome.action.id!r} from {self.index!r} failed: {outcome.error}")
-            deleted += outcome.result == "deleted"
-        self._refresh()
-        return deleted
+        return writer.delete(self, ids)
+
+    def id_problem(self, doc_id: str) -> str | None:
+        """Why this engine would refuse ``doc_id`` as a document id (None when it would not)."""
+        return id_problem(doc_id, self.engine_name)
 
     # ---- helpers
     def query_vector(self, vector: np.ndarray) -> list[float]:
@@ -615,62 +580,6 @@ def _typed_filter_value(field: str, kind: str, value: Any, index: str) -> Any:
     if isinstance(value, bool):  # a keyword field compares text: JSON true means the string "true"
         return "true" if value else "false"
     return value
-
-
-def text_digest(text: str) -> bytes:
-    """8 bytes that tell one text from another (for checking what an ingest wrote without
-    keeping the texts)."""
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-
-
-def read_ahead(items: Iterable[T], depth: int) -> Iterator[T]:
-    """``items`` produced by a thread up to ``depth`` ahead of the consumer, so producing (here:
-    encoding, which releases the GIL in onnxruntime) overlaps with consuming (sending, waiting).
-    An exception in the producer is raised in the consumer; closing the consumer stops the producer."""
-    queue: Queue = Queue(maxsize=max(1, depth))
-    stop = threading.Event()
-    done = object()
-
-    def produce() -> None:
-        try:
-            for item in items:
-                while not stop.is_set():
-                    try:
-                        queue.put((item, None), timeout=0.1)
-                        break
-                    except Full:
-                        continue
-                if stop.is_set():
-                    return
-            queue.put((done, None))
-        except BaseException as exc:  # handed to the consumer, which re-raises it
-            queue.put((done, exc))
-
-    worker = threading.Thread(target=produce, name="hybrid-qpr-read-ahead", daemon=True)
-    worker.start()
-    try:
-        while True:
-            item, error = queue.get()
-            if item is done:
-                if error is not None:
-                    raise error
-                return
-            yield item
-    finally:
-        stop.set()
-        worker.join(timeout=5)
-
-
-def _batches(documents: Iterable[Document | tuple[int, Document]], size: int) -> Iterator[list[tuple[int | None, Document]]]:
-    batch: list[tuple[int | None, Document]] = []
-    for item in documents:
-        line, doc = item if isinstance(item, tuple) else (None, item)
-        batch.append((line, doc))
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
 
 
 __all__ = ["ClusterBackend", "KNN_CANDIDATES", "reason"]

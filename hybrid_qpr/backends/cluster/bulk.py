@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from hybrid_qpr.backends.cluster.connection import HttpFailure, Transport, error_for, reason
+from hybrid_qpr.backends.cluster.names import index_path
 from hybrid_qpr.errors import ClusterError, ConfigError
 
 logger = logging.getLogger(__name__)
@@ -199,7 +200,7 @@ def write_bulk(transport: Transport, index: str, actions: Iterable[BulkAction], 
             continue
         stats.requests += 1
         try:
-            response = transport.request("POST", f"/{index}/_bulk", "".join(text for _, text in chunk),
+            response = transport.request("POST", index_path(index, "_bulk"), "".join(text for _, text in chunk),
                                          {"filter_path": BULK_FILTER}, ndjson=True, timeout=timeout)
         except HttpFailure as failure:
             if not failure.retryable:
@@ -226,7 +227,13 @@ def write_bulk(transport: Transport, index: str, actions: Iterable[BulkAction], 
             continue
         failed_requests = 0
         throttled = 0
-        for (action, text), item in zip(chunk, response.get("items", [])):
+        items = response.get("items") if isinstance(response, dict) else None
+        if not isinstance(items, list) or len(items) != len(chunk) or not all(isinstance(i, dict) and i for i in items):
+            raise ClusterError(f"bulk request to {index!r}: {transport.name} answered {len(chunk)} operations with "
+                               f"{len(items) if isinstance(items, list) else 'no'} results ({str(response)[:80]}), "
+                               f"so the server at the URL is not a working {transport.name} node. "
+                               f"{acknowledged} operations were acknowledged before that")
+        for (action, text), item in zip(chunk, items):
             op = next(iter(item.values()))
             status = int(op.get("status") or 0)
             if 200 <= status < 300 or (action.op == "delete" and status == 404):

@@ -103,7 +103,12 @@ def resolve_options(engine: Engine, url: str | None = None, *, username: str | N
     if verify_certs is None:
         verify_certs = _env_flag(env_name(engine, "VERIFY"))
         verify_certs = True if verify_certs is None else verify_certs
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises ValueError for a port that is not a number in 0-65535)
+    except ValueError as exc:
+        raise ConfigError(f"{name} URL {redact(url)!r} cannot be read ({exc}): expected http(s)://host[:port], "
+                          "e.g. http://127.0.0.1:9200 (an IPv6 host in brackets: http://[::1]:9200)") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"{name} URL {redact(url)!r}: expected http(s)://host[:port]")
     if parts.username and username is None:  # credentials given inside the URL
@@ -125,14 +130,16 @@ def resolve_options(engine: Engine, url: str | None = None, *, username: str | N
 
 
 def redact(url: str) -> str:
-    """``url`` without any ``user:password@`` part, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
+    """``url`` without any ``user:password@`` part, for messages and logs (also for a URL that
+    cannot be parsed: then everything up to the last ``@`` is cut)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        scheme, sep, rest = url.partition("://")
+        return f"{scheme}{sep}{rest.rpartition('@')[2]}" if sep else url.rpartition("@")[2]
+    if "@" not in parts.netloc:
         return url
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, parts.query, parts.fragment))
 
 
 # ---------------------------------------------------------------------- transport and errors
@@ -199,6 +206,12 @@ class Transport:
         """Send one request and return the decoded JSON answer; failures raise ``HttpFailure``.
         ``ndjson=True`` sends ``body`` (a ``str``) as newline-delimited JSON (``_bulk``, ``_msearch``)."""
         raise NotImplementedError
+
+    def other_engine(self) -> str | None:
+        """The other search engine, when that is what answered this transport's last request
+        (e.g. ``"Elasticsearch"`` behind an OpenSearch client); None when it was this engine or
+        something unknown."""
+        return None
 
     def exists(self, path: str) -> bool:
         """``HEAD path``: True on 2xx, False on 404."""

@@ -1,0 +1,235 @@
+"""The write side of a cluster index: ``ingest`` (encode, bulk-write, read back) and ``delete``.
+
+``ClusterBackend.ingest`` and ``.delete`` are these functions; they live here so that the
+backend module keeps the index facts and the read side.
+
+Ingest threads: encoding runs ahead of the writer in one worker thread (``read_ahead``). That
+thread spends its time inside onnxruntime, and a process that exits while it is there aborts
+natively ("terminate called without an active exception", exit 134). So on every way out of an
+ingest - success, an error, Ctrl-C - the worker is told to stop and joined before the error
+travels on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from queue import Full, Queue
+from typing import TYPE_CHECKING, TypeVar
+
+from hybrid_qpr.backends.base import IngestReport
+from hybrid_qpr.backends.cluster.bodies import METADATA_FIELD, TEXT_FIELD, VECTOR_FIELD, bm25_tokens
+from hybrid_qpr.backends.cluster.bulk import BulkAction, BulkStats, RetryPolicy, VersionClock, write_bulk
+from hybrid_qpr.backends.cluster.connection import missing_index
+from hybrid_qpr.distance import prepare_vectors
+from hybrid_qpr.errors import BackendError, ConfigError
+from hybrid_qpr.types import Document
+
+if TYPE_CHECKING:
+    from hybrid_qpr.backends.cluster.backend import ClusterBackend
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+READ_AHEAD_BATCHES = 4  # encoded batches an ingest keeps ready while it sends or waits
+# how long an ending ingest waits for the encoding thread to finish the batch it is on
+WORKER_JOIN_SECONDS = 120.0
+Written = Mapping[str, tuple[int, bytes, int | None]]  # id -> (version, text digest, line) of its newest write
+
+
+def ingest(backend: ClusterBackend, documents: Iterable[Document | tuple[int, Document]], encoder, *,
+           batch_size: int = 256, rejects_path: str | Path | None = None, show_progress: bool = True,
+           max_retries: int = 6, initial_backoff: float = 0.5, max_backoff: float = 30.0, shards: int | None = None,
+           replicas: int | None = None, bulk_timeout: float | None = None) -> IngestReport:
+    """What ``ClusterBackend.ingest`` does (its docstring says it)."""
+    if batch_size < 1:
+        raise ConfigError(f"batch_size={batch_size}: must be >= 1")
+    if bulk_timeout is not None and bulk_timeout <= 0:
+        raise ConfigError(f"bulk_timeout={bulk_timeout}: must be > 0 seconds")
+    report = IngestReport(rejects_path=str(rejects_path) if rejects_path else None)
+    start = time.monotonic()
+    backend.ensure_index(encoder, shards=shards, replicas=replicas)
+    backend._refresh()
+    count_before = backend.count()
+    total = len(documents) if hasattr(documents, "__len__") else None  # type: ignore[arg-type]
+    clock = VersionClock()
+    written: dict[str, tuple[int, bytes, int | None]] = {}
+    lines_written = 0
+
+    def actions() -> Iterator[BulkAction]:
+        for batch in _batches(_writable(documents, backend, report.skipped), batch_size):
+            vectors = prepare_vectors(encoder.encode([doc.text for _, doc in batch], batch_size=batch_size,
+                                                     side="document"), encoder.distance)
+            for (line, doc), vector in zip(batch, vectors):
+                source = {TEXT_FIELD: doc.text, VECTOR_FIELD: vector.tolist(), METADATA_FIELD: doc.metadata}
+                if backend.bm25_field != TEXT_FIELD:
+                    source[backend.bm25_field] = bm25_tokens(doc.text)
+                yield BulkAction("index", doc.id, source, line, clock.next())
+
+    stats = BulkStats()
+
+    def results() -> Iterator[None]:
+        nonlocal lines_written
+        retry = RetryPolicy(max_retries, initial_backoff, max_backoff)
+        encoded = read_ahead(actions(), READ_AHEAD_BATCHES * batch_size)
+        timeout = bulk_timeout or max(60.0, backend.request_timeout or 0)
+        try:
+            for outcome in write_bulk(backend.transport, backend.index, encoded, chunk_size=batch_size, retry=retry,
+                                      timeout=timeout, stats=stats):
+                action = outcome.action
+                if not outcome.ok:
+                    report.failed.append({"id": action.id, "line": action.line, "status": outcome.status,
+                                          "error": outcome.error})
+                else:
+                    lines_written += 1
+                    newest = written.get(action.id)
+                    if newest is None or action.version > newest[0]:
+                        written[action.id] = (action.version, text_digest(action.source[TEXT_FIELD]), action.line)
+                yield None
+        finally:
+            encoded.close()  # stops and joins the encoding thread, on an error too
+
+    writing = results()
+    progress: Iterable[None] = writing
+    if show_progress:
+        from hybrid_qpr.progress import track
+
+        progress = track(writing, total=total, description=f"indexing into {backend.index}")
+    try:
+        for _ in progress:
+            pass
+    finally:
+        writing.close()
+
+    backend._refresh()
+    unmatched = list(_unmatched(backend, written))
+    for doc_id, problem in unmatched:
+        report.failed.append({"id": doc_id, "line": written[doc_id][2], "status": None, "error": problem})
+    lines_written -= len(unmatched)
+    if report.failed and rejects_path:
+        from hybrid_qpr.artifacts import write_jsonl
+
+        write_jsonl(rejects_path, report.failed)
+    report.verified = len(written) - len(unmatched)
+    report.indexed = min(max(0, backend.count() - count_before), report.verified)
+    report.updated = lines_written - report.indexed
+    report.retried_requests, report.retried_documents = stats.retried_requests, stats.retried_actions
+    report.retry_wait_seconds = stats.wait_seconds
+    report.seconds = time.monotonic() - start
+    if stats.retries:
+        logger.info("ingest into %s: %d requests and %d documents sent again, %.1f s waiting (smallest request %d)",
+                    backend.index, stats.retried_requests, stats.retried_actions, stats.wait_seconds,
+                    stats.smallest_chunk)
+    return report
+
+
+def _unmatched(backend: ClusterBackend, written: Written, batch: int = 1000) -> Iterator[tuple[str, str]]:
+    """``(id, problem)`` for each id of ``written`` that the index does not hold with the
+    text whose digest is recorded (read back with ``_mget``, ``batch`` ids at a time)."""
+    ids = list(written)
+    for start in range(0, len(ids), batch):
+        chunk = ids[start:start + batch]
+        response = backend.request("POST", backend.path("_mget"), {"ids": chunk}, {"_source_includes": TEXT_FIELD},
+                                   what="reading back the documents written")
+        for doc in response["docs"]:
+            if not doc.get("found"):
+                yield doc["_id"], "acknowledged but missing from the index after the ingest; re-run the ingest"
+            elif text_digest(doc.get("_source", {}).get(TEXT_FIELD, "")) != written[doc["_id"]][1]:
+                yield doc["_id"], ("the index holds another text for this id (another writer changed it during "
+                                   "the ingest); re-run the ingest to write this file's version")
+
+
+def delete(backend: ClusterBackend, ids: Sequence[str]) -> int:
+    """What ``ClusterBackend.delete`` does."""
+    if not backend.exists():
+        raise missing_index("deleting documents", backend.index, backend.engine)
+    deleted = 0
+    for outcome in write_bulk(backend.transport, backend.index,
+                              (BulkAction("delete", i) for i in dict.fromkeys(ids))):
+        if not outcome.ok:
+            raise BackendError(f"deleting {outcome.action.id!r} from {backend.index!r} failed: {outcome.error}")
+        deleted += outcome.result == "deleted"
+    backend._refresh()
+    return deleted
+
+
+def text_digest(text: str) -> bytes:
+    """8 bytes that tell one text from another (for checking what an ingest wrote without
+    keeping the texts)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+
+
+def read_ahead(items: Iterable[T], depth: int) -> Iterator[T]:
+    """``items`` produced by a thread up to ``depth`` ahead of the consumer, so producing (here:
+    encoding, which releases the GIL in onnxruntime) overlaps with consuming (sending, waiting).
+    An exception in the producer is raised in the consumer. Closing the generator (``close()``,
+    which the ingest does on every path) stops the producer after the item it is on and waits
+    for its thread to end."""
+    queue: Queue = Queue(maxsize=max(1, depth))
+    stop = threading.Event()
+    done = object()
+
+    def hand(entry: tuple) -> bool:
+        """Queue ``entry`` unless the consumer stopped (never blocks past the stop)."""
+        while not stop.is_set():
+            try:
+                queue.put(entry, timeout=0.1)
+                return True
+            except Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not hand((item, None)):
+                    return
+            hand((done, None))
+        except BaseException as exc:  # handed to the consumer, which re-raises it
+            hand((done, exc))
+
+    worker = threading.Thread(target=produce, name="hybrid-qpr-read-ahead", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item, error = queue.get()
+            if item is done:
+                if error is not None:
+                    raise error
+                return
+            yield item
+    finally:
+        stop.set()
+        worker.join(timeout=WORKER_JOIN_SECONDS)
+        if worker.is_alive():
+            logger.warning("the encoding thread did not stop within %.0f s (input still being read?)",
+                           WORKER_JOIN_SECONDS)
+
+
+def _writable(documents: Iterable[Document | tuple[int, Document]], backend: ClusterBackend,
+              skipped: list[tuple[int, str]]) -> Iterator[tuple[int, Document]]:
+    """``documents`` as ``(line, Document)``, without those whose id the engine would refuse:
+    each of those is added to ``skipped`` as ``(line, problem)``, like any other bad input line.
+    A plain ``Document`` is numbered by its position in ``documents`` (from 1)."""
+    for position, item in enumerate(documents, 1):
+        line, doc = item if isinstance(item, tuple) else (position, item)
+        problem = backend.id_problem(doc.id)
+        if problem:
+            skipped.append((line, problem))
+            continue
+        yield line, doc
+
+
+def _batches(documents: Iterable[tuple[int, Document]], size: int) -> Iterator[list[tuple[int, Document]]]:
+    batch: list[tuple[int, Document]] = []
+    for item in documents:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
