@@ -63,6 +63,7 @@ logger = logging.getLogger(__name__)
 
 Bm25Impl = Literal["bm25s", "rank-bm25"]
 BM25_IMPLS: tuple[str, ...] = ("bm25s", "rank-bm25")
+OPEN_ATTEMPTS = 50  # commits a reader may see replaced while it opens one (each open takes milliseconds)
 SEGMENT_DOCS = 250_000  # an ingest flushes a segment every this many documents (bounds its memory; fewer segments, cheaper kNN)
 
 
@@ -188,7 +189,9 @@ class LocalIndex:
                 remove_unreferenced(path, read_manifest(path))
             finally:
                 lock.release()
-        return cls(path, read_manifest(path), bm25=bm25)
+        index = cls(path, read_manifest(path), bm25=bm25, load=False)
+        index.refresh()
+        return index
 
     @classmethod
     def open_for_repair(cls, path: str | Path) -> "LocalIndex":
@@ -254,25 +257,40 @@ class LocalIndex:
         """(Re)build the segment readers for ``self.manifest``, keeping unchanged ones."""
         search = self.search_settings
         previous = {s.name: s for s in self.segments}
-        fresh = []
-        for entry in self.manifest["segments"]:
-            old = previous.pop(entry["name"], None)
-            if old is not None and old.entry == entry:
-                fresh.append(old)
-            else:
-                if old is not None:
-                    old.close()
-                fresh.append(Segment(self.path, entry, self.dim, search))
-        for gone in previous.values():
-            gone.close()
-        self.segments = fresh
+        kept, opened = [], []
+        try:
+            for entry in self.manifest["segments"]:
+                old = previous.get(entry["name"])
+                if old is not None and old.entry == entry:
+                    kept.append(old)
+                else:
+                    opened.append(Segment(self.path, entry, self.dim, search))
+        except BaseException:
+            for seg in opened:
+                seg.close()
+            raise
+        fresh = {s.name: s for s in kept + opened}
+        for seg in self.segments:
+            if fresh.get(seg.name) is not seg:
+                seg.close()
+        self.segments = [fresh[e["name"]] for e in self.manifest["segments"]]
         self._stats: bm25_lib.CorpusStats | None = None
         self._rank_bm25 = None
 
     def refresh(self) -> None:
-        """Re-read the manifest: see what other writers committed since this index was opened."""
-        self.manifest = read_manifest(self.path)
-        self._load_segments()
+        """Re-read the manifest: see what other writers committed since this index was opened.
+        Opening a commit races with writers: two commits after the manifest was read, the files
+        only it names may be gone (a segment, once open, holds its files). A file missing
+        while a newer commit exists is that race, not damage: open the newer commit instead."""
+        for attempt in range(OPEN_ATTEMPTS):
+            self.manifest = read_manifest(self.path)
+            try:
+                self._load_segments()
+                return
+            except IndexDamagedError:
+                if attempt == OPEN_ATTEMPTS - 1 or read_manifest(self.path).get("generation") == self.manifest.get("generation"):
+                    raise
+                logger.debug("commit %s was replaced while it was opened; opening the next", self.manifest.get("generation"))
 
     # ------------------------------------------------------------------ model checks and defaults
     @property

@@ -26,7 +26,7 @@ import time
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -39,18 +39,42 @@ from hybrid_qpr.text import tokenize
 SEGMENTS_DIR = "segments"
 DOCS_DB, VECTORS, FAISS_FILE = "docs.sqlite", "vectors.npy", "vectors.faiss"
 SEGMENT_FILES: tuple[str, ...] = (DOCS_DB, VECTORS, FAISS_FILE, *bm25_lib.FILES)
+# checked against their CRC32 whenever a segment is opened for reading (docs/reliability.md:
+# their cost at 1M documents); vectors.npy and vectors.faiss are checked on first use
+OPEN_VERIFIED: tuple[str, ...] = (DOCS_DB, *bm25_lib.FILES)
 SQL_CHUNK = 900  # parameters per IN (...) clause, below SQLite's oldest limit of 999
 
 logger = logging.getLogger(__name__)
 
 
-def checksum(path: Path) -> int:
-    """CRC32 of a file, read in 1 MiB blocks."""
+def checksum(source: Path | BinaryIO) -> int:
+    """CRC32 of a file (a path, or an open binary file read from its start), in 1 MiB blocks."""
+    if not isinstance(source, (str, Path)):
+        source.seek(0)
+        return _crc_of(source)
+    with open(source, "rb") as fh:
+        return _crc_of(fh)
+
+
+def _crc_of(fh: BinaryIO) -> int:
     crc = 0
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            crc = zlib.crc32(block, crc)
+    while block := fh.read(1 << 20):
+        crc = zlib.crc32(block, crc)
     return crc
+
+
+def map_npy(handle: BinaryIO) -> np.ndarray:
+    """A read-only memory map of the ``.npy`` array in the open file ``handle`` (mapping the
+    handle, not its path, keeps the array readable after the file is unlinked)."""
+    handle.seek(0)
+    version = np.lib.format.read_magic(handle)
+    header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, fortran, dtype = header(handle)
+    if dtype.hasobject:
+        raise ValueError("the array holds Python objects")
+    if not shape or 0 in shape:
+        return np.zeros(shape, dtype=dtype)
+    return np.memmap(handle, dtype=dtype, mode="r", offset=handle.tell(), shape=shape, order="F" if fortran else "C")
 
 
 def file_record(path: Path) -> dict[str, int]:
@@ -206,10 +230,25 @@ class Segment:
         if verify:
             for problem, file in file_problems(index_path, entry, checksums=False):
                 raise damaged(index_path, problem, fix_for(file, index_path))
+            self._verify(OPEN_VERIFIED + ((entry["deletions"]["file"],) if entry.get("deletions") else ()))
+        self._vectors_verified = not verify  # the large files are checked on first use instead (see OPEN_VERIFIED)
+        # every file is opened (or mapped) now: an open file outlives its unlink on POSIX, so a
+        # later commit or merge that removes this segment cannot pull it from under the reader
+        self._faiss_file = self._load(FAISS_FILE, lambda p: open(p, "rb"))
+        self._db: sqlite3.Connection | None = None
+        try:
+            self._open_rest(entry, dim)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_rest(self, entry: dict[str, Any], dim: int) -> None:
+        index_path = self.index_path
         self._db = self._connect()
-        self.vectors = self._load(VECTORS, lambda p: np.load(p, mmap_mode="r", allow_pickle=False))
-        if self.vectors.shape != (self.count, dim):
-            raise damaged(index_path, f"{self.rel(VECTORS)} has shape {self.vectors.shape}, expected "
+        self._vectors_file = self._load(VECTORS, lambda p: open(p, "rb"))
+        self._vectors = self._load(VECTORS, lambda p: map_npy(self._vectors_file))
+        if self._vectors.shape != (self.count, dim):
+            raise damaged(index_path, f"{self.rel(VECTORS)} has shape {self._vectors.shape}, expected "
                           f"({self.count}, {dim})", fix_for(VECTORS, index_path))
         self.postings = self._load(bm25_lib.VOCAB, lambda p: bm25_lib.load_postings(p.parent))
         if len(self.postings.doc_len) != self.count:
@@ -230,6 +269,24 @@ class Segment:
     # ------------------------------------------------------------------ checks
     def rel(self, file: str) -> str:
         return f"{SEGMENTS_DIR}/{self.name}/{file}"
+
+    def _verify(self, files: Sequence[str]) -> None:
+        """Compare ``files``' CRC32 with the manifest's (a same-size edit passes the size check)."""
+        for file, record in expected_files(self.entry).items():
+            if file in files and checksum(self.dir / file) != record["crc32"]:
+                raise damaged(self.index_path, f"{self.rel(file)} has changed since it was written (CRC32 mismatch)",
+                              fix_for(file, self.index_path))
+
+    @property
+    def vectors(self) -> np.ndarray:
+        """The stored vectors ``[count, dim]`` (memory-mapped), checked against their CRC32 on first use."""
+        if not self._vectors_verified:
+            record = (self.entry.get("files") or {}).get(VECTORS)
+            if record and checksum(self._vectors_file) != record["crc32"]:
+                raise damaged(self.index_path, f"{self.rel(VECTORS)} has changed since it was written (CRC32 "
+                              "mismatch)", fix_for(VECTORS, self.index_path))
+            self._vectors_verified = True
+        return self._vectors
 
     def _load(self, file: str, loader):
         try:
@@ -279,13 +336,14 @@ class Segment:
     def faiss(self):
         if self._faiss is None:
             faiss = require("faiss", feature="the local index")
-            path = self.dir / FAISS_FILE
             record = (self.entry.get("files") or {}).get(FAISS_FILE)
-            if record and path.is_file() and checksum(path) != record["crc32"]:  # a corrupt file can crash FAISS
+            handle = self._faiss_file  # opened with the segment: the path may be gone by now
+            if record and checksum(handle) != record["crc32"]:  # a corrupt file can crash FAISS
                 raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} has changed since it was written (CRC32 "
                               "mismatch)", fix_for(FAISS_FILE, self.index_path))
             try:
-                index = faiss.read_index(str(path))
+                handle.seek(0)
+                index = faiss.read_index(faiss.PyCallbackIOReader(handle.read, 1 << 20))
             except (RuntimeError, OSError) as exc:
                 raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} cannot be read ({str(exc).splitlines()[0]})",
                               fix_for(FAISS_FILE, self.index_path)) from None
@@ -318,4 +376,8 @@ class Segment:
         return [r[:-1] for r in out]
 
     def close(self) -> None:
-        self._db.close()
+        if self._db is not None:
+            self._db.close()
+        self._faiss_file.close()
+        if hasattr(self, "_vectors_file"):
+            self._vectors_file.close()
