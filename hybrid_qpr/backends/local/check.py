@@ -10,12 +10,10 @@ Each problem comes with its recovery.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hybrid_qpr.backends.local.commit import (FORMAT, FORMAT_VERSION, LOCK_FILE, MANIFEST, WriteLock, manifest_problem,
-                                              referenced)
+from hybrid_qpr.backends.local.commit import FORMAT, FORMAT_VERSION, MANIFEST, WriteLock, manifest_problem, referenced
 from hybrid_qpr.backends.local.segment import DOCS_DB, SEGMENTS_DIR, Segment, file_problems, fix_for
 from hybrid_qpr.backends.local.vectors import SearchSettings
 from hybrid_qpr.errors import IndexDamagedError
@@ -116,18 +114,9 @@ def _check_postings(seg: Segment, report: CheckReport, path: Path) -> None:
 
 
 def _notes(path: Path, manifest: dict, report: CheckReport) -> None:
-    writer = None
-    if (path / LOCK_FILE).exists():
-        lock = WriteLock(path)
-        if lock.try_acquire():
-            lock.release()
-        else:
-            fd = os.open(path / LOCK_FILE, os.O_RDONLY)
-            try:
-                writer = WriteLock.holder(fd)
-            finally:
-                os.close(fd)
-            report.notes.append(f"the index is being written by {writer} right now")
+    writer = WriteLock(path).writer_at_work()
+    if writer:
+        report.notes.append(f"the index is being written by {writer} right now")
     keep = referenced(manifest) | set(manifest.get("retained", []))
     segments = path / SEGMENTS_DIR
     if segments.is_dir():

@@ -31,6 +31,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from hybrid_qpr.backends.local import bm25 as bm25_lib
+from hybrid_qpr.backends.local.storage import write_refusal
 from hybrid_qpr.backends.local.vectors import SearchSettings, build_faiss, calibrate_ef
 from hybrid_qpr.distance import Distance
 from hybrid_qpr.errors import IndexDamagedError, require
@@ -96,9 +97,10 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
     ``metas`` are JSON texts; ``vectors`` are already prepared for ``distance``."""
     faiss = require("faiss", feature="the local index")
     tmp = segments_dir / f".{name}.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
+    # a lower bound of the segment's size, for the message when the disk is full: the texts, and
+    # the vectors twice (vectors.npy and the FAISS index hold them both)
+    needed = 2 * int(np.asarray(vectors).nbytes) + sum(len(t.encode("utf-8")) for t in (*ids, *texts, *metas))
+    current = tmp  # what is being written, for that message
     clock = [(time.perf_counter(), time.process_time())]
 
     def lap() -> str:  # wall and CPU seconds since the previous lap (the CPU share shows a busy machine)
@@ -106,6 +108,10 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
         return f"{clock[-1][0] - clock[-2][0]:.1f} s (CPU {clock[-1][1] - clock[-2][1]:.1f} s)"
 
     try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        current = tmp / DOCS_DB
         db = sqlite3.connect(tmp / DOCS_DB)
         try:
             db.execute("PRAGMA journal_mode=OFF")  # written once, then read-only: no journal needed
@@ -117,17 +123,21 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
             db.close()
         times = {"sqlite": lap()}
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        current = tmp / VECTORS
         np.save(tmp / VECTORS, vectors, allow_pickle=False)
         graph = build_faiss(vectors, distance, factory)
+        current = tmp / FAISS_FILE
         faiss.write_index(graph, str(tmp / FAISS_FILE))
         times[factory] = lap()
         ef_search = calibrate_ef(graph, vectors, distance) if hasattr(graph, "hnsw") else None
         if ef_search is not None:
             times["efSearch calibration"] = lap()
+        current = tmp / "bm25.*"
         bm25_lib.save_postings(bm25_lib.build_postings(tokenize(t) for t in texts), tmp)
         fields = sorted({key for m in metas if m != "{}" for key in json.loads(m)})
         times["postings"] = lap()
         files = {}
+        current = tmp
         for file in SEGMENT_FILES:
             fsync_path(tmp / file)
             files[file] = file_record(tmp / file)
@@ -137,8 +147,11 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
         times["fsync+crc32"] = lap()
         logger.info("segment %s: %d documents written in %.1f s: %s", name, len(ids), clock[-1][0] - clock[0][0],
                     ", ".join(f"{what} {spent}" for what, spent in times.items()))
-    except BaseException:
+    except BaseException as exc:
+        refusal = write_refusal(exc, current, needed)  # before the removal: it looks at what was written
         shutil.rmtree(tmp, ignore_errors=True)
+        if refusal is not None:
+            raise refusal from exc
         raise
     entry = {"name": name, "count": len(ids), "deleted": 0, "deletions": None, "factory": factory,
              "fields": fields, "files": files}
@@ -152,12 +165,20 @@ def write_deletions(segment_dir: Path, generation: int, deleted: np.ndarray) -> 
     its manifest record. A new name per commit: the previous commit's file stays valid."""
     name = f"deleted.{generation}.npy"
     tmp = segment_dir / f".{name}.tmp"
-    with open(tmp, "wb") as fh:
-        np.save(fh, np.asarray(deleted, dtype=np.int64), allow_pickle=False)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, segment_dir / name)
-    fsync_path(segment_dir)
+    rows = np.asarray(deleted, dtype=np.int64)
+    try:
+        with open(tmp, "wb") as fh:
+            np.save(fh, rows, allow_pickle=False)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, segment_dir / name)
+        fsync_path(segment_dir)
+    except OSError as exc:
+        refusal = write_refusal(exc, tmp, rows.nbytes + 128)
+        tmp.unlink(missing_ok=True)
+        if refusal is not None:
+            raise refusal from exc
+        raise
     return {"file": name, **file_record(segment_dir / name)}
 
 
