@@ -34,7 +34,7 @@ from typing import Any
 
 from hybrid_qpr import artifacts
 from hybrid_qpr.backends.local.segment import SEGMENTS_DIR, fsync_path
-from hybrid_qpr.backends.local.storage import write_refusal
+from hybrid_qpr.backends.local.storage import access_refusal, write_refusal
 from hybrid_qpr.errors import IndexDamagedError, IndexLockedError
 
 logger = logging.getLogger(__name__)
@@ -52,10 +52,13 @@ GRACE_S = 2.0  # even without --wait, a writer waits this long: a reader's clean
 
 def read_manifest(path: Path) -> dict[str, Any]:
     """The committed manifest of the index at ``path``, checked for the keys every reader needs."""
-    manifest = artifacts.read_manifest(
-        path / MANIFEST, FORMAT, FORMAT_VERSION, what="hybrid-qpr local index",
-        missing=f"{path}: not a hybrid-qpr index ({MANIFEST} missing); build one with 'hybrid-qpr ingest FILE --index {path}'",
-        fix="rebuild the index by ingesting your source file into a new --index directory")
+    try:
+        manifest = artifacts.read_manifest(
+            path / MANIFEST, FORMAT, FORMAT_VERSION, what="hybrid-qpr local index",
+            missing=f"{path}: not a hybrid-qpr index ({MANIFEST} missing); build one with 'hybrid-qpr ingest FILE --index {path}'",
+            fix="rebuild the index by ingesting your source file into a new --index directory")
+    except PermissionError as exc:
+        raise access_refusal(Path(exc.filename or path / MANIFEST), writing=False) from None
     problem = manifest_problem(manifest)
     if problem:
         raise IndexDamagedError(f"index {path} is damaged: {MANIFEST} {problem}. Fix: the index cannot be used; "

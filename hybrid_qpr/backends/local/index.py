@@ -48,6 +48,7 @@ from hybrid_qpr.backends.local.commit import (FORMAT, FORMAT_VERSION, LOCK_FILE,
 from hybrid_qpr.backends.local.merge import plan_merge
 from hybrid_qpr.backends.local.ranking import SHARE_EF_POWER, SegmentQueue, best_rows, full_k, knn_worker, merge_ranked
 from hybrid_qpr.backends.local.segment import SEGMENTS_DIR, Segment, file_problems, write_segment
+from hybrid_qpr.backends.local.storage import access_refusal
 from hybrid_qpr.backends.local.writer import IngestWriter, LiveRows, check_output_dim, read_live_rows, with_deletions
 from hybrid_qpr.backends.local.vectors import (FAISS_KINDS, FLAT_THRESHOLD, FaissKind, SearchSettings, faiss_factory,
                                                one_thread)
@@ -216,6 +217,8 @@ class LocalIndex:
             try:
                 self._load_segments()
                 return
+            except PermissionError as exc:  # not damage: the file may be intact
+                raise access_refusal(Path(exc.filename or self.path), writing=False) from None
             except IndexDamagedError:
                 if attempt == OPEN_ATTEMPTS - 1 or read_manifest(self.path).get("generation") == self.manifest.get("generation"):
                     raise

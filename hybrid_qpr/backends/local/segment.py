@@ -31,7 +31,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from hybrid_qpr.backends.local import bm25 as bm25_lib
-from hybrid_qpr.backends.local.storage import write_refusal
+from hybrid_qpr.backends.local.storage import access_refusal, unreadable, write_refusal
 from hybrid_qpr.backends.local.vectors import SearchSettings, build_faiss, calibrate_ef
 from hybrid_qpr.distance import Distance
 from hybrid_qpr.errors import IndexDamagedError, require
@@ -312,6 +312,8 @@ class Segment:
     def _load(self, file: str, loader):
         try:
             return loader(self.dir / file)
+        except PermissionError:
+            raise access_refusal(self.dir / file, writing=False) from None
         except (OSError, ValueError, EOFError, json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise damaged(self.index_path, f"{self.rel(file)} cannot be read ({exc})", fix_for(file, self.index_path)) from None
 
@@ -321,6 +323,8 @@ class Segment:
             db = sqlite3.connect(uri, uri=True, check_same_thread=False)
             rows = db.execute("SELECT count(*) FROM docs").fetchone()[0]
         except sqlite3.Error as exc:
+            if unreadable(self.dir / DOCS_DB):
+                raise access_refusal(self.dir / DOCS_DB, writing=False) from None
             raise damaged(self.index_path, f"{self.rel(DOCS_DB)} is not a readable SQLite database ({exc})",
                           fix_for(DOCS_DB, self.index_path)) from None
         if rows != self.count:

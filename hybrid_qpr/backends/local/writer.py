@@ -20,8 +20,8 @@ import numpy as np
 from hybrid_qpr.backends.base import IngestReport
 from hybrid_qpr.backends.local.segment import (DOCS_DB, SEGMENTS_DIR, VECTORS, Segment, checksum, damaged, fix_for,
                                                write_deletions, write_segment)
+from hybrid_qpr.backends.local.storage import access_refusal, unreadable
 from hybrid_qpr.distance import Distance, prepare_vectors
-from hybrid_qpr.errors import ModelMismatchError
 from hybrid_qpr.text.ids import padded_id_problem
 from hybrid_qpr.types import Document
 
@@ -53,17 +53,10 @@ def document_problem(doc: Document) -> str | None:
     return None
 
 
-def check_output_dim(encoder, vectors: np.ndarray | None = None) -> None:
-    """Refuse a model whose vectors do not have the dims its ``config.json`` declares (the
-    dims the index is built for): ``vectors`` it produced, else one encoded now."""
-    if vectors is None:
-        vectors = encoder.encode(["how many dimensions does this model output?"], show_progress=False, side="document")
-    vectors = np.asarray(vectors)
-    if vectors.ndim != 2 or vectors.shape[1] != int(encoder.dim):
-        raise ModelMismatchError(
-            f"model {encoder.model_dir}: its config.json says dim {encoder.dim} but it outputs vectors of "
-            f"{vectors.shape[-1] if vectors.ndim else 0} dims. Fix: correct \"dim\" in its config.json (or re-export "
-            "the model); nothing was written")
+def check_output_dim(encoder) -> None:
+    """Encode one text now, so that a model whose ``config.json`` disagrees with the dims it
+    outputs is refused (``ModelMismatchError``, by the encoder) before an index is created for it."""
+    encoder.encode(["how many dimensions does this model output?"], show_progress=False, side="document")
 
 
 @dataclass
@@ -91,6 +84,9 @@ def read_live_rows(index_path: Path, entry: dict[str, Any], dim: int, distance: 
         path = seg_dir / file
         return path.is_file() and path.stat().st_size == record["bytes"] and checksum(path) == record["crc32"]
 
+    for file in (DOCS_DB, VECTORS, (entry.get("deletions") or {}).get("file")):
+        if file and unreadable(seg_dir / file):  # permissions, not damage: never a reason to drop the segment
+            raise access_refusal(seg_dir / file, writing=False)
     if DOCS_DB not in files or not intact(DOCS_DB, files[DOCS_DB]):
         raise damaged(index_path, f"{rel}/{DOCS_DB} is missing or has changed since it was written (size or CRC32)",
                       fix_for(DOCS_DB, index_path))
@@ -217,7 +213,6 @@ class IngestWriter:
             started, cpu = time.perf_counter(), time.process_time()
             encoded = self.encoder.encode([texts[i] for i in to_encode], batch_size=self.batch_size,
                                           show_progress=self.show_progress, side="document")
-            check_output_dim(self.encoder, encoded)
             vectors[np.asarray(to_encode)] = prepare_vectors(encoded, self.index.distance)
             logger.info("encoded %d texts in %.1f s (CPU %.1f s)", len(to_encode), time.perf_counter() - started,
                         time.process_time() - cpu)
