@@ -228,7 +228,7 @@ class HybridSearcher:
         shared = kwargs.pop("filters", None)
         per_query = [merge_filters(shared, f) for f in (query_filters or [None] * len(queries))]
         mode = kwargs.get("mode", "hybrid")
-        if mode == "bm25" or not queries:
+        if mode == "bm25" or not queries or self.encoder is None:  # without an encoder, search() names the problem
             return [self.search(q, filters=f, **kwargs) for q, f in zip(queries, per_query)]
         vectors = self.encoder.encode(queries)
         return [self.search(q, vector=v, filters=f, **kwargs) for q, v, f in zip(queries, vectors, per_query)]

@@ -56,13 +56,13 @@ def _first_line(path: str | Path) -> str:
 
 
 def detect_format(path: str | Path) -> DocumentFormat:
-    """``jsonl`` for .jsonl/.json files or a first line starting with ``{``; ``pairs`` for a
+    """``jsonl`` for .jsonl/.json files or a first line starting with ``{`` (or ``[``); ``pairs`` for a
     table whose header names question1 and question2 (or a 6-column Quora file); else ``table``."""
     suffix = base_suffix(path)
     if suffix in (".jsonl", ".json", ".ndjson"):
         return "jsonl"
     first = _first_line(path)
-    if first.lstrip().startswith("{"):
+    if first.lstrip().startswith(("{", "[")):  # "[": a JSON array, refused by the JSONL reader with that name
         return "jsonl"
     cells = [c.strip().strip('"').lower() for c in first.replace("\t", ",").split(",")]
     if {"question1", "question2"} <= set(cells):

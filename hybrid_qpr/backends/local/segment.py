@@ -22,6 +22,7 @@ import logging
 import os
 import shutil
 import sqlite3
+import threading
 import time
 import zlib
 from collections.abc import Sequence
@@ -49,19 +50,34 @@ logger = logging.getLogger(__name__)
 
 
 def checksum(source: Path | BinaryIO) -> int:
-    """CRC32 of a file (a path, or an open binary file read from its start), in 1 MiB blocks."""
-    if not isinstance(source, (str, Path)):
-        source.seek(0)
-        return _crc_of(source)
-    with open(source, "rb") as fh:
-        return _crc_of(fh)
-
-
-def _crc_of(fh: BinaryIO) -> int:
+    """CRC32 of a file (a path, or an open binary file: read whole with ``pread``, which
+    leaves its position alone, so threads may share it), in 1 MiB blocks."""
+    if isinstance(source, (str, Path)):
+        with open(source, "rb") as fh:
+            return checksum(fh)
     crc = 0
-    while block := fh.read(1 << 20):
+    for block in _blocks(source):
         crc = zlib.crc32(block, crc)
     return crc
+
+
+def _blocks(handle: BinaryIO, size: int = 1 << 20):
+    offset = 0
+    while block := os.pread(handle.fileno(), size, offset):
+        offset += len(block)
+        yield block
+
+
+class _PositionalReader:
+    """A file handle read front to back with ``pread`` (its own offset): FAISS's reader callback."""
+
+    def __init__(self, handle: BinaryIO):
+        self._fd, self._offset = handle.fileno(), 0
+
+    def __call__(self, size: int) -> bytes:
+        block = os.pread(self._fd, size, self._offset)
+        self._offset += len(block)
+        return block
 
 
 def map_npy(handle: BinaryIO) -> np.ndarray:
@@ -255,6 +271,7 @@ class Segment:
         self._vectors_verified = not verify  # the large files are checked on first use instead (see OPEN_VERIFIED)
         # every file is opened (or mapped) now: an open file outlives its unlink on POSIX, so a
         # later commit or merge that removes this segment cannot pull it from under the reader
+        self._first_use = threading.Lock()  # the files checked or loaded on first use
         self._faiss_file = self._load(FAISS_FILE, lambda p: open(p, "rb"))
         self._db: sqlite3.Connection | None = None
         try:
@@ -302,11 +319,12 @@ class Segment:
     def vectors(self) -> np.ndarray:
         """The stored vectors ``[count, dim]`` (memory-mapped), checked against their CRC32 on first use."""
         if not self._vectors_verified:
-            record = (self.entry.get("files") or {}).get(VECTORS)
-            if record and checksum(self._vectors_file) != record["crc32"]:
-                raise damaged(self.index_path, f"{self.rel(VECTORS)} has changed since it was written (CRC32 "
-                              "mismatch)", fix_for(VECTORS, self.index_path))
-            self._vectors_verified = True
+            with self._first_use:
+                record = (self.entry.get("files") or {}).get(VECTORS)
+                if not self._vectors_verified and record and checksum(self._vectors_file) != record["crc32"]:
+                    raise damaged(self.index_path, f"{self.rel(VECTORS)} has changed since it was written (CRC32 "
+                                  "mismatch)", fix_for(VECTORS, self.index_path))
+                self._vectors_verified = True
         return self._vectors
 
     def _load(self, file: str, loader):
@@ -360,24 +378,29 @@ class Segment:
     @property
     def faiss(self):
         if self._faiss is None:
-            faiss = require("faiss", feature="the local index")
-            record = (self.entry.get("files") or {}).get(FAISS_FILE)
-            handle = self._faiss_file  # opened with the segment: the path may be gone by now
-            if record and checksum(handle) != record["crc32"]:  # a corrupt file can crash FAISS
-                raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} has changed since it was written (CRC32 "
-                              "mismatch)", fix_for(FAISS_FILE, self.index_path))
-            try:
-                handle.seek(0)
-                index = faiss.read_index(faiss.PyCallbackIOReader(handle.read, 1 << 20))
-            except (RuntimeError, OSError) as exc:
-                raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} cannot be read ({str(exc).splitlines()[0]})",
-                              fix_for(FAISS_FILE, self.index_path)) from None
-            if index.ntotal != self.count or index.d != self.dim:
-                raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} holds {index.ntotal} vectors of {index.d} "
-                              f"dims, expected {self.count} of {self.dim}", fix_for(FAISS_FILE, self.index_path))
-            self.search.apply(index, self.entry.get("ef_search"))
-            self._faiss = index
+            with self._first_use:  # reader threads may ask at once: load (and check) it once
+                if self._faiss is None:
+                    self._faiss = self._load_faiss()
         return self._faiss
+
+    def _load_faiss(self):
+        """Check ``vectors.faiss`` against its CRC32, then read it through the handle held since open."""
+        faiss = require("faiss", feature="the local index")
+        record = (self.entry.get("files") or {}).get(FAISS_FILE)
+        handle = self._faiss_file  # opened with the segment: the path may be gone by now
+        if record and checksum(handle) != record["crc32"]:  # a corrupt file can crash FAISS
+            raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} has changed since it was written (CRC32 "
+                          "mismatch)", fix_for(FAISS_FILE, self.index_path))
+        try:
+            index = faiss.read_index(faiss.PyCallbackIOReader(_PositionalReader(handle), 1 << 20))
+        except (RuntimeError, OSError) as exc:
+            raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} cannot be read ({str(exc).splitlines()[0]})",
+                          fix_for(FAISS_FILE, self.index_path)) from None
+        if index.ntotal != self.count or index.d != self.dim:
+            raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} holds {index.ntotal} vectors of {index.d} "
+                          f"dims, expected {self.count} of {self.dim}", fix_for(FAISS_FILE, self.index_path))
+        self.search.apply(index, self.entry.get("ef_search"))
+        return index
 
     def set_search(self, search: SearchSettings) -> None:
         if search != self.search:
