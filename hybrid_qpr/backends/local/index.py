@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -46,13 +45,13 @@ from hybrid_qpr.backends.local import bm25 as bm25_lib
 from hybrid_qpr.backends.local.commit import (FORMAT, FORMAT_VERSION, LOCK_FILE, MANIFEST, WriteLock, read_manifest,
                                               referenced, remove_paths, remove_unreferenced, write_manifest)
 from hybrid_qpr.backends.local.merge import plan_merge
-from hybrid_qpr.backends.local.ranking import SHARE_EF_POWER, SegmentQueue, best_rows, full_k, knn_worker, merge_ranked
+from hybrid_qpr.backends.local.ranking import (SegmentQueue, best_rows, faiss_candidates, knn_worker, merge_ranked,
+                                               settled)
 from hybrid_qpr.backends.local.segment import SEGMENTS_DIR, Segment, file_problems, write_segment
 from hybrid_qpr.backends.local.storage import access_refusal
+from hybrid_qpr.backends.local.vectors import FAISS_KINDS, FLAT_THRESHOLD, FaissKind, SearchSettings, faiss_factory
 from hybrid_qpr.backends.local.writer import IngestWriter, LiveRows, check_output_dim, read_live_rows, with_deletions
-from hybrid_qpr.backends.local.vectors import (FAISS_KINDS, FLAT_THRESHOLD, FaissKind, SearchSettings, faiss_factory,
-                                               one_thread)
-from hybrid_qpr.distance import Distance, check_distance, prepare_vectors, score_from_faiss, similarity
+from hybrid_qpr.distance import Distance, check_distance, prepare_vectors, similarity
 from hybrid_qpr.errors import ConfigError, IndexDamagedError, IndexStorageError, ModelMismatchError, require
 from hybrid_qpr.text import tokenize
 from hybrid_qpr.types import Document, Filters, Hit
@@ -367,8 +366,8 @@ class LocalIndex:
         depth = self._bounded(depth)
         allowed = self.matching(filters)
         if allowed is None:
-            found = self._faiss_candidates(query, depth, SegmentQueue(self.segments))
-            return merge_ranked(self._settled(found, query, depth), depth)
+            found = faiss_candidates(self.segments, query, depth, SegmentQueue(self.segments), self.distance)
+            return merge_ranked(settled(found, query, depth, self.distance), depth)
         found = []
         for seg, rows in zip(self.segments, allowed):
             if len(rows):
@@ -381,63 +380,6 @@ class LocalIndex:
         if query.shape[1] != self.dim:
             raise ModelMismatchError(f"query vector has {query.shape[1]} dims; index {self.path} has {self.dim}")
         return query
-
-    def _faiss_candidates(self, query: np.ndarray, depth: int,
-                          segments: "SegmentQueue") -> list[tuple[Segment, np.ndarray, np.ndarray, bool]]:
-        """``(segment, scores, rows, complete)`` of the live rows among each segment's FAISS
-        hits, for the segments this thread takes from ``segments`` (several threads may share
-        it). With one segment it is asked for ``depth`` (plus its deleted rows). With several,
-        each is first asked only for its share (the optimistic per-segment k of Lucene 10's
-        multi-segment kNN): twice ``depth`` times its fraction of the live documents, plus 10,
-        with efSearch times (that k / the full k) ** ``SHARE_EF_POWER``. A segment whose whole
-        answer lands in the merged top ``depth`` may hold more, so ``_settled`` searches it again
-        in full (``complete`` is False until then)."""
-        found = []
-        live_total = max(1, sum(seg.live for seg in self.segments))
-        while (seg := segments.take()) is not None:
-            full = full_k(seg, depth)
-            k, ef = full, seg.ef_search
-            if len(self.segments) > 1:
-                k = min(full, math.ceil(2 * depth * seg.live / live_total) + 10 + seg.count - seg.live)
-                if k < full:
-                    ef = math.ceil(seg.ef_search * (k / full) ** SHARE_EF_POWER)
-            found.append((*self._search_segment(seg, query, k, ef), k == full))
-        return found
-
-    def _search_segment(self, seg: Segment, query: np.ndarray, k: int,
-                        ef: int | None = None) -> tuple[Segment, np.ndarray, np.ndarray]:
-        """The live rows among ``seg``'s FAISS top ``k``. An HNSW graph is searched with
-        efSearch ``ef`` (default: the segment's), never below ``k``: FAISS does not raise it
-        itself, and a list longer than its candidate queue loses its tail (measured on Quora
-        val, depth 30: equal-RRF MRR@20 0.854 at ef 16, 0.856 at ef 30)."""
-        params = None
-        if hasattr(seg.faiss, "hnsw"):
-            wanted = max(k, ef or seg.ef_search)
-            if wanted != seg.faiss.hnsw.efSearch:
-                params = require("faiss", feature="the local index").SearchParametersHNSW(efSearch=wanted)
-        with one_thread():
-            raw, hits = seg.faiss.search(query, k, params=params)
-        valid = hits[0] >= 0
-        rows = hits[0][valid].astype(np.int64)
-        scores = score_from_faiss(raw[0][valid], self.distance)
-        if seg.deleted is not None:
-            keep = ~seg.deleted[rows]
-            rows, scores = rows[keep], scores[keep]
-        return seg, scores, rows
-
-    def _settled(self, found: list[tuple[Segment, np.ndarray, np.ndarray, bool]], query: np.ndarray,
-                 depth: int) -> list[tuple[Segment, np.ndarray, np.ndarray]]:
-        """``found`` with every partial answer that reaches the merged top ``depth`` whole
-        (all its scores at or above the ``depth``-th best) replaced by a full search of its
-        segment: only then could the segment hold more documents that belong in the list."""
-        scores = np.concatenate([f[1] for f in found]) if found else np.zeros(0, np.float32)
-        cutoff = np.partition(scores, len(scores) - depth)[len(scores) - depth] if len(scores) > depth else -np.inf
-        out = []
-        for seg, seg_scores, rows, complete in found:
-            if not complete and len(seg_scores) and seg_scores.min() >= cutoff:
-                seg, seg_scores, rows = self._search_segment(seg, query, full_k(seg, depth))
-            out.append((seg, *best_rows(seg_scores, rows, depth)))
-        return out
 
     def bm25_and_knn(self, query: str, vector: np.ndarray | Callable[[], np.ndarray], depth: int,
                      filters: Filters | None = None) -> tuple[list[Hit], list[Hit]]:
@@ -459,17 +401,17 @@ class LocalIndex:
 
         def knn_half() -> list[tuple[Segment, np.ndarray, np.ndarray, bool]]:
             ready.append(self._knn_query(vector_of()))
-            return self._faiss_candidates(ready[0], depth, segments)
+            return faiss_candidates(self.segments, ready[0], depth, segments, self.distance)
 
         pending = knn_worker().submit(knn_half)
         helped: list[tuple[Segment, np.ndarray, np.ndarray, bool]] = []
         try:
             bm25_hits = self.bm25(query, depth)
             if ready:  # never wait for the encoding here: the worker searches whatever is left
-                helped = self._faiss_candidates(ready[0], depth, segments)
+                helped = faiss_candidates(self.segments, ready[0], depth, segments, self.distance)
         finally:
             found = pending.result()
-        return bm25_hits, merge_ranked(self._settled(found + helped, ready[0], depth), depth)
+        return bm25_hits, merge_ranked(settled(found + helped, ready[0], depth, self.distance), depth)
 
     def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
         """Exact similarity of ``vector`` to the stored vectors of ``ids`` (MSEM rerank)."""

@@ -1,9 +1,11 @@
 """Ranking helpers of the local index: the best rows of a segment's scores, the exact merge
-of per-segment lists (ties broken by id), and the hand-out of segments to the threads of a
-kNN search."""
+of per-segment lists (ties broken by id), and the kNN search over segments (FAISS per
+segment, each first asked for its share of the list, the segments handed out to the threads
+that search them)."""
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -11,6 +13,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from hybrid_qpr.backends.local.vectors import one_thread
+from hybrid_qpr.distance import Distance, score_from_faiss
+from hybrid_qpr.errors import require
 from hybrid_qpr.types import Hit
 
 if TYPE_CHECKING:
@@ -87,3 +92,61 @@ def knn_worker() -> ThreadPoolExecutor:
         if not _KNN_WORKER:
             _KNN_WORKER.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="hybrid-qpr-knn"))
     return _KNN_WORKER[0]
+
+
+def faiss_candidates(segments: Sequence["Segment"], query: np.ndarray, depth: int, queue: SegmentQueue,
+                 distance: Distance) -> list[tuple["Segment", np.ndarray, np.ndarray, bool]]:
+    """``(segment, scores, rows, complete)`` of the live rows among each segment's FAISS
+    hits, for the segments this thread takes from ``queue`` (several threads may share
+    it). With one segment it is asked for ``depth`` (plus its deleted rows). With several,
+    each is first asked only for its share (the optimistic per-segment k of Lucene 10's
+    multi-segment kNN): twice ``depth`` times its fraction of the live documents, plus 10,
+    with efSearch times (that k / the full k) ** ``SHARE_EF_POWER``. A segment whose whole
+    answer lands in the merged top ``depth`` may hold more, so ``settled`` searches it again
+    in full (``complete`` is False until then)."""
+    found = []
+    live_total = max(1, sum(seg.live for seg in segments))
+    while (seg := queue.take()) is not None:
+        full = full_k(seg, depth)
+        k, ef = full, seg.ef_search
+        if len(segments) > 1:
+            k = min(full, math.ceil(2 * depth * seg.live / live_total) + 10 + seg.count - seg.live)
+            if k < full:
+                ef = math.ceil(seg.ef_search * (k / full) ** SHARE_EF_POWER)
+        found.append((*search_segment(seg, query, k, distance, ef), k == full))
+    return found
+
+def search_segment(seg: "Segment", query: np.ndarray, k: int, distance: Distance,
+               ef: int | None = None) -> tuple["Segment", np.ndarray, np.ndarray]:
+    """The live rows among ``seg``'s FAISS top ``k``. An HNSW graph is searched with
+    efSearch ``ef`` (default: the segment's), never below ``k``: FAISS does not raise it
+    itself, and a list longer than its candidate queue loses its tail (measured on Quora
+    val, depth 30: equal-RRF MRR@20 0.854 at ef 16, 0.856 at ef 30)."""
+    params = None
+    if hasattr(seg.faiss, "hnsw"):
+        wanted = max(k, ef or seg.ef_search)
+        if wanted != seg.faiss.hnsw.efSearch:
+            params = require("faiss", feature="the local index").SearchParametersHNSW(efSearch=wanted)
+    with one_thread():
+        raw, hits = seg.faiss.search(query, k, params=params)
+    valid = hits[0] >= 0
+    rows = hits[0][valid].astype(np.int64)
+    scores = score_from_faiss(raw[0][valid], distance)
+    if seg.deleted is not None:
+        keep = ~seg.deleted[rows]
+        rows, scores = rows[keep], scores[keep]
+    return seg, scores, rows
+
+def settled(found: list[tuple["Segment", np.ndarray, np.ndarray, bool]], query: np.ndarray, depth: int,
+        distance: Distance) -> list[tuple["Segment", np.ndarray, np.ndarray]]:
+    """``found`` with every partial answer that reaches the merged top ``depth`` whole
+    (all its scores at or above the ``depth``-th best) replaced by a full search of its
+    segment: only then could the segment hold more documents that belong in the list."""
+    scores = np.concatenate([f[1] for f in found]) if found else np.zeros(0, np.float32)
+    cutoff = np.partition(scores, len(scores) - depth)[len(scores) - depth] if len(scores) > depth else -np.inf
+    out = []
+    for seg, seg_scores, rows, complete in found:
+        if not complete and len(seg_scores) and seg_scores.min() >= cutoff:
+            seg, seg_scores, rows = search_segment(seg, query, full_k(seg, depth), distance)
+        out.append((seg, *best_rows(seg_scores, rows, depth)))
+    return out
