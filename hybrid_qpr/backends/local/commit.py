@@ -11,8 +11,11 @@ Commit protocol (Lucene's ``segments_N`` idea in plain files):
    previous commit intact; after it, the new one.
 
 Files the new commit no longer uses are kept for one more commit (listed under
-``retained``), so a reader that opened the previous commit can still read them; the
-commit after deletes them. Anything else in ``segments/`` that the manifest does not name
+``retained``) and deleted by the commit after. A reader that opened an older commit keeps
+reading it: its segments hold their files open (see ``segment.py``), and a reader that finds
+a file gone while opening a commit opens the newer one (``LocalIndex.refresh``). The
+manifest carries a CRC32 of its own content (``manifest_crc32``) and its types are checked
+before use (``manifest_problem``). Anything else in ``segments/`` that the manifest does not name
 was left by a dead writer and is removed the next time the index is opened while no
 writer holds the lock. Readers never take the lock.
 """

@@ -11,8 +11,11 @@ is what makes it visible. Files::
     deleted.<gen>.npy int64 rows deleted by commit <gen> and before (tombstones; the
                       manifest names the current one)
 
-The manifest records every file's byte size and CRC32 at commit, so a truncated, emptied
-or overwritten file is named at open (sizes) or by ``hybrid-qpr index check`` (checksums).
+The manifest records every file's byte size and CRC32 at commit. Opening a segment checks
+every size and the CRC32 of the document store and the BM25 files (``OPEN_VERIFIED``); the
+large files are checked on first use (``vectors.npy``) or before FAISS reads them
+(``vectors.faiss``); ``hybrid-qpr index check`` checks everything. An open segment holds
+every file open, so a reader keeps its snapshot while later commits delete those files.
 """
 
 from __future__ import annotations
