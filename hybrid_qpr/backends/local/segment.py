@@ -254,9 +254,12 @@ def file_problems(index_path: Path, entry: dict[str, Any], checksums: bool) -> l
 
 
 class Segment:
-    """Read access to one committed segment. Opening checks every file's size against the
-    manifest; the document store and arrays are opened at once (so a later merge that
-    removes the files cannot pull them from under a reader), the FAISS part on first use."""
+    """Read access to one committed segment. Opening checks every file's size, and the CRC32
+    of the files in ``OPEN_VERIFIED``, against the manifest, and opens every file at once (the
+    document store, the arrays, a handle on the FAISS part), so a later commit or merge that
+    removes the files cannot pull them from under a reader; the FAISS part is read on first use.
+    ``verify=False`` (a segment just written, or ``index check``, which checks everything
+    itself) skips the checks."""
 
     def __init__(self, index_path: Path, entry: dict[str, Any], dim: int, search: SearchSettings, *,
                  verify: bool = True):
