@@ -97,6 +97,16 @@ class IndexDamagedError(ArtifactError):
     truncated, wrong shape or checksum). The message names the file and the recovery."""
 
 
+class IndexStorageError(BackendError):
+    """The file system refused a read or write of a local index: a full disk, a file-size
+    limit, a read-only mount, a permission. ``problem`` and ``fix`` are kept apart so that
+    the index can say around them what was committed and what was not."""
+
+    def __init__(self, message: str, *, problem: str = "", fix: str = ""):
+        self.problem, self.fix = problem or message, fix
+        super().__init__(message + (f". Fix: {fix}" if fix else ""))
+
+
 class IndexLockedError(BackendError):
     """Another process is writing the local index (one writer at a time)."""
 

@@ -81,8 +81,9 @@ class HybridSearcher:
 
     def __init__(self, backend: Backend, encoder):
         self.backend = backend
-        self.encoder = encoder
-        backend.check_encoder(encoder)
+        self.encoder = encoder  # None: BM25 only (no model needed)
+        if encoder is not None:
+            backend.check_encoder(encoder)
 
     # ------------------------------------------------------------------ settings
     def fusion_settings(self, fusion: str | None, alpha: float | None) -> tuple[str, float]:
@@ -126,6 +127,8 @@ class HybridSearcher:
         as client-side fusion would use; ``rerank_server``); the engine then reports only the
         final score, so ``bm25``/``knn`` are ``None``."""
         self._check(mode, top_k, offset, depth, rerank_depth)
+        if self.encoder is None and mode != "bm25" and vector is None:
+            raise ConfigError(f"mode {mode!r} needs the index's model to encode the query; only bm25 works without one")
         if not isinstance(query, str) or not query.strip():
             raise ConfigError(f"query={query!r}: the query text is empty; give the question to search for")
         need = offset + top_k
@@ -225,7 +228,7 @@ class HybridSearcher:
         shared = kwargs.pop("filters", None)
         per_query = [merge_filters(shared, f) for f in (query_filters or [None] * len(queries))]
         mode = kwargs.get("mode", "hybrid")
-        if mode == "bm25" or not queries:
+        if mode == "bm25" or not queries or self.encoder is None:  # without an encoder, search() names the problem
             return [self.search(q, filters=f, **kwargs) for q, f in zip(queries, per_query)]
         vectors = self.encoder.encode(queries)
         return [self.search(q, vector=v, filters=f, **kwargs) for q, v, f in zip(queries, vectors, per_query)]

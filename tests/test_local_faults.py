@@ -172,6 +172,48 @@ def _drop_model(index_dir: Path) -> None:
     (index_dir / "manifest.json").write_text(json.dumps(manifest))
 
 
+def _flip_last_bytes(path: Path, count: int = 4) -> None:
+    """A same-size edit: the last ``count`` bytes inverted (sizes still match the manifest)."""
+    data = bytearray(path.read_bytes())
+    data[-count:] = bytes(b ^ 0xFF for b in data[-count:])
+    path.write_bytes(bytes(data))
+
+
+def _edit_a_text(path: Path) -> None:
+    """A same-size edit of one document's text inside docs.sqlite."""
+    data = path.read_bytes()
+    old = b"how do i change my password?"
+    assert old in data
+    path.write_bytes(data.replace(old, b"HOW DO I CHANGE MY PASSWORD?", 1))
+
+
+def _move_a_tombstone(seg: Path) -> None:
+    """The tombstone file's row 0 (q000) changed to row 5: same size, another document hidden."""
+    import numpy as np
+
+    file = next(seg.glob("deleted.*.npy"))
+    rows = np.load(file)
+    rows[0] = 5
+    np.save(file, rows)
+
+
+def _edit_manifest(index_dir: Path, edit) -> None:
+    """A valid-JSON edit of the manifest that keeps its stored checksum."""
+    manifest = json.loads((index_dir / "manifest.json").read_text())
+    edit(manifest)
+    (index_dir / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _with_checksum(index_dir: Path, edit) -> None:
+    """An edit written with a fresh checksum (as a buggy writer would): only the type checks can catch it."""
+    from hybrid_qpr.backends.local.commit import CHECKSUM_KEY, manifest_checksum
+
+    def edit_and_sign(manifest):
+        edit(manifest)
+        manifest[CHECKSUM_KEY] = manifest_checksum(manifest)
+    _edit_manifest(index_dir, edit_and_sign)
+
+
 DAMAGE = {  # case -> (damage it, the file the message must name, how it is recovered)
     "faiss-truncated": (lambda seg, idx: _truncate(seg / "vectors.faiss"), "vectors.faiss", "optimize"),
     "faiss-empty": (lambda seg, idx: _truncate(seg / "vectors.faiss", 0), "vectors.faiss", "optimize"),
@@ -183,6 +225,21 @@ DAMAGE = {  # case -> (damage it, the file the message must name, how it is reco
     "sqlite-junk-short": (lambda seg, idx: _junk(seg / "docs.sqlite", False), "docs.sqlite", "drop"),
     "tombstones-missing": (lambda seg, idx: next(seg.glob("deleted.*.npy")).unlink(), "deleted.", "drop"),
     "manifest-without-model": (lambda seg, idx: _drop_model(idx), "manifest.json", None),
+    # same-size edits: the sizes match the manifest, only the CRC32 checked at open catches them
+    "doclen-bytes-flipped": (lambda seg, idx: _flip_last_bytes(seg / "bm25.doclen.npy"), "bm25.doclen.npy", "optimize"),
+    "rows-bytes-flipped": (lambda seg, idx: _flip_last_bytes(seg / "bm25.rows.npy"), "bm25.rows.npy", "optimize"),
+    "sqlite-text-edited": (lambda seg, idx: _edit_a_text(seg / "docs.sqlite"), "docs.sqlite", "drop"),
+    "tombstone-row-edited": (lambda seg, idx: _move_a_tombstone(seg), "deleted.", "drop"),
+    # valid JSON that lost an entry: the manifest's own checksum
+    "manifest-lost-segment": (lambda seg, idx: _edit_manifest(idx, lambda m: m["segments"].pop()), "manifest.json",
+                              None),
+    "manifest-lost-tombstones": (lambda seg, idx: _edit_manifest(idx, lambda m: m["segments"][0].update(
+        deletions=None, deleted=0)), "manifest.json", None),
+    # a wrong type under a valid checksum, and in a manifest written before checksums existed
+    "manifest-count-as-string": (lambda seg, idx: _with_checksum(idx, lambda m: m["segments"][0].update(count="100")),
+                                 "manifest.json", None),
+    "manifest-unsigned-count-as-string": (lambda seg, idx: _edit_manifest(idx, lambda m: (
+        m["segments"][0].update(count="100"), m.pop("manifest_crc32"))), "manifest.json", None),
 }
 
 
@@ -220,7 +277,9 @@ def test_damaged_index_gives_one_line_and_check_names_it(case, healthy, tmp_path
         return
     repaired = runner.invoke(cli, ["index", "optimize", str(index_dir)], catch_exceptions=False)
     if recovery == "drop":
-        assert repaired.exit_code == 1 and "--drop-damaged" in repaired.output
+        assert repaired.exit_code == 1 and "--drop-damaged" in repaired.output and file in repaired.output
+        # the refused optimize copied nothing: the damage is still there for check to see
+        assert runner.invoke(cli, ["index", "check", str(index_dir)]).exit_code == 1
         repaired = runner.invoke(cli, ["index", "optimize", str(index_dir), "--drop-damaged"], catch_exceptions=False)
         expected = {d.id: d.text for d in question_bank[100:]}
     else:

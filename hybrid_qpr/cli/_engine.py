@@ -60,14 +60,29 @@ def open_backend(index: str, connection: dict[str, Any]):
 
 def load_encoder(model: str | None, backend=None):
     """``--model`` if given; else the model the local index was built with (when it still
-    exists); else the default model bundled with the package."""
+    exists); else the default model bundled with the package, which must then match the index (a
+    model directory that is gone is named as gone, never suggested as the fix)."""
     from hybrid_qpr.encoders import Encoder
+    from hybrid_qpr.errors import ModelMismatchError
 
+    gone = None
     if model is None and backend is not None:
         built_with = getattr(backend, "model_dir", None)
         if built_with and Path(built_with).is_dir():
             model = built_with
-    return Encoder.load(model)
+        elif built_with:
+            gone = built_with
+    encoder = Encoder.load(model)
+    if gone:
+        try:
+            backend.check_encoder(encoder)
+        except ModelMismatchError:
+            raise ModelMismatchError(
+                f"the model this index was built with is gone (nothing at {gone}), and the default model "
+                f"{encoder.model_dir} is another one. Fix: pass --model DIR with the index's model (fingerprint "
+                f"{getattr(backend, 'manifest', {}).get('model', {}).get('fingerprint', '?')}), or query with --mode "
+                "bm25, which needs no model") from None
+    return encoder
 
 
 def knn_search_options(stored: str):

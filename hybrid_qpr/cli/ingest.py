@@ -64,11 +64,12 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
       hybrid-qpr ingest corpus.jsonl --index questions --opensearch http://127.0.0.1:9200
       hybrid-qpr ingest corpus.jsonl --index questions --elasticsearch --shards 3
     """
-    from hybrid_qpr.data.documents import iter_documents
+    from hybrid_qpr.data.documents import iter_documents, require_documents
     from hybrid_qpr.encoders import Encoder
 
     skipped: list[tuple[int, str]] | None = None if strict else []
     documents = iter_documents(input_path, text_column=text_column, id_column=id_column, fmt=fmt, skipped=skipped)
+    documents = require_documents(documents, input_path, skipped)  # nothing usable: refused before any index is made
     if use_cluster(connection) and (ef_search or nprobe):
         raise click.UsageError("--ef-search and --nprobe apply to a local index; a cluster index keeps its own "
                                "HNSW settings")

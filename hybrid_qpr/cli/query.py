@@ -81,15 +81,15 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
                                "HNSW settings")
     backend = open_backend(index, connection)
     if not use_cluster(connection) and backend.count() == 0:
-        raise click.ClickException(f"index {index} holds no documents: no ingest into it has committed (an "
-                                   "interrupted or failed first ingest leaves it empty). Fix: hybrid-qpr ingest "
-                                   f"FILE --index {index}")
+        raise click.ClickException(backend.empty_reason())
     if server_side and not backend.capabilities.server_side_hybrid:
         raise click.UsageError("--server-side fuses inside OpenSearch: add --opensearch [URL]; a local index and "
                                "Elasticsearch (basic licence) fuse client-side, which is the default")
     if ef_search or nprobe:
         backend.set_search_settings(nprobe=nprobe, ef_search=ef_search)
-    searcher = HybridSearcher(backend, load_encoder(model, backend))
+    # BM25 needs no encoder: an index whose model directory is gone still answers --mode bm25
+    encoder = None if mode == "bm25" and model is None else load_encoder(model, backend)
+    searcher = HybridSearcher(backend, encoder)
     options = dict(mode=mode, top_k=top_k, offset=offset, fusion=fusion, alpha=alpha, depth=depth,
                    rerank_depth=rerank_depth, filters=parse_filters(filters), server_side=server_side)
     if queries_path is not None:

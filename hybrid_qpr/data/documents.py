@@ -25,6 +25,7 @@ readable).
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import sys
@@ -37,6 +38,7 @@ from hybrid_qpr.types import Document
 from hybrid_qpr.artifacts import base_suffix, display_name, iter_jsonl, iter_rows, open_text, skip_undecodable
 from hybrid_qpr.errors import ConfigError, InputError
 from hybrid_qpr.text import text_id
+from hybrid_qpr.text.ids import padded_id_problem
 
 logger = logging.getLogger(__name__)
 
@@ -54,13 +56,13 @@ def _first_line(path: str | Path) -> str:
 
 
 def detect_format(path: str | Path) -> DocumentFormat:
-    """``jsonl`` for .jsonl/.json files or a first line starting with ``{``; ``pairs`` for a
+    """``jsonl`` for .jsonl/.json files or a first line starting with ``{`` (or ``[``); ``pairs`` for a
     table whose header names question1 and question2 (or a 6-column Quora file); else ``table``."""
     suffix = base_suffix(path)
     if suffix in (".jsonl", ".json", ".ndjson"):
         return "jsonl"
     first = _first_line(path)
-    if first.lstrip().startswith("{"):
+    if first.lstrip().startswith(("{", "[")):  # "[": a JSON array, refused by the JSONL reader with that name
         return "jsonl"
     cells = [c.strip().strip('"').lower() for c in first.replace("\t", ",").split(",")]
     if {"question1", "question2"} <= set(cells):
@@ -100,8 +102,10 @@ def _document(record: dict[str, Any], text_column: str, id_column: str) -> Docum
     raw_id = record.get(id_key) if id_key else None
     if raw_id is None or (isinstance(raw_id, str) and not raw_id.strip()):
         doc_id = text_id(text)
+    elif isinstance(raw_id, str) and raw_id != raw_id.strip():
+        return padded_id_problem(raw_id)
     elif isinstance(raw_id, (str, int)) and not isinstance(raw_id, bool):
-        doc_id = str(raw_id).strip()
+        doc_id = str(raw_id)
     else:
         return f"field {id_key!r} must be a string or an integer (found {type(raw_id).__name__})"
     metadata = {k: v for k, v in record.items() if k not in (text_column, id_key) and not (k == "title" and v == "")}
@@ -111,7 +115,36 @@ def _document(record: dict[str, Any], text_column: str, id_column: str) -> Docum
 def _jsonl(path, text_column, id_column, skipped) -> Iterator[tuple[int, Document]]:
     name = display_name(path)
     with open_text(path) as fh:
-        yield from _jsonl_records(name, path, skip_undecodable(fh, skipped, header=False), text_column, id_column, skipped)
+        lines = _refuse_json_array(name, skip_undecodable(fh, skipped, header=False))
+        yield from _jsonl_records(name, path, lines, text_column, id_column, skipped)
+
+
+def _refuse_json_array(name: str, lines: Iterator[str]) -> Iterator[str]:
+    """``lines`` unchanged, unless the first non-blank one opens a JSON array: then no line of
+    the file is a document (one line or pretty-printed), and the whole file is refused."""
+    checked = False
+    for number, line in enumerate(lines, start=1):
+        if not checked and line.strip():
+            checked = True
+            if line.lstrip().startswith("["):
+                raise InputError(name, number, "this is a JSON array, not JSONL (one JSON object per line); "
+                                 f"convert it first, e.g. jq -c '.[]' {name} > documents.jsonl")
+        yield line
+
+
+def require_documents(documents: Iterator[tuple[int, Document]], path: str | Path,
+                      skipped: list[tuple[int, str]] | None) -> Iterator[tuple[int, Document]]:
+    """``documents``, after checking that at least one line of ``path`` was a document: a
+    file where no line is usable (CSV in a .jsonl file, an empty file) raises ``InputError``
+    with the first skipped line's problem before anything is created from it (the first
+    document is read now, the rest as the result is consumed)."""
+    documents = iter(documents)
+    first = next(documents, None)
+    if first is None:
+        shown = f"; line {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
+        count = f"all {len(skipped)} lines were skipped" if skipped else "it holds no lines"
+        raise InputError(display_name(path), None, f"no document could be read ({count}{shown}); nothing was written")
+    return itertools.chain([first], documents)
 
 
 def _jsonl_records(name, path, lines, text_column, id_column, skipped) -> Iterator[tuple[int, Document]]:

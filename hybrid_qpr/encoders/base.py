@@ -27,7 +27,7 @@ from hybrid_qpr import resources
 from hybrid_qpr.artifacts import (ENCODER_CONFIG_FILE, ENCODER_FORMAT, ENCODER_MODEL_FILE, ENCODER_SIDES,
                                   ENCODER_TOKENIZER_FILE, EncoderSide, encoder_side_dirs, read_encoder_config)
 from hybrid_qpr.distance import Distance
-from hybrid_qpr.errors import ArtifactError, ConfigError
+from hybrid_qpr.errors import ArtifactError, ConfigError, ModelMismatchError
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +128,13 @@ class Encoder:
             starts = track(starts, total=len(starts), description="encoding")
         for start in starts:
             idx = order[start : start + batch_size]
-            out[idx] = self._encode_batch([texts[i] for i in idx])
+            batch = self._encode_batch([texts[i] for i in idx])
+            if batch.ndim != 2 or batch.shape[1] != self.dim:  # a config.json that disagrees with its model
+                raise ModelMismatchError(
+                    f"model {self.model_dir}: its config.json says dim {self.dim} but it outputs vectors of "
+                    f"{batch.shape[-1] if batch.ndim else 0} dims. Fix: correct \"dim\" in its config.json (or "
+                    "re-export the model)")
+            out[idx] = batch
         return out
 
     def _encode_batch(self, texts: list[str]) -> np.ndarray:  # pragma: no cover - abstract

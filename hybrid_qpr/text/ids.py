@@ -5,6 +5,10 @@ ingested without qids gets exactly the ids of the BEIR qrels built from the same
 
 Two texts that differ only in case, spacing or punctuation other than ``?`` are one question
 (they have the same :func:`normalize_text`), so they get one id.
+
+An id a record does carry is kept exactly as given; one with leading or trailing whitespace
+is refused (:func:`padded_id_problem`): stripping it would silently make ``" 12"`` replace
+the document ``"12"``, and keeping it would make ``"12"`` never find it.
 """
 
 from __future__ import annotations
@@ -27,3 +31,9 @@ def text_id(text: str) -> str:
     """Stable id for a question without one: ``t`` + 16 hex digits of sha256 of its
     :func:`normalize_text` (UTF-8)."""
     return "t" + hashlib.sha256(normalize_text(text).encode("utf-8")).hexdigest()[:16]
+
+
+def padded_id_problem(doc_id: str) -> str:
+    """The skip reason of an id with leading or trailing whitespace."""
+    return (f"id {doc_id!r} has leading or trailing whitespace; ids are kept exactly as given, so remove the "
+            "whitespace in the source (it would otherwise be a different id from the one without it)")

@@ -275,6 +275,7 @@ def top_rows(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: Sequen
 
 _KERNEL: list = []
 _SCRATCH = threading.local()
+_KERNEL_LOCK = threading.Lock()
 
 
 def _scratch(n_docs: int) -> np.ndarray:
@@ -293,17 +294,19 @@ def has_compiled_scorer() -> bool:
 
 
 def _top_kernel():
-    """The compiled scorer of ``top_rows`` (compiled on first use, cached on disk by numba), or ``None``."""
-    if not _KERNEL:
-        try:
-            import numba
-        except ImportError:
-            _KERNEL.append(None)
-        else:
-            jit = numba.njit(cache=True, nogil=True)
-            global _histogram_cut, _collect  # the kernel calls the compiled helpers
-            _histogram_cut, _collect = jit(_histogram_cut), jit(_collect)
-            _KERNEL.append(jit(_score_top))
+    """The compiled scorer of ``top_rows`` (compiled on first use, cached on disk by numba), or ``None``.
+    Compiled once under a lock: readers on several threads may ask at once."""
+    with _KERNEL_LOCK:
+        if not _KERNEL:
+            try:
+                import numba
+            except ImportError:
+                _KERNEL.append(None)
+            else:
+                jit = numba.njit(cache=True, nogil=True)
+                global _histogram_cut, _collect  # the kernel calls the compiled helpers
+                _histogram_cut, _collect = jit(_histogram_cut), jit(_collect)
+                _KERNEL.append(jit(_score_top))
     return _KERNEL[0]
 
 

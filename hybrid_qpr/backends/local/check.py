@@ -10,15 +10,14 @@ Each problem comes with its recovery.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hybrid_qpr.backends.local.commit import (FORMAT, FORMAT_VERSION, LOCK_FILE, MANIFEST, WriteLock, manifest_problem,
-                                              referenced)
+from hybrid_qpr.backends.local.commit import FORMAT, FORMAT_VERSION, MANIFEST, WriteLock, manifest_problem, referenced
+from hybrid_qpr.backends.local.storage import access_refusal
 from hybrid_qpr.backends.local.segment import DOCS_DB, SEGMENTS_DIR, Segment, file_problems, fix_for
 from hybrid_qpr.backends.local.vectors import SearchSettings
-from hybrid_qpr.errors import IndexDamagedError
+from hybrid_qpr.errors import IndexDamagedError, IndexStorageError
 
 REBUILD = "the index cannot be used; ingest your source file into a new --index directory"
 
@@ -54,6 +53,10 @@ def check_index(path: str | Path) -> CheckReport:
         return report
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except PermissionError:
+        refusal = access_refusal(manifest_path, writing=False)
+        report.problems.append(Problem(refusal.problem, refusal.fix))
+        return report
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         report.problems.append(Problem(f"{MANIFEST} is not valid JSON ({exc})", REBUILD))
         return report
@@ -71,7 +74,12 @@ def check_index(path: str | Path) -> CheckReport:
     live_ids: set[str] = set()
     duplicates = 0
     for entry in manifest["segments"]:
-        problems = file_problems(path, entry, checksums=True)
+        try:
+            problems = file_problems(path, entry, checksums=True)
+        except PermissionError as exc:  # not damage: say who may read it, never "drop the segment"
+            refusal = access_refusal(Path(exc.filename or path), writing=False)
+            report.problems.append(Problem(refusal.problem, refusal.fix))
+            continue
         for what, file in problems:
             report.problems.append(Problem(what, fix_for(file, path)))
         if problems:
@@ -92,7 +100,7 @@ def check_index(path: str | Path) -> CheckReport:
                 report.documents += seg.live
             finally:
                 seg.close()
-        except IndexDamagedError as exc:
+        except (IndexDamagedError, IndexStorageError) as exc:
             report.problems.append(Problem(getattr(exc, "problem", str(exc)), getattr(exc, "fix", REBUILD)))
     if duplicates:
         report.problems.append(Problem(f"{duplicates} ids are live in more than one segment",
@@ -116,18 +124,9 @@ def _check_postings(seg: Segment, report: CheckReport, path: Path) -> None:
 
 
 def _notes(path: Path, manifest: dict, report: CheckReport) -> None:
-    writer = None
-    if (path / LOCK_FILE).exists():
-        lock = WriteLock(path)
-        if lock.try_acquire():
-            lock.release()
-        else:
-            fd = os.open(path / LOCK_FILE, os.O_RDONLY)
-            try:
-                writer = WriteLock.holder(fd)
-            finally:
-                os.close(fd)
-            report.notes.append(f"the index is being written by {writer} right now")
+    writer = WriteLock(path).writer_at_work()
+    if writer:
+        report.notes.append(f"the index is being written by {writer} right now")
     keep = referenced(manifest) | set(manifest.get("retained", []))
     segments = path / SEGMENTS_DIR
     if segments.is_dir():

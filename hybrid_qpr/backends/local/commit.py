@@ -11,8 +11,11 @@ Commit protocol (Lucene's ``segments_N`` idea in plain files):
    previous commit intact; after it, the new one.
 
 Files the new commit no longer uses are kept for one more commit (listed under
-``retained``), so a reader that opened the previous commit can still read them; the
-commit after deletes them. Anything else in ``segments/`` that the manifest does not name
+``retained``) and deleted by the commit after. A reader that opened an older commit keeps
+reading it: its segments hold their files open (see ``segment.py``), and a reader that finds
+a file gone while opening a commit opens the newer one (``LocalIndex.refresh``). The
+manifest carries a CRC32 of its own content (``manifest_crc32``) and its types are checked
+before use (``manifest_problem``). Anything else in ``segments/`` that the manifest does not name
 was left by a dead writer and is removed the next time the index is opened while no
 writer holds the lock. Readers never take the lock.
 """
@@ -21,16 +24,20 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import os
+import re
 import shutil
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from hybrid_qpr import artifacts
 from hybrid_qpr.backends.local.segment import SEGMENTS_DIR, fsync_path
+from hybrid_qpr.backends.local.storage import access_refusal, write_refusal
 from hybrid_qpr.errors import IndexDamagedError, IndexLockedError
 
 logger = logging.getLogger(__name__)
@@ -39,15 +46,22 @@ FORMAT = "hybrid-qpr-local-index"
 FORMAT_VERSION = 2
 MANIFEST, LOCK_FILE = "manifest.json", "write.lock"
 REQUIRED_MODEL_KEYS = ("fingerprint", "dim", "distance")
+# the manifest's CRC32 of itself (written at every commit; a manifest written before it existed has none)
+CHECKSUM_KEY = "manifest_crc32"
+SEGMENT_NAME = re.compile(r"s\d{6,}-[0-9a-f]+")  # what _new_segment_name writes: never a path
+TOMBSTONE_NAME = re.compile(r"deleted\.\d+\.npy")
 GRACE_S = 2.0  # even without --wait, a writer waits this long: a reader's cleanup holds the lock for a moment
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
     """The committed manifest of the index at ``path``, checked for the keys every reader needs."""
-    manifest = artifacts.read_manifest(
-        path / MANIFEST, FORMAT, FORMAT_VERSION, what="hybrid-qpr local index",
-        missing=f"{path}: not a hybrid-qpr index ({MANIFEST} missing); build one with 'hybrid-qpr ingest FILE --index {path}'",
-        fix="rebuild the index by ingesting your source file into a new --index directory")
+    try:
+        manifest = artifacts.read_manifest(
+            path / MANIFEST, FORMAT, FORMAT_VERSION, what="hybrid-qpr local index",
+            missing=f"{path}: not a hybrid-qpr index ({MANIFEST} missing); build one with 'hybrid-qpr ingest FILE --index {path}'",
+            fix="rebuild the index by ingesting your source file into a new --index directory")
+    except PermissionError as exc:
+        raise access_refusal(Path(exc.filename or path / MANIFEST), writing=False) from None
     problem = manifest_problem(manifest)
     if problem:
         raise IndexDamagedError(f"index {path} is damaged: {MANIFEST} {problem}. Fix: the index cannot be used; "
@@ -57,36 +71,93 @@ def read_manifest(path: Path) -> dict[str, Any]:
 
 
 def manifest_problem(manifest: dict[str, Any]) -> str | None:
-    """What a reader would trip over in ``manifest``, or ``None``."""
+    """What a reader would trip over in ``manifest`` (a missing key, a value of the wrong
+    type, an edit since its commit), or ``None``."""
     model = manifest.get("model")
     if not isinstance(model, dict):
         return "has no 'model' section"
     missing = [k for k in REQUIRED_MODEL_KEYS if k not in model]
     if missing:
         return f"'model' lacks {', '.join(missing)}"
+    if not _whole(model["dim"], 1):
+        return f"'model' has dim={model['dim']!r}, not a whole number >= 1"
+    for key in ("count", "generation", "next_segment"):
+        if key in manifest and not _whole(manifest[key]):
+            return f"has {key}={manifest[key]!r}, not a whole number >= 0"
     if not isinstance(manifest.get("segments"), list):
         return "has no 'segments' list"
     for i, entry in enumerate(manifest["segments"]):
-        if not isinstance(entry, dict) or not {"name", "count", "files"} <= set(entry):
-            return f"segment entry {i} lacks name, count or files"
-        if not _ef_ok(entry.get("ef_search")):
-            return f"segment entry {i} has ef_search={entry['ef_search']!r}, not a whole number >= 1"
+        problem = _entry_problem(entry)
+        if problem:
+            return f"segment entry {i} {problem}"
     if not isinstance(manifest.get("faiss"), dict):
         return "has no 'faiss' section"
     if not _ef_ok(manifest["faiss"].get("ef_search")):
         return f"'faiss' has ef_search={manifest['faiss']['ef_search']!r}, not a whole number >= 1"
+    if not isinstance(manifest.get("retained", []), list) or not all(isinstance(r, str) for r in manifest.get("retained", [])):
+        return "has a 'retained' entry that is not a path"
+    stored = manifest.get(CHECKSUM_KEY)
+    if stored is not None and stored != manifest_checksum(manifest):
+        return ("has changed since it was committed (its checksum does not match: a segment or tombstone entry may "
+                "be lost or edited)")
     return None
+
+
+def _entry_problem(entry: Any) -> str | None:
+    """What is wrong with one segment entry of the manifest, or ``None``."""
+    if not isinstance(entry, dict) or not {"name", "count", "files"} <= set(entry):
+        return "lacks name, count or files"
+    if not isinstance(entry["name"], str) or not SEGMENT_NAME.fullmatch(entry["name"]):
+        return f"has name={entry['name']!r}, not a segment name"
+    for key in ("count", "deleted"):
+        if not _whole(entry.get(key, 0)):
+            return f"has {key}={entry.get(key)!r}, not a whole number >= 0"
+    if int(entry.get("deleted", 0)) > int(entry["count"]):
+        return f"has more deleted rows ({entry['deleted']}) than rows ({entry['count']})"
+    records = dict(entry["files"]) if isinstance(entry["files"], dict) else None
+    deletions = entry.get("deletions")
+    if deletions is not None:
+        if not isinstance(deletions, dict) or not isinstance(deletions.get("file"), str) \
+                or not TOMBSTONE_NAME.fullmatch(deletions["file"]):
+            return f"has deletions={deletions!r}, not a tombstone file record"
+        if records is not None:
+            records[deletions["file"]] = deletions
+    if records is None:
+        return "has files that are not a mapping"
+    for file, record in records.items():
+        if not isinstance(record, dict) or not _whole(record.get("bytes")) or not _whole(record.get("crc32")):
+            return f"has a record for {file!r} without whole-number bytes and crc32"
+    if not _ef_ok(entry.get("ef_search")):
+        return f"has ef_search={entry['ef_search']!r}, not a whole number >= 1"
+    return None
+
+
+def _whole(value: Any, minimum: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
 def _ef_ok(value: Any) -> bool:
     """An efSearch as stored: absent/null (calibrated or default) or a whole number >= 1."""
-    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
+    return value is None or _whole(value, 1)
+
+
+def manifest_checksum(manifest: dict[str, Any]) -> int:
+    """CRC32 of the manifest's content (every key but the checksum itself, in canonical JSON)."""
+    body = {key: value for key, value in manifest.items() if key != CHECKSUM_KEY}
+    return zlib.crc32(json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
 
 
 def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
-    """Commit: write the manifest aside (fsynced), rename it over ``manifest.json``, fsync the directory."""
-    artifacts.write_json(path / MANIFEST, manifest)
-    fsync_path(path)
+    """Commit: write the manifest aside (fsynced, with its own checksum), rename it over
+    ``manifest.json``, fsync the directory."""
+    try:
+        artifacts.write_json(path / MANIFEST, {**manifest, CHECKSUM_KEY: manifest_checksum(manifest)})
+        fsync_path(path)
+    except OSError as exc:
+        refusal = write_refusal(exc, path / MANIFEST, len(json.dumps(manifest, indent=2)))
+        if refusal is not None:
+            raise refusal from exc
+        raise
 
 
 def referenced(manifest: dict[str, Any]) -> set[str]:
@@ -146,7 +217,13 @@ class WriteLock:
     def acquire(self, wait: bool | float = False) -> None:
         """Take the lock. ``wait=False`` fails if another process still holds it after
         ``GRACE_S``; ``True`` waits as long as needed; a number waits that many seconds at most."""
-        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:  # a read-only mount or an index directory this user may not write
+            refusal = write_refusal(exc, self.path / LOCK_FILE)
+            if refusal is not None:
+                raise refusal from exc
+            raise
         deadline = None if wait is True else time.monotonic() + max(float(wait or 0), GRACE_S)
         while True:
             try:
@@ -168,6 +245,22 @@ class WriteLock:
     def holder(fd: int) -> str:
         text = os.pread(fd, 32, 0).decode(errors="replace").strip()
         return f"pid {text}" if text.isdigit() else "another process"
+
+    def writer_at_work(self) -> str | None:
+        """Who holds the lock right now ("pid N"), or ``None``. Probed with a shared lock,
+        which a read-only open allows: on a read-only mount the pid in the file is stale."""
+        try:
+            fd = os.open(self.path / LOCK_FILE, os.O_RDONLY)
+        except OSError:
+            return None  # no lock file (never written) or unreadable: no writer can hold it through this path
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        except BlockingIOError:
+            return self.holder(fd)
+        finally:
+            os.close(fd)
 
     def try_acquire(self) -> bool:
         """Take the lock only if it is free right now (for the cleanup done by readers)."""

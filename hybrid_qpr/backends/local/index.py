@@ -30,14 +30,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import secrets
-import shutil
-import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -50,12 +45,14 @@ from hybrid_qpr.backends.local import bm25 as bm25_lib
 from hybrid_qpr.backends.local.commit import (FORMAT, FORMAT_VERSION, LOCK_FILE, MANIFEST, WriteLock, read_manifest,
                                               referenced, remove_paths, remove_unreferenced, write_manifest)
 from hybrid_qpr.backends.local.merge import plan_merge
-from hybrid_qpr.backends.local.segment import (DOCS_DB, SEGMENTS_DIR, VECTORS, Segment, checksum, damaged, file_problems,
-                                               fix_for, write_deletions, write_segment)
-from hybrid_qpr.backends.local.vectors import (FAISS_KINDS, FLAT_THRESHOLD, FaissKind, SearchSettings, faiss_factory,
-                                               one_thread)
-from hybrid_qpr.distance import Distance, check_distance, prepare_vectors, score_from_faiss, similarity
-from hybrid_qpr.errors import ConfigError, IndexDamagedError, ModelMismatchError, require
+from hybrid_qpr.backends.local.ranking import (SegmentQueue, best_rows, faiss_candidates, knn_worker, merge_ranked,
+                                               settled)
+from hybrid_qpr.backends.local.segment import SEGMENTS_DIR, Segment, file_problems, write_segment
+from hybrid_qpr.backends.local.storage import access_refusal
+from hybrid_qpr.backends.local.vectors import FAISS_KINDS, FLAT_THRESHOLD, FaissKind, SearchSettings, faiss_factory
+from hybrid_qpr.backends.local.writer import IngestWriter, LiveRows, check_output_dim, read_live_rows, with_deletions
+from hybrid_qpr.distance import Distance, check_distance, prepare_vectors, similarity
+from hybrid_qpr.errors import ConfigError, IndexDamagedError, IndexStorageError, ModelMismatchError, require
 from hybrid_qpr.text import tokenize
 from hybrid_qpr.types import Document, Filters, Hit
 
@@ -67,6 +64,7 @@ logger = logging.getLogger(__name__)
 Bm25Impl = Literal["builtin", "rank-bm25"]
 BM25_IMPLS: tuple[str, ...] = ("builtin", "rank-bm25")
 OLD_BM25_NAMES = {"bm25s": "builtin"}
+OPEN_ATTEMPTS = 50  # commits a reader may see replaced while it opens one (each open takes milliseconds)
 SEGMENT_DOCS = 250_000  # an ingest flushes a segment every this many documents (bounds its memory; fewer segments, cheaper kNN)
 
 
@@ -76,75 +74,6 @@ def _versions() -> dict[str, str]:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _best_rows(scores: np.ndarray, rows: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``depth`` best of ``scores`` (aligned with segment ``rows``) plus every row tied
-    with the last of them (ties are broken by id later, across segments)."""
-    if len(scores) > depth:
-        cutoff = np.partition(scores, len(scores) - depth)[len(scores) - depth]  # values only: cheaper than argpartition
-        keep = scores >= cutoff
-        scores, rows = scores[keep], rows[keep]
-    return scores, rows
-
-
-def _merge_ranked(found: list[tuple["Segment", np.ndarray, np.ndarray]], depth: int) -> list[Hit]:
-    """Best ``depth`` over every segment's ``(segment, scores, rows)`` candidates, ties broken
-    by id. Exact: each segment contributes its own best ``depth`` and all ties with them. Ids
-    are read only for the candidates that can still make the list."""
-    if depth <= 0 or not found:
-        return []
-    all_scores = np.concatenate([scores for _, scores, _ in found])
-    if len(all_scores) == 0:
-        return []
-    cutoff = -np.inf
-    if len(all_scores) > depth:
-        cutoff = np.partition(all_scores, len(all_scores) - depth)[len(all_scores) - depth]
-    kept_scores, kept_ids = [], []
-    for seg, scores, rows in found:
-        keep = scores >= cutoff
-        if keep.any():
-            kept_scores.append(scores[keep])
-            kept_ids.extend(seg.ids_at(rows[keep]))
-    scores, ids = np.concatenate(kept_scores), np.asarray(kept_ids, dtype=object)
-    order = np.lexsort((ids, -scores))[:depth]  # score descending, then id
-    return Hit.many(ids[order].tolist(), scores[order].astype(np.float64).tolist())
-
-
-# efSearch of a segment asked for its share k of a multi-segment kNN list: efSearch * (k / full
-# k) ** SHARE_EF_POWER. Measured on ten 100,000-document HNSW32 segments (docs/engine.md): power 1
-# (efSearch scaled like k) lost 3.5 points of recall@10 against full searches (0.989 -> 0.954),
-# 0.75 keeps 0.967 and the merged index's recall@100 (0.892) at about half the FAISS time.
-SHARE_EF_POWER = 0.75
-
-
-def _full_k(seg: "Segment", depth: int) -> int:
-    """Hits to ask a segment's FAISS index for so that ``depth`` live ones can remain: its
-    deleted rows may be among them."""
-    return min(depth + seg.count - seg.live, seg.count)
-
-
-class _SegmentQueue:
-    """Segments handed out one at a time to the threads that search them (a hybrid query's
-    kNN worker and, once its BM25 list is done, the calling thread)."""
-
-    def __init__(self, segments: Sequence["Segment"]):
-        self._left = iter(segments)
-        self._lock = threading.Lock()
-
-    def take(self) -> "Segment | None":
-        with self._lock:
-            return next(self._left, None)
-
-
-_WORKER: list[ThreadPoolExecutor] = []
-
-
-def _worker() -> ThreadPoolExecutor:
-    """The process's one thread for ``bm25_and_knn``'s kNN half (started on first use)."""
-    if not _WORKER:
-        _WORKER.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="hybrid-qpr-knn"))
-    return _WORKER[0]
 
 
 def _filter_value(value: Any) -> str:
@@ -193,7 +122,9 @@ class LocalIndex:
                 remove_unreferenced(path, read_manifest(path))
             finally:
                 lock.release()
-        return cls(path, read_manifest(path), bm25=bm25)
+        index = cls(path, read_manifest(path), bm25=bm25, load=False)
+        index.refresh()
+        return index
 
     @classmethod
     def open_for_repair(cls, path: str | Path) -> "LocalIndex":
@@ -223,6 +154,7 @@ class LocalIndex:
             raise ConfigError(f"--index {path}: exists, is not empty and has no {MANIFEST}; refusing to write into it "
                               "(choose another index directory or remove this one)")
         search = search or SearchSettings()
+        check_output_dim(encoder)  # before anything is created: a model whose config lies leaves no empty index
         path.mkdir(parents=True, exist_ok=True)
         with WriteLock(path).held(wait=True):
             if not (path / MANIFEST).is_file():  # another process may have created it meanwhile
@@ -259,25 +191,42 @@ class LocalIndex:
         """(Re)build the segment readers for ``self.manifest``, keeping unchanged ones."""
         search = self.search_settings
         previous = {s.name: s for s in self.segments}
-        fresh = []
-        for entry in self.manifest["segments"]:
-            old = previous.pop(entry["name"], None)
-            if old is not None and old.entry == entry:
-                fresh.append(old)
-            else:
-                if old is not None:
-                    old.close()
-                fresh.append(Segment(self.path, entry, self.dim, search))
-        for gone in previous.values():
-            gone.close()
-        self.segments = fresh
+        kept, opened = [], []
+        try:
+            for entry in self.manifest["segments"]:
+                old = previous.get(entry["name"])
+                if old is not None and old.entry == entry:
+                    kept.append(old)
+                else:
+                    opened.append(Segment(self.path, entry, self.dim, search))
+        except BaseException:
+            for seg in opened:
+                seg.close()
+            raise
+        fresh = {s.name: s for s in kept + opened}
+        for seg in self.segments:
+            if fresh.get(seg.name) is not seg:
+                seg.close()
+        self.segments = [fresh[e["name"]] for e in self.manifest["segments"]]
         self._stats: bm25_lib.CorpusStats | None = None
         self._rank_bm25 = None
 
     def refresh(self) -> None:
-        """Re-read the manifest: see what other writers committed since this index was opened."""
-        self.manifest = read_manifest(self.path)
-        self._load_segments()
+        """Re-read the manifest: see what other writers committed since this index was opened.
+        Opening a commit races with writers: two commits after the manifest was read, the files
+        only it names may be gone (a segment, once open, holds its files). A file missing
+        while a newer commit exists is that race, not damage: open the newer commit instead."""
+        for attempt in range(OPEN_ATTEMPTS):
+            self.manifest = read_manifest(self.path)
+            try:
+                self._load_segments()
+                return
+            except PermissionError as exc:  # not damage: the file may be intact
+                raise access_refusal(Path(exc.filename or self.path), writing=False) from None
+            except IndexDamagedError:
+                if attempt == OPEN_ATTEMPTS - 1 or read_manifest(self.path).get("generation") == self.manifest.get("generation"):
+                    raise
+                logger.debug("commit %s was replaced while it was opened; opening the next", self.manifest.get("generation"))
 
     # ------------------------------------------------------------------ model checks and defaults
     @property
@@ -314,6 +263,14 @@ class LocalIndex:
     # ------------------------------------------------------------------ Backend protocol
     def count(self) -> int:
         return sum(s.live for s in self.segments)
+
+    def empty_reason(self) -> str:
+        """Why the index holds no documents, with the fix (for a query on an empty index)."""
+        if int(self.manifest.get("generation", 0)) == 0:
+            return (f"index {self.path} holds no documents: no ingest into it has committed (an interrupted or failed "
+                    f"first ingest leaves it empty). Fix: hybrid-qpr ingest FILE --index {self.path}")
+        return (f"index {self.path} holds no documents: every document in it was deleted (commit "
+                f"{self.manifest.get('generation')}). Fix: hybrid-qpr ingest FILE --index {self.path}")
 
     @property
     def fields(self) -> list[str]:
@@ -385,8 +342,14 @@ class LocalIndex:
             out.append(scores)
         return out
 
+    def _bounded(self, depth: int) -> int:
+        """``depth`` clamped to the documents the index holds: a list is never longer, and
+        asking FAISS or a partition for a billion hits would allocate for them."""
+        return max(0, min(int(depth), self.count()))
+
     def bm25(self, query: str, depth: int, filters: Filters | None = None) -> list[Hit]:
         """Top ``depth`` documents with a positive BM25 score, filters applied before ranking."""
+        depth = self._bounded(depth)
         allowed = self.matching(filters)
         if not self.segments:
             return []
@@ -394,90 +357,34 @@ class LocalIndex:
             parts = self._bm25_parts()
             best = bm25_lib.top_rows(parts, tokenize(query), self._stats, self._weights, depth, self._dense)
             if best is not None:
-                return _merge_ranked([(seg, *found) for seg, found in zip(self.segments, best)], depth)
+                return merge_ranked([(seg, *found) for seg, found in zip(self.segments, best)], depth)
         found = []
         for i, (seg, scores) in enumerate(zip(self.segments, self._bm25_scores(tokenize(query)))):
             rows = np.flatnonzero(scores > 0) if allowed is None else allowed[i][scores[allowed[i]] > 0]
-            found.append((seg, *_best_rows(scores[rows], rows, depth)))
-        return _merge_ranked(found, depth)
+            found.append((seg, *best_rows(scores[rows], rows, depth)))
+        return merge_ranked(found, depth)
 
     def knn(self, vector: np.ndarray, depth: int, filters: Filters | None = None) -> list[Hit]:
         """Top ``depth`` by similarity: FAISS per segment without filters; exact over the
         matching rows with them."""
         query = self._knn_query(vector)
+        depth = self._bounded(depth)
         allowed = self.matching(filters)
         if allowed is None:
-            found = self._faiss_candidates(query, depth, _SegmentQueue(self.segments))
-            return _merge_ranked(self._settled(found, query, depth), depth)
+            found = faiss_candidates(self.segments, query, depth, SegmentQueue(self.segments), self.distance)
+            return merge_ranked(settled(found, query, depth, self.distance), depth)
         found = []
         for seg, rows in zip(self.segments, allowed):
             if len(rows):
                 scores = similarity(query, np.asarray(seg.vectors[rows]), self.distance)[0]
-                found.append((seg, *_best_rows(scores, rows, depth)))
-        return _merge_ranked(found, depth)
+                found.append((seg, *best_rows(scores, rows, depth)))
+        return merge_ranked(found, depth)
 
     def _knn_query(self, vector: np.ndarray) -> np.ndarray:
         query = prepare_vectors(np.asarray(vector, dtype=np.float32).reshape(1, -1), self.distance)
         if query.shape[1] != self.dim:
             raise ModelMismatchError(f"query vector has {query.shape[1]} dims; index {self.path} has {self.dim}")
         return query
-
-    def _faiss_candidates(self, query: np.ndarray, depth: int,
-                          segments: "_SegmentQueue") -> list[tuple[Segment, np.ndarray, np.ndarray, bool]]:
-        """``(segment, scores, rows, complete)`` of the live rows among each segment's FAISS
-        hits, for the segments this thread takes from ``segments`` (several threads may share
-        it). With one segment it is asked for ``depth`` (plus its deleted rows). With several,
-        each is first asked only for its share (the optimistic per-segment k of Lucene 10's
-        multi-segment kNN): twice ``depth`` times its fraction of the live documents, plus 10,
-        with efSearch times (that k / the full k) ** ``SHARE_EF_POWER``. A segment whose whole
-        answer lands in the merged top ``depth`` may hold more, so ``_settled`` searches it again
-        in full (``complete`` is False until then)."""
-        found = []
-        live_total = max(1, sum(seg.live for seg in self.segments))
-        while (seg := segments.take()) is not None:
-            full = _full_k(seg, depth)
-            k, ef = full, seg.ef_search
-            if len(self.segments) > 1:
-                k = min(full, math.ceil(2 * depth * seg.live / live_total) + 10 + seg.count - seg.live)
-                if k < full:
-                    ef = math.ceil(seg.ef_search * (k / full) ** SHARE_EF_POWER)
-            found.append((*self._search_segment(seg, query, k, ef), k == full))
-        return found
-
-    def _search_segment(self, seg: Segment, query: np.ndarray, k: int,
-                        ef: int | None = None) -> tuple[Segment, np.ndarray, np.ndarray]:
-        """The live rows among ``seg``'s FAISS top ``k``. An HNSW graph is searched with
-        efSearch ``ef`` (default: the segment's), never below ``k``: FAISS does not raise it
-        itself, and a list longer than its candidate queue loses its tail (measured on Quora
-        val, depth 30: equal-RRF MRR@20 0.854 at ef 16, 0.856 at ef 30)."""
-        params = None
-        if hasattr(seg.faiss, "hnsw"):
-            wanted = max(k, ef or seg.ef_search)
-            if wanted != seg.faiss.hnsw.efSearch:
-                params = require("faiss", feature="the local index").SearchParametersHNSW(efSearch=wanted)
-        with one_thread():
-            raw, hits = seg.faiss.search(query, k, params=params)
-        valid = hits[0] >= 0
-        rows = hits[0][valid].astype(np.int64)
-        scores = score_from_faiss(raw[0][valid], self.distance)
-        if seg.deleted is not None:
-            keep = ~seg.deleted[rows]
-            rows, scores = rows[keep], scores[keep]
-        return seg, scores, rows
-
-    def _settled(self, found: list[tuple[Segment, np.ndarray, np.ndarray, bool]], query: np.ndarray,
-                 depth: int) -> list[tuple[Segment, np.ndarray, np.ndarray]]:
-        """``found`` with every partial answer that reaches the merged top ``depth`` whole
-        (all its scores at or above the ``depth``-th best) replaced by a full search of its
-        segment: only then could the segment hold more documents that belong in the list."""
-        scores = np.concatenate([f[1] for f in found]) if found else np.zeros(0, np.float32)
-        cutoff = np.partition(scores, len(scores) - depth)[len(scores) - depth] if len(scores) > depth else -np.inf
-        out = []
-        for seg, seg_scores, rows, complete in found:
-            if not complete and len(seg_scores) and seg_scores.min() >= cutoff:
-                seg, seg_scores, rows = self._search_segment(seg, query, _full_k(seg, depth))
-            out.append((seg, *_best_rows(seg_scores, rows, depth)))
-        return out
 
     def bm25_and_knn(self, query: str, vector: np.ndarray | Callable[[], np.ndarray], depth: int,
                      filters: Filters | None = None) -> tuple[list[Hit], list[Hit]]:
@@ -489,26 +396,27 @@ class LocalIndex:
         segments' FAISS searches the worker has not started once its BM25 list is done (one
         HNSW search per segment would otherwise all wait on the worker)."""
         vector_of = vector if callable(vector) else (lambda: vector)
-        if not self.segments:
+        depth = self._bounded(depth)
+        if not self.segments or depth == 0:
             return [], []
         if filters:  # filtered lists are exact scans over the matching rows: no FAISS call to overlap
             return self.bm25(query, depth, filters), self.knn(vector_of(), depth, filters)
-        segments = _SegmentQueue(self.segments)
+        segments = SegmentQueue(self.segments)
         ready: list[np.ndarray] = []  # the prepared query vector, once the worker has it
 
         def knn_half() -> list[tuple[Segment, np.ndarray, np.ndarray, bool]]:
             ready.append(self._knn_query(vector_of()))
-            return self._faiss_candidates(ready[0], depth, segments)
+            return faiss_candidates(self.segments, ready[0], depth, segments, self.distance)
 
-        pending = _worker().submit(knn_half)
+        pending = knn_worker().submit(knn_half)
         helped: list[tuple[Segment, np.ndarray, np.ndarray, bool]] = []
         try:
             bm25_hits = self.bm25(query, depth)
             if ready:  # never wait for the encoding here: the worker searches whatever is left
-                helped = self._faiss_candidates(ready[0], depth, segments)
+                helped = faiss_candidates(self.segments, ready[0], depth, segments, self.distance)
         finally:
             found = pending.result()
-        return bm25_hits, _merge_ranked(self._settled(found + helped, ready[0], depth), depth)
+        return bm25_hits, merge_ranked(settled(found + helped, ready[0], depth, self.distance), depth)
 
     def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
         """Exact similarity of ``vector`` to the stored vectors of ``ids`` (MSEM rerank)."""
@@ -583,29 +491,17 @@ class LocalIndex:
         report = IngestReport()
         with self._writing(wait):
             self.check_encoder(encoder)
-            writer = _IngestWriter(self, encoder, report, batch_size, show_progress)
+            writer = IngestWriter(self, encoder, report, batch_size, show_progress)
             try:
-                pending: dict[str, tuple[str, str]] = {}
-                for number, item in enumerate(documents, start=1):
-                    line, doc = item if isinstance(item, tuple) else (number, item)
-                    doc_id = str(doc.id).strip() if doc.id is not None else ""
-                    if not doc_id or not isinstance(doc.text, str) or not doc.text.strip():
-                        report.skipped.append((line, "empty id" if not doc_id else "empty text"))
-                        continue
-                    if doc_id in pending:
-                        report.updated += 1
-                        del pending[doc_id]  # keep the input order of the last version
-                    metadata = json.dumps(doc.metadata, ensure_ascii=False, sort_keys=True) if doc.metadata else "{}"
-                    pending[doc_id] = (doc.text, metadata)
-                    if len(pending) >= segment_docs:
-                        writer.flush(pending)
-                        pending = {}
-                writer.flush(pending)
-            except BaseException:
+                writer.add(documents, segment_docs)
+            except BaseException as exc:
                 writer.abandon()
-                raise
-            writer.commit()
-            self._merge_by_policy()
+                raise self._not_committed("this ingest", exc) from exc
+            try:
+                writer.commit()
+            except IndexStorageError as exc:
+                raise self._not_committed("this ingest", exc) from exc
+            self._merge_after_commit(f"this ingest (indexed {report.indexed}, updated {report.updated})")
         report.seconds = time.perf_counter() - started
         logger.info("ingest: %d new, %d updated, %d skipped in %.1fs", report.indexed, report.updated,
                     len(report.skipped), report.seconds)
@@ -619,12 +515,37 @@ class LocalIndex:
             generation = int(self.manifest.get("generation", 0)) + 1
             for seg in self.segments:
                 rows = [pos for _, pos in seg.lookup(wanted)]
-                entries.append(_with_deletions(seg, rows, generation) if rows else seg.entry)
+                entries.append(with_deletions(seg, rows, generation) if rows else seg.entry)
                 removed += len(rows)
             if removed:
-                self._commit(entries)
-                self._merge_by_policy()
+                try:
+                    self._commit(entries)
+                except IndexStorageError as exc:
+                    raise self._not_committed(f"deleting {removed} documents", exc) from exc
+                self._merge_after_commit(f"deleting {removed} documents")
         return removed
+
+    def _not_committed(self, what: str, exc: BaseException) -> BaseException:
+        """``exc``, and for a refusal of the file system the one line saying that ``what`` was
+        not committed and what the index still holds."""
+        if not isinstance(exc, IndexStorageError):
+            return exc
+        return IndexStorageError(f"{what} was not committed: {exc}".removesuffix(f". Fix: {exc.fix}") +
+                                 f". Index {self.path} still holds its previous commit ({self.count()} documents)",
+                                 problem=exc.problem, fix=exc.fix)
+
+    def _merge_after_commit(self, what: str) -> None:
+        """The merge policy, after ``what`` was committed: a merge that stops (damage found in a
+        segment it reads, a full disk) must not hide that the commit happened."""
+        try:
+            self._merge_by_policy()
+        except (IndexStorageError, IndexDamagedError) as exc:
+            message = (f"{what} was committed (index {self.path} holds {self.count()} documents), but merging "
+                       f"segments afterwards stopped: {exc}")
+            if isinstance(exc, IndexStorageError):
+                raise IndexStorageError(message.removesuffix(f". Fix: {exc.fix}"), problem=exc.problem,
+                                        fix=exc.fix) from exc
+            raise IndexDamagedError(message) from exc
 
     # ------------------------------------------------------------------ merges
     def _factory_for(self, n: int) -> str:
@@ -657,7 +578,7 @@ class LocalIndex:
             parts = []
             for entry in manifest["segments"]:
                 try:
-                    parts.append(_read_live_rows(self.path, entry, self.dim, self.distance, encoder))
+                    parts.append(read_live_rows(self.path, entry, self.dim, self.distance, encoder))
                 except IndexDamagedError as exc:
                     if not drop_damaged:
                         raise
@@ -675,15 +596,15 @@ class LocalIndex:
 
     def _merge(self, names: list[str]) -> None:
         entries = [e for e in self.manifest["segments"] if e["name"] in names]
-        parts = [_read_live_rows(self.path, e, self.dim, self.distance, None, verify=False) for e in entries]
+        parts = [read_live_rows(self.path, e, self.dim, self.distance, None) for e in entries]
         self._write_merged(parts, names)
 
-    def _write_merged(self, parts: list[tuple[list[str], list[str], list[str], np.ndarray]], names: list[str]) -> None:
+    def _write_merged(self, parts: list[LiveRows], names: list[str]) -> None:
         """Write the rows of ``parts`` as one segment replacing the segments ``names``."""
-        ids = [i for p in parts for i in p[0]]
-        texts = [t for p in parts for t in p[1]]
-        metas = [m for p in parts for m in p[2]]
-        vectors = np.concatenate([p[3] for p in parts]) if parts else np.zeros((0, self.dim), np.float32)
+        ids = [i for p in parts for i in p.ids]
+        texts = [t for p in parts for t in p.texts]
+        metas = [m for p in parts for m in p.metadata]
+        vectors = np.concatenate([p.vectors for p in parts]) if parts else np.zeros((0, self.dim), np.float32)
         parts.clear()  # the per-segment copies (the caller's list): a merge holds its vectors once
         counter = int(self.manifest.get("next_segment", 1))
         entries = [e for e in self.manifest["segments"] if e["name"] not in names]
@@ -694,160 +615,3 @@ class LocalIndex:
             entries.insert(min(first, len(entries)), merged)
         logger.info("merged %d segments (%d documents)", len(names), len(ids))
         self._commit(entries, next_segment=counter + 1)
-
-
-def _with_deletions(seg: Segment, rows: Sequence[int], generation: int) -> dict[str, Any]:
-    """``seg``'s manifest entry with ``rows`` added to its tombstones (file written now)."""
-    deleted = np.zeros(seg.count, dtype=bool) if seg.deleted is None else seg.deleted.copy()
-    deleted[np.asarray(rows, dtype=np.int64)] = True
-    entry = dict(seg.entry)
-    entry["deletions"] = write_deletions(seg.dir, generation, np.flatnonzero(deleted))
-    entry["deleted"] = int(deleted.sum())
-    return entry
-
-
-def _read_live_rows(index_path: Path, entry: dict[str, Any], dim: int, distance: Distance, encoder,
-                    verify: bool = True) -> tuple[list[str], list[str], list[str], np.ndarray]:
-    """(ids, texts, metadata JSON, vectors) of a segment's live rows, straight from its
-    files. With ``verify``, damaged vectors are re-encoded with ``encoder`` and damaged
-    tombstones or documents raise ``IndexDamagedError``; FAISS and BM25 files are not read."""
-    seg_dir = index_path / SEGMENTS_DIR / entry["name"]
-    count = int(entry["count"])
-    files = entry.get("files") or {}
-
-    def intact(file: str, record: dict[str, int]) -> bool:
-        path = seg_dir / file
-        return path.is_file() and path.stat().st_size == record["bytes"] and (not verify or checksum(path) == record["crc32"])
-
-    rel = f"{SEGMENTS_DIR}/{entry['name']}"
-    try:
-        db = sqlite3.connect(f"file:{seg_dir / DOCS_DB}?mode=ro&immutable=1", uri=True)
-        try:
-            rows = db.execute("SELECT id, text, metadata FROM docs ORDER BY pos").fetchall()
-        finally:
-            db.close()
-    except sqlite3.Error as exc:
-        raise damaged(index_path, f"{rel}/{DOCS_DB} cannot be read ({exc})", fix_for(DOCS_DB, index_path)) from None
-    if len(rows) != count:
-        raise damaged(index_path, f"{rel}/{DOCS_DB} holds {len(rows)} rows, expected {count}", fix_for(DOCS_DB, index_path))
-    live = np.ones(count, dtype=bool)
-    if entry.get("deletions"):
-        record = entry["deletions"]
-        if not intact(record["file"], record):
-            raise damaged(index_path, f"{rel}/{record['file']} (tombstones) is missing or changed",
-                          fix_for(DOCS_DB, index_path))
-        live[np.load(seg_dir / record["file"], allow_pickle=False)] = False
-    keep = np.flatnonzero(live)
-    vectors = None
-    if VECTORS in files and intact(VECTORS, files[VECTORS]):
-        try:
-            stored = np.load(seg_dir / VECTORS, mmap_mode="r", allow_pickle=False)
-            if stored.shape == (count, dim):
-                vectors = np.asarray(stored[keep], dtype=np.float32)
-        except (OSError, ValueError):
-            vectors = None
-    if vectors is None:
-        if encoder is None:
-            raise damaged(index_path, f"{rel}/{VECTORS} is damaged and no encoder was given to re-encode it",
-                          fix_for(VECTORS, index_path))
-        logger.warning("re-encoding %d texts of segment %s (its vectors are damaged)", len(keep), entry["name"])
-        vectors = prepare_vectors(encoder.encode([rows[i][1] for i in keep], show_progress=False, side="document"),
-                                  distance)
-    return ([rows[i][0] for i in keep], [rows[i][1] for i in keep], [rows[i][2] for i in keep], vectors)
-
-
-class _IngestWriter:
-    """The segments and tombstones of one ingest, committed together by ``commit``."""
-
-    def __init__(self, index: LocalIndex, encoder, report: IngestReport, batch_size: int, show_progress: bool):
-        self.index = index
-        self.encoder = encoder
-        self.report = report
-        self.batch_size = batch_size
-        self.show_progress = show_progress
-        self.counter = int(index.manifest.get("next_segment", 1))
-        self.generation = int(index.manifest.get("generation", 0)) + 1
-        self.new_segments: list[Segment] = []
-        self.written: dict[str, tuple[int, int]] = {}  # id -> (new segment number, row) for ids written by this ingest
-        self.tombstones: dict[str, set[int]] = {}  # segment name -> rows replaced by this ingest
-
-    def _existing(self, ids: list[str]) -> dict[str, tuple[Segment, int, str, str]]:
-        """Live rows of ``ids`` already in the index or written earlier by this ingest."""
-        found: dict[str, tuple[Segment, int, str, str]] = {}
-        for seg in self.index.segments:
-            replaced = self.tombstones.get(seg.name, set())
-            for doc_id, pos, text, metadata in seg.lookup(ids, "id, pos, text, metadata"):
-                if pos not in replaced:
-                    found[doc_id] = (seg, pos, text, metadata)
-        for doc_id in ids:
-            if doc_id in self.written:
-                number, pos = self.written[doc_id]
-                seg = self.new_segments[number]
-                if pos not in self.tombstones.get(seg.name, set()):
-                    text, metadata = seg.sql("SELECT text, metadata FROM docs WHERE pos = ?", (pos,))[0]
-                    found[doc_id] = (seg, pos, text, metadata)
-        return found
-
-    def flush(self, pending: dict[str, tuple[str, str]]) -> None:
-        """Write ``pending`` (id -> (text, metadata JSON)) as one new segment."""
-        if not pending:
-            return
-        existing = self._existing(list(pending))
-        ids, texts, metas, reused, to_encode = [], [], [], {}, []
-        for doc_id, (text, metadata) in pending.items():
-            old = existing.get(doc_id)
-            if old is None:
-                self.report.indexed += 1
-            else:
-                self.report.updated += 1
-                seg, pos, old_text, old_meta = old
-                if old_text == text and old_meta == metadata:
-                    continue  # unchanged: nothing to write
-                self.tombstones.setdefault(seg.name, set()).add(pos)
-                if old_text == text:
-                    reused[len(ids)] = np.asarray(seg.vectors[pos], dtype=np.float32)
-            if len(ids) not in reused:
-                to_encode.append(len(ids))
-            ids.append(doc_id)
-            texts.append(text)
-            metas.append(metadata)
-        if not ids:
-            return
-        vectors = np.zeros((len(ids), self.index.dim), dtype=np.float32)
-        for row, vector in reused.items():
-            vectors[row] = vector
-        if to_encode:
-            started, cpu = time.perf_counter(), time.process_time()
-            encoded = self.encoder.encode([texts[i] for i in to_encode], batch_size=self.batch_size,
-                                          show_progress=self.show_progress, side="document")
-            vectors[np.asarray(to_encode)] = prepare_vectors(encoded, self.index.distance)
-            logger.info("encoded %d texts in %.1f s (CPU %.1f s)", len(to_encode), time.perf_counter() - started,
-                        time.process_time() - cpu)
-        entry = write_segment(self.index.path / SEGMENTS_DIR, self.index._new_segment_name(self.counter), ids, texts,
-                              metas, vectors, self.index.distance, self.index._factory_for(len(ids)))
-        self.counter += 1
-        seg = Segment(self.index.path, entry, self.index.dim, self.index.search_settings, verify=False)
-        number = len(self.new_segments)
-        self.new_segments.append(seg)
-        for row, doc_id in enumerate(ids):
-            self.written[doc_id] = (number, row)
-
-    def abandon(self) -> None:
-        """Remove what this ingest wrote (nothing of it was committed)."""
-        for seg in self.new_segments:
-            seg.close()
-            shutil.rmtree(seg.dir, ignore_errors=True)
-        for name in self.tombstones:
-            (self.index.path / SEGMENTS_DIR / name / f"deleted.{self.generation}.npy").unlink(missing_ok=True)
-
-    def commit(self) -> None:
-        """One manifest commit naming the new segments and the new tombstones."""
-        if not self.new_segments and not self.tombstones:
-            return
-        entries = []
-        for seg in [*self.index.segments, *self.new_segments]:
-            rows = self.tombstones.get(seg.name)
-            entries.append(_with_deletions(seg, sorted(rows), self.generation) if rows else seg.entry)
-        for seg in self.new_segments:
-            seg.close()
-        self.index._commit(entries, next_segment=self.counter)

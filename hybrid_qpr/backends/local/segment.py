@@ -11,8 +11,11 @@ is what makes it visible. Files::
     deleted.<gen>.npy int64 rows deleted by commit <gen> and before (tombstones; the
                       manifest names the current one)
 
-The manifest records every file's byte size and CRC32 at commit, so a truncated, emptied
-or overwritten file is named at open (sizes) or by ``hybrid-qpr index check`` (checksums).
+The manifest records every file's byte size and CRC32 at commit. Opening a segment checks
+every size and the CRC32 of the document store and the BM25 files (``OPEN_VERIFIED``); the
+large files are checked on first use (``vectors.npy``) or before FAISS reads them
+(``vectors.faiss``); ``hybrid-qpr index check`` checks everything. An open segment holds
+every file open, so a reader keeps its snapshot while later commits delete those files.
 """
 
 from __future__ import annotations
@@ -22,15 +25,17 @@ import logging
 import os
 import shutil
 import sqlite3
+import threading
 import time
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from hybrid_qpr.backends.local import bm25 as bm25_lib
+from hybrid_qpr.backends.local.storage import access_refusal, unreadable, write_refusal
 from hybrid_qpr.backends.local.vectors import SearchSettings, build_faiss, calibrate_ef
 from hybrid_qpr.distance import Distance
 from hybrid_qpr.errors import IndexDamagedError, require
@@ -39,18 +44,57 @@ from hybrid_qpr.text import tokenize
 SEGMENTS_DIR = "segments"
 DOCS_DB, VECTORS, FAISS_FILE = "docs.sqlite", "vectors.npy", "vectors.faiss"
 SEGMENT_FILES: tuple[str, ...] = (DOCS_DB, VECTORS, FAISS_FILE, *bm25_lib.FILES)
+# checked against their CRC32 whenever a segment is opened for reading (docs/reliability.md:
+# their cost at 1M documents); vectors.npy and vectors.faiss are checked on first use
+OPEN_VERIFIED: tuple[str, ...] = (DOCS_DB, *bm25_lib.FILES)
 SQL_CHUNK = 900  # parameters per IN (...) clause, below SQLite's oldest limit of 999
 
 logger = logging.getLogger(__name__)
 
 
-def checksum(path: Path) -> int:
-    """CRC32 of a file, read in 1 MiB blocks."""
+def checksum(source: Path | BinaryIO) -> int:
+    """CRC32 of a file (a path, or an open binary file: read whole with ``pread``, which
+    leaves its position alone, so threads may share it), in 1 MiB blocks."""
+    if isinstance(source, (str, Path)):
+        with open(source, "rb") as fh:
+            return checksum(fh)
     crc = 0
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            crc = zlib.crc32(block, crc)
+    for block in _blocks(source):
+        crc = zlib.crc32(block, crc)
     return crc
+
+
+def _blocks(handle: BinaryIO, size: int = 1 << 20):
+    offset = 0
+    while block := os.pread(handle.fileno(), size, offset):
+        offset += len(block)
+        yield block
+
+
+class _PositionalReader:
+    """A file handle read front to back with ``pread`` (its own offset): FAISS's reader callback."""
+
+    def __init__(self, handle: BinaryIO):
+        self._fd, self._offset = handle.fileno(), 0
+
+    def __call__(self, size: int) -> bytes:
+        block = os.pread(self._fd, size, self._offset)
+        self._offset += len(block)
+        return block
+
+
+def map_npy(handle: BinaryIO) -> np.ndarray:
+    """A read-only memory map of the ``.npy`` array in the open file ``handle`` (mapping the
+    handle, not its path, keeps the array readable after the file is unlinked)."""
+    handle.seek(0)
+    version = np.lib.format.read_magic(handle)
+    header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, fortran, dtype = header(handle)
+    if dtype.hasobject:
+        raise ValueError("the array holds Python objects")
+    if not shape or 0 in shape:
+        return np.zeros(shape, dtype=dtype)
+    return np.memmap(handle, dtype=dtype, mode="r", offset=handle.tell(), shape=shape, order="F" if fortran else "C")
 
 
 def file_record(path: Path) -> dict[str, int]:
@@ -72,9 +116,10 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
     ``metas`` are JSON texts; ``vectors`` are already prepared for ``distance``."""
     faiss = require("faiss", feature="the local index")
     tmp = segments_dir / f".{name}.tmp"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
+    # a lower bound of the segment's size, for the message when the disk is full: the texts, and
+    # the vectors twice (vectors.npy and the FAISS index hold them both)
+    needed = 2 * int(np.asarray(vectors).nbytes) + sum(len(t.encode("utf-8")) for t in (*ids, *texts, *metas))
+    current = tmp  # what is being written, for that message
     clock = [(time.perf_counter(), time.process_time())]
 
     def lap() -> str:  # wall and CPU seconds since the previous lap (the CPU share shows a busy machine)
@@ -82,6 +127,10 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
         return f"{clock[-1][0] - clock[-2][0]:.1f} s (CPU {clock[-1][1] - clock[-2][1]:.1f} s)"
 
     try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        current = tmp / DOCS_DB
         db = sqlite3.connect(tmp / DOCS_DB)
         try:
             db.execute("PRAGMA journal_mode=OFF")  # written once, then read-only: no journal needed
@@ -93,17 +142,21 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
             db.close()
         times = {"sqlite": lap()}
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        current = tmp / VECTORS
         np.save(tmp / VECTORS, vectors, allow_pickle=False)
         graph = build_faiss(vectors, distance, factory)
+        current = tmp / FAISS_FILE
         faiss.write_index(graph, str(tmp / FAISS_FILE))
         times[factory] = lap()
         ef_search = calibrate_ef(graph, vectors, distance) if hasattr(graph, "hnsw") else None
         if ef_search is not None:
             times["efSearch calibration"] = lap()
+        current = tmp / "bm25.*"
         bm25_lib.save_postings(bm25_lib.build_postings(tokenize(t) for t in texts), tmp)
         fields = sorted({key for m in metas if m != "{}" for key in json.loads(m)})
         times["postings"] = lap()
         files = {}
+        current = tmp
         for file in SEGMENT_FILES:
             fsync_path(tmp / file)
             files[file] = file_record(tmp / file)
@@ -113,8 +166,11 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
         times["fsync+crc32"] = lap()
         logger.info("segment %s: %d documents written in %.1f s: %s", name, len(ids), clock[-1][0] - clock[0][0],
                     ", ".join(f"{what} {spent}" for what, spent in times.items()))
-    except BaseException:
+    except BaseException as exc:
+        refusal = write_refusal(exc, current, needed)  # before the removal: it looks at what was written
         shutil.rmtree(tmp, ignore_errors=True)
+        if refusal is not None:
+            raise refusal from exc
         raise
     entry = {"name": name, "count": len(ids), "deleted": 0, "deletions": None, "factory": factory,
              "fields": fields, "files": files}
@@ -128,12 +184,20 @@ def write_deletions(segment_dir: Path, generation: int, deleted: np.ndarray) -> 
     its manifest record. A new name per commit: the previous commit's file stays valid."""
     name = f"deleted.{generation}.npy"
     tmp = segment_dir / f".{name}.tmp"
-    with open(tmp, "wb") as fh:
-        np.save(fh, np.asarray(deleted, dtype=np.int64), allow_pickle=False)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, segment_dir / name)
-    fsync_path(segment_dir)
+    rows = np.asarray(deleted, dtype=np.int64)
+    try:
+        with open(tmp, "wb") as fh:
+            np.save(fh, rows, allow_pickle=False)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, segment_dir / name)
+        fsync_path(segment_dir)
+    except OSError as exc:
+        refusal = write_refusal(exc, tmp, rows.nbytes + 128)
+        tmp.unlink(missing_ok=True)
+        if refusal is not None:
+            raise refusal from exc
+        raise
     return {"file": name, **file_record(segment_dir / name)}
 
 
@@ -190,9 +254,12 @@ def file_problems(index_path: Path, entry: dict[str, Any], checksums: bool) -> l
 
 
 class Segment:
-    """Read access to one committed segment. Opening checks every file's size against the
-    manifest; the document store and arrays are opened at once (so a later merge that
-    removes the files cannot pull them from under a reader), the FAISS part on first use."""
+    """Read access to one committed segment. Opening checks every file's size, and the CRC32
+    of the files in ``OPEN_VERIFIED``, against the manifest, and opens every file at once (the
+    document store, the arrays, a handle on the FAISS part), so a later commit or merge that
+    removes the files cannot pull them from under a reader; the FAISS part is read on first use.
+    ``verify=False`` (a segment just written, or ``index check``, which checks everything
+    itself) skips the checks."""
 
     def __init__(self, index_path: Path, entry: dict[str, Any], dim: int, search: SearchSettings, *,
                  verify: bool = True):
@@ -206,10 +273,26 @@ class Segment:
         if verify:
             for problem, file in file_problems(index_path, entry, checksums=False):
                 raise damaged(index_path, problem, fix_for(file, index_path))
+            self._verify(OPEN_VERIFIED + ((entry["deletions"]["file"],) if entry.get("deletions") else ()))
+        self._vectors_verified = not verify  # the large files are checked on first use instead (see OPEN_VERIFIED)
+        # every file is opened (or mapped) now: an open file outlives its unlink on POSIX, so a
+        # later commit or merge that removes this segment cannot pull it from under the reader
+        self._first_use = threading.Lock()  # the files checked or loaded on first use
+        self._faiss_file = self._load(FAISS_FILE, lambda p: open(p, "rb"))
+        self._db: sqlite3.Connection | None = None
+        try:
+            self._open_rest(entry, dim)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_rest(self, entry: dict[str, Any], dim: int) -> None:
+        index_path = self.index_path
         self._db = self._connect()
-        self.vectors = self._load(VECTORS, lambda p: np.load(p, mmap_mode="r", allow_pickle=False))
-        if self.vectors.shape != (self.count, dim):
-            raise damaged(index_path, f"{self.rel(VECTORS)} has shape {self.vectors.shape}, expected "
+        self._vectors_file = self._load(VECTORS, lambda p: open(p, "rb"))
+        self._vectors = self._load(VECTORS, lambda p: map_npy(self._vectors_file))
+        if self._vectors.shape != (self.count, dim):
+            raise damaged(index_path, f"{self.rel(VECTORS)} has shape {self._vectors.shape}, expected "
                           f"({self.count}, {dim})", fix_for(VECTORS, index_path))
         self.postings = self._load(bm25_lib.VOCAB, lambda p: bm25_lib.load_postings(p.parent))
         if len(self.postings.doc_len) != self.count:
@@ -231,9 +314,30 @@ class Segment:
     def rel(self, file: str) -> str:
         return f"{SEGMENTS_DIR}/{self.name}/{file}"
 
+    def _verify(self, files: Sequence[str]) -> None:
+        """Compare ``files``' CRC32 with the manifest's (a same-size edit passes the size check)."""
+        for file, record in expected_files(self.entry).items():
+            if file in files and checksum(self.dir / file) != record["crc32"]:
+                raise damaged(self.index_path, f"{self.rel(file)} has changed since it was written (CRC32 mismatch)",
+                              fix_for(file, self.index_path))
+
+    @property
+    def vectors(self) -> np.ndarray:
+        """The stored vectors ``[count, dim]`` (memory-mapped), checked against their CRC32 on first use."""
+        if not self._vectors_verified:
+            with self._first_use:
+                record = (self.entry.get("files") or {}).get(VECTORS)
+                if not self._vectors_verified and record and checksum(self._vectors_file) != record["crc32"]:
+                    raise damaged(self.index_path, f"{self.rel(VECTORS)} has changed since it was written (CRC32 "
+                                  "mismatch)", fix_for(VECTORS, self.index_path))
+                self._vectors_verified = True
+        return self._vectors
+
     def _load(self, file: str, loader):
         try:
             return loader(self.dir / file)
+        except PermissionError:
+            raise access_refusal(self.dir / file, writing=False) from None
         except (OSError, ValueError, EOFError, json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise damaged(self.index_path, f"{self.rel(file)} cannot be read ({exc})", fix_for(file, self.index_path)) from None
 
@@ -243,6 +347,8 @@ class Segment:
             db = sqlite3.connect(uri, uri=True, check_same_thread=False)
             rows = db.execute("SELECT count(*) FROM docs").fetchone()[0]
         except sqlite3.Error as exc:
+            if unreadable(self.dir / DOCS_DB):
+                raise access_refusal(self.dir / DOCS_DB, writing=False) from None
             raise damaged(self.index_path, f"{self.rel(DOCS_DB)} is not a readable SQLite database ({exc})",
                           fix_for(DOCS_DB, self.index_path)) from None
         if rows != self.count:
@@ -278,23 +384,29 @@ class Segment:
     @property
     def faiss(self):
         if self._faiss is None:
-            faiss = require("faiss", feature="the local index")
-            path = self.dir / FAISS_FILE
-            record = (self.entry.get("files") or {}).get(FAISS_FILE)
-            if record and path.is_file() and checksum(path) != record["crc32"]:  # a corrupt file can crash FAISS
-                raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} has changed since it was written (CRC32 "
-                              "mismatch)", fix_for(FAISS_FILE, self.index_path))
-            try:
-                index = faiss.read_index(str(path))
-            except (RuntimeError, OSError) as exc:
-                raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} cannot be read ({str(exc).splitlines()[0]})",
-                              fix_for(FAISS_FILE, self.index_path)) from None
-            if index.ntotal != self.count or index.d != self.dim:
-                raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} holds {index.ntotal} vectors of {index.d} "
-                              f"dims, expected {self.count} of {self.dim}", fix_for(FAISS_FILE, self.index_path))
-            self.search.apply(index, self.entry.get("ef_search"))
-            self._faiss = index
+            with self._first_use:  # reader threads may ask at once: load (and check) it once
+                if self._faiss is None:
+                    self._faiss = self._load_faiss()
         return self._faiss
+
+    def _load_faiss(self):
+        """Check ``vectors.faiss`` against its CRC32, then read it through the handle held since open."""
+        faiss = require("faiss", feature="the local index")
+        record = (self.entry.get("files") or {}).get(FAISS_FILE)
+        handle = self._faiss_file  # opened with the segment: the path may be gone by now
+        if record and checksum(handle) != record["crc32"]:  # a corrupt file can crash FAISS
+            raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} has changed since it was written (CRC32 "
+                          "mismatch)", fix_for(FAISS_FILE, self.index_path))
+        try:
+            index = faiss.read_index(faiss.PyCallbackIOReader(_PositionalReader(handle), 1 << 20))
+        except (RuntimeError, OSError) as exc:
+            raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} cannot be read ({str(exc).splitlines()[0]})",
+                          fix_for(FAISS_FILE, self.index_path)) from None
+        if index.ntotal != self.count or index.d != self.dim:
+            raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} holds {index.ntotal} vectors of {index.d} "
+                          f"dims, expected {self.count} of {self.dim}", fix_for(FAISS_FILE, self.index_path))
+        self.search.apply(index, self.entry.get("ef_search"))
+        return index
 
     def set_search(self, search: SearchSettings) -> None:
         if search != self.search:
@@ -318,4 +430,8 @@ class Segment:
         return [r[:-1] for r in out]
 
     def close(self) -> None:
-        self._db.close()
+        if self._db is not None:
+            self._db.close()
+        self._faiss_file.close()
+        if hasattr(self, "_vectors_file"):
+            self._vectors_file.close()
