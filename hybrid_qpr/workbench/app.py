@@ -12,6 +12,8 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import threading
+import time
 from importlib import resources
 from typing import Any
 
@@ -162,3 +164,31 @@ def create_app(workbench: Workbench, *, api_key: str | None = None):
     ]
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: unexpected})
 
+
+
+class BackgroundServer:
+    """``app`` served by uvicorn on a thread of this process (tests, the screenshot script and
+    the load benchmark); ``port=0`` takes a free port. Use as a context manager; ``url`` is
+    the address it answers on."""
+
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0):
+        import uvicorn
+
+        self._server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+        self._thread = threading.Thread(target=self._server.run, name="workbench-server", daemon=True)
+        self.url = ""
+
+    def __enter__(self) -> "BackgroundServer":
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the workbench server did not start (see the log above)")
+            time.sleep(0.02)
+        host, port = self._server.servers[0].sockets[0].getsockname()[:2]
+        self.url = f"http://{host}:{port}"
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=30)
