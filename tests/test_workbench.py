@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from hybrid_qpr.data.beir import load_beir
-from workbench_helpers import call, example_documents, examples_local_index, served
+from workbench_helpers import call, example_documents, examples_local_index, judge_bank, served
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
@@ -42,7 +42,7 @@ def _cluster_backend(engine: str, url: str, encoder):
 @pytest.fixture(scope="module", params=["local", pytest.param("opensearch", marks=pytest.mark.cluster),
                                         pytest.param("elasticsearch", marks=pytest.mark.cluster)])
 def api(request, tmp_path_factory, committed_encoder):
-    """Base URL of a workbench over the examples/ bank (300 questions) on each backend."""
+    """Base URL of a workbench over the examples/ bank (270 questions: 30 held out as queries) on each backend."""
     kind = request.param
     tmp = tmp_path_factory.mktemp(f"wb-{kind}")
     if kind == "local":
@@ -66,7 +66,7 @@ def get(api: str, path: str, **params):
 def test_health(api):
     status, body = get(api, "health")
     assert status == 200
-    assert body["documents"] == 300 and body["status"] == "ok"
+    assert body["documents"] == 270 and body["status"] == "ok"
     assert body["model"] and body["index"] and body["backend"] in ("local", "opensearch", "elasticsearch")
     assert body["modes"] == ["bm25", "knn", "hybrid", "rerank"]
 
@@ -200,27 +200,10 @@ def test_openapi_describes_every_route(api):
         assert call(f"{api[:-4]}{path}", method, {} if method == "POST" else None)[0] not in (404, 405)
 
 
-def _judge_bank(api: str, split: str, n: int) -> dict[str, str]:
-    """Judge the hits of the first ``n`` queries of the examples/ bank's ``split`` as its qrels
-    say (a hit in the query's group is relevant; the query's own question is left unjudged)."""
-    from hybrid_qpr import resources
-
-    _, queries, qrels = load_beir(resources.examples_dir() / "beir", split)
-    chosen = dict(list(sorted(queries.items()))[:n])
-    for qid, text in chosen.items():
-        status, answer = get(api, "compare", q=text, k=10)
-        assert status == 200
-        shown = {h["id"] for hits in answer["lists"].values() for h in hits} - {qid}
-        for doc in sorted(shown):
-            status, _ = call(f"{api}/judgments", "POST", {"query": text, "id": doc, "relevance": int(doc in qrels[qid])})
-            assert status == 200
-    return chosen
-
-
 def test_tune_needs_judgments_then_stores_the_fusion(api):
     status, body = call(f"{api}/tune", "POST")
     assert status == 422 and "at least 3 queries" in body["error"]
-    _judge_bank(api, "val", 4)
+    judge_bank(api, 4)
     status, body = call(f"{api}/tune", "POST", {})
     assert status == 200, body
     assert body["stored"] and body["metric"] == "MRR@20" and body["queries"] >= 4
@@ -247,7 +230,7 @@ def test_concurrent_requests_all_answer_while_a_tune_stores(tmp_path, committed_
     index = examples_local_index(tmp_path / "idx", committed_encoder)
     with served(index, committed_encoder, tmp_path / "j", index="idx", kind="local", min_tune_queries=3) as url:
         api = url + "/api"
-        _judge_bank(api, "val", 5)
+        judge_bank(api, 5)
         texts = [d.text for d in example_documents()[:64]]
 
         def ask(text):
@@ -345,15 +328,16 @@ def test_cli_refuses_an_empty_index_cleanly(tmp_path, committed_encoder):
 
 
 def test_judgment_flow_tuned_hybrid_is_not_below_the_better_single_mode(tmp_path, committed_encoder):
-    """Judge 30 queries of the examples/ bank through the API, tune, then score bm25, knn and
-    the tuned hybrid on those judgments through /api/search."""
+    """Judge the hits of 30 new questions (held out of the examples/ bank, one per val/test
+    group) through the API, tune, then score bm25, knn and the tuned hybrid on those
+    judgments through /api/search."""
     from hybrid_qpr.evaluation.evaluator import score_run
     from hybrid_qpr.workbench.judgments import JudgmentStore
 
     index = examples_local_index(tmp_path / "idx", committed_encoder)
     with served(index, committed_encoder, tmp_path / "j", index="idx", kind="local") as url:
         api = url + "/api"
-        chosen = _judge_bank(api, "val", 30)
+        chosen = judge_bank(api, 30)
         status, tuned = call(f"{api}/tune", "POST", {})
         assert status == 200 and tuned["queries"] == 30, tuned
         judgments = JudgmentStore(tmp_path / "j").load()
@@ -364,7 +348,7 @@ def test_judgment_flow_tuned_hybrid_is_not_below_the_better_single_mode(tmp_path
                 _, answer = get(api, "search", q=text, mode=mode, k=20)
                 run[next(q for q, t in judgments.queries.items() if t == text)] = [h["id"] for h in answer["hits"]]
             metrics[mode] = score_run(run, judgments.qrels)
-    print("\njudgment flow, 30 queries of examples/beir val:", json.dumps(
+    print("\njudgment flow, 30 held-out queries of the examples/ bank:", json.dumps(
         {m: {k: round(v, 4) for k, v in metrics[m].items()} for m in metrics}), "chosen:", tuned["chosen"])
     assert metrics["hybrid"]["MRR@20"] >= max(metrics["bm25"]["MRR@20"], metrics["knn"]["MRR@20"]) - 1e-9
     assert metrics["hybrid"]["MRR@20"] == pytest.approx(tuned["after"]["hybrid"]["metrics"]["MRR@20"])

@@ -8,6 +8,7 @@ import os
 import shutil
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,12 +19,32 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-dev-shm-usage", "--window-size=1400,1000")
 
 
+def held_out_queries() -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+    """One question of each group of the examples/ bank's val and test splits (30 in all), held
+    out of the index so it is a new question whose paraphrases (the rest of its group, as the
+    qrels say) are in the bank: ``(query id -> text, qrels)``."""
+    from hybrid_qpr import resources
+    from hybrid_qpr.data.beir import load_beir
+
+    queries: dict[str, str] = {}
+    qrels: dict[str, dict[str, int]] = {}
+    for split in ("val", "test"):
+        _, texts, judged = load_beir(resources.examples_dir() / "beir", split)
+        first = {}
+        for qid in sorted(texts):
+            first.setdefault(qid.rsplit("-", 1)[0], qid)
+        for qid in first.values():
+            queries[qid], qrels[qid] = texts[qid], judged[qid]
+    return queries, qrels
+
+
 def example_documents():
-    """The examples/ bank (300 questions with group and topic metadata)."""
+    """The examples/ bank (300 questions with group and topic metadata) less the held-out queries."""
     from hybrid_qpr import resources
     from hybrid_qpr.data.documents import iter_documents
 
-    return [doc for _, doc in iter_documents(resources.examples_dir() / "questions.jsonl")]
+    held_out = held_out_queries()[0]
+    return [doc for _, doc in iter_documents(resources.examples_dir() / "questions.jsonl") if doc.id not in held_out]
 
 
 def examples_local_index(path: Path, encoder):
@@ -64,6 +85,21 @@ def call(url: str, method: str = "GET", body: Any = None, *, raw: bytes | None =
             return exc.code, json.loads(text)
         except ValueError:
             return exc.code, text.decode("utf-8", "replace")
+
+
+def judge_bank(api: str, n: int) -> dict[str, str]:
+    """Judge, through ``api`` (the base URL ending in /api), the hits /api/compare shows for the
+    first ``n`` held-out queries as the bank's qrels say: a hit of the query's group is
+    relevant (1), any other not (0). Returns the judged queries (id -> text)."""
+    queries, qrels = held_out_queries()
+    chosen = dict(sorted(queries.items())[:n])
+    for qid, text in chosen.items():
+        status, answer = call(f"{api}/compare?" + urllib.parse.urlencode({"q": text, "k": 10}))
+        assert status == 200, answer
+        for doc in sorted({h["id"] for hits in answer["lists"].values() for h in hits}):
+            status, answer = call(f"{api}/judgments", "POST", {"query": text, "id": doc, "relevance": int(doc in qrels[qid])})
+            assert status == 200, answer
+    return chosen
 
 
 def chromium_problem() -> str | None:

@@ -90,10 +90,10 @@ async function runQuery() {
 }
 
 function move(rank, other) {
-  if (other === null || other === undefined) return { cls: "new", text: "new" };
-  if (other > rank) return { cls: "up", text: `▲${other - rank}` };
-  if (other < rank) return { cls: "down", text: `▼${rank - other}` };
-  return { cls: "same", text: "=" };
+  if (other === null || other === undefined) return { cls: "new", text: "– new" };
+  if (other > rank) return { cls: "up", text: `#${other} ▲${other - rank}` };
+  if (other < rank) return { cls: "down", text: `#${other} ▼${rank - other}` };
+  return { cls: "same", text: `#${other} =` };
 }
 
 function scorePart(label, ranked) {
@@ -115,7 +115,7 @@ function hitNode(mode, hit) {
   const moves = el("div", { class: "moves", "aria-label": "rank in the other lists" });
   for (const [other, rank] of Object.entries(hit.ranks)) {
     const m = move(hit.rank, rank);
-    moves.append(el("span", { class: `move ${m.cls}`, title: rank ? `#${rank} in ${other}` : `not in ${other}'s top ${state.data.k}` },
+    moves.append(el("span", { class: `move ${m.cls}`, title: rank ? `#${rank} in ${other}: this list ranks it ${m.text.split(" ")[1]}` : `not in ${other}'s top ${state.data.k}` },
                     `${other} ${m.text}`));
   }
   node.append(moves);
