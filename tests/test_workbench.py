@@ -349,6 +349,7 @@ def test_judgment_flow_tuned_hybrid_is_not_below_the_better_single_mode(tmp_path
                 run[next(q for q, t in judgments.queries.items() if t == text)] = [h["id"] for h in answer["hits"]]
             metrics[mode] = score_run(run, judgments.qrels)
     print("\njudgment flow, 30 held-out queries of the examples/ bank:", json.dumps(
-        {m: {k: round(v, 4) for k, v in metrics[m].items()} for m in metrics}), "chosen:", tuned["chosen"])
+        {m: {k: round(v, 4) for k, v in metrics[m].items()} for m in metrics}), "chosen:", tuned["chosen"],
+          "untuned hybrid:", json.dumps(tuned["before"]["hybrid"]))
     assert metrics["hybrid"]["MRR@20"] >= max(metrics["bm25"]["MRR@20"], metrics["knn"]["MRR@20"]) - 1e-9
     assert metrics["hybrid"]["MRR@20"] == pytest.approx(tuned["after"]["hybrid"]["metrics"]["MRR@20"])
