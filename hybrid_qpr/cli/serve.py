@@ -47,8 +47,8 @@ def serve(index, host, port, server_api_key, judgments_dir, min_tune_queries, ef
     """
     from hybrid_qpr.errors import require
 
-    require("starlette", "serve", "hybrid-qpr serve")
-    uvicorn = require("uvicorn", "serve", "hybrid-qpr serve")
+    require("starlette", feature="'hybrid-qpr serve'")
+    uvicorn = require("uvicorn", feature="'hybrid-qpr serve'")
     from hybrid_qpr.cli._engine import load_encoder, open_backend, use_cluster
     from hybrid_qpr.search import HybridSearcher
     from hybrid_qpr.workbench.app import create_app

@@ -19,7 +19,7 @@ from typing import Any
 
 from hybrid_qpr.errors import BackendError, ConfigError, HybridQPRError, IndexLockedError, InputError
 from hybrid_qpr.workbench.openapi import openapi_spec
-from hybrid_qpr.workbench.service import RequestError, Workbench, parse_filters, parse_float, parse_int
+from hybrid_qpr.workbench.service import RequestError, Workbench, parse_filters, parse_number
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,8 @@ def create_app(workbench: Workbench, *, api_key: str | None = None):
     def search_args(request: Request) -> dict[str, Any]:
         params = request.query_params
         return {"filters": parse_filters(params.getlist("filter")), "fusion": params.get("fusion") or None,
-                "alpha": parse_float("alpha", params.get("alpha")), "k": parse_int("k", params.get("k"), 10)}
+                "alpha": parse_number("alpha", params.get("alpha"), float),
+                "k": parse_number("k", params.get("k"), int, 10)}
 
     async def health(request: Request) -> dict[str, Any]:
         return await run_in_threadpool(workbench.health)
@@ -118,7 +119,7 @@ def create_app(workbench: Workbench, *, api_key: str | None = None):
     async def search(request: Request) -> dict[str, Any]:
         params = request.query_params
         return await run_in_threadpool(workbench.search, params.get("q"), mode=params.get("mode") or "hybrid",
-                                       offset=parse_int("offset", params.get("offset"), 0), **search_args(request))
+                                       offset=parse_number("offset", params.get("offset"), int, 0), **search_args(request))
 
     async def compare(request: Request) -> dict[str, Any]:
         return await run_in_threadpool(workbench.compare, request.query_params.get("q"), **search_args(request))

@@ -282,23 +282,16 @@ def _scored(run: Mapping[str, Any]) -> dict[str, Any]:
     return {**settings, "metrics": run["metrics"]}
 
 
-def parse_int(name: str, value: str | None, default: int) -> int:
-    """A query-string integer; a malformed one is a 400 naming the parameter."""
+def parse_number(name: str, value: str | None, cast: type = int, default: Any = None) -> Any:
+    """A query-string integer (``cast=int``) or number (``float``), ``default`` when absent; a
+    malformed one is a 400 naming the parameter."""
     if value is None or value == "":
         return default
     try:
-        return int(value)
+        return cast(value)
     except ValueError:
-        raise RequestError(400, f"{name}={value!r}: must be an integer") from None
-
-
-def parse_float(name: str, value: str | None) -> float | None:
-    if value is None or value == "":
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        raise RequestError(400, f"{name}={value!r}: must be a number") from None
+        kind = "an integer" if cast is int else "a number"
+        raise RequestError(400, f"{name}={value!r}: must be {kind}") from None
 
 
 def parse_filters(values: Sequence[str]) -> Filters | None:
