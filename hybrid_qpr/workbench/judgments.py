@@ -66,15 +66,33 @@ class Judgments:
 class JudgmentStore:
     """Judgments in ``directory`` (module docstring); safe to share between threads."""
 
+    FILES = ("corpus.jsonl", "queries.jsonl", f"qrels/{SPLIT}.tsv")
+
     def __init__(self, directory: str | Path):
         self.directory = Path(directory)
         self._thread_lock = threading.Lock()
+        self._cached: tuple[tuple, Judgments] | None = None
 
     def load(self) -> Judgments:
-        """The stored judgments (empty when nothing was judged yet)."""
-        qrels_path = self.directory / "qrels" / f"{SPLIT}.tsv"
+        """The stored judgments (empty when nothing was judged yet). Every search answer
+        carries its query's judgments, so the files are parsed again only when one of them
+        was replaced since the last load (by this process or another)."""
+        stamp = tuple(self._stamp(name) for name in self.FILES)
+        cached = self._cached
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        qrels_path = self.directory / self.FILES[2]
         qrels = load_qrels(qrels_path) if qrels_path.is_file() else {}
-        return Judgments(self._texts("queries.jsonl"), qrels, self._texts("corpus.jsonl"))
+        judgments = Judgments(self._texts("queries.jsonl"), qrels, self._texts("corpus.jsonl"))
+        self._cached = (stamp, judgments)
+        return judgments
+
+    def _stamp(self, name: str) -> tuple[int, int, int] | None:
+        try:
+            info = (self.directory / name).stat()
+        except FileNotFoundError:
+            return None
+        return info.st_ino, info.st_mtime_ns, info.st_size
 
     def _texts(self, name: str) -> dict[str, str]:
         path = self.directory / name
