@@ -54,6 +54,8 @@ OPTIONAL_PACKAGES: dict[str, tuple[str, str | None]] = {
     "matplotlib": ("matplotlib", "report"),
     "cryptography": ("cryptography", "secure"),
     "bcrypt": ("bcrypt", "secure"),
+    "starlette": ("starlette", "serve"),
+    "uvicorn": ("uvicorn", "serve"),
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from hybrid_qpr.errors import ConfigError
 from hybrid_qpr.types import Filters
 
 _SCALARS = (str, int, float)
@@ -47,3 +48,21 @@ def merge_filters(base: Filters | None, extra: Filters | None) -> dict[str, Any]
         both = [v for v in _values(value) if str(v) in allowed]
         merged[field] = both[0] if len(both) == 1 else both
     return merged
+
+
+def parse_filter_items(items, *, sep: str = "=", option: str = "--filter") -> dict[str, Any] | None:
+    """``("topic=a", "topic=b", "lang=en")`` -> ``{"topic": ["a", "b"], "lang": "en"}``: the
+    command line's ``--filter FIELD=VALUE`` and the workbench API's ``filter=FIELD:VALUE``
+    (``sep``); ``option`` names the source in the error."""
+    filters: dict[str, Any] = {}
+    for item in items:
+        field, found, value = item.partition(sep)
+        if not found or not field.strip():
+            raise ConfigError(f"{option} {item!r}: expected FIELD{sep}VALUE, e.g. {option} topic{sep}account")
+        field = field.strip()
+        if field in filters:
+            previous = filters[field]
+            filters[field] = (previous if isinstance(previous, list) else [previous]) + [value]
+        else:
+            filters[field] = value
+    return filters or None

@@ -39,6 +39,14 @@ def test_mlcommons_register_without_onnx_says_what_to_install(tmp_path):
     assert "needs the 'onnx' package" in done.stderr and "pip install onnx" in done.stderr
 
 
+@pytest.mark.parametrize("blocked", ["starlette", "uvicorn"])
+def test_serve_without_its_extra_says_what_to_install(tmp_path, blocked):
+    done = _run_blocked(blocked, ["serve", "--index", "idx"], tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"'hybrid-qpr serve' needs the '{blocked}' package" in done.stderr
+    assert f"pip install {blocked} (or pip install 'hybrid-qpr[serve]')" in done.stderr
+
+
 @pytest.mark.parametrize("module, distribution", [("faiss", "faiss-cpu"), ("opensearchpy", "opensearch-py"),
                                                   ("torch", "torch"), ("onnx", "onnx"), ("elasticsearch", "elasticsearch")])
 def test_install_hints_name_the_pypi_package(monkeypatch, module, distribution):

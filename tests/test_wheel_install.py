@@ -89,6 +89,8 @@ def test_wheel_is_small_and_carries_the_bundled_files(installed):
             if path.is_file():
                 assert f"hybrid_qpr/_data/{path.relative_to(REPO).as_posix()}" in names
     assert not any(n.endswith(".py") and n.startswith("hybrid_qpr/_data/") for n in names)
+    for page_file in (REPO / "hybrid_qpr" / "workbench" / "static").iterdir():  # hybrid-qpr serve's page
+        assert f"hybrid_qpr/workbench/static/{page_file.name}" in names
     models = {n.split("/")[3] for n in names if n.startswith("hybrid_qpr/_data/onnx/")}
     assert models == {"distilled-cnn-quora"}
 

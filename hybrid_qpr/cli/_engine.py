@@ -8,7 +8,6 @@ from typing import Any
 
 import click
 
-from hybrid_qpr.errors import ConfigError
 
 FILTER_HELP = ("Exact-match metadata filter FIELD=VALUE (repeatable; the same field twice means either value), "
                "applied before ranking so k results still come back. true/false match JSON booleans (never 1/0); a "
@@ -18,18 +17,9 @@ FILTER_HELP = ("Exact-match metadata filter FIELD=VALUE (repeatable; the same fi
 
 def parse_filters(values: tuple[str, ...]) -> dict[str, Any] | None:
     """``("topic=a", "topic=b", "lang=en")`` -> ``{"topic": ["a", "b"], "lang": "en"}``."""
-    filters: dict[str, Any] = {}
-    for item in values:
-        field, sep, value = item.partition("=")
-        if not sep or not field.strip():
-            raise ConfigError(f"--filter {item!r}: expected FIELD=VALUE, e.g. --filter topic=account")
-        field = field.strip()
-        if field in filters:
-            previous = filters[field]
-            filters[field] = (previous if isinstance(previous, list) else [previous]) + [value]
-        else:
-            filters[field] = value
-    return filters or None
+    from hybrid_qpr.filters import parse_filter_items
+
+    return parse_filter_items(values)
 
 
 def use_cluster(connection: dict[str, Any]) -> bool:

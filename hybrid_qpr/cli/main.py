@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "search-pipeline": ("hybrid_qpr.cli.search_pipeline", "search_pipeline",
                         "Install the OpenSearch search pipelines used by server-side hybrid queries."),
     "mlcommons": ("hybrid_qpr.cli.mlcommons", "mlcommons", "Register and deploy a transformer encoder in OpenSearch ml-commons (in-cluster embedding)."),
+    "serve": ("hybrid_qpr.cli.serve", "serve",
+              "Serve the relevance workbench: every mode side by side in the browser, judge hits, tune [needs serve]."),
     "demo": ("hybrid_qpr.cli.demo", "demo", "Build an index from the bundled sample question bank and compare the modes."),
 }
 

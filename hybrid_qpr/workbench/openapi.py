@@ -1,0 +1,111 @@
+"""The workbench API described in OpenAPI 3.1, served at ``/api/openapi.json``.
+
+Written by hand (the app has no schema library): the tests check that every route the app
+serves is described here and every described route is served."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hybrid_qpr.workbench.service import API_VERSION, COMPARE_MODES, Limits
+
+
+def _param(name: str, description: str, schema: dict[str, Any], *, required: bool = False, array: bool = False):
+    out = {"name": name, "in": "query", "required": required, "description": description,
+           "schema": {"type": "array", "items": schema} if array else schema}
+    if array:
+        out.update(style="form", explode=True)
+    return out
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+_ERROR = {"$ref": "#/components/schemas/Error"}
+_OBJECT = {"type": "object"}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    words = {400: "malformed request", 401: "missing or wrong API key", 404: "unknown document",
+             409: "conflicting write (a tune running, or the index locked by another writer)",
+             413: "query or body too large", 422: "a value out of range", 502: "the search backend failed"}
+    return {str(s): _json(_ERROR, words[s]) for s in statuses}
+
+
+def openapi_spec(limits: Limits = Limits(), extra_lists: tuple[str, ...] = ()) -> dict[str, Any]:
+    modes = [*COMPARE_MODES, *extra_lists]
+    query = _param("q", f"The query text (at most {limits.max_query_chars} characters).", {"type": "string"},
+                   required=True)
+    k = _param("k", "Hits per list.", {"type": "integer", "minimum": 1, "maximum": limits.max_k, "default": 10})
+    filters = _param("filter", "Exact-match metadata filter FIELD:VALUE (repeatable; the same field twice means "
+                     "either value).", {"type": "string"}, array=True)
+    fusion = _param("fusion", "Hybrid fusion method [default: the index's tuned one, else rrf].",
+                    {"type": "string", "enum": ["rrf", "minmax", "zscore", "l2"]})
+    alpha = _param("alpha", "Weight of kNN in the fusion; BM25 gets 1 - alpha [default: tuned, else 0.5].",
+                   {"type": "number", "minimum": 0, "maximum": 1})
+    common_errors = _errors(400, 401, 413, 422, 502)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "hybrid-qpr relevance workbench", "version": API_VERSION,
+                 "description": "Search an index in every mode side by side, judge hits, tune the fusion on the "
+                                "judgments. With --server-api-key every /api/ route but openapi.json needs the "
+                                "header X-API-Key (or Authorization: Bearer KEY). Errors are JSON "
+                                "{\"error\": message, \"status\": code}."},
+        "paths": {
+            "/api/health": {"get": {"summary": "Index name, backend, document count, model, tuned fusion.",
+                                    "responses": {"200": _json(_OBJECT, "health"), **_errors(401, 502)}}},
+            "/api/search": {"get": {
+                "summary": "The hits of one mode, as 'hybrid-qpr query --json' prints them.",
+                "parameters": [query, _param("mode", "Search mode.", {"type": "string", "enum": list(COMPARE_MODES),
+                                                                      "default": "hybrid"}),
+                               k, _param("offset", "Hits skipped (pagination).",
+                                         {"type": "integer", "minimum": 0, "maximum": limits.max_offset, "default": 0}),
+                               filters, fusion, alpha],
+                "responses": {"200": _json({"$ref": "#/components/schemas/SearchAnswer"}, "hits"), **common_errors}}},
+            "/api/compare": {"get": {
+                "summary": f"One list per mode ({', '.join(modes)}), each hit with its rank in every other list.",
+                "parameters": [query, k, filters, fusion, alpha],
+                "responses": {"200": _json({"$ref": "#/components/schemas/CompareAnswer"}, "lists"), **common_errors}}},
+            "/api/judgments": {
+                "get": {"summary": "Every stored judgment, grouped by query.",
+                        "responses": {"200": _json(_OBJECT, "judgments"), **_errors(401)}},
+                "post": {"summary": "Judge one hit; a later judgment of the same (query, id) replaces it.",
+                         "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                             "$ref": "#/components/schemas/Judgment"}}}},
+                         "responses": {"200": _json(_OBJECT, "stored"), **_errors(400, 401, 404, 413, 422)}}},
+            "/api/tune": {"post": {
+                "summary": f"Tune fusion and alpha on the judged queries (at least {limits.min_tune_queries} with a "
+                           "relevant judgment) and store the winner as the index default, as 'hybrid-qpr tune' does.",
+                "requestBody": {"required": False, "content": {"application/json": {"schema": {
+                    "type": "object", "properties": {"store": {"type": "boolean", "default": True,
+                                                               "description": "false: report only (--dry-run)"}}}}}},
+                "responses": {"200": _json(_OBJECT, "metrics before and after"), **_errors(400, 401, 409, 413, 422, 502)}}},
+            "/api/openapi.json": {"get": {"summary": "This document.", "responses": {"200": _json(_OBJECT, "OpenAPI")}}},
+        },
+        "components": {"schemas": {
+            "Error": {"type": "object", "required": ["error", "status"],
+                      "properties": {"error": {"type": "string"}, "status": {"type": "integer"}}},
+            "Ranked": {"type": ["object", "null"], "properties": {"score": {"type": "number"}, "rank": {"type": "integer"}}},
+            "Hit": {"type": "object", "required": ["id", "text", "score"], "properties": {
+                "id": {"type": "string"}, "text": {"type": "string"}, "score": {"type": "number"},
+                "metadata": {"type": "object"}, "bm25": {"$ref": "#/components/schemas/Ranked"},
+                "knn": {"$ref": "#/components/schemas/Ranked"}}},
+            "SearchAnswer": {"type": "object", "properties": {
+                "query": {"type": "string"}, "mode": {"type": "string"}, "settings": {"type": "object"},
+                "hits": {"type": "array", "items": {"$ref": "#/components/schemas/Hit"}},
+                "judgments": {"type": "object", "additionalProperties": {"type": "integer"}}}},
+            "CompareAnswer": {"type": "object", "properties": {
+                "query": {"type": "string"}, "modes": {"type": "array", "items": {"type": "string"}},
+                "settings": {"type": "object"},
+                "lists": {"type": "object", "additionalProperties": {"type": "array", "items": {"allOf": [
+                    {"$ref": "#/components/schemas/Hit"},
+                    {"type": "object", "properties": {"rank": {"type": "integer"}, "ranks": {
+                        "type": "object", "additionalProperties": {"type": ["integer", "null"]}}}}]}}},
+                "judgments": {"type": "object", "additionalProperties": {"type": "integer"}}}},
+            "Judgment": {"type": "object", "required": ["query", "id", "relevance"], "additionalProperties": False,
+                         "properties": {"query": {"type": "string", "maxLength": limits.max_query_chars},
+                                        "id": {"type": "string"},
+                                        "relevance": {"type": "integer", "enum": [0, 1, 2]}}},
+        }},
+    }

@@ -1,0 +1,304 @@
+"""What the workbench answers, free of any web framework: health, search, compare, judgments
+and tune over one shared ``HybridSearcher``. ``hybrid_qpr.workbench.app`` maps HTTP onto it.
+
+Every request-level problem raises ``RequestError`` with the HTTP status it deserves (400 a
+malformed request, 404 an unknown document, 409 a conflicting write, 413 a query too long,
+422 a value out of range); library errors are mapped by the app.
+
+Sharing the searcher: searches run concurrently (the embedded index and the cluster clients
+are read-safe from many threads); storing tuned fusion defaults changes what searches read,
+so it waits for the searches in flight and holds new ones back (``ReadWriteLock``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hybrid_qpr import fusion as fusion_lib
+from hybrid_qpr.errors import ConfigError, HybridQPRError
+from hybrid_qpr.search import MODES, HybridSearcher, SearchResult
+from hybrid_qpr.types import Filters
+from hybrid_qpr.workbench.judgments import RELEVANCE_LEVELS, JudgmentStore, normalize_query, query_id
+
+API_VERSION = "v1"
+COMPARE_MODES: tuple[str, ...] = ("bm25", "knn", "hybrid", "rerank")
+
+# One more column of /api/compare: (query, vector, k, filters) -> results, best first. The
+# reranker is added this way (``Workbench(..., extra_lists={"reranker": ...})``).
+ListSource = Callable[[str, Any, int, "Filters | None"], list[SearchResult]]
+
+
+class RequestError(HybridQPRError):
+    """A request the workbench refuses: ``status`` is the HTTP status, ``str()`` the message."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on what one request may ask for (so one request cannot occupy the server)."""
+
+    max_query_chars: int = 1000
+    max_k: int = 100
+    max_offset: int = 1000
+    max_filters: int = 16
+    min_tune_queries: int = 5
+
+
+class ReadWriteLock:
+    """Many readers or one writer; a waiting writer holds new readers back so it is not starved."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+        self._writers_waiting = 0
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._writer and not self._writers_waiting)
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        with self._cond:
+            self._writers_waiting += 1
+            self._cond.wait_for(lambda: not self._writer and not self._readers)
+            self._writers_waiting -= 1
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
+class Workbench:
+    """The workbench over ``searcher`` with judgments in ``store`` (module docstring).
+
+    ``index`` and ``backend`` name what is served (shown by health); ``extra_lists`` adds
+    columns to compare after the four modes."""
+
+    def __init__(self, searcher: HybridSearcher, store: JudgmentStore, *, index: str, backend: str,
+                 limits: Limits = Limits(), extra_lists: Mapping[str, ListSource] | None = None):
+        self.searcher = searcher
+        self.store = store
+        self.index = index
+        self.backend = backend
+        self.limits = limits
+        self.extra_lists = dict(extra_lists or {})
+        clash = set(self.extra_lists) & set(COMPARE_MODES)
+        if clash:
+            raise ConfigError(f"extra compare lists {sorted(clash)} clash with the built-in modes")
+        self._lock = ReadWriteLock()
+        self._tuning = threading.Lock()
+
+    # ------------------------------------------------------------------ checks
+    def check_query(self, text: str | None) -> str:
+        if text is None or not text.strip():
+            raise RequestError(400, "the query is empty: give the question to search for, e.g. ?q=how+do+i+reset+my+password")
+        if len(text) > self.limits.max_query_chars:
+            raise RequestError(413, f"the query is {len(text):,} characters long; at most "
+                                    f"{self.limits.max_query_chars:,} are accepted")
+        return text
+
+    def check_page(self, k: int, offset: int = 0) -> None:
+        if not 1 <= k <= self.limits.max_k:
+            raise RequestError(422, f"k={k}: must be between 1 and {self.limits.max_k}")
+        if not 0 <= offset <= self.limits.max_offset:
+            raise RequestError(422, f"offset={offset}: must be between 0 and {self.limits.max_offset}")
+
+    def check_fusion(self, fusion: str | None, alpha: float | None) -> None:
+        try:
+            if fusion is not None:
+                fusion_lib.check_method(fusion)
+            if alpha is not None:
+                fusion_lib.check_alpha(alpha)
+        except ConfigError as exc:
+            raise RequestError(422, str(exc)) from None
+
+    def check_filters(self, filters: Filters | None) -> None:
+        if filters and len(filters) > self.limits.max_filters:
+            raise RequestError(422, f"{len(filters)} filter fields: at most {self.limits.max_filters} are accepted")
+
+    # ------------------------------------------------------------------ endpoints
+    def health(self) -> dict[str, Any]:
+        judgments = self.store.load()
+        with self._lock.reading():
+            count = self.searcher.backend.count()
+            defaults = self.searcher.backend.fusion_defaults
+        return {"status": "ok", "api": API_VERSION, "index": self.index, "backend": self.backend, "documents": count,
+                "model": Path(str(self.searcher.encoder.model_dir)).name,
+                "fusion_defaults": {k: defaults[k] for k in ("fusion", "alpha", "depth") if k in defaults},
+                "modes": [*COMPARE_MODES, *self.extra_lists], "judgments": judgments.count,
+                "judged_queries": len(judgments.judged_queries()), "min_tune_queries": self.limits.min_tune_queries,
+                "limits": {"max_query_chars": self.limits.max_query_chars, "max_k": self.limits.max_k,
+                           "max_offset": self.limits.max_offset}}
+
+    def search(self, text: str | None, *, mode: str = "hybrid", k: int = 10, offset: int = 0,
+               filters: Filters | None = None, fusion: str | None = None, alpha: float | None = None) -> dict[str, Any]:
+        """The hits of ``hybrid-qpr query --json`` for one mode and page."""
+        text = self.check_query(text)
+        if mode not in MODES:
+            raise RequestError(422, f"mode={mode!r}: allowed values are {', '.join(MODES)}")
+        self.check_page(k, offset)
+        self.check_fusion(fusion, alpha)
+        self.check_filters(filters)
+        with self._lock.reading():
+            results = self.searcher.search(text, mode=mode, top_k=k, offset=offset, filters=filters,  # type: ignore[arg-type]
+                                           fusion=fusion, alpha=alpha)
+            settings = self._settings(fusion, alpha, k + offset)
+        return {"query": text, "mode": mode, "k": k, "offset": offset, "settings": settings,
+                "hits": [r.to_dict() for r in results], "judgments": self._judged(text)}
+
+    def compare(self, text: str | None, *, k: int = 10, filters: Filters | None = None, fusion: str | None = None,
+                alpha: float | None = None) -> dict[str, Any]:
+        """One list per mode (and per extra list), each hit with its rank in every other list."""
+        text = self.check_query(text)
+        self.check_page(k)
+        self.check_fusion(fusion, alpha)
+        self.check_filters(filters)
+        with self._lock.reading():
+            vector = self.searcher.encoder.encode([text])[0]  # once for every list that needs it
+            lists = {mode: self.searcher.search(text, mode=mode, top_k=k, filters=filters, fusion=fusion,  # type: ignore[arg-type]
+                                                alpha=alpha, vector=None if mode == "bm25" else vector)
+                     for mode in COMPARE_MODES}
+            for name, source in self.extra_lists.items():
+                lists[name] = source(text, vector, k, filters)
+            settings = self._settings(fusion, alpha, k)
+        ranks = {name: {r.id: rank for rank, r in enumerate(results, start=1)} for name, results in lists.items()}
+        out_lists = {}
+        for name, results in lists.items():
+            out_lists[name] = [{**r.to_dict(), "rank": rank,
+                                "ranks": {other: ranks[other].get(r.id) for other in lists if other != name}}
+                               for rank, r in enumerate(results, start=1)]
+        return {"query": text, "k": k, "modes": list(lists), "settings": settings, "lists": out_lists,
+                "judgments": self._judged(text)}
+
+    def judge(self, body: Any) -> dict[str, Any]:
+        """Store one judgment ``{"query": str, "id": str, "relevance": 0|1|2}``."""
+        if not isinstance(body, dict):
+            raise RequestError(400, 'the body must be a JSON object like {"query": "...", "id": "...", "relevance": 1}')
+        unknown = sorted(set(body) - {"query", "id", "relevance"})
+        if unknown:
+            raise RequestError(422, f"unknown field(s) {', '.join(unknown)}: expected query, id and relevance")
+        missing = [f for f in ("query", "id", "relevance") if f not in body]
+        if missing:
+            raise RequestError(400, f"missing field(s) {', '.join(missing)}: expected query, id and relevance")
+        query, doc_id, relevance = body["query"], body["id"], body["relevance"]
+        if not isinstance(query, str) or not isinstance(doc_id, str):
+            raise RequestError(422, "query and id must be strings")
+        self.check_query(query)
+        if not doc_id.strip():
+            raise RequestError(422, "id is empty: give the id of a hit")
+        if isinstance(relevance, bool) or relevance not in RELEVANCE_LEVELS:
+            raise RequestError(422, f"relevance={relevance!r}: must be one of "
+                                    f"{', '.join(map(str, RELEVANCE_LEVELS))} (0 not relevant, 1 relevant, 2 highly)")
+        with self._lock.reading():
+            found = self.searcher.backend.documents([doc_id])
+        if doc_id not in found:
+            raise RequestError(404, f"document {doc_id!r} is not in index {self.index}")
+        qid, judgments = self.store.judge(query, doc_id, relevance, found[doc_id].text)
+        return {"query": normalize_query(query), "query_id": qid, "id": doc_id, "relevance": relevance,
+                "judgments": judgments.count, "judged_queries": len(judgments.judged_queries())}
+
+    def judgments(self) -> dict[str, Any]:
+        """Every stored judgment, grouped by query."""
+        judgments = self.store.load()
+        queries = [{"query_id": q, "query": judgments.queries.get(q, ""),
+                    "judgments": [{"id": d, "relevance": g, "text": judgments.documents.get(d, "")}
+                                  for d, g in sorted(docs.items())]}
+                   for q, docs in sorted(judgments.qrels.items())]
+        return {"count": judgments.count, "judged_queries": len(judgments.judged_queries()), "queries": queries}
+
+    def tune(self, *, store: bool = True) -> dict[str, Any]:
+        """``hybrid_qpr.evaluation.evaluator.tune`` on the judged queries, then (``store``) the
+        winner stored as the index's fusion default, as ``hybrid-qpr tune`` does; the metrics of
+        bm25, knn and hybrid before and of the tuned hybrid after, on the same queries."""
+        from hybrid_qpr.evaluation.evaluator import evaluate, tune as run_tune
+
+        if not self._tuning.acquire(blocking=False):
+            raise RequestError(409, "a tune is already running; wait for its answer")
+        try:
+            judgments = self.store.load()
+            queries = judgments.judged_queries()
+            need = self.limits.min_tune_queries
+            if len(queries) < need:
+                raise RequestError(422, f"tune needs at least {need} queries with a relevant (1 or 2) judgment; "
+                                        f"{len(queries)} have one so far. Judge the hits of more queries first")
+            qrels = {q: judgments.qrels[q] for q in queries}
+            with self._lock.reading():
+                before = evaluate(self.searcher, queries, qrels, modes=("bm25", "knn", "hybrid"))
+                result = run_tune(self.searcher, queries, qrels)
+            if store:
+                with self._lock.writing():
+                    self.searcher.backend.set_fusion_defaults(result.defaults)
+            with self._lock.reading():
+                after = evaluate(self.searcher, queries, qrels, modes=("hybrid",), fusion=result.fusion,
+                                 alpha=result.alpha, depth=result.depth)["hybrid"]
+        finally:
+            self._tuning.release()
+        grid = sorted(result.grid, key=lambda g: -g[result.metric])[:5]
+        return {"queries": result.queries, "metric": result.metric, "stored": store,
+                "before": {name: _scored(before[name]) for name in ("bm25", "knn", "hybrid")},
+                "after": {"hybrid": _scored(after)},
+                "chosen": {"fusion": result.fusion, "alpha": result.alpha, "depth": result.depth},
+                "top_grid": [{"fusion": g["fusion"], "alpha": g["alpha"], result.metric: g[result.metric],
+                              "allowed": g["allowed"]} for g in grid]}
+
+    def warm_up(self, text: str = "warm up") -> None:
+        """One compare before serving: lazily loaded parts (FAISS files, id arrays, BM25
+        statistics) are loaded once here, not by the first concurrent requests at once."""
+        self.compare(text, k=1)
+
+    # ------------------------------------------------------------------ helpers
+    def _settings(self, fusion: str | None, alpha: float | None, need: int) -> dict[str, Any]:
+        method, weight = self.searcher.fusion_settings(fusion, alpha)
+        return {"fusion": method, "alpha": weight, "depth": self.searcher.fusion_depth(None, need)}
+
+    def _judged(self, text: str) -> dict[str, int]:
+        """This query's stored judgments (document id -> relevance), for the page's buttons."""
+        return dict(self.store.load().qrels.get(query_id(text), {}))
+
+
+def _scored(run: Mapping[str, Any]) -> dict[str, Any]:
+    """An ``evaluate`` entry cut to what the page shows: its settings and metrics."""
+    settings = {k: run["settings"][k] for k in ("fusion", "alpha") if k in run["settings"]}
+    return {**settings, "metrics": run["metrics"]}
+
+
+def parse_number(name: str, value: str | None, cast: type = int, default: Any = None) -> Any:
+    """A query-string integer (``cast=int``) or number (``float``), ``default`` when absent; a
+    malformed one is a 400 naming the parameter."""
+    if value is None or value == "":
+        return default
+    try:
+        return cast(value)
+    except ValueError:
+        kind = "an integer" if cast is int else "a number"
+        raise RequestError(400, f"{name}={value!r}: must be {kind}") from None
+
+
+def parse_filters(values: Sequence[str]) -> Filters | None:
+    """``filter=field:value`` parameters (repeatable) as a filter."""
+    from hybrid_qpr.filters import parse_filter_items
+
+    try:
+        return parse_filter_items(values, sep=":", option="filter")
+    except ConfigError as exc:
+        raise RequestError(400, str(exc)) from None

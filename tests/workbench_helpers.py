@@ -1,0 +1,140 @@
+"""Shared by the workbench tests, the screenshot script and the load benchmark: the examples/
+bank in an index, a workbench served on a thread, JSON requests, and headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage", "--window-size=1400,1000")
+
+
+def held_out_queries() -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+    """One question of each group of the examples/ bank's val and test splits (30 in all), held
+    out of the index so it is a new question whose paraphrases (the rest of its group, as the
+    qrels say) are in the bank: ``(query id -> text, qrels)``."""
+    from hybrid_qpr import resources
+    from hybrid_qpr.data.beir import load_beir
+
+    queries: dict[str, str] = {}
+    qrels: dict[str, dict[str, int]] = {}
+    for split in ("val", "test"):
+        _, texts, judged = load_beir(resources.examples_dir() / "beir", split)
+        first = {}
+        for qid in sorted(texts):
+            first.setdefault(qid.rsplit("-", 1)[0], qid)
+        for qid in first.values():
+            queries[qid], qrels[qid] = texts[qid], judged[qid]
+    return queries, qrels
+
+
+def example_documents():
+    """The examples/ bank (300 questions with group and topic metadata) less the held-out queries."""
+    from hybrid_qpr import resources
+    from hybrid_qpr.data.documents import iter_documents
+
+    held_out = held_out_queries()[0]
+    return [doc for _, doc in iter_documents(resources.examples_dir() / "questions.jsonl") if doc.id not in held_out]
+
+
+def examples_local_index(path: Path, encoder):
+    from hybrid_qpr.backends.local import LocalIndex
+
+    index = LocalIndex.create(path, encoder)
+    index.ingest(example_documents(), encoder, show_progress=False)
+    return index
+
+
+@contextmanager
+def served(backend, encoder, judgments_dir: Path, *, index: str, kind: str, api_key: str | None = None, **limits):
+    """The workbench over ``backend`` on a free local port; yields its base URL."""
+    from hybrid_qpr.search import HybridSearcher
+    from hybrid_qpr.workbench.app import BackgroundServer, create_app
+    from hybrid_qpr.workbench.judgments import JudgmentStore
+    from hybrid_qpr.workbench.service import Limits, Workbench
+
+    workbench = Workbench(HybridSearcher(backend, encoder), JudgmentStore(judgments_dir), index=index, backend=kind,
+                          limits=Limits(**limits))
+    workbench.warm_up()
+    with BackgroundServer(create_app(workbench, api_key=api_key)) as server:
+        yield server.url
+
+
+def call(url: str, method: str = "GET", body: Any = None, *, raw: bytes | None = None,
+         headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    """``(status, parsed JSON answer)`` of one request; HTTP errors are answers too."""
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        text = exc.read()
+        try:
+            return exc.code, json.loads(text)
+        except ValueError:
+            return exc.code, text.decode("utf-8", "replace")
+
+
+def judge_bank(api: str, n: int) -> dict[str, str]:
+    """Judge, through ``api`` (the base URL ending in /api), the hits /api/compare shows for the
+    first ``n`` held-out queries as the bank's qrels say: a hit of the query's group is
+    relevant (1), any other not (0). Returns the judged queries (id -> text)."""
+    queries, qrels = held_out_queries()
+    chosen = dict(sorted(queries.items())[:n])
+    for qid, text in chosen.items():
+        status, answer = call(f"{api}/compare?" + urllib.parse.urlencode({"q": text, "k": 10}))
+        assert status == 200, answer
+        for doc in sorted({h["id"] for hits in answer["lists"].values() for h in hits}):
+            status, answer = call(f"{api}/judgments", "POST", {"query": text, "id": doc, "relevance": int(doc in qrels[qid])})
+            assert status == 200, answer
+    return chosen
+
+
+def chromium_problem() -> str | None:
+    """Why headless Chromium cannot run here (None when it can)."""
+    for tool in ("chromium", "chromedriver"):
+        if shutil.which(tool) is None:
+            return (f"{tool} is not on PATH: install Debian's chromium and chromium-driver "
+                    "(scripts/setup does it when run as root)")
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is not installed: pip install -e '.[test]'"
+    return None
+
+
+@contextmanager
+def headless_chromium():
+    """A Selenium driver of Debian's Chromium through /usr/bin/chromedriver (never a downloaded
+    browser), on a fresh profile directory removed afterwards."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager must not fetch a browser or driver
+    profile = tempfile.mkdtemp(prefix="hqpr-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=shutil.which("chromedriver")), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def in_ci() -> bool:
+    return bool(os.environ.get("CI"))
