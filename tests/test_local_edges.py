@@ -191,10 +191,20 @@ def unprivileged():
         os.setegid(0)
 
 
+def public_tmp() -> str:
+    """A temporary directory whose every ancestor anyone may enter (pytest's tmp_path, and a
+    CI's $TMPDIR, may be private to their owner, which would refuse uid nobody for the wrong reason)."""
+    for candidate in (tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"):
+        path = Path(candidate).resolve()
+        if path.is_dir() and os.access(path, os.W_OK) and all(p.stat().st_mode & 0o001 for p in [path, *path.parents]):
+            return str(path)
+    raise AssertionError("no temporary directory that every user may enter")
+
+
 @pytest.fixture()
 def open_index(committed_encoder, question_bank):
-    """An index in a directory everyone may enter (pytest's tmp_path is private to its owner)."""
-    base = Path(tempfile.mkdtemp(prefix="hqpr-perm-"))
+    """An index in a directory everyone may enter (see ``public_tmp``)."""
+    base = Path(tempfile.mkdtemp(prefix="hqpr-perm-", dir=public_tmp()))
     os.chmod(base, 0o755)
     idx = LocalIndex.create(base / "idx", committed_encoder)
     idx.ingest(question_bank[:40], committed_encoder, show_progress=False)
@@ -215,7 +225,7 @@ def _read_only(index_dir: Path) -> None:
 def test_an_index_that_may_not_be_written_refuses_writes_in_one_line(open_index, committed_encoder, tmp_path):
     (open_index / "write.lock").write_text("4242\n")  # a stale pid from a writer long gone
     _read_only(open_index)
-    source = _jsonl(Path(tempfile.mkdtemp()) / "more.jsonl", [Document("new", "a new question?")])
+    source = _jsonl(Path(tempfile.mkdtemp(dir=public_tmp())) / "more.jsonl", [Document("new", "a new question?")])
     os.chmod(source.parent, 0o755)
     os.chmod(source, 0o644)
     with unprivileged():
