@@ -319,3 +319,17 @@ def test_an_index_whose_documents_were_all_deleted_says_so(small_index, question
     assert run("delete", *[d.id for d in question_bank], "--index", str(small_index)).exit_code == 0
     line = one_line_error(run("query", "password", "--index", str(small_index)))
     assert "every document in it was deleted" in line and "interrupted" not in line, line
+
+
+def test_a_full_disk_in_optimize_commits_nothing(tmp_path, committed_encoder, question_bank):
+    idx = LocalIndex.create(tmp_path / "idx", committed_encoder)
+    for start in range(0, 40, 10):
+        idx.ingest(question_bank[start:start + 10], committed_encoder, show_progress=False)
+    before = live_state(idx.path)
+    with file_size_limit(max(sizes(idx.path).values()) * 2), pytest.raises(IndexStorageError) as caught:
+        idx.optimize()
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("optimize was not committed: writing ")
+    assert "still holds its previous commit (40 documents)" in message
+    assert live_state(idx.path) == before and len(LocalIndex.open(idx.path).segments) == 4
+    assert idx.count() == 40 and len(idx.bm25("password", 5)) > 0  # the same reader goes on
