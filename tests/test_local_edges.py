@@ -191,10 +191,20 @@ def unprivileged():
         os.setegid(0)
 
 
+def public_tmp() -> str:
+    """A temporary directory whose every ancestor anyone may enter (pytest's tmp_path, and a
+    CI's $TMPDIR, may be private to their owner, which would refuse uid nobody for the wrong reason)."""
+    for candidate in (tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"):
+        path = Path(candidate).resolve()
+        if path.is_dir() and os.access(path, os.W_OK) and all(p.stat().st_mode & 0o001 for p in [path, *path.parents]):
+            return str(path)
+    raise AssertionError("no temporary directory that every user may enter")
+
+
 @pytest.fixture()
 def open_index(committed_encoder, question_bank):
-    """An index in a directory everyone may enter (pytest's tmp_path is private to its owner)."""
-    base = Path(tempfile.mkdtemp(prefix="hqpr-perm-"))
+    """An index in a directory everyone may enter (see ``public_tmp``)."""
+    base = Path(tempfile.mkdtemp(prefix="hqpr-perm-", dir=public_tmp()))
     os.chmod(base, 0o755)
     idx = LocalIndex.create(base / "idx", committed_encoder)
     idx.ingest(question_bank[:40], committed_encoder, show_progress=False)
@@ -215,7 +225,7 @@ def _read_only(index_dir: Path) -> None:
 def test_an_index_that_may_not_be_written_refuses_writes_in_one_line(open_index, committed_encoder, tmp_path):
     (open_index / "write.lock").write_text("4242\n")  # a stale pid from a writer long gone
     _read_only(open_index)
-    source = _jsonl(Path(tempfile.mkdtemp()) / "more.jsonl", [Document("new", "a new question?")])
+    source = _jsonl(Path(tempfile.mkdtemp(dir=public_tmp())) / "more.jsonl", [Document("new", "a new question?")])
     os.chmod(source.parent, 0o755)
     os.chmod(source, 0o644)
     with unprivileged():
@@ -309,3 +319,17 @@ def test_an_index_whose_documents_were_all_deleted_says_so(small_index, question
     assert run("delete", *[d.id for d in question_bank], "--index", str(small_index)).exit_code == 0
     line = one_line_error(run("query", "password", "--index", str(small_index)))
     assert "every document in it was deleted" in line and "interrupted" not in line, line
+
+
+def test_a_full_disk_in_optimize_commits_nothing(tmp_path, committed_encoder, question_bank):
+    idx = LocalIndex.create(tmp_path / "idx", committed_encoder)
+    for start in range(0, 40, 10):
+        idx.ingest(question_bank[start:start + 10], committed_encoder, show_progress=False)
+    before = live_state(idx.path)
+    with file_size_limit(max(sizes(idx.path).values()) * 2), pytest.raises(IndexStorageError) as caught:
+        idx.optimize()
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("optimize was not committed: writing ")
+    assert "still holds its previous commit (40 documents)" in message
+    assert live_state(idx.path) == before and len(LocalIndex.open(idx.path).segments) == 4
+    assert idx.count() == 40 and len(idx.bm25("password", 5)) > 0  # the same reader goes on

@@ -531,7 +531,7 @@ class LocalIndex:
         if not isinstance(exc, IndexStorageError):
             return exc
         return IndexStorageError(f"{what} was not committed: {exc}".removesuffix(f". Fix: {exc.fix}") +
-                                 f". Index {self.path} still holds its previous commit ({self.count()} documents)",
+                                 f". Index {self.path} still holds its previous commit ({self.manifest.get('count')} documents)",
                                  problem=exc.problem, fix=exc.fix)
 
     def _merge_after_commit(self, what: str) -> None:
@@ -589,7 +589,12 @@ class LocalIndex:
             self.close()
             self.segments = []  # the old readers may not open (damage); the commit reloads
             if before and not untouched:
-                self._write_merged(parts, [e["name"] for e in manifest["segments"]])
+                try:
+                    self._write_merged(parts, [e["name"] for e in manifest["segments"]])
+                except IndexStorageError as exc:
+                    with contextlib.suppress(IndexDamagedError):  # repairing: the old commit may not open
+                        self._load_segments()  # this reader goes on with the commit that is still there
+                    raise self._not_committed("optimize", exc) from exc
             else:
                 self._load_segments()
             return {"segments_before": before, "documents": self.count(), "dropped": dropped}
