@@ -119,6 +119,7 @@ def test_delete_and_usage_errors(tmp_path, bank_file, model_args):
 
 
 def test_tune_then_evaluate_on_the_examples(tmp_path, model_args, monkeypatch):
+    pytest.importorskip("matplotlib")  # evaluate writes report.png (the report extra)
     index = str(tmp_path / "ex")
     assert run(["ingest", str(EXAMPLES / "beir" / "corpus.jsonl"), "--index", index, *model_args]).exit_code == 0
     monkeypatch.setenv("HYBRID_QPR_PROGRESS_SECONDS", "0")  # off a terminal: a plain progress line per query
