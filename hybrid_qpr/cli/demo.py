@@ -51,8 +51,10 @@ def demo(index, model, examples_dir, top_k, shown_queries) -> None:
     on the bank's test groups.
 
     The default bank is a product-support FAQ (384 questions: 12 requests about 8 products,
-    each asked four ways; written for this project). BM25 finds the product, the encoder finds
-    the request, and the fusion finds both: that is what hybrid search adds.
+    each asked four ways; written for this project). The two retrievers fail differently
+    there: BM25's wrong answers ask the same thing about another product (the request's words
+    match), the encoder's ask something else about the right product. The fusion ranks first
+    what both agree on: that is what hybrid search adds.
 
     \b
     Example:
