@@ -40,8 +40,8 @@ def _cell(hit, mode: str, relevant) -> str:
 @click.option("--examples", "examples_dir", type=click.Path(exists=True, file_okay=False), default=None,
               help="A bank: a directory with questions.jsonl and beir/ (qrels/val.tsv, qrels/test.tsv). "
                    "[default: the product-support sample bundled with the package]")
-@click.option("-k", "--top-k", type=int, default=3, show_default=True, help="Hits shown per mode.")
-@click.option("--show", "shown_queries", type=int, default=4, show_default=True,
+@click.option("-k", "--top-k", type=click.IntRange(min=1), default=3, show_default=True, help="Hits shown per mode.")
+@click.option("--show", "shown_queries", type=click.IntRange(min=0), default=4, show_default=True,
               help="Test questions shown side by side: the first ones on which BM25's and kNN's first answers differ.")
 @friendly_errors
 def demo(index, model, examples_dir, top_k, shown_queries) -> None:
