@@ -6,10 +6,11 @@ text; Apache-2.0 with the rest of the repository, use it freely). It imitates a 
 paraphrase *group* is one request about one product, asked four ways; the four phrasings of a
 request share few words, and every question names its product.
 
-That makes the two retrievers fail differently, which is what the demo is for: BM25 keys on
-the product name but misses a rewording with no words in common; the encoder recognises the
-request however it is worded but cannot tell one made-up product name from another. The
-fusion of both finds the right request about the right product.
+That makes the two retrievers fail differently, which is what the demo is for. With the default
+CNN, on the 80 test questions: BM25's first answer is wrong 28 times, 27 of them the same request
+about another product (the request's words match, the product's two words weigh less); kNN's is
+wrong 13 times, every one another request about the right product. The fusion of both finds the
+right request about the right product (MRR@20: bm25 0.804, knn 0.884, tuned hybrid 0.985).
 
 Files (the run is deterministic):
 

@@ -44,6 +44,8 @@ RRF_K = 60
 DEFAULT_DEPTH = 30
 # What a hybrid search uses when neither the caller nor the index's tuned defaults say.
 DEFAULT_FUSION, DEFAULT_ALPHA = "rrf", 0.5
+# BM25 candidates the rerank mode re-orders by the encoder (MSEM's production flow).
+RERANK_DEPTH = 30
 
 
 @dataclass(frozen=True)

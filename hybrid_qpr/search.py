@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 Mode = Literal["hybrid", "bm25", "knn", "rerank"]
 MODES: tuple[str, ...] = ("hybrid", "bm25", "knn", "rerank")
 DEFAULT_DEPTH = fusion_lib.DEFAULT_DEPTH  # candidates per list (see hybrid_qpr.fusion)
-RERANK_DEPTH = 30
+RERANK_DEPTH = fusion_lib.RERANK_DEPTH
 DEFAULT_FUSION, DEFAULT_ALPHA = fusion_lib.DEFAULT_FUSION, fusion_lib.DEFAULT_ALPHA
 
 

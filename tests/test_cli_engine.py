@@ -114,13 +114,20 @@ def test_delete_and_usage_errors(tmp_path, bank_file, model_args):
     local_server_side = CliRunner().invoke(cli, ["query", "x", "--index", index, "--server-side"])
     assert local_server_side.exit_code == 2 and "--server-side fuses inside OpenSearch" in local_server_side.output
     assert "server_side=" not in local_server_side.output  # CLI words, not the library's parameter names
+    for bad, option in ((["-k", "0"], "--top-k"), (["--from", "-1"], "--from"), (["--alpha", "2"], "--alpha"),
+                        (["--depth", "0"], "--depth"), (["--rerank-depth", "0"], "--rerank-depth")):
+        refused = CliRunner().invoke(cli, ["query", "x", "--index", index, *bad])
+        assert refused.exit_code == 2 and option in refused.output and "_" not in refused.output.split("Error:")[1]
     missing = CliRunner().invoke(cli, ["query", "x", "--index", str(tmp_path / "none")])
     assert missing.exit_code == 1 and "not a hybrid-qpr index" in missing.output
 
 
 def test_tune_then_evaluate_on_the_examples(tmp_path, model_args, monkeypatch):
+    pytest.importorskip("matplotlib")  # evaluate writes report.png (the report extra)
     index = str(tmp_path / "ex")
     assert run(["ingest", str(EXAMPLES / "beir" / "corpus.jsonl"), "--index", index, *model_args]).exit_code == 0
+    shallow = CliRunner().invoke(cli, ["tune", "--beir", str(EXAMPLES / "beir"), "--index", index, "--depth", "5"])
+    assert shallow.exit_code == 2 and "--depth: 5 is fewer than the 20 results" in shallow.output
     monkeypatch.setenv("HYBRID_QPR_PROGRESS_SECONDS", "0")  # off a terminal: a plain progress line per query
     tuned = run(["tune", "--beir", str(EXAMPLES / "beir"), "--split", "val", "--index", index])
     assert tuned.exit_code == 0 and "best: fusion=" in tuned.output and "stored as the default" in tuned.output

@@ -53,6 +53,8 @@ def web_server():
 
 @pytest.mark.parametrize("engine", list(ENGINES))
 def test_a_server_that_is_not_the_engine_and_a_tls_mismatch_are_named(engine, web_server):
+    if engine == "elasticsearch":
+        pytest.importorskip("elasticsearch")  # the elasticsearch extra
     module = importlib.import_module(f"hybrid_qpr.backends.{engine}")
     with pytest.raises(ClusterError, match=f"the server is not {ENGINES[engine]}: it answered 200 with text/html.*"
                                            f"Fix: point --{engine} at the node's HTTP address") as caught:

@@ -73,6 +73,7 @@ def test_tuned_hybrid_is_never_worse_than_the_better_single_mode(bank):
 
 
 def test_report_files(tmp_path):
+    pytest.importorskip("matplotlib")  # report.png (the report extra)
     results = {m: {"metrics": {k: 0.5 for k in ("H@1", "H@10", "MRR@20", "Recall@10", "Recall@20", "nDCG@10", "MAP")},
                    "latency": {"p50_ms": 1.0, "p95_ms": 2.0, "p99_ms": 3.0, "mean_ms": 1.2, "qps": 800.0},
                    "queries": 3, "settings": {"retrieve": 20}} for m in ("bm25", "hybrid")}

@@ -128,6 +128,7 @@ def test_faiss_factories_and_hnsw_ivf_builds(tmp_path, committed_encoder, questi
 
 
 def test_rank_bm25_is_selectable(tmp_path, committed_encoder, question_bank):
+    pytest.importorskip("rank_bm25")  # the bench extra
     idx = LocalIndex.create(tmp_path / "rb", committed_encoder, bm25="rank-bm25")
     idx.ingest(question_bank, committed_encoder, show_progress=False)
     assert not (idx.path / "bm25").exists()

@@ -61,6 +61,7 @@ def test_compiled_bm25_top_list_equals_scoring_every_document(segmented):
     """The unfiltered list comes from the compiled scorer (``bm25.top_rows``); it must give
     the rows and bit-identical scores of ``score_segments`` over every document, and the
     same list when numba is missing (the NumPy path)."""
+    pytest.importorskip("numba")  # the fast extra
     from hybrid_qpr.backends.local import bm25 as bm25_lib
     from hybrid_qpr.backends.local.ranking import best_rows, merge_ranked
 
@@ -89,6 +90,7 @@ def test_compiled_scorer_cut_and_dense_columns_keep_the_exact_list(sample_size, 
     histogram cut when the guess keeps too few; common tokens are added as dense columns.
     Over a Zipf vocabulary with deletions, every sample size (1: one sampled score, so the
     guess is often far too high) and both layouts give the NumPy path's rows and scores."""
+    pytest.importorskip("numba")  # the fast extra
     from hybrid_qpr.backends.local import bm25 as bm25_lib
 
     assert bm25_lib._top_kernel() is not None
@@ -121,6 +123,7 @@ def test_compiled_scorer_falls_back_when_the_sampled_cut_keeps_too_few(monkeypat
     """Every 50th document (exactly the sampled ones at CUT_SAMPLE 20) holds the rare token:
     the guessed cut keeps those 20 only, fewer than depth 40, so the exact cut must be used
     (the 40th best is tied with every other document: all 1,000 come back)."""
+    pytest.importorskip("numba")  # the fast extra
     from hybrid_qpr.backends.local import bm25 as bm25_lib
 
     assert bm25_lib._top_kernel() is not None

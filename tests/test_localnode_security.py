@@ -23,6 +23,7 @@ def credentials(tmp_path):
 
 
 def test_the_node_certificate_verifies_against_the_generated_ca_only(tmp_path):
+    pytest.importorskip("cryptography")  # the secure extra
     from cryptography import x509
 
     ca = security.generate_tls(tmp_path / "config")
@@ -54,6 +55,7 @@ def test_credentials_file_is_private_and_repr_hides_the_secrets(tmp_path, creden
 
 
 def test_users_files_hold_bcrypt_hashes_never_the_passwords(credentials):
+    pytest.importorskip("bcrypt")  # the secure extra
     import bcrypt
 
     opensearch = security.opensearch_security_files(credentials)

@@ -59,7 +59,8 @@ def test_pairs_file_ingested_without_qids_matches_dataset_build_qrels(tmp_path):
     assert set(index.documents(sorted(judged))) == judged  # every judged id is an indexed document
 
     report = runner.invoke(cli, ["evaluate", "--beir", str(tmp_path / "ds" / "beir"), "--split", "test", "--index",
-                                 str(tmp_path / "idx"), "--out", str(tmp_path / "report"), "--modes", "bm25,knn"],
+                                 str(tmp_path / "idx"), "--out", str(tmp_path / "report"), "--modes", "bm25,knn",
+                                     "--no-plot"],
                            catch_exceptions=False)
     assert report.exit_code == 0, report.output
     results = json.loads((tmp_path / "report" / "report.json").read_text(encoding="utf-8"))

@@ -66,7 +66,9 @@ def installed(tmp_path_factory) -> dict:
     python = venv / "bin" / "python"
     purelib = Path(_run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=work).stdout.strip())
     (purelib / "shared-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
-    _run([python, "-m", "pip", "install", "--no-deps", "--no-index", "-q", wheel], cwd=work)
+    # --force-reinstall: the shared site-packages may hold an editable install of the same version,
+    # which pip would otherwise take as "already installed" (its .pth finder is not run here)
+    _run([python, "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall", "-q", wheel], cwd=work)
     outside = work / "elsewhere"
     outside.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}

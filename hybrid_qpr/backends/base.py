@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, RERANK_DEPTH, RRF_K
 from hybrid_qpr.types import Document, Filters, Hit
 
 
@@ -94,10 +95,10 @@ class ServerSideBackend(Backend, Protocol):
     """A backend whose ``capabilities`` say ``server_side_hybrid`` / ``server_side_rerank``."""
 
     def hybrid_server(self, query: str, vector: np.ndarray, depth: int, filters: Filters | None = None, *,
-                      method: str = "rrf", alpha: float = 0.5, rrf_k: int = 60) -> list[Hit]:
+                      method: str = DEFAULT_FUSION, alpha: float = DEFAULT_ALPHA, rrf_k: int = RRF_K) -> list[Hit]:
         """Fused top ``depth`` computed by the engine with ``method`` and weights ``(1 - alpha, alpha)``."""
 
-    def rerank_server(self, query: str, vector: np.ndarray, depth: int = 30,
+    def rerank_server(self, query: str, vector: np.ndarray, depth: int = RERANK_DEPTH,
                       filters: Filters | None = None) -> list[Hit]:
         """BM25 recall of ``depth`` re-ordered by vector similarity, in the engine."""
 

@@ -40,8 +40,8 @@ def _cell(hit, mode: str, relevant) -> str:
 @click.option("--examples", "examples_dir", type=click.Path(exists=True, file_okay=False), default=None,
               help="A bank: a directory with questions.jsonl and beir/ (qrels/val.tsv, qrels/test.tsv). "
                    "[default: the product-support sample bundled with the package]")
-@click.option("-k", "--top-k", type=int, default=3, show_default=True, help="Hits shown per mode.")
-@click.option("--show", "shown_queries", type=int, default=4, show_default=True,
+@click.option("-k", "--top-k", type=click.IntRange(min=1), default=3, show_default=True, help="Hits shown per mode.")
+@click.option("--show", "shown_queries", type=click.IntRange(min=0), default=4, show_default=True,
               help="Test questions shown side by side: the first ones on which BM25's and kNN's first answers differ.")
 @friendly_errors
 def demo(index, model, examples_dir, top_k, shown_queries) -> None:
@@ -51,8 +51,10 @@ def demo(index, model, examples_dir, top_k, shown_queries) -> None:
     on the bank's test groups.
 
     The default bank is a product-support FAQ (384 questions: 12 requests about 8 products,
-    each asked four ways; written for this project). BM25 finds the product, the encoder finds
-    the request, and the fusion finds both: that is what hybrid search adds.
+    each asked four ways; written for this project). The two retrievers fail differently
+    there: BM25's wrong answers ask the same thing about another product (the request's words
+    match), the encoder's ask something else about the right product. The fusion ranks first
+    what both agree on: that is what hybrid search adds.
 
     \b
     Example:

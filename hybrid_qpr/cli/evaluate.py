@@ -19,10 +19,10 @@ EVALUATED_MODES = ("bm25", "knn", "hybrid", "rerank")  # MODES, in the order of 
 @click.option("--split", type=click.Choice(["val", "test"]), default="test", show_default=True, help="Queries to evaluate.")
 @click.option("--index", required=True, help="Index holding the BEIR corpus (local directory, or a cluster index with --opensearch/--elasticsearch).")
 @click.option("--modes", default=",".join(EVALUATED_MODES), show_default=True, help="Comma-separated modes to compare.")
-@click.option("--max-queries", type=int, default=None, help="Evaluate a seeded sample of this many judged queries. [default: all]")
+@click.option("--max-queries", type=click.IntRange(min=1), default=None, help="Evaluate a seeded sample of this many judged queries. [default: all]")
 @click.option("--fusion", type=click.Choice(FUSION_METHODS), default=None,
               help=f"Hybrid fusion. [default: the index's tuned value, else {DEFAULT_FUSION}]")
-@click.option("--alpha", type=float, default=None, help=f"Weight of kNN in hybrid. [default: tuned value, else {DEFAULT_ALPHA}]")
+@click.option("--alpha", type=click.FloatRange(0, 1), default=None, help=f"Weight of kNN in hybrid. [default: tuned value, else {DEFAULT_ALPHA}]")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="eval-report", show_default=True,
               help="Directory for report.md, report.json and report.png.")
 @click.option("--no-plot", is_flag=True, help="Skip report.png (no matplotlib needed).")

@@ -38,15 +38,15 @@ def results_table(query: str, mode: str, results, offset: int = 0):
               help="Batch mode: a file with one query per line, or JSONL with id, text and optionally \"filter\": {\"field\": \"value\"} (merged with --filter) ('-' = stdin). Prints one JSON object per line.")
 @click.option("--mode", type=click.Choice(MODES), default=MODES[0], show_default=True,
               help="hybrid fuses BM25 and kNN; rerank is the MSEM baseline (BM25 recall of --rerank-depth, re-ranked by the encoder).")
-@click.option("-k", "--top-k", type=int, default=10, show_default=True, help="Results per query (per page).")
-@click.option("--from", "offset", type=int, default=0, show_default=True, help="Skip this many results (pagination): --from 10 -k 10 is page 2.")
+@click.option("-k", "--top-k", type=click.IntRange(min=1), default=10, show_default=True, help="Results per query (per page).")
+@click.option("--from", "offset", type=click.IntRange(min=0), default=0, show_default=True, help="Skip this many results (pagination): --from 10 -k 10 is page 2.")
 @click.option("--fusion", type=click.Choice(FUSION_METHODS), default=None,
               help=f"Hybrid fusion. [default: the index's tuned value ('hybrid-qpr tune'), else {DEFAULT_FUSION}]")
-@click.option("--alpha", type=float, default=None,
+@click.option("--alpha", type=click.FloatRange(0, 1), default=None,
               help=f"Weight of kNN in the fusion, BM25 gets 1 - alpha. [default: tuned value, else {DEFAULT_ALPHA}]")
-@click.option("--depth", type=int, default=None,
+@click.option("--depth", type=click.IntRange(min=1), default=None,
               help=f"Candidates taken from each list before fusion. [default: the tuned depth, else {DEFAULT_DEPTH}; at least --from + k]")
-@click.option("--rerank-depth", type=int, default=RERANK_DEPTH, show_default=True, help="BM25 candidates re-ranked in rerank mode.")
+@click.option("--rerank-depth", type=click.IntRange(min=1), default=RERANK_DEPTH, show_default=True, help="BM25 candidates re-ranked in rerank mode.")
 @click.option("--filter", "filters", multiple=True, help=FILTER_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--server-side", is_flag=True, help="OpenSearch only: fuse (hybrid, with the same fusion, alpha and depth) or re-rank inside the cluster.")

@@ -15,8 +15,8 @@ from hybrid_qpr.fusion import DEFAULT_DEPTH
               help="BEIR directory (corpus.jsonl, queries.jsonl, qrels/<split>.tsv), e.g. <dataset>/beir from 'hybrid-qpr dataset build'.")
 @click.option("--split", type=click.Choice(["val", "test"]), default="val", show_default=True, help="Queries to tune on (tune on val, report on test).")
 @click.option("--index", required=True, help="Index holding the BEIR corpus (local directory, or a cluster index with --opensearch/--elasticsearch).")
-@click.option("--max-queries", type=int, default=None, help="Tune on a seeded sample of this many judged queries. [default: all]")
-@click.option("--depth", type=int, default=None, help="Candidates per list before fusion (stored with the tuned fusion). "
+@click.option("--max-queries", type=click.IntRange(min=1), default=None, help="Tune on a seeded sample of this many judged queries. [default: all]")
+@click.option("--depth", type=click.IntRange(min=1), default=None, help="Candidates per list before fusion (stored with the tuned fusion). "
               f"[default: {DEFAULT_DEPTH}, or the task's retrieve depth where larger (answer selection: 100)]")
 @click.option("--dry-run", is_flag=True, help="Print the result without storing it as the index default.")
 @task_options
@@ -41,6 +41,12 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, task, filter_field
 
     from hybrid_qpr.evaluation.tasks import task_query_filters
 
+    from hybrid_qpr.evaluation.tasks import get_task
+
+    retrieve = get_task(task).retrieve
+    if depth is not None and depth < retrieve:
+        raise click.BadParameter(f"{depth} is fewer than the {retrieve} results each {task} query retrieves; "
+                                 f"fusion must see them all: give {retrieve} or more", param_hint="--depth")
     _, queries, qrels = load_beir(beir_dir, split)
     backend = open_backend(index, connection)
     searcher = HybridSearcher(backend, load_encoder(model, backend))
