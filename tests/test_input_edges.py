@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from hybrid_qpr.cli.main import cli
 from hybrid_qpr.data.documents import iter_documents
-from hybrid_qpr.errors import ConfigError, InputError
+from hybrid_qpr.errors import BadLines, ConfigError, InputError
 
 
 def run(*args):
@@ -34,14 +34,15 @@ def latin1_files(tmp_path):
 def test_non_utf8_line_is_skipped_like_any_bad_line(latin1_files):
     expected = {".jsonl": [(1, "a"), (3, "c")], ".tsv": [(2, "a"), (4, "c")]}
     for path in latin1_files:
-        skipped: list = []
-        docs = list(iter_documents(path, skipped=skipped))
+        bad_lines = BadLines("skip")
+        docs = list(iter_documents(path, bad_lines=bad_lines))
+        skipped = bad_lines.skipped
         if path.name == "pairs.tsv":
             assert [(line, d.id) for line, d in docs] == [(2, "1"), (2, "2"), (4, "5"), (4, "6")]
         else:
             assert [(line, d.id) for line, d in docs] == expected[path.suffix]
-        assert len(skipped) == 1 and "not valid UTF-8" in skipped[0][1]
-        assert skipped[0][0] == (2 if path.suffix == ".jsonl" else 3)
+        assert len(skipped) == 1 and "not valid UTF-8" in skipped[0].reason and skipped[0].path == str(path)
+        assert skipped[0].line == (2 if path.suffix == ".jsonl" else 3)
         with pytest.raises(InputError, match="not valid UTF-8"):
             list(iter_documents(path))  # strict
 

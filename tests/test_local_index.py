@@ -16,7 +16,7 @@ from hybrid_qpr.backends.local import LocalIndex, faiss_factory
 from hybrid_qpr.distance import similarity
 from hybrid_qpr.encoders import Encoder
 from hybrid_qpr.errors import ConfigError
-from hybrid_qpr.errors import ArtifactError, InputError, ModelMismatchError
+from hybrid_qpr.errors import ArtifactError, InputError, ModelMismatchError, SkippedLine
 
 
 @pytest.fixture()
@@ -57,7 +57,8 @@ def test_reingest_updates_never_duplicates(index, committed_encoder, question_ba
 
 def test_bad_document_skipped_with_line_and_failed_ingest_leaves_index_intact(index, committed_encoder):
     report = index.ingest([(4, Document("x", "  ")), (5, Document("", "text"))], committed_encoder, show_progress=False)
-    assert report.skipped == [(4, "empty text"), (5, "empty id")] and index.count() == 200
+    assert report.skipped == [SkippedLine(None, 4, "empty text"), SkippedLine(None, 5, "empty id")]
+    assert index.count() == 200
 
     def broken():
         yield Document("z1", "first fine question?")

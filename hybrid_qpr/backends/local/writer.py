@@ -23,6 +23,7 @@ from hybrid_qpr.backends.local.segment import (DOCS_DB, SEGMENTS_DIR, VECTORS, S
 from hybrid_qpr.backends.local.storage import access_refusal, unreadable
 from hybrid_qpr.distance import Distance, prepare_vectors
 from hybrid_qpr.text.ids import padded_id_problem
+from hybrid_qpr.errors import SkippedLine
 from hybrid_qpr.types import Document
 
 if TYPE_CHECKING:
@@ -151,7 +152,7 @@ class IngestWriter:
             line, doc = item if isinstance(item, tuple) else (number, item)
             problem = document_problem(doc)
             if problem:
-                self.report.skipped.append((line, problem))
+                self.report.skipped.append(SkippedLine(None, line, problem))
                 continue
             doc_id = str(doc.id)
             if doc_id in pending:
