@@ -57,6 +57,8 @@ class SkippedLine:
     reason: str
 
     def __str__(self) -> str:
+        if self.path is None and self.line is not None:
+            return f"line {self.line}: {self.reason}"
         return _located(self.path, self.line, self.reason)
 
     def in_file(self, path: str) -> "SkippedLine":

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 FORMAT = "hybrid-qpr-dataset"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
-SKIP_HINT = "use --on-bad-line skip to skip such lines"  # what a strict dataset build adds to a bad line's error
+SKIP_HINT = "use --on-bad-line skip to skip and list such lines"  # what a strict dataset build adds to a bad line's error
 
 
 @dataclass
