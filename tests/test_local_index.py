@@ -262,11 +262,13 @@ def test_query_vector_as_function_is_encoded_on_the_knn_worker(index, committed_
 def test_an_index_that_records_the_old_scorer_name_still_opens(index):
     """Indexes written before the scorer had its own name record impl "bm25s" (a package
     they never used); they open with the built-in scorer and rank the same."""
+    from hybrid_qpr.backends.local.commit import write_manifest
+
     manifest_path = index.path / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
     before = [h.id for h in index.bm25("when does my invoice expire", 5)]
     manifest["bm25"]["impl"] = "bm25s"
-    manifest_path.write_text(json.dumps(manifest))
+    write_manifest(index.path, manifest)  # as such an index was committed: with a checksum that matches
     reopened = LocalIndex.open(index.path)
     assert reopened.bm25_impl == "builtin"
     assert [h.id for h in reopened.bm25("when does my invoice expire", 5)] == before

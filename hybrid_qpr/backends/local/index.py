@@ -224,7 +224,7 @@ class LocalIndex:
     def set_fusion_defaults(self, defaults: Mapping[str, Any], *, wait: bool | float = False) -> None:
         """Store tuned fusion defaults in the manifest (a commit of its own)."""
         with self._writing(wait):
-            self._commit(self.manifest["segments"], fusion=dict(defaults))
+            self.commit(self.manifest["segments"], fusion=dict(defaults))
 
     def check_encoder(self, encoder) -> None:
         """Refuse an encoder whose fingerprint or dims differ from the index's model."""
@@ -408,10 +408,11 @@ class LocalIndex:
             remove_unreferenced(self.path, self.manifest)
             yield
 
-    def _commit(self, entries: list[dict[str, Any]], *, fusion: dict[str, Any] | None = None,
-                next_segment: int | None = None) -> None:
+    def commit(self, entries: list[dict[str, Any]], *, fusion: dict[str, Any] | None = None,
+               next_segment: int | None = None) -> None:
         """Write the next manifest naming ``entries`` (segments left without live rows are
-        dropped); files only the previous commit used are kept one more commit."""
+        dropped); files only the previous commit used are kept one more commit. Called with the
+        write lock held (``ingest``, ``delete``, ``optimize`` and merges take it)."""
         old = self.manifest
         new = dict(old)
         new["segments"] = [e for e in entries if int(e["count"]) > int(e.get("deleted", 0))]
@@ -433,8 +434,13 @@ class LocalIndex:
         self.manifest = new
         self._load_segments()
 
-    def _new_segment_name(self, counter: int) -> str:
-        return f"s{counter:06d}-{secrets.token_hex(3)}"
+    def write_new_segment(self, counter: int, ids: list[str], texts: list[str], metadata: list[str],
+                          vectors: np.ndarray) -> dict[str, Any]:
+        """Write segment number ``counter`` of these rows, with the FAISS index the index's stored
+        choice gives its size, and return its manifest entry (a later ``commit`` names it)."""
+        factory = faiss_factory(len(ids), self.manifest["faiss"].get("kind", "auto"), self._flat_threshold)
+        return write_segment(self.path / SEGMENTS_DIR, f"s{counter:06d}-{secrets.token_hex(3)}", ids, texts, metadata,
+                             vectors, self.distance, factory)
 
     def ingest(self, documents: Iterable[Document | tuple[int, Document]], encoder, *, batch_size: int = 256,
                show_progress: bool = True, wait: bool | float = False, segment_docs: int = SEGMENT_DOCS) -> IngestReport:
@@ -476,7 +482,7 @@ class LocalIndex:
                 removed += len(rows)
             if removed:
                 try:
-                    self._commit(entries)
+                    self.commit(entries)
                 except IndexStorageError as exc:
                     raise self._not_committed(f"deleting {removed} documents", exc) from exc
                 self._merge_after_commit(f"deleting {removed} documents")
@@ -505,10 +511,6 @@ class LocalIndex:
             raise IndexDamagedError(message) from exc
 
     # ------------------------------------------------------------------ merges
-    def _factory_for(self, n: int) -> str:
-        """The FAISS factory of a new segment of ``n`` documents, by the index's stored choice."""
-        return faiss_factory(n, self.manifest["faiss"].get("kind", "auto"), self._flat_threshold)
-
     @property
     def _flat_threshold(self) -> int:
         return int(self.manifest["faiss"].get("flat_threshold", FLAT_THRESHOLD))
@@ -571,9 +573,8 @@ class LocalIndex:
         counter = int(self.manifest.get("next_segment", 1))
         entries = [e for e in self.manifest["segments"] if e["name"] not in names]
         if ids:
-            merged = write_segment(self.path / SEGMENTS_DIR, self._new_segment_name(counter), ids, texts, metas,
-                                   vectors, self.distance, self._factory_for(len(ids)))
+            merged = self.write_new_segment(counter, ids, texts, metas, vectors)
             first = min((i for i, e in enumerate(self.manifest["segments"]) if e["name"] in names), default=0)
             entries.insert(min(first, len(entries)), merged)
         logger.info("merged %d segments (%d documents)", len(names), len(ids))
-        self._commit(entries, next_segment=counter + 1)
+        self.commit(entries, next_segment=counter + 1)
