@@ -83,13 +83,14 @@ def cluster_backend(engine: str, url: str, index: str, timeout: float = 60.0):
 def load(path: str, n_docs: int, n_queries: int, seed: int):
     """``(documents, [(query text, relevant doc id)])`` from a Quora-layout pairs file."""
     from hybrid_qpr.data.pairs import iter_pairs
+    from hybrid_qpr.errors import BadLines
     from hybrid_qpr.text import text_id
     from hybrid_qpr.types import Document
 
     docs: dict[str, Document] = {}
     by_text: dict[str, str] = {}
     candidates: list[tuple[str, str]] = []
-    for pair in iter_pairs(path, on_bad_line="skip"):
+    for pair in iter_pairs(path, BadLines("skip")):
         for qid, text in ((pair.qid1, pair.question1), (pair.qid2, pair.question2)):
             if len(docs) < n_docs and text not in by_text:
                 doc_id = qid or text_id(text)

@@ -41,7 +41,7 @@ from _results import repo_relative  # noqa: E402
 from hybrid_qpr.artifacts import write_json  # noqa: E402
 from bench_vector_recall import read_queries  # noqa: E402
 from hybrid_qpr.backends.local import LocalIndex  # noqa: E402
-from hybrid_qpr.backends.local.ranking import best_rows, merge_ranked  # noqa: E402
+from hybrid_qpr.backends.local.ranking import Candidates, merge_ranked  # noqa: E402
 from hybrid_qpr.backends.local.vectors import one_thread  # noqa: E402
 from hybrid_qpr.data.documents import iter_documents  # noqa: E402
 from hybrid_qpr.distance import prepare_vectors  # noqa: E402
@@ -72,7 +72,7 @@ def dense_bm25(index: LocalIndex, query: str, depth: int):
     found = []
     for seg, scores in zip(index.segments, index._bm25_scores(tokenize(query))):
         rows = np.flatnonzero(scores > 0)
-        found.append((seg, *best_rows(scores[rows], rows, depth)))
+        found.append(Candidates.best(seg, scores[rows], rows, depth))
     return merge_ranked(found, depth)
 
 

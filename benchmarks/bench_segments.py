@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hybrid_qpr.backends.local import LocalIndex  # noqa: E402
 from hybrid_qpr.data.documents import iter_documents  # noqa: E402
+from hybrid_qpr.errors import BadLines  # noqa: E402
 from hybrid_qpr.encoders import Encoder  # noqa: E402
 from hybrid_qpr.evaluation.evaluator import latency_summary  # noqa: E402
 from hybrid_qpr.search import HybridSearcher  # noqa: E402
@@ -47,7 +48,7 @@ from hybrid_qpr.search import HybridSearcher  # noqa: E402
 
 def make_data(pairs: str, out: Path, n: int, n_add: int, n_queries: int) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    questions = list(dict.fromkeys(doc.text for _, doc in iter_documents(pairs, skipped=[])))
+    questions = list(dict.fromkeys(doc.text for _, doc in iter_documents(pairs, bad_lines=BadLines("skip"))))
     rng = np.random.default_rng(7)
     with open(out / "corpus.jsonl", "w", encoding="utf-8") as fh:
         for i in range(n):

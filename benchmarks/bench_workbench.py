@@ -43,6 +43,7 @@ sys.path.insert(0, str(REPO))
 from _results import command_line, repo_relative  # noqa: E402
 from hybrid_qpr.artifacts import write_json  # noqa: E402
 from hybrid_qpr.data.documents import iter_documents  # noqa: E402
+from hybrid_qpr.errors import BadLines  # noqa: E402
 
 PATHS = {"search": "/api/search?mode=hybrid&k=10&q=", "compare": "/api/compare?k=10&q="}
 
@@ -126,7 +127,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = parser.parse_args()
 
-    texts = list(dict.fromkeys(doc.text for _, doc in iter_documents(args.pairs, skipped=[])))
+    texts = list(dict.fromkeys(doc.text for _, doc in iter_documents(args.pairs, bad_lines=BadLines("skip"))))
     queries = random.Random(args.seed).sample(texts, min(args.queries, len(texts)))
     port = free_port()
     result: dict = {"command": command_line(), "pairs": repo_relative(args.pairs),

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from hybrid_qpr.errors import ArtifactError, InputError
+from hybrid_qpr.errors import ArtifactError, BadLines, InputError
 
 Delimiter = Literal[",", "\t"]
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -95,11 +95,10 @@ def open_text(path: str | Path) -> Iterator[TextLines]:
             raw.close()
 
 
-def skip_undecodable(lines: Iterable[str], skipped: list[tuple[int, str]] | None, header: bool) -> Iterator[str]:
-    """The lines of an ``open_text`` stream; one that is not UTF-8 is recorded in ``skipped``
-    as ``(line, problem)`` and passed on as an empty line (so later line numbers stay right),
-    unless there is no ``skipped`` list (strict) or it is the first line of a file whose first
-    line is a ``header``."""
+def skip_undecodable(lines: Iterable[str], bad_lines: BadLines | None, header: bool) -> Iterator[str]:
+    """The lines of an ``open_text`` stream; one that is not UTF-8 goes to ``bad_lines`` (strict
+    when ``None``) and, when skipped, is passed on as an empty line (so later line numbers stay
+    right). The first line of a file whose first line is a ``header`` must be readable."""
     it = iter(lines)
     while True:
         try:
@@ -107,9 +106,9 @@ def skip_undecodable(lines: Iterable[str], skipped: list[tuple[int, str]] | None
         except StopIteration:
             return
         except InputError as exc:
-            if skipped is None or (header and exc.line == 1):
+            if bad_lines is None or (header and exc.line == 1):
                 raise
-            skipped.append((exc.line, exc.problem))
+            bad_lines.skip(exc.path, exc.line, exc.problem)
             yield "\n"
 
 
@@ -212,16 +211,16 @@ def write_jsonl(path: str | Path, records: Iterable[dict]) -> int:
 def iter_jsonl(
     path: str | Path,
     lines: Iterable[str] | None = None,
-    skipped: list[tuple[int, str]] | None = None,
+    bad_lines: BadLines | None = None,
 ) -> Iterator[tuple[int, dict]]:
     """Yield ``(line number, object)`` for each non-blank line of a JSONL file (or of
-    ``lines`` already read from it). A line that is not a JSON object raises ``InputError``
-    naming the line, or, when a ``skipped`` list is given, is recorded there as
-    ``(line, problem)`` and passed over."""
+    ``lines`` already read from it). A line that is not a JSON object goes to ``bad_lines``
+    (``None``: strict, it raises ``InputError`` naming the line)."""
     if lines is None:
         with open_text(path) as fh:
-            yield from iter_jsonl(path, fh, skipped)
+            yield from iter_jsonl(path, fh, bad_lines)
         return
+    bad_lines = bad_lines or BadLines()
     name = display_name(path)
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -229,15 +228,12 @@ def iter_jsonl(
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            problem = f"not valid JSON ({exc.msg} at column {exc.colno})"
+            bad_lines.skip(name, number, f"not valid JSON ({exc.msg} at column {exc.colno})")
+            continue
+        if isinstance(obj, dict):
+            yield number, obj
         else:
-            if isinstance(obj, dict):
-                yield number, obj
-                continue
-            problem = f"expected a JSON object, found {type(obj).__name__}"
-        if skipped is None:
-            raise InputError(name, number, problem)
-        skipped.append((number, problem))
+            bad_lines.skip(name, number, f"expected a JSON object, found {type(obj).__name__}")
 
 
 @contextlib.contextmanager

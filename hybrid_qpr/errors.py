@@ -6,7 +6,9 @@ The CLI turns any ``HybridQPRError`` into a one-line ``click.ClickException``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, Literal
 
 
 class HybridQPRError(Exception):
@@ -27,8 +29,81 @@ class InputError(HybridQPRError, ValueError):
         self.path = str(path)
         self.line = line
         self.problem = problem
-        where = f"{self.path}:{line}" if line is not None else self.path
-        super().__init__(f"{where}: {problem}")
+        super().__init__(_located(self.path, line, problem))
+
+
+def _located(path: str | None, line: int | None, problem: str) -> str:
+    """``path:line: problem``, leaving out what is not known."""
+    where = ":".join(str(part) for part in (path, line) if part is not None)
+    return f"{where}: {problem}" if where else problem
+
+
+# ---------------------------------------------------------------- the bad-input rule
+OnBadLine = Literal["error", "skip"]
+ON_BAD_LINE: tuple[str, ...] = ("error", "skip")
+
+
+@dataclass(frozen=True)
+class SkippedLine:
+    """An input line (or record) passed over, and why: what ``InputError`` says in strict mode.
+
+    ``path`` is the file as shown to the user; ``None`` where the writer knows the line of its
+    input but not the file (a backend's ingest; its caller names the file with ``in_file``).
+    ``line`` is 1-based; ``None`` for a record without a useful line (a SQuAD answer: the JSON
+    location starts the ``reason``)."""
+
+    path: str | None
+    line: int | None
+    reason: str
+
+    def __str__(self) -> str:
+        if self.path is None and self.line is not None:
+            return f"line {self.line}: {self.reason}"
+        return _located(self.path, self.line, self.reason)
+
+    def in_file(self, path: str) -> "SkippedLine":
+        return self if self.path is not None else replace(self, path=path)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "line": self.line, "reason": self.reason}
+
+    @classmethod
+    def from_record(cls, record: Any) -> "SkippedLine":
+        """A record of a manifest: ``to_dict``'s, or the lists manifests held before it
+        (``[line, reason]`` of a pairs or QA-log dataset, ``[file, location, problem]`` of an answer dataset)."""
+        if isinstance(record, dict):
+            return cls(record.get("path"), record.get("line"), str(record.get("reason", "")))
+        if len(record) == 3:
+            path, where, problem = record
+            return cls(path, where, problem) if isinstance(where, int) else cls(path, None, f"{where}: {problem}")
+        line, reason = record
+        return cls(None, line, reason)
+
+
+class BadLines:
+    """The bad-input rule, in one place: every reader hands its bad lines to ``skip``.
+
+    ``on_bad_line="error"`` (strict, the default) raises ``InputError(path, line, reason)``,
+    the one-line error naming file, line and problem (with ``hint`` appended, e.g. the option
+    that skips instead); ``"skip"`` records a ``SkippedLine`` in ``skipped`` and reading goes
+    on. One collector may serve several files: each record names its own."""
+
+    def __init__(self, on_bad_line: OnBadLine = "error", *, hint: str = ""):
+        if on_bad_line not in ON_BAD_LINE:
+            raise ConfigError(f"on_bad_line={on_bad_line!r}: must be {' or '.join(map(repr, ON_BAD_LINE))}")
+        self.strict = on_bad_line == "error"
+        self.hint = hint
+        self.skipped: list[SkippedLine] = []
+
+    def skip(self, path: str | Path, line: int | None, reason: str) -> None:
+        """Raise (strict) or record that ``line`` of ``path`` is bad because of ``reason``."""
+        if self.strict:
+            raise InputError(path, line, f"{reason} ({self.hint})" if self.hint else reason)
+        self.skipped.append(SkippedLine(str(path), line, reason))
+
+    def to_list(self) -> list[dict[str, Any]]:
+        """The skipped lines as a manifest stores them."""
+        return [s.to_dict() for s in self.skipped]
 
 
 class ArtifactError(HybridQPRError):

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from hybrid_qpr.cli.main import cli
 from hybrid_qpr.data.answer_dataset import build_answer_retrieval, build_answer_selection, read_answer_records
 from hybrid_qpr.data.beir import load_beir, load_query_metadata
-from hybrid_qpr.errors import ConfigError, InputError
+from hybrid_qpr.errors import ConfigError, InputError, SkippedLine
 from hybrid_qpr.text.sentences import sentences_overlapping, split_sentences
 
 
@@ -110,7 +110,7 @@ def test_from_answers_bad_lines_name_file_and_line(tmp_path):
     with pytest.raises(InputError, match=r"clash.tsv:2: qid 'q1'"):
         build_answer_selection(clash, tmp_path / "y", split_name="val")
     skipped = build_answer_selection(bad, tmp_path / "z", split_name="val", on_bad_line="skip")
-    assert skipped.skipped == [[str(bad), 2, "label must be 0 or 1, found 'maybe'"]]
+    assert skipped.skipped == [SkippedLine(str(bad), 2, "label must be 0 or 1, found 'maybe'")]
 
 
 def _squad(articles: list[tuple[str, str, list[tuple[str, str, str]]]]) -> dict:

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from hybrid_qpr.backends.cluster.names import MAX_ID_BYTES, index_name_problem, index_path
 from hybrid_qpr.cli.main import cli
-from hybrid_qpr.errors import ConfigError
+from hybrid_qpr.errors import ConfigError, SkippedLine
 from hybrid_qpr.types import Document
 
 FLAGS = {"opensearch": "--opensearch", "elasticsearch": "--elasticsearch"}
@@ -108,7 +108,7 @@ def test_an_id_over_512_bytes_is_skipped_with_its_position_and_the_rest_written(
     docs = question_bank[:40]
     docs = docs[:2] + [Document(LONG_ID, "a question with a long id")] + docs[2:] + [Document(EDGE_ID, "at the limit")]
     report = cluster_backend.ingest(docs, committed_encoder, batch_size=16, show_progress=False)
-    assert report.skipped == [(3, f"id is 514 bytes long; {ENGINES[cluster_engine]} allows at most 512 bytes "
+    assert report.skipped == [SkippedLine(None, 3, f"id is 514 bytes long; {ENGINES[cluster_engine]} allows at most 512 bytes "
                                   "(UTF-8): shorten it")]
     assert report.failed == [] and report.indexed == 41 and report.verified == 41
     assert cluster_backend.count() == 41

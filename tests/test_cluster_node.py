@@ -25,7 +25,8 @@ from hybrid_qpr.cli.main import cli
 from hybrid_qpr.errors import ClusterError, ConfigError
 from hybrid_qpr.localnode import DEFAULT_VERSIONS, LocalNode, default_home, distribution, ensure_jdk, find_jdk, jdk
 from hybrid_qpr.localnode.maven import find_mvn
-from hybrid_qpr.localnode.node import _alive, _unzip_single_root
+from hybrid_qpr.localnode.install import unzip_single_root
+from hybrid_qpr.localnode.process import alive
 
 OPENSEARCH_VERSION = DEFAULT_VERSIONS["opensearch"]
 
@@ -90,16 +91,16 @@ def test_a_runtime_without_a_required_module_is_passed_over(jvm_dirs):
 
 def test_jvm_options_follow_the_java_modules(tmp_path):
     from hybrid_qpr.localnode.jdk import Jdk
-    from hybrid_qpr.localnode.node import _fit_jvm_options
+    from hybrid_qpr.localnode.config import fit_jvm_options
 
     options = tmp_path / "jvm.options"
     options.write_text("-Xss1m\n20-:--add-modules=jdk.incubator.vector\n")
     trimmed = _fake_jdk(tmp_path / "trimmed", "25.0.2")
     with open(trimmed / "release", "a") as release:
         release.write('MODULES="java.base java.se"\n')
-    _fit_jvm_options(options, Jdk(trimmed, 25, "scan"))
+    fit_jvm_options(options, Jdk(trimmed, 25, "scan"))
     assert options.read_text().splitlines()[1].startswith("# hybrid-qpr: this Java has no jdk.incubator.vector")
-    _fit_jvm_options(options, Jdk(_fake_jdk(tmp_path / "full", "25.0.2"), 25, "scan"))
+    fit_jvm_options(options, Jdk(_fake_jdk(tmp_path / "full", "25.0.2"), 25, "scan"))
     assert options.read_text() == "-Xss1m\n20-:--add-modules=jdk.incubator.vector\n"
 
 
@@ -199,14 +200,14 @@ def test_unzip_keeps_executable_bits(tmp_path):
         script.external_attr = (stat.S_IFREG | 0o755) << 16
         zf.writestr(script, "#!/bin/sh\necho hi\n")
         zf.writestr("opensearch-x/config/opensearch.yml", "")
-    _unzip_single_root(archive, tmp_path / "node")
+    unzip_single_root(archive, tmp_path / "node")
     assert os.access(tmp_path / "node" / "bin" / "opensearch", os.X_OK)
     assert (tmp_path / "node" / "config" / "opensearch.yml").is_file()
     with zipfile.ZipFile(tmp_path / "two.zip", "w") as zf:
         zf.writestr("a/x", "")
         zf.writestr("b/y", "")
     with pytest.raises(ClusterError, match="expected one top-level directory"):
-        _unzip_single_root(tmp_path / "two.zip", tmp_path / "node2")
+        unzip_single_root(tmp_path / "two.zip", tmp_path / "node2")
 
 
 # ---------------------------------------------------------------------------------------------- live nodes
@@ -324,7 +325,7 @@ def test_stop_stops_every_node(three_nodes):
     assert all(pids)
     result = CliRunner().invoke(cli, ["cluster", "stop", "--nodes", "3"])
     assert result.exit_code == 0 and "stopped" in result.output
-    assert not any(_alive(pid) for pid in pids)  # zombies count as dead: PID 1 may never reap them
+    assert not any(alive(pid) for pid in pids)  # zombies count as dead: PID 1 may never reap them
     state = three_nodes.status()
     assert not state.running and not any(row["alive"] for row in state.nodes)
 

@@ -30,9 +30,11 @@ def test_build_then_stats(tmp_path):
     result = CliRunner().invoke(cli, ["dataset", "build", str(pairs_file(tmp_path, bad=True)), "--out", str(out),
                                       "--on-bad-line", "skip", "--seed", "3"])
     assert result.exit_code == 0, result.output
-    assert "bad lines skipped" in result.output and "line 6: found 2 columns" in result.output
+    pairs = str(pairs_file(tmp_path, bad=True))
+    assert "bad lines skipped" in result.output and f"{pairs}:6: found 2 columns" in result.output
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["reading"] == {"rows": 61, "bad_lines": 1, "skipped": [[6, manifest["reading"]["skipped"][0][1]]]}
+    assert manifest["reading"] == {"rows": 61, "bad_lines": 1, "skipped": [
+        {"path": pairs, "line": 6, "reason": manifest["reading"]["skipped"][0]["reason"]}]}
     assert manifest["grouping"]["clusters"] == 30 and manifest["grouping"]["non_duplicate_pairs"] == 1
     assert manifest["split"]["clusters"] == {"train": 24, "val": 3, "test": 3}
     assert len(load_split(out, "test")) == 3

@@ -10,7 +10,7 @@ from hybrid_qpr.data.clusters import (QALogRecord, clusters_from_pairs, clusters
                                       normalize_text, text_id)
 from hybrid_qpr.data.pairs import QuestionPair
 from hybrid_qpr.data.qalog import iter_qa_log
-from hybrid_qpr.errors import ConfigError, InputError
+from hybrid_qpr.errors import BadLines, ConfigError, InputError, SkippedLine
 
 
 def pair(line, q1, q2, qid1=None, qid2=None, dup=True):
@@ -90,9 +90,9 @@ def test_qa_log_readers(tmp_path):
     tsv.write_text("user\tanswer_id\tquestion\nu1\tA\tfirst q\nu2\t\tsecond q\n")
     with pytest.raises(InputError, match=r"log.tsv:3: the answer id is empty"):
         list(iter_qa_log(tsv))
-    skipped: list[tuple[int, str]] = []
-    assert [r.question for r in iter_qa_log(tsv, on_bad_line="skip", skipped=skipped)] == ["first q"]
-    assert skipped[0][0] == 3
+    bad_lines = BadLines("skip")
+    assert [r.question for r in iter_qa_log(tsv, bad_lines=bad_lines)] == ["first q"]
+    assert bad_lines.skipped == [SkippedLine(str(tsv), 3, "the answer id is empty or not a string/number ('')")]
     plain = tmp_path / "plain.csv"
     plain.write_text('"a, question",A1\nanother,A1\n')
     assert [r.question for r in iter_qa_log(plain)] == ["a, question", "another"]

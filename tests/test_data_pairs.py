@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from hybrid_qpr.data.pairs import QuestionPair, iter_pairs
-from hybrid_qpr.errors import ConfigError, InputError
+from hybrid_qpr.errors import BadLines, ConfigError, InputError
 
 HEADER = "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n"
 ROWS = [
@@ -94,18 +94,19 @@ def test_bad_values(tmp_path, row, problem):
 
 def test_skip_mode_records_lines_and_reasons(tmp_path):
     text = HEADER + ROWS[0] + "x\ty\n" + "3\t5\t6\tq\tr\tmaybe\n" + ROWS[1]
-    skipped: list[tuple[int, str]] = []
-    pairs = list(iter_pairs(write(tmp_path / "mixed.tsv", text), on_bad_line="skip", skipped=skipped))
+    bad_lines = BadLines("skip")
+    pairs = list(iter_pairs(write(tmp_path / "mixed.tsv", text), bad_lines))
+    skipped = bad_lines.skipped
     assert [p.line for p in pairs] == [2, 5]
-    assert [line for line, _ in skipped] == [3, 4]
-    assert "found 2 columns" in skipped[0][1] and "is_duplicate" in skipped[1][1]
+    assert [s.line for s in skipped] == [3, 4] and {s.path for s in skipped} == {str(tmp_path / "mixed.tsv")}
+    assert "found 2 columns" in skipped[0].reason and "is_duplicate" in skipped[1].reason
 
 
 def test_unknown_layout_and_bad_option(tmp_path):
     with pytest.raises(InputError, match="found 3 columns; expected 6"):
         list(iter_pairs(write(tmp_path / "three.tsv", "a\tb\tc\n")))
     with pytest.raises(ConfigError, match="on_bad_line"):
-        list(iter_pairs(tmp_path / "three.tsv", on_bad_line="ignore"))  # type: ignore[arg-type]
+        BadLines("ignore")  # type: ignore[arg-type]
     with pytest.raises(InputError, match="file not found"):
         list(iter_pairs(tmp_path / "missing.tsv"))
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from hybrid_qpr.data.documents import detect_format, iter_batch_queries, iter_documents, text_id
-from hybrid_qpr.errors import InputError
+from hybrid_qpr.errors import BadLines, InputError
 
 
 def _docs(path, **kwargs):
@@ -57,10 +57,11 @@ def test_bad_lines_raise_with_file_and_line_or_are_skipped(tmp_path):
                     '{"id": "c", "text": "also fine"}\n', encoding="utf-8")
     with pytest.raises(InputError, match=r"bad\.jsonl:2: not valid JSON"):
         _docs(path)
-    skipped: list[tuple[int, str]] = []
-    assert [d[1] for d in _docs(path, skipped=skipped)] == ["a", "c"]
-    assert [line for line, _ in skipped] == [2, 3, 4, 5]
-    assert "non-empty string" in skipped[1][1] and "JSON object" in skipped[2][1] and "'id'" in skipped[3][1]
+    bad_lines = BadLines("skip")
+    assert [d[1] for d in _docs(path, bad_lines=bad_lines)] == ["a", "c"]
+    skipped = bad_lines.skipped
+    assert [s.line for s in skipped] == [2, 3, 4, 5]
+    assert "non-empty string" in skipped[1].reason and "JSON object" in skipped[2].reason and "'id'" in skipped[3].reason
     table = tmp_path / "bad.tsv"
     table.write_text("id\ttext\n1\tok\n2\n", encoding="utf-8")
     with pytest.raises(InputError, match=r"bad\.tsv:3: found 1 columns, the header has 2"):

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from hybrid_qpr.cli.main import cli
 from hybrid_qpr.data.documents import iter_documents
-from hybrid_qpr.errors import ConfigError, InputError
+from hybrid_qpr.errors import BadLines, ConfigError, InputError, SkippedLine
 
 
 def run(*args):
@@ -34,14 +34,15 @@ def latin1_files(tmp_path):
 def test_non_utf8_line_is_skipped_like_any_bad_line(latin1_files):
     expected = {".jsonl": [(1, "a"), (3, "c")], ".tsv": [(2, "a"), (4, "c")]}
     for path in latin1_files:
-        skipped: list = []
-        docs = list(iter_documents(path, skipped=skipped))
+        bad_lines = BadLines("skip")
+        docs = list(iter_documents(path, bad_lines=bad_lines))
+        skipped = bad_lines.skipped
         if path.name == "pairs.tsv":
             assert [(line, d.id) for line, d in docs] == [(2, "1"), (2, "2"), (4, "5"), (4, "6")]
         else:
             assert [(line, d.id) for line, d in docs] == expected[path.suffix]
-        assert len(skipped) == 1 and "not valid UTF-8" in skipped[0][1]
-        assert skipped[0][0] == (2 if path.suffix == ".jsonl" else 3)
+        assert len(skipped) == 1 and "not valid UTF-8" in skipped[0].reason and skipped[0].path == str(path)
+        assert skipped[0].line == (2 if path.suffix == ".jsonl" else 3)
         with pytest.raises(InputError, match="not valid UTF-8"):
             list(iter_documents(path))  # strict
 
@@ -74,3 +75,23 @@ def test_blank_query_is_refused(tmp_path, committed_encoder, question_bank):
         assert result.exit_code == 2 and "query TEXT is empty" in result.output
         with pytest.raises(ConfigError, match="empty"):
             HybridSearcher(idx, committed_encoder).search(blank)
+
+
+def test_one_bad_input_rule_raises_or_records_the_same_file_line_and_problem():
+    """Every reader hands its bad lines to one ``BadLines``: strict raises ``file:line: problem``
+    (with the hint that names the skip option); skip records the same three as a ``SkippedLine``,
+    printed in the error's form. Manifests written before the record existed still read."""
+    strict = BadLines(hint="use --on-bad-line skip to skip such lines")
+    with pytest.raises(InputError, match=r"^f\.tsv:3: empty \(use --on-bad-line skip to skip such lines\)$"):
+        strict.skip("f.tsv", 3, "empty")
+    lenient = BadLines("skip")
+    lenient.skip("f.tsv", 3, "empty")
+    assert lenient.skipped == [SkippedLine("f.tsv", 3, "empty")] and str(lenient.skipped[0]) == "f.tsv:3: empty"
+    old_and_new = ([6, "x"], ["a.tsv", 2, "y"], ["s.json", "data[0].qas[1]", "z"], *lenient.to_list())
+    assert [SkippedLine.from_record(r) for r in old_and_new] == [
+        SkippedLine(None, 6, "x"), SkippedLine("a.tsv", 2, "y"), SkippedLine("s.json", None, "data[0].qas[1]: z"),
+        SkippedLine("f.tsv", 3, "empty")]
+    assert str(SkippedLine(None, 6, "x")) == "line 6: x" and str(SkippedLine("s.json", None, "z")) == "s.json: z"
+    assert SkippedLine(None, 4, "empty id").in_file("d.jsonl") == SkippedLine("d.jsonl", 4, "empty id")
+    with pytest.raises(ConfigError, match="on_bad_line='ignore'"):
+        BadLines("ignore")  # type: ignore[arg-type]

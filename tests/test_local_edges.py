@@ -312,7 +312,7 @@ def test_padded_ids_are_refused_and_ids_are_kept_exactly(tmp_path, committed_enc
     assert live_state(tmp_path / "idx") == {"padded": "the first question?", "Case": "a third question?"}
     report = LocalIndex.open(tmp_path / "idx").ingest([Document(" x", "a question?")], committed_encoder,
                                                       show_progress=False)
-    assert report.indexed == 0 and "leading or trailing whitespace" in report.skipped[0][1]
+    assert report.indexed == 0 and "leading or trailing whitespace" in report.skipped[0].reason
 
 
 def test_an_index_whose_documents_were_all_deleted_says_so(small_index, question_bank):

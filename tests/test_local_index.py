@@ -16,7 +16,7 @@ from hybrid_qpr.backends.local import LocalIndex, faiss_factory
 from hybrid_qpr.distance import similarity
 from hybrid_qpr.encoders import Encoder
 from hybrid_qpr.errors import ConfigError
-from hybrid_qpr.errors import ArtifactError, InputError, ModelMismatchError
+from hybrid_qpr.errors import ArtifactError, InputError, ModelMismatchError, SkippedLine
 
 
 @pytest.fixture()
@@ -57,7 +57,8 @@ def test_reingest_updates_never_duplicates(index, committed_encoder, question_ba
 
 def test_bad_document_skipped_with_line_and_failed_ingest_leaves_index_intact(index, committed_encoder):
     report = index.ingest([(4, Document("x", "  ")), (5, Document("", "text"))], committed_encoder, show_progress=False)
-    assert report.skipped == [(4, "empty text"), (5, "empty id")] and index.count() == 200
+    assert report.skipped == [SkippedLine(None, 4, "empty text"), SkippedLine(None, 5, "empty id")]
+    assert index.count() == 200
 
     def broken():
         yield Document("z1", "first fine question?")
@@ -262,11 +263,13 @@ def test_query_vector_as_function_is_encoded_on_the_knn_worker(index, committed_
 def test_an_index_that_records_the_old_scorer_name_still_opens(index):
     """Indexes written before the scorer had its own name record impl "bm25s" (a package
     they never used); they open with the built-in scorer and rank the same."""
+    from hybrid_qpr.backends.local.commit import write_manifest
+
     manifest_path = index.path / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
     before = [h.id for h in index.bm25("when does my invoice expire", 5)]
     manifest["bm25"]["impl"] = "bm25s"
-    manifest_path.write_text(json.dumps(manifest))
+    write_manifest(index.path, manifest)  # as such an index was committed: with a checksum that matches
     reopened = LocalIndex.open(index.path)
     assert reopened.bm25_impl == "builtin"
     assert [h.id for h in reopened.bm25("when does my invoice expire", 5)] == before

@@ -63,13 +63,13 @@ def test_compiled_bm25_top_list_equals_scoring_every_document(segmented):
     same list when numba is missing (the NumPy path)."""
     pytest.importorskip("numba")  # the fast extra
     from hybrid_qpr.backends.local import bm25 as bm25_lib
-    from hybrid_qpr.backends.local.ranking import best_rows, merge_ranked
+    from hybrid_qpr.backends.local.ranking import Candidates, merge_ranked
 
     def reference(query: str, depth: int):
         found = []
         for seg, scores in zip(segmented.segments, segmented._bm25_scores(tokenize(query))):
             rows = np.flatnonzero(scores > 0)
-            found.append((seg, *best_rows(scores[rows], rows, depth)))
+            found.append(Candidates.best(seg, scores[rows], rows, depth))
         return merge_ranked(found, depth)
 
     assert bm25_lib._top_kernel() is not None, "numba is installed in the test environment"

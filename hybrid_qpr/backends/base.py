@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from hybrid_qpr.errors import SkippedLine
 from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, RERANK_DEPTH, RRF_K
 from hybrid_qpr.types import Document, Filters, Hit
 
@@ -117,7 +118,7 @@ class IngestReport:
 
     indexed: int = 0
     updated: int = 0
-    skipped: list[tuple[int, str]] = field(default_factory=list)  # (line number, reason)
+    skipped: list[SkippedLine] = field(default_factory=list)  # path None: the caller knows the file
     failed: list[dict[str, Any]] = field(default_factory=list)  # {"id", "error", ...}
     seconds: float = 0.0
     rejects_path: str | None = None

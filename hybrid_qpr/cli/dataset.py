@@ -196,11 +196,17 @@ def _print(report, as_json: bool) -> None:
     console.print(table)
     if report.beir:
         console.print("beir: " + ", ".join(f"{k} {v:,}" for k, v in report.beir.items()))
-    skipped = reading.get("skipped") or []
+    from hybrid_qpr.errors import SkippedLine
+
+    _print_skipped(console, "skipped lines", [SkippedLine.from_record(s) for s in reading.get("skipped") or []])
+
+
+def _print_skipped(console, title: str, skipped) -> None:
+    """The first skipped lines, each as ``file:line: reason`` (the strict error's form)."""
     if skipped:
-        console.print(f"skipped lines ({len(skipped)}):")
-        for line, reason in skipped[:_SHOWN_BAD_LINES]:
-            console.print(f"  line {line}: {reason}", markup=False)
+        console.print(f"{title} ({len(skipped)}):")
+        for bad in skipped[:_SHOWN_BAD_LINES]:
+            console.print(f"  {bad}", markup=False, soft_wrap=True)  # one line: editors jump to file:line
         if len(skipped) > _SHOWN_BAD_LINES:
             console.print(f"  ... {len(skipped) - _SHOWN_BAD_LINES} more, all listed in manifest.json")
 
@@ -304,10 +310,7 @@ def _print_answers(report, as_json: bool) -> None:
     for source in report.sources:
         console.print(f"source {source['path']} -> {source['split']}", markup=False)
     console.print("beir: " + ", ".join(f"{k} {v:,}" for k, v in report.beir.items()))
-    if report.skipped:
-        console.print(f"skipped records ({len(report.skipped)}):")
-        for file, where, problem in report.skipped[:_SHOWN_BAD_LINES]:
-            console.print(f"  {file}:{where}: {problem}", markup=False)
+    _print_skipped(console, "skipped records", report.skipped)
     if report.modified:
         console.print(f"modified since the build: {', '.join(report.modified)} (counts above are read from the files)",
                       markup=False)

@@ -64,12 +64,14 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
       hybrid-qpr ingest corpus.jsonl --index questions --opensearch http://127.0.0.1:9200
       hybrid-qpr ingest corpus.jsonl --index questions --elasticsearch --shards 3
     """
+    from hybrid_qpr.artifacts import display_name
     from hybrid_qpr.data.documents import iter_documents, require_documents
     from hybrid_qpr.encoders import Encoder
+    from hybrid_qpr.errors import BadLines
 
-    skipped: list[tuple[int, str]] | None = None if strict else []
-    documents = iter_documents(input_path, text_column=text_column, id_column=id_column, fmt=fmt, skipped=skipped)
-    documents = require_documents(documents, input_path, skipped)  # nothing usable: refused before any index is made
+    bad_lines = BadLines("error" if strict else "skip")
+    documents = iter_documents(input_path, text_column=text_column, id_column=id_column, fmt=fmt, bad_lines=bad_lines)
+    documents = require_documents(documents, input_path, bad_lines)  # nothing usable: refused before any index is made
     if use_cluster(connection) and (ef_search or nprobe):
         raise click.UsageError("--ef-search and --nprobe apply to a local index; a cluster index keeps its own "
                                "HNSW settings")
@@ -83,7 +85,7 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
             click.echo(f"note: --shards/--replicas apply when an index is created; {index} exists and keeps its "
                        f"layout (to change it: 'hybrid-qpr index drop {index}', then ingest again)", err=True)
         if strict:
-            documents = _stop_at_a_refused_id(documents, backend, input_path)
+            documents = _stop_at_a_refused_id(documents, backend, input_path, bad_lines)
         report = backend.ingest(documents, encoder, batch_size=batch_size, rejects_path=rejects,
                                 shards=shards, replicas=replicas)
     else:
@@ -99,7 +101,9 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
                        f"{existing.search_settings}. Pass them to 'hybrid-qpr query' instead", err=True)
         target = existing or LocalIndex.create(index, encoder, faiss=faiss_kind, bm25=bm25_impl, search=search)
         report = target.ingest(documents, encoder, batch_size=batch_size, wait=wait)
-    all_skipped = sorted((skipped or []) + report.skipped)
+    # the backend knows the line of a document it skipped, not the file
+    all_skipped = sorted(bad_lines.skipped + [s.in_file(display_name(input_path)) for s in report.skipped],
+                         key=lambda s: s.line or 0)
     click.echo(f"indexed {report.indexed}, updated {report.updated}, skipped {len(all_skipped)}, "
                f"failed {len(report.failed)} in {report.seconds:.1f} s ({report.docs_per_second:.0f} docs/s) -> {index}")
     if not use_cluster(connection):
@@ -113,8 +117,8 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
     if use_cluster(connection):
         click.echo(f"  verified {report.verified} ids with their texts; retries: {report.retried_requests} requests and "
                    f"{report.retried_documents} documents sent again, {report.retry_wait_seconds:.1f} s waiting")
-    for line, reason in all_skipped[:SHOW_SKIPPED]:
-        click.echo(f"  skipped {input_path}:{line}: {reason}", err=True)
+    for bad in all_skipped[:SHOW_SKIPPED]:
+        click.echo(f"  skipped {bad}", err=True)
     if len(all_skipped) > SHOW_SKIPPED:
         click.echo(f"  ... and {len(all_skipped) - SHOW_SKIPPED} more skipped lines", err=True)
     if report.failed:
@@ -126,14 +130,14 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
             + "; the others are in the index. Fix the cause shown above and re-run the same ingest (ids are stable)")
 
 
-def _stop_at_a_refused_id(documents, backend, input_path):
+def _stop_at_a_refused_id(documents, backend, input_path, bad_lines):
     """--strict on a cluster: an id the engine refuses stops the ingest like any other bad line
     (without --strict the backend skips and reports it)."""
     from hybrid_qpr.artifacts import display_name
-    from hybrid_qpr.errors import InputError
 
     for line, doc in documents:
         problem = backend.id_problem(doc.id)
         if problem:
-            raise InputError(display_name(input_path), line, problem)
+            bad_lines.skip(display_name(input_path), line, problem)
+            continue
         yield line, doc

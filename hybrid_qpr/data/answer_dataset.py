@@ -40,10 +40,9 @@ from typing import Any, Literal
 
 from hybrid_qpr.artifacts import atomic_directory, iter_jsonl, write_json, write_jsonl
 from hybrid_qpr.data.beir import write_beir_files
-from hybrid_qpr.data.dataset import file_sha256, source_record, splits_fingerprint
-from hybrid_qpr.data.pairs import OnBadLine
+from hybrid_qpr.data.dataset import SKIP_HINT, file_sha256, source_record, splits_fingerprint
 from hybrid_qpr.data.splits import DEFAULT_FRACTIONS, SPLITS, Split, assign_indices, parse_fractions
-from hybrid_qpr.errors import ArtifactError, ConfigError, InputError
+from hybrid_qpr.errors import ArtifactError, BadLines, ConfigError, InputError, OnBadLine, SkippedLine
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +84,7 @@ class AnswerDatasetReport:
     sources: list[dict[str, Any]]
     options: dict[str, Any]
     counts: dict[str, dict[str, int]]
-    skipped: list[list] = field(default_factory=list)
+    skipped: list[SkippedLine] = field(default_factory=list)
     beir: dict[str, int] = field(default_factory=dict)
     files: dict[str, dict] = field(default_factory=dict)
     seconds: float = 0.0
@@ -95,6 +94,7 @@ class AnswerDatasetReport:
         from hybrid_qpr import __version__
 
         body = {k: v for k, v in self.__dict__.items() if k not in ("out", "modified")}
+        body["skipped"] = [s.to_dict() for s in self.skipped]
         return {"format": FORMAT, "format_version": FORMAT_VERSION, "created_by": f"hybrid-qpr {__version__}",
                 "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), **body}
 
@@ -127,13 +127,11 @@ def build_answer_selection(path: str | Path, out: str | Path, *, split_name: Spl
 
     started = time.perf_counter()
     fractions = parse_fractions(fractions)
-    skipped: list[list] = []
+    bad_lines = BadLines(on_bad_line, hint=SKIP_HINT)
     by_split: dict[str, list] = {s: [] for s in SPLITS}
     sources = []
     for split, file in _assign_files(path, split_name, extra):
-        lines: list[tuple[int, str]] = []
-        questions = read_answer_questions(file, on_bad_line, lines)
-        skipped.extend([str(file), line, problem] for line, problem in lines)
+        questions = read_answer_questions(file, bad_lines)
         sources.append({**source_record(file, "answer-selection"), "split": split or "seeded", "questions": len(questions)})
         if split is None:
             for name, indices in assign_indices(len(questions), fractions, seed).items():
@@ -143,7 +141,7 @@ def build_answer_selection(path: str | Path, out: str | Path, *, split_name: Spl
     _unique([q.qid for s in SPLITS for q in by_split[s]], "question id (qid)")
     built = {s: _selection_split(by_split[s]) for s in SPLITS}
     options = {"seed": seed, "fractions": list(fractions), "split_name": split_name, "on_bad_line": on_bad_line}
-    return _write(out, "answer-selection", built, sources, options, skipped, started)
+    return _write(out, "answer-selection", built, sources, options, bad_lines.skipped, started)
 
 
 # ---------------------------------------------------------------- answer retrieval (SQuAD)
@@ -175,14 +173,12 @@ def build_answer_retrieval(path: str | Path, out: str | Path, *, split_name: Spl
 
     started = time.perf_counter()
     fractions = parse_fractions(fractions)
-    skipped: list[list] = []
+    bad_lines = BadLines(on_bad_line, hint=SKIP_HINT)
     by_split: dict[str, list[tuple[int, Any]]] = {s: [] for s in SPLITS}
     sources = []
     offset = 0
     for split, file in _assign_files(path, split_name, extra):
-        bad: list[tuple[str, str]] = []
-        articles = read_squad(file, on_bad_line, bad)
-        skipped.extend([str(file), where, problem] for where, problem in bad)
+        articles = read_squad(file, bad_lines)
         sources.append({**source_record(file, "squad"), "split": split or "seeded", "articles": len(articles)})
         numbered = list(enumerate(articles, start=offset))  # article numbers stay unique across files
         offset += len(articles)
@@ -195,7 +191,7 @@ def build_answer_retrieval(path: str | Path, out: str | Path, *, split_name: Spl
     built = {s: _retrieval_split([art for _, art in by_split[s]], [a for a, _ in by_split[s]]) for s in SPLITS}
     options = {"seed": seed, "fractions": list(fractions), "split_name": split_name, "on_bad_line": on_bad_line,
                "articles": {s: [art.title for _, art in by_split[s]] for s in SPLITS}}
-    return _write(out, "answer-retrieval", built, sources, options, skipped, started)
+    return _write(out, "answer-retrieval", built, sources, options, bad_lines.skipped, started)
 
 
 # ---------------------------------------------------------------- shared
@@ -227,7 +223,7 @@ def _split_counts(records: Sequence[AnswerRecord]) -> dict[str, int]:
 
 
 def _write(out, task: Task, built: dict[str, tuple[list[AnswerRecord], EvalItems]], sources, options,
-           skipped, started: float) -> AnswerDatasetReport:
+           skipped: list[SkippedLine], started: float) -> AnswerDatasetReport:
     eval_splits = [s for s in ("val", "test") if built[s][1].queries]
     counts = {s: {**_split_counts(built[s][0]), "corpus": len(built[s][1].corpus) if s in eval_splits else 0,
                   "queries": len(built[s][1].queries) if s in eval_splits else 0} for s in SPLITS}
@@ -279,7 +275,8 @@ def answer_dataset_stats(dataset_dir: str | Path) -> AnswerDatasetReport:
                                      "'hybrid-qpr dataset from-answers' or 'from-squad'?",
                              fix="build the dataset again")
     report = AnswerDatasetReport(str(dataset_dir), manifest.get("task", "answer-selection"), manifest.get("sources", []),
-                                 manifest.get("options", {}), manifest.get("counts", {}), manifest.get("skipped", []),
+                                 manifest.get("options", {}), manifest.get("counts", {}),
+                                 [SkippedLine.from_record(s) for s in manifest.get("skipped", [])],
                                  manifest.get("beir", {}), manifest.get("files", {}), manifest.get("seconds", 0.0))
     for split in SPLITS:
         report.counts[split] = {**report.counts.get(split, {"corpus": 0, "queries": 0}),

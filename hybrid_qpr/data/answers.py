@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hybrid_qpr.artifacts import display_name, iter_rows, open_text
-from hybrid_qpr.data.pairs import OnBadLine
-from hybrid_qpr.errors import ConfigError, InputError
+from hybrid_qpr.errors import BadLines, InputError
 
 COLUMNS = ("qid", "question", "sentence", "label")
 _ALIASES = {
@@ -67,36 +66,27 @@ def _layout(row: list[str]) -> dict[str, int] | None:
     return found  # type: ignore[return-value]
 
 
-def read_answer_questions(path: str | Path, on_bad_line: OnBadLine = "error",
-                          skipped: list[tuple[int, str]] | None = None) -> list[AnswerQuestion]:
+def read_answer_questions(path: str | Path, bad_lines: BadLines | None = None) -> list[AnswerQuestion]:
     """The questions of an answer-selection file, each with its candidates (module docstring).
 
-    A malformed row (wrong column count, empty field, label not 0/1) raises
-    ``InputError(path, line, problem)``; with ``on_bad_line="skip"`` it is skipped and
-    ``(line, problem)`` appended to ``skipped``.
+    A malformed row (wrong column count, empty field, label not 0/1, a qid already used for
+    another question) goes to ``bad_lines``: strict (the default) raises
+    ``InputError(path, line, problem)``, ``BadLines("skip")`` skips and records it.
     """
-    if on_bad_line not in ("error", "skip"):
-        raise ConfigError(f"on_bad_line={on_bad_line!r}: must be 'error' or 'skip'")
+    bad_lines = bad_lines or BadLines()
     name = display_name(path)
     questions: dict[str, AnswerQuestion] = {}
     for line, parsed in _rows(path, name):
         if isinstance(parsed, str):
-            if on_bad_line == "error":
-                raise InputError(name, line, parsed)
-            if skipped is not None:
-                skipped.append((line, parsed))
+            bad_lines.skip(name, line, parsed)
             continue
         qid, question, sentence, label = parsed
         entry = questions.get(qid)
         if entry is None:
             entry = questions[qid] = AnswerQuestion(qid, question, line)
         elif entry.text != question:
-            problem = (f"qid {qid!r} has the question {question[:60]!r} here but {entry.text[:60]!r} on line "
-                       f"{entry.line}; a qid must name one question")
-            if on_bad_line == "error":
-                raise InputError(name, line, problem)
-            if skipped is not None:
-                skipped.append((line, problem))
+            bad_lines.skip(name, line, f"qid {qid!r} has the question {question[:60]!r} here but {entry.text[:60]!r} "
+                                       f"on line {entry.line}; a qid must name one question")
             continue
         entry.candidates.append(Candidate(sentence, label, line))
     return list(questions.values())

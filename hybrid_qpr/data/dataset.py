@@ -24,14 +24,16 @@ from typing import Any
 from hybrid_qpr.artifacts import atomic_directory, display_name, read_manifest, write_json
 from hybrid_qpr.data.beir import write_beir
 from hybrid_qpr.data.clusters import Cluster, KeyMode, clusters_from_pairs, clusters_from_qa_log
-from hybrid_qpr.data.pairs import OnBadLine, iter_pairs
+from hybrid_qpr.data.pairs import iter_pairs
 from hybrid_qpr.data.splits import DEFAULT_FRACTIONS, SPLITS, load_split, split_clusters, split_summary, write_split
+from hybrid_qpr.errors import BadLines, OnBadLine
 
 log = logging.getLogger(__name__)
 
 FORMAT = "hybrid-qpr-dataset"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+SKIP_HINT = "use --on-bad-line skip to skip and list such lines"  # what a strict dataset build adds to a bad line's error
 
 
 @dataclass
@@ -41,7 +43,7 @@ class DatasetReport:
     out: str
     source: dict[str, Any]
     options: dict[str, Any]
-    reading: dict[str, Any]  # rows read, bad lines skipped with (line, reason)
+    reading: dict[str, Any]  # rows read, bad lines skipped (SkippedLine.to_dict records)
     grouping: dict[str, Any]  # clustering or QA-log coherence counts
     split: dict[str, Any]  # removal counts per split
     summary: dict[str, dict] = field(default_factory=dict)  # per split: clusters, questions, sizes
@@ -114,12 +116,12 @@ def build_dataset(
 ) -> DatasetReport:
     """Pair file -> clusters (transitive closure) -> 80/10/10 split -> dataset directory."""
     started = time.perf_counter()
-    skipped: list[tuple[int, str]] = []
-    clusters, grouping = clusters_from_pairs(iter_pairs(pairs_path, on_bad_line, skipped), key=key)
+    bad_lines = BadLines(on_bad_line, hint=SKIP_HINT)
+    clusters, grouping = clusters_from_pairs(iter_pairs(pairs_path, bad_lines), key=key)
     report = DatasetReport(
         out=str(out), source=source_record(pairs_path, "pairs"),
         options={"seed": seed, "fractions": list(fractions), "on_bad_line": on_bad_line, "key": key},
-        reading={"rows": grouping.pairs_read, "bad_lines": len(skipped), "skipped": [list(s) for s in skipped]},
+        reading={"rows": grouping.pairs_read, "bad_lines": len(bad_lines.skipped), "skipped": bad_lines.to_list()},
         grouping=grouping.to_dict(), split={},
     )
     return _write(out, clusters, report, fractions, seed, started)
@@ -140,15 +142,15 @@ def build_dataset_from_qa_log(
     from hybrid_qpr.data.qalog import iter_qa_log
 
     started = time.perf_counter()
-    skipped: list[tuple[int, str]] = []
+    bad_lines = BadLines(on_bad_line, hint=SKIP_HINT)
     records = iter_qa_log(log_path, question_column=question_column, answer_column=answer_column,
-                          on_bad_line=on_bad_line, skipped=skipped)
+                          bad_lines=bad_lines)
     clusters, grouping = clusters_from_qa_log(records, min_coherence=min_coherence)
     report = DatasetReport(
         out=str(out), source=source_record(log_path, "qa-log"),
         options={"seed": seed, "fractions": list(fractions), "on_bad_line": on_bad_line,
                  "min_coherence": min_coherence, "question_column": question_column, "answer_column": answer_column},
-        reading={"rows": grouping.records, "bad_lines": len(skipped), "skipped": [list(s) for s in skipped]},
+        reading={"rows": grouping.records, "bad_lines": len(bad_lines.skipped), "skipped": bad_lines.to_list()},
         grouping=grouping.to_dict(), split={},
     )
     return _write(out, clusters, report, fractions, seed, started)

@@ -17,10 +17,10 @@ A record without an id gets the stable id of :func:`hybrid_qpr.text.text_id` (th
 ``dataset build`` uses too), so ingesting the same file twice updates instead of duplicating,
 and a pairs file without qids is indexed under the ids of the qrels built from it.
 
-Bad lines raise ``InputError(path, line, problem)``; when a ``skipped`` list is given
-they are skipped instead and ``(line, problem)`` appended to it. A line that is not valid
-UTF-8 is a bad line like any other (in JSONL and TSV/CSV input; a table's header must be
-readable).
+Bad lines go to a ``BadLines`` collector (``hybrid_qpr.errors``): strict by default
+(``InputError(path, line, problem)``), or skipped and recorded with ``BadLines("skip")``. A
+line that is not valid UTF-8 is a bad line like any other (in JSONL and TSV/CSV input; a
+table's header must be readable).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from hybrid_qpr.types import Document
 from hybrid_qpr.artifacts import base_suffix, display_name, iter_jsonl, iter_rows, open_text, skip_undecodable
-from hybrid_qpr.errors import ConfigError, InputError
+from hybrid_qpr.errors import BadLines, ConfigError, InputError
 from hybrid_qpr.text import text_id
 from hybrid_qpr.text.ids import padded_id_problem
 
@@ -71,25 +71,20 @@ def detect_format(path: str | Path) -> DocumentFormat:
 
 
 def iter_documents(path: str | Path, *, text_column: str = "text", id_column: str = "id",
-                   fmt: DocumentFormat = "auto", skipped: list[tuple[int, str]] | None = None
+                   fmt: DocumentFormat = "auto", bad_lines: BadLines | None = None
                    ) -> Iterator[tuple[int, Document]]:
     """Yield ``(line number, Document)`` from ``path`` (see the module docstring)."""
+    bad_lines = bad_lines or BadLines()
     if fmt not in FORMATS:
         raise ConfigError(f"fmt={fmt!r}: allowed values are {', '.join(FORMATS)}")
     if fmt == "auto":
         fmt = detect_format(path)
     if fmt == "jsonl":
-        yield from _jsonl(path, text_column, id_column, skipped)
+        yield from _jsonl(path, text_column, id_column, bad_lines)
     elif fmt == "pairs":
-        yield from _pairs(path, skipped)
+        yield from _pairs(path, bad_lines)
     else:
-        yield from _table(path, text_column, id_column, skipped)
-
-
-def _bad(name: str, line: int, problem: str, skipped: list[tuple[int, str]] | None) -> None:
-    if skipped is None:
-        raise InputError(name, line, problem)
-    skipped.append((line, problem))
+        yield from _table(path, text_column, id_column, bad_lines)
 
 
 def _document(record: dict[str, Any], text_column: str, id_column: str) -> Document | str:
@@ -112,11 +107,16 @@ def _document(record: dict[str, Any], text_column: str, id_column: str) -> Docum
     return Document(doc_id, text, metadata)
 
 
-def _jsonl(path, text_column, id_column, skipped) -> Iterator[tuple[int, Document]]:
+def _jsonl(path, text_column, id_column, bad_lines: BadLines) -> Iterator[tuple[int, Document]]:
     name = display_name(path)
     with open_text(path) as fh:
-        lines = _refuse_json_array(name, skip_undecodable(fh, skipped, header=False))
-        yield from _jsonl_records(name, path, lines, text_column, id_column, skipped)
+        lines = _refuse_json_array(name, skip_undecodable(fh, bad_lines, header=False))
+        for line, record in iter_jsonl(path, lines, bad_lines):
+            doc = _document(record, text_column, id_column)
+            if isinstance(doc, str):
+                bad_lines.skip(name, line, doc)
+                continue
+            yield line, doc
 
 
 def _refuse_json_array(name: str, lines: Iterator[str]) -> Iterator[str]:
@@ -133,7 +133,7 @@ def _refuse_json_array(name: str, lines: Iterator[str]) -> Iterator[str]:
 
 
 def require_documents(documents: Iterator[tuple[int, Document]], path: str | Path,
-                      skipped: list[tuple[int, str]] | None) -> Iterator[tuple[int, Document]]:
+                      bad_lines: BadLines) -> Iterator[tuple[int, Document]]:
     """``documents``, after checking that at least one line of ``path`` was a document: a
     file where no line is usable (CSV in a .jsonl file, an empty file) raises ``InputError``
     with the first skipped line's problem before anything is created from it (the first
@@ -141,26 +141,18 @@ def require_documents(documents: Iterator[tuple[int, Document]], path: str | Pat
     documents = iter(documents)
     first = next(documents, None)
     if first is None:
-        shown = f"; line {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
+        skipped = bad_lines.skipped
+        shown = f"; line {skipped[0].line}: {skipped[0].reason}" if skipped else ""
         count = f"all {len(skipped)} lines were skipped" if skipped else "it holds no lines"
         raise InputError(display_name(path), None, f"no document could be read ({count}{shown}); nothing was written")
     return itertools.chain([first], documents)
 
 
-def _jsonl_records(name, path, lines, text_column, id_column, skipped) -> Iterator[tuple[int, Document]]:
-    for line, record in iter_jsonl(path, lines, skipped=skipped):
-        doc = _document(record, text_column, id_column)
-        if isinstance(doc, str):
-            _bad(name, line, doc, skipped)
-            continue
-        yield line, doc
-
-
-def _table(path, text_column, id_column, skipped) -> Iterator[tuple[int, Document]]:
+def _table(path, text_column, id_column, bad_lines: BadLines) -> Iterator[tuple[int, Document]]:
     name = display_name(path)
     with open_text(path) as fh:
         header: list[str] | None = None
-        for line, row in iter_rows(path, skip_undecodable(fh, skipped, header=True)):
+        for line, row in iter_rows(path, skip_undecodable(fh, bad_lines, header=True)):
             if header is None:
                 header = [c.strip() for c in row]
                 if text_column not in header:
@@ -168,21 +160,20 @@ def _table(path, text_column, id_column, skipped) -> Iterator[tuple[int, Documen
                                      f"{', '.join(header)}); name the text column with --text-column")
                 continue
             if len(row) != len(header):
-                _bad(name, line, f"found {len(row)} columns, the header has {len(header)}", skipped)
+                bad_lines.skip(name, line, f"found {len(row)} columns, the header has {len(header)}")
                 continue
             doc = _document(dict(zip(header, row)), text_column, id_column)
             if isinstance(doc, str):
-                _bad(name, line, doc, skipped)
+                bad_lines.skip(name, line, doc)
                 continue
             yield line, doc
 
 
-def _pairs(path, skipped) -> Iterator[tuple[int, Document]]:
+def _pairs(path, bad_lines: BadLines) -> Iterator[tuple[int, Document]]:
     from hybrid_qpr.data.pairs import iter_pairs
 
     seen: set[str] = set()
-    on_bad = "error" if skipped is None else "skip"
-    for pair in iter_pairs(path, on_bad_line=on_bad, skipped=skipped):
+    for pair in iter_pairs(path, bad_lines):
         for qid, text in ((pair.qid1, pair.question1), (pair.qid2, pair.question2)):
             doc_id = qid if qid else text_id(text)
             if doc_id not in seen:

@@ -22,14 +22,11 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from hybrid_qpr.artifacts import display_name, iter_rows, open_text, skip_undecodable
-from hybrid_qpr.errors import ConfigError, InputError
+from hybrid_qpr.errors import BadLines, InputError
 
 log = logging.getLogger(__name__)
-
-OnBadLine = Literal["error", "skip"]
 
 QUORA_COLUMNS = ("id", "qid1", "qid2", "question1", "question2", "is_duplicate")
 PARAPHRASE_COLUMNS = ("question1", "question2")
@@ -87,28 +84,21 @@ class _Layout:
         return None
 
 
-def iter_pairs(
-    path: str | Path,
-    on_bad_line: OnBadLine = "error",
-    skipped: list[tuple[int, str]] | None = None,
-) -> Iterator[QuestionPair]:
+def iter_pairs(path: str | Path, bad_lines: BadLines | None = None) -> Iterator[QuestionPair]:
     """Yield the question pairs of ``path`` in file order.
 
     A malformed row (wrong number of columns, empty question, ``is_duplicate`` that is
-    not 0/1, only one of the two qids) raises ``InputError(path, line, problem)``; with
-    ``on_bad_line="skip"`` it is skipped instead and ``(line, problem)`` is appended to
-    ``skipped`` when a list is given; so is a line that is not UTF-8 (the first line must be). Surrounding whitespace of fields is stripped.
+    not 0/1, only one of the two qids) or a line that is not UTF-8 goes to ``bad_lines``:
+    strict (the default) raises ``InputError(path, line, problem)``, ``BadLines("skip")``
+    skips and records it. The first row must be readable and tell the layout. Surrounding
+    whitespace of fields is stripped.
     """
-    if on_bad_line not in ("error", "skip"):
-        raise ConfigError(f"on_bad_line={on_bad_line!r}: must be 'error' or 'skip'")
+    bad_lines = bad_lines or BadLines()
     name = display_name(path)
-    bad_lines: list[tuple[int, str]] = skipped if skipped is not None else []
-    before = len(bad_lines)
+    before = len(bad_lines.skipped)
     with open_text(path) as fh:
         layout: _Layout | None = None
-        # a line that is not UTF-8 is a bad line like any other (the first one must be readable)
-        lines = fh if on_bad_line == "error" else skip_undecodable(fh, bad_lines, header=True)
-        for line, row in iter_rows(path, lines):
+        for line, row in iter_rows(path, skip_undecodable(fh, bad_lines, header=True)):
             if layout is None:
                 layout = _Layout.from_header(row)
                 if layout is not None:
@@ -118,42 +108,35 @@ def iter_pairs(
                     raise InputError(name, line, f"found {len(row)} columns; expected 6 (Quora layout: "
                                      f"{', '.join(QUORA_COLUMNS)}) or 2 (question1, question2), or a header "
                                      "row naming question1 and question2")
-            try:
-                pair = _parse_row(row, layout, line)
-            except _BadRow as bad:
-                if on_bad_line == "error":
-                    raise InputError(name, line, str(bad)) from None
-                bad_lines.append((line, str(bad)))
+            pair = _parse_row(row, layout, line)
+            if isinstance(pair, str):
+                bad_lines.skip(name, line, pair)
                 continue
             yield pair
-    if len(bad_lines) > before:
-        log.warning("%s: skipped %d malformed line(s)", name, len(bad_lines) - before)
+    if len(bad_lines.skipped) > before:
+        log.warning("%s: skipped %d malformed line(s)", name, len(bad_lines.skipped) - before)
 
 
-class _BadRow(Exception):
-    pass
-
-
-def _parse_row(row: list[str], layout: _Layout, line: int) -> QuestionPair:
+def _parse_row(row: list[str], layout: _Layout, line: int) -> QuestionPair | str:
+    """The pair on ``row``, or the problem with it."""
     if len(row) != layout.width:
-        raise _BadRow(f"found {len(row)} columns, expected {layout.width} ({', '.join(layout.names)})"
-                      + ("; a question may contain a tab or an unquoted delimiter" if len(row) > layout.width else ""))
+        return (f"found {len(row)} columns, expected {layout.width} ({', '.join(layout.names)})"
+                + ("; a question may contain a tab or an unquoted delimiter" if len(row) > layout.width else ""))
     q1 = row[layout.question1].strip()
     q2 = row[layout.question2].strip()
     if not q1:
-        raise _BadRow("question1 is empty")
+        return "question1 is empty"
     if not q2:
-        raise _BadRow("question2 is empty")
+        return "question2 is empty"
     qid1 = (row[layout.qid1].strip() or None) if layout.qid1 is not None else None
     qid2 = (row[layout.qid2].strip() or None) if layout.qid2 is not None else None
     if (qid1 is None) != (qid2 is None):
-        raise _BadRow(f"only one qid is given (qid1={qid1!r}, qid2={qid2!r}); give both or neither")
+        return f"only one qid is given (qid1={qid1!r}, qid2={qid2!r}); give both or neither"
     if layout.is_duplicate is None:
         duplicate = True
     else:
-        raw = row[layout.is_duplicate].strip().lower()
-        value = _TRUE.get(raw)
+        value = _TRUE.get(row[layout.is_duplicate].strip().lower())
         if value is None:
-            raise _BadRow(f"is_duplicate must be 0 or 1, found {row[layout.is_duplicate]!r}")
+            return f"is_duplicate must be 0 or 1, found {row[layout.is_duplicate]!r}"
         duplicate = value
     return QuestionPair(line, qid1, qid2, q1, q2, duplicate)

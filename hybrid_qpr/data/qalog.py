@@ -19,15 +19,10 @@ from pathlib import Path
 
 from hybrid_qpr.artifacts import base_suffix, display_name, iter_jsonl, iter_rows, open_text
 from hybrid_qpr.data.clusters import QALogRecord
-from hybrid_qpr.data.pairs import OnBadLine
-from hybrid_qpr.errors import ConfigError, InputError
+from hybrid_qpr.errors import BadLines, InputError
 
 _QUESTION_ALIASES = ("question", "query", "text", "utterance")
 _ANSWER_ALIASES = ("answer_id", "answer", "aid")
-
-
-class _BadRecord(Exception):
-    pass
 
 
 def iter_qa_log(
@@ -35,17 +30,15 @@ def iter_qa_log(
     *,
     question_column: str | None = None,
     answer_column: str | None = None,
-    on_bad_line: OnBadLine = "error",
-    skipped: list[tuple[int, str]] | None = None,
+    bad_lines: BadLines | None = None,
 ) -> Iterator[QALogRecord]:
     """Yield ``QALogRecord(line, question, answer_id)`` for each row of a QA log.
 
-    An empty question or answer id, a missing field or a wrong column count raises
-    ``InputError(path, line, problem)``, or with ``on_bad_line="skip"`` is skipped and
-    recorded in ``skipped`` as ``(line, problem)``.
+    An empty question or answer id, a missing field, a wrong column count or a line that is
+    not a JSON object goes to ``bad_lines``: strict (the default) raises
+    ``InputError(path, line, problem)``, ``BadLines("skip")`` skips and records it.
     """
-    if on_bad_line not in ("error", "skip"):
-        raise ConfigError(f"on_bad_line={on_bad_line!r}: must be 'error' or 'skip'")
+    bad_lines = bad_lines or BadLines()
     q_names = (question_column,) if question_column else _QUESTION_ALIASES
     a_names = (answer_column,) if answer_column else _ANSWER_ALIASES
     name = display_name(path)
@@ -53,41 +46,39 @@ def iter_qa_log(
         first = fh.readline()
         lines = itertools.chain([first], fh)
         if base_suffix(path) in (".jsonl", ".json") or first.lstrip().startswith("{"):
-            raw = ((line, _from_object(obj, q_names, a_names)) for line, obj in iter_jsonl(path, lines))
+            raw = ((line, _from_object(obj, q_names, a_names)) for line, obj in iter_jsonl(path, lines, bad_lines))
         else:
             raw = _from_rows(name, iter_rows(path, lines), q_names, a_names)
         for line, parsed in raw:
-            if isinstance(parsed, _BadRecord):
-                if on_bad_line == "error":
-                    raise InputError(name, line, str(parsed))
-                if skipped is not None:
-                    skipped.append((line, str(parsed)))
+            if isinstance(parsed, str):
+                bad_lines.skip(name, line, parsed)
                 continue
-            yield QALogRecord(line, parsed[0], parsed[1])
+            yield QALogRecord(line, *parsed)
 
 
-def _check(question: object, answer: object) -> tuple[str, str] | _BadRecord:
+def _check(question: object, answer: object) -> tuple[str, str] | str:
+    """(question, answer id), or the problem with them."""
     if not isinstance(question, str) or not question.strip():
-        return _BadRecord(f"the question is empty or not a string ({question!r})")
+        return f"the question is empty or not a string ({question!r})"
     if isinstance(answer, (int, float)) and not isinstance(answer, bool):
         answer = str(answer)
     if not isinstance(answer, str) or not answer.strip():
-        return _BadRecord(f"the answer id is empty or not a string/number ({answer!r})")
+        return f"the answer id is empty or not a string/number ({answer!r})"
     return question.strip(), answer.strip()
 
 
-def _from_object(obj: dict, q_names: tuple[str, ...], a_names: tuple[str, ...]) -> tuple[str, str] | _BadRecord:
+def _from_object(obj: dict, q_names: tuple[str, ...], a_names: tuple[str, ...]) -> tuple[str, str] | str:
     q_key = next((k for k in q_names if k in obj), None)
     a_key = next((k for k in a_names if k in obj), None)
     if q_key is None or a_key is None:
         missing = "question" if q_key is None else "answer id"
         names = q_names if q_key is None else a_names
-        return _BadRecord(f"no {missing} field (looked for {', '.join(names)}); found fields {sorted(obj)}")
+        return f"no {missing} field (looked for {', '.join(names)}); found fields {sorted(obj)}"
     return _check(obj[q_key], obj[a_key])
 
 
 def _from_rows(name: str, rows: Iterator[tuple[int, list[str]]], q_names: tuple[str, ...],
-               a_names: tuple[str, ...]) -> Iterator[tuple[int, tuple[str, str] | _BadRecord]]:
+               a_names: tuple[str, ...]) -> Iterator[tuple[int, tuple[str, str] | str]]:
     q_col = a_col = -1
     width = 2
     for line, row in rows:
@@ -104,6 +95,6 @@ def _from_rows(name: str, rows: Iterator[tuple[int, list[str]]], q_names: tuple[
                                  "the file must have exactly 2 columns: question, answer_id")
             q_col, a_col = 0, 1
         if len(row) != width:
-            yield line, _BadRecord(f"found {len(row)} columns, expected {width}")
+            yield line, f"found {len(row)} columns, expected {width}"
             continue
         yield line, _check(row[q_col], row[a_col])

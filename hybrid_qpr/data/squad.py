@@ -7,8 +7,8 @@ annotated answers; the gold set is the union over them (usually one sentence).
 
 An answer whose offset does not point at its text is a bad record: it raises ``InputError``
 naming the file and the JSON location (``data[3].paragraphs[2].qas[5]``), or with
-``on_bad_line="skip"`` that answer is skipped and listed. (JSON has no useful line per
-record; a syntax error names its line.)
+``BadLines("skip")`` that answer is skipped and listed. (JSON has no useful line per
+record: the location starts the problem; a syntax error names its line.)
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hybrid_qpr.artifacts import display_name, open_text
-from hybrid_qpr.data.pairs import OnBadLine
-from hybrid_qpr.errors import ConfigError, InputError
+from hybrid_qpr.errors import BadLines, InputError
 from hybrid_qpr.text.sentences import sentences_overlapping, split_sentences
 
 
@@ -47,15 +46,13 @@ class SquadArticle:
     paragraphs: list[SquadParagraph] = field(default_factory=list)
 
 
-def read_squad(path: str | Path, on_bad_line: OnBadLine = "error",
-               skipped: list[tuple[str, str]] | None = None) -> list[SquadArticle]:
+def read_squad(path: str | Path, bad_lines: BadLines | None = None) -> list[SquadArticle]:
     """Articles of a SQuAD 1.1 file with paragraphs split into sentences and gold sentences found.
 
-    ``skipped`` (with ``on_bad_line="skip"``) collects ``(JSON location, problem)`` of every
-    answer or question passed over. A question left with no usable answer is skipped too.
+    A bad answer or question goes to ``bad_lines`` (strict by default) with its JSON location
+    starting the problem. A question left with no usable answer is skipped too.
     """
-    if on_bad_line not in ("error", "skip"):
-        raise ConfigError(f"on_bad_line={on_bad_line!r}: must be 'error' or 'skip'")
+    bad_lines = bad_lines or BadLines()
     name = display_name(path)
     with open_text(path) as fh:
         raw = "".join(fh)
@@ -68,10 +65,7 @@ def read_squad(path: str | Path, on_bad_line: OnBadLine = "error",
         raise InputError(name, None, 'expected a SQuAD JSON object {"data": [{"title", "paragraphs": [...]}], ...}')
 
     def bad(where: str, problem: str) -> None:
-        if on_bad_line == "error":
-            raise InputError(name, None, f"{where}: {problem} (use --on-bad-line skip to skip such records)")
-        if skipped is not None:
-            skipped.append((where, problem))
+        bad_lines.skip(name, None, f"{where}: {problem}")
 
     articles: list[SquadArticle] = []
     seen_ids: set[str] = set()

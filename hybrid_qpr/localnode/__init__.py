@@ -2,8 +2,9 @@
 
 ``LocalNode().start()`` fetches, assembles and starts OpenSearch; ``LocalNode(engine="elasticsearch")``
 does the same for Elasticsearch and ``LocalNode(nodes=3)`` starts a three-node OpenSearch cluster.
-See ``node.py`` for the steps, ``distributions.py`` for the versions, ``jdk.py`` for how a JDK is
-found, and ``docs/local-nodes.md`` for the facts each step relies on.
+See ``node.py`` for the steps (each done by ``install.py``, ``config.py``, ``process.py`` and
+``health.py``), ``distributions.py`` for the versions, ``jdk.py`` for how a JDK is found, and
+``docs/local-nodes.md`` for the facts each step relies on.
 """
 
 from hybrid_qpr.localnode.distributions import DEFAULT_PORTS, DEFAULT_VERSIONS, DISTRIBUTIONS, distribution

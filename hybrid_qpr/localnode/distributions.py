@@ -1,5 +1,5 @@
 """What each supported local node is made of: Maven coordinates, plugins, the Java it runs on,
-and the names its launcher uses. ``node.py`` assembles and runs any entry the same way.
+and the names its launcher uses. ``install.py`` assembles and ``node.py`` runs any entry the same way.
 
 Every entry was built and started on this project's CI machine (docs/local-nodes.md lists the
 facts: which zips exist on Maven Central, which modules each server zip lacks, Java ranges).

@@ -249,7 +249,7 @@ READ_ROLE_ELASTICSEARCH = {
 # ---------------------------------------------------------------------- HTTPS with credentials
 @dataclass(frozen=True)
 class Access:
-    """How ``node.py``'s own probes reach a secured node: our CA and the admin's basic auth."""
+    """How the node's own probes (``health.py``) reach a secured node: our CA and the admin's basic auth."""
 
     ca_certs: str
     user: str

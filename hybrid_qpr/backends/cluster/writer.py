@@ -26,7 +26,7 @@ from hybrid_qpr.backends.cluster.bodies import METADATA_FIELD, TEXT_FIELD, VECTO
 from hybrid_qpr.backends.cluster.bulk import BulkAction, BulkStats, RetryPolicy, VersionClock, write_bulk
 from hybrid_qpr.backends.cluster.connection import missing_index
 from hybrid_qpr.distance import prepare_vectors
-from hybrid_qpr.errors import BackendError, ConfigError
+from hybrid_qpr.errors import BackendError, ConfigError, SkippedLine
 from hybrid_qpr.types import Document
 
 if TYPE_CHECKING:
@@ -211,15 +211,15 @@ def read_ahead(items: Iterable[T], depth: int) -> Iterator[T]:
 
 
 def _writable(documents: Iterable[Document | tuple[int, Document]], backend: ClusterBackend,
-              skipped: list[tuple[int, str]]) -> Iterator[tuple[int, Document]]:
+              skipped: list[SkippedLine]) -> Iterator[tuple[int, Document]]:
     """``documents`` as ``(line, Document)``, without those whose id the engine would refuse:
-    each of those is added to ``skipped`` as ``(line, problem)``, like any other bad input line.
+    each of those is added to ``skipped`` with its line, like any other bad input line.
     A plain ``Document`` is numbered by its position in ``documents`` (from 1)."""
     for position, item in enumerate(documents, 1):
         line, doc = item if isinstance(item, tuple) else (position, item)
         problem = backend.id_problem(doc.id)
         if problem:
-            skipped.append((line, problem))
+            skipped.append(SkippedLine(None, line, problem))
             continue
         yield line, doc
 

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hybrid_qpr.backends.local.ranking import best_rows
+
 BM25_K1, BM25_B = 1.5, 0.75
 VOCAB, PTR, ROWS, TF, DOCLEN = "bm25.vocab.json", "bm25.ptr.npy", "bm25.rows.npy", "bm25.tf.npy", "bm25.doclen.npy"
 FILES: tuple[str, ...] = (VOCAB, PTR, ROWS, TF, DOCLEN)
@@ -266,10 +268,7 @@ def top_rows(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: Sequen
                               no_dense if dense is None else dense[seg].matrix,
                               no_deletions if deleted is None else deleted, depth, total[:len(postings.doc_len)],
                               CUT_SAMPLE)
-        if len(scores) > depth:  # the cut may keep more than needed: the exact cut, ties kept
-            keep = scores >= np.partition(scores, len(scores) - depth)[len(scores) - depth]
-            scores, rows = scores[keep], rows[keep]
-        out[seg] = (scores, rows)
+        out[seg] = best_rows(scores, rows, depth)  # the cut may keep more than needed: the exact cut, ties kept
     return out
 
 

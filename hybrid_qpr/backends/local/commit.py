@@ -48,7 +48,7 @@ MANIFEST, LOCK_FILE = "manifest.json", "write.lock"
 REQUIRED_MODEL_KEYS = ("fingerprint", "dim", "distance")
 # the manifest's CRC32 of itself (written at every commit; a manifest written before it existed has none)
 CHECKSUM_KEY = "manifest_crc32"
-SEGMENT_NAME = re.compile(r"s\d{6,}-[0-9a-f]+")  # what _new_segment_name writes: never a path
+SEGMENT_NAME = re.compile(r"s\d{6,}-[0-9a-f]+")  # what LocalIndex.write_new_segment names a segment: never a path
 TOMBSTONE_NAME = re.compile(r"deleted\.\d+\.npy")
 GRACE_S = 2.0  # even without --wait, a writer waits this long: a reader's cleanup holds the lock for a moment
 

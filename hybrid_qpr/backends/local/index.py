@@ -14,15 +14,8 @@ A search runs over every segment and merges the per-segment lists exactly: BM25 
 corpus-wide statistics (``bm25.py``), kNN by FAISS per segment (exact ``Flat`` below 50,000
 vectors per segment), ties broken by id. Small segments are merged by size tier after each
 write (``merge.py``) and all at once by ``optimize``. See ``commit.py`` for how a write is
-made atomic and how concurrent writers are kept apart.
-
-Filters (``{"field": value}`` or ``{"field": [v1, v2]}``) match metadata exactly, compared
-as text: strings as they are, numbers as JSON writes them (``3``, ``1.5``), booleans as
-``true``/``false`` (so ``--filter flag=true`` matches JSON ``true``), and a list-valued
-field matches when any element does. Several values for one field mean any of them;
-several fields must all match. A field that no document has is refused with the known
-fields listed. Filters select the matching rows first; BM25 ranks only those and kNN is
-exact over them, so ``depth`` hits come back whenever that many documents match.
+made atomic and how concurrent writers are kept apart, and ``matching.py`` for what a
+metadata filter matches (filters select the rows first; BM25 and exact kNN rank only those).
 """
 
 from __future__ import annotations
@@ -44,9 +37,9 @@ from hybrid_qpr.backends.base import Capabilities, IngestReport
 from hybrid_qpr.backends.local import bm25 as bm25_lib
 from hybrid_qpr.backends.local.commit import (FORMAT, FORMAT_VERSION, LOCK_FILE, MANIFEST, WriteLock, read_manifest,
                                               referenced, remove_paths, remove_unreferenced, write_manifest)
+from hybrid_qpr.backends.local.matching import index_fields, matching_rows
 from hybrid_qpr.backends.local.merge import plan_merge
-from hybrid_qpr.backends.local.ranking import (SegmentQueue, best_rows, faiss_candidates, knn_worker, merge_ranked,
-                                               settled)
+from hybrid_qpr.backends.local.ranking import Candidates, SegmentQueue, faiss_candidates, knn_worker, merge_ranked, settled
 from hybrid_qpr.backends.local.segment import SEGMENTS_DIR, Segment, file_problems, write_segment
 from hybrid_qpr.backends.local.storage import access_refusal
 from hybrid_qpr.backends.local.vectors import FAISS_KINDS, FLAT_THRESHOLD, FaissKind, SearchSettings, faiss_factory
@@ -74,17 +67,6 @@ def _versions() -> dict[str, str]:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _filter_value(value: Any) -> str:
-    """A filter value as the text it is compared with (see the module docstring)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-# the text of one metadata value: booleans as true/false, numbers and strings as SQLite prints them
-_VALUE_TEXT = "CASE type WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' ELSE CAST(value AS TEXT) END"
 
 
 class LocalIndex:
@@ -242,7 +224,7 @@ class LocalIndex:
     def set_fusion_defaults(self, defaults: Mapping[str, Any], *, wait: bool | float = False) -> None:
         """Store tuned fusion defaults in the manifest (a commit of its own)."""
         with self._writing(wait):
-            self._commit(self.manifest["segments"], fusion=dict(defaults))
+            self.commit(self.manifest["segments"], fusion=dict(defaults))
 
     def check_encoder(self, encoder) -> None:
         """Refuse an encoder whose fingerprint or dims differ from the index's model."""
@@ -275,36 +257,11 @@ class LocalIndex:
     @property
     def fields(self) -> list[str]:
         """Metadata fields present in the index (what filters can name)."""
-        return sorted({f for s in self.segments for f in s.entry.get("fields", [])})
+        return index_fields(self.segments)
 
     def matching(self, filters: Filters | None) -> list[np.ndarray] | None:
-        """Per segment, the live rows matching ``filters`` (``None`` = no filter)."""
-        if not filters:
-            return None
-        known = set(self.fields)
-        unknown = [f for f in filters if str(f) not in known]
-        if unknown:
-            listed = ", ".join(sorted(known)) if known else "none (the documents have no metadata)"
-            raise ConfigError(f"filter field {unknown[0]!r} is not in any document of index {self.path}; "
-                              f"known fields: {listed}")
-        clauses, params = [], []
-        for field, value in filters.items():
-            values = list(value) if isinstance(value, (list, tuple, set)) else [value]
-            values = [v for v in values if v is not None]
-            if not values:
-                return [np.zeros(0, dtype=np.int64) for _ in self.segments]
-            clauses.append(f"EXISTS (SELECT 1 FROM json_each(metadata, ?) WHERE {_VALUE_TEXT} "
-                           f"IN ({', '.join('?' * len(values))}))")
-            params.append('$."' + str(field).replace('"', '\\"') + '"')
-            params.extend(_filter_value(v) for v in values)
-        out = []
-        for seg in self.segments:
-            rows = np.fromiter((r[0] for r in seg.sql(f"SELECT pos FROM docs WHERE {' AND '.join(clauses)} ORDER BY pos",
-                                                      params)), dtype=np.int64)
-            if seg.deleted is not None:
-                rows = rows[~seg.deleted[rows]]
-            out.append(rows)
-        return out
+        """Per segment, the live rows matching ``filters`` (``None`` = no filter; ``matching.py``)."""
+        return matching_rows(self.segments, filters, self.path) if filters else None
 
     def _bm25_parts(self) -> list[tuple[Any, np.ndarray | None]]:
         """(postings, deleted mask) per segment, with the corpus statistics and term weights
@@ -357,11 +314,11 @@ class LocalIndex:
             parts = self._bm25_parts()
             best = bm25_lib.top_rows(parts, tokenize(query), self._stats, self._weights, depth, self._dense)
             if best is not None:
-                return merge_ranked([(seg, *found) for seg, found in zip(self.segments, best)], depth)
+                return merge_ranked([Candidates(seg, *found) for seg, found in zip(self.segments, best)], depth)
         found = []
         for i, (seg, scores) in enumerate(zip(self.segments, self._bm25_scores(tokenize(query)))):
             rows = np.flatnonzero(scores > 0) if allowed is None else allowed[i][scores[allowed[i]] > 0]
-            found.append((seg, *best_rows(scores[rows], rows, depth)))
+            found.append(Candidates.best(seg, scores[rows], rows, depth))
         return merge_ranked(found, depth)
 
     def knn(self, vector: np.ndarray, depth: int, filters: Filters | None = None) -> list[Hit]:
@@ -377,7 +334,7 @@ class LocalIndex:
         for seg, rows in zip(self.segments, allowed):
             if len(rows):
                 scores = similarity(query, np.asarray(seg.vectors[rows]), self.distance)[0]
-                found.append((seg, *best_rows(scores, rows, depth)))
+                found.append(Candidates.best(seg, scores, rows, depth))
         return merge_ranked(found, depth)
 
     def _knn_query(self, vector: np.ndarray) -> np.ndarray:
@@ -404,12 +361,12 @@ class LocalIndex:
         segments = SegmentQueue(self.segments)
         ready: list[np.ndarray] = []  # the prepared query vector, once the worker has it
 
-        def knn_half() -> list[tuple[Segment, np.ndarray, np.ndarray, bool]]:
+        def knn_half() -> list[Candidates]:
             ready.append(self._knn_query(vector_of()))
             return faiss_candidates(self.segments, ready[0], depth, segments, self.distance)
 
         pending = knn_worker().submit(knn_half)
-        helped: list[tuple[Segment, np.ndarray, np.ndarray, bool]] = []
+        helped: list[Candidates] = []
         try:
             bm25_hits = self.bm25(query, depth)
             if ready:  # never wait for the encoding here: the worker searches whatever is left
@@ -451,10 +408,11 @@ class LocalIndex:
             remove_unreferenced(self.path, self.manifest)
             yield
 
-    def _commit(self, entries: list[dict[str, Any]], *, fusion: dict[str, Any] | None = None,
-                next_segment: int | None = None) -> None:
+    def commit(self, entries: list[dict[str, Any]], *, fusion: dict[str, Any] | None = None,
+               next_segment: int | None = None) -> None:
         """Write the next manifest naming ``entries`` (segments left without live rows are
-        dropped); files only the previous commit used are kept one more commit."""
+        dropped); files only the previous commit used are kept one more commit. Called with the
+        write lock held (``ingest``, ``delete``, ``optimize`` and merges take it)."""
         old = self.manifest
         new = dict(old)
         new["segments"] = [e for e in entries if int(e["count"]) > int(e.get("deleted", 0))]
@@ -476,8 +434,13 @@ class LocalIndex:
         self.manifest = new
         self._load_segments()
 
-    def _new_segment_name(self, counter: int) -> str:
-        return f"s{counter:06d}-{secrets.token_hex(3)}"
+    def write_new_segment(self, counter: int, ids: list[str], texts: list[str], metadata: list[str],
+                          vectors: np.ndarray) -> dict[str, Any]:
+        """Write segment number ``counter`` of these rows, with the FAISS index the index's stored
+        choice gives its size, and return its manifest entry (a later ``commit`` names it)."""
+        factory = faiss_factory(len(ids), self.manifest["faiss"].get("kind", "auto"), self._flat_threshold)
+        return write_segment(self.path / SEGMENTS_DIR, f"s{counter:06d}-{secrets.token_hex(3)}", ids, texts, metadata,
+                             vectors, self.distance, factory)
 
     def ingest(self, documents: Iterable[Document | tuple[int, Document]], encoder, *, batch_size: int = 256,
                show_progress: bool = True, wait: bool | float = False, segment_docs: int = SEGMENT_DOCS) -> IngestReport:
@@ -519,7 +482,7 @@ class LocalIndex:
                 removed += len(rows)
             if removed:
                 try:
-                    self._commit(entries)
+                    self.commit(entries)
                 except IndexStorageError as exc:
                     raise self._not_committed(f"deleting {removed} documents", exc) from exc
                 self._merge_after_commit(f"deleting {removed} documents")
@@ -548,10 +511,6 @@ class LocalIndex:
             raise IndexDamagedError(message) from exc
 
     # ------------------------------------------------------------------ merges
-    def _factory_for(self, n: int) -> str:
-        """The FAISS factory of a new segment of ``n`` documents, by the index's stored choice."""
-        return faiss_factory(n, self.manifest["faiss"].get("kind", "auto"), self._flat_threshold)
-
     @property
     def _flat_threshold(self) -> int:
         return int(self.manifest["faiss"].get("flat_threshold", FLAT_THRESHOLD))
@@ -614,9 +573,8 @@ class LocalIndex:
         counter = int(self.manifest.get("next_segment", 1))
         entries = [e for e in self.manifest["segments"] if e["name"] not in names]
         if ids:
-            merged = write_segment(self.path / SEGMENTS_DIR, self._new_segment_name(counter), ids, texts, metas,
-                                   vectors, self.distance, self._factory_for(len(ids)))
+            merged = self.write_new_segment(counter, ids, texts, metas, vectors)
             first = min((i for i, e in enumerate(self.manifest["segments"]) if e["name"] in names), default=0)
             entries.insert(min(first, len(entries)), merged)
         logger.info("merged %d segments (%d documents)", len(names), len(ids))
-        self._commit(entries, next_segment=counter + 1)
+        self.commit(entries, next_segment=counter + 1)

@@ -9,7 +9,7 @@ import math
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -22,34 +22,54 @@ if TYPE_CHECKING:
     from hybrid_qpr.backends.local.segment import Segment
 
 
+class Candidates(NamedTuple):
+    """Rows of one segment that may make a ranked list, with their scores."""
+
+    segment: "Segment"
+    scores: np.ndarray
+    rows: np.ndarray  # aligned with ``scores``
+    complete: bool = True  # False: a kNN share of the segment, which may hold more (see ``settled``)
+
+    @classmethod
+    def best(cls, segment: "Segment", scores: np.ndarray, rows: np.ndarray, depth: int) -> "Candidates":
+        """The ``depth`` best of ``scores`` (aligned with ``rows``) plus every row tied with the
+        last of them (ties are broken by id later, across segments)."""
+        return cls(segment, *best_rows(scores, rows, depth))
+
+
+def kth_best(scores: np.ndarray, depth: int) -> float:
+    """The ``depth``-th best of ``scores`` (-inf when there are no more than ``depth``): every
+    score at or above it makes a top-``depth`` list, ties included. Values only: cheaper than
+    an argpartition."""
+    if len(scores) <= depth:
+        return -np.inf
+    return np.partition(scores, len(scores) - depth)[len(scores) - depth]
+
+
 def best_rows(scores: np.ndarray, rows: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``depth`` best of ``scores`` (aligned with segment ``rows``) plus every row tied
-    with the last of them (ties are broken by id later, across segments)."""
+    """``(scores, rows)`` cut to the ``depth`` best, ties with the last of them kept."""
     if len(scores) > depth:
-        cutoff = np.partition(scores, len(scores) - depth)[len(scores) - depth]  # values only: cheaper than argpartition
-        keep = scores >= cutoff
+        keep = scores >= kth_best(scores, depth)
         scores, rows = scores[keep], rows[keep]
     return scores, rows
 
 
-def merge_ranked(found: list[tuple["Segment", np.ndarray, np.ndarray]], depth: int) -> list[Hit]:
-    """Best ``depth`` over every segment's ``(segment, scores, rows)`` candidates, ties broken
-    by id. Exact: each segment contributes its own best ``depth`` and all ties with them. Ids
-    are read only for the candidates that can still make the list."""
+def merge_ranked(found: Sequence[Candidates], depth: int) -> list[Hit]:
+    """Best ``depth`` over every segment's candidates, ties broken by id. Exact: each segment
+    contributes its own best ``depth`` and all ties with them. Ids are read only for the
+    candidates that can still make the list."""
     if depth <= 0 or not found:
         return []
-    all_scores = np.concatenate([scores for _, scores, _ in found])
+    all_scores = np.concatenate([c.scores for c in found])
     if len(all_scores) == 0:
         return []
-    cutoff = -np.inf
-    if len(all_scores) > depth:
-        cutoff = np.partition(all_scores, len(all_scores) - depth)[len(all_scores) - depth]
+    cutoff = kth_best(all_scores, depth)
     kept_scores, kept_ids = [], []
-    for seg, scores, rows in found:
-        keep = scores >= cutoff
+    for candidates in found:
+        keep = candidates.scores >= cutoff
         if keep.any():
-            kept_scores.append(scores[keep])
-            kept_ids.extend(seg.ids_at(rows[keep]))
+            kept_scores.append(candidates.scores[keep])
+            kept_ids.extend(candidates.segment.ids_at(candidates.rows[keep]))
     scores, ids = np.concatenate(kept_scores), np.asarray(kept_ids, dtype=object)
     order = np.lexsort((ids, -scores))[:depth]  # score descending, then id
     return Hit.many(ids[order].tolist(), scores[order].astype(np.float64).tolist())
@@ -95,9 +115,9 @@ def knn_worker() -> ThreadPoolExecutor:
 
 
 def faiss_candidates(segments: Sequence["Segment"], query: np.ndarray, depth: int, queue: SegmentQueue,
-                 distance: Distance) -> list[tuple["Segment", np.ndarray, np.ndarray, bool]]:
-    """``(segment, scores, rows, complete)`` of the live rows among each segment's FAISS
-    hits, for the segments this thread takes from ``queue`` (several threads may share
+                     distance: Distance) -> list[Candidates]:
+    """The live rows among each segment's FAISS hits, for the segments this thread takes
+    from ``queue`` (several threads may share
     it). With one segment it is asked for ``depth`` (plus its deleted rows). With several,
     each is first asked only for its share (the optimistic per-segment k of Lucene 10's
     multi-segment kNN): twice ``depth`` times its fraction of the live documents, plus 10,
@@ -113,11 +133,12 @@ def faiss_candidates(segments: Sequence["Segment"], query: np.ndarray, depth: in
             k = min(full, math.ceil(2 * depth * seg.live / live_total) + 10 + seg.count - seg.live)
             if k < full:
                 ef = math.ceil(seg.ef_search * (k / full) ** SHARE_EF_POWER)
-        found.append((*search_segment(seg, query, k, distance, ef), k == full))
+        found.append(search_segment(seg, query, k, distance, ef)._replace(complete=k == full))
     return found
 
+
 def search_segment(seg: "Segment", query: np.ndarray, k: int, distance: Distance,
-               ef: int | None = None) -> tuple["Segment", np.ndarray, np.ndarray]:
+                   ef: int | None = None) -> Candidates:
     """The live rows among ``seg``'s FAISS top ``k``. An HNSW graph is searched with
     efSearch ``ef`` (default: the segment's), never below ``k``: FAISS does not raise it
     itself, and a list longer than its candidate queue loses its tail (measured on Quora
@@ -135,18 +156,17 @@ def search_segment(seg: "Segment", query: np.ndarray, k: int, distance: Distance
     if seg.deleted is not None:
         keep = ~seg.deleted[rows]
         rows, scores = rows[keep], scores[keep]
-    return seg, scores, rows
+    return Candidates(seg, scores, rows)
 
-def settled(found: list[tuple["Segment", np.ndarray, np.ndarray, bool]], query: np.ndarray, depth: int,
-        distance: Distance) -> list[tuple["Segment", np.ndarray, np.ndarray]]:
+
+def settled(found: list[Candidates], query: np.ndarray, depth: int, distance: Distance) -> list[Candidates]:
     """``found`` with every partial answer that reaches the merged top ``depth`` whole
     (all its scores at or above the ``depth``-th best) replaced by a full search of its
     segment: only then could the segment hold more documents that belong in the list."""
-    scores = np.concatenate([f[1] for f in found]) if found else np.zeros(0, np.float32)
-    cutoff = np.partition(scores, len(scores) - depth)[len(scores) - depth] if len(scores) > depth else -np.inf
+    cutoff = kth_best(np.concatenate([c.scores for c in found]) if found else np.zeros(0, np.float32), depth)
     out = []
-    for seg, seg_scores, rows, complete in found:
-        if not complete and len(seg_scores) and seg_scores.min() >= cutoff:
-            seg, seg_scores, rows = search_segment(seg, query, full_k(seg, depth), distance)
-        out.append((seg, *best_rows(seg_scores, rows, depth)))
+    for candidates in found:
+        if not candidates.complete and len(candidates.scores) and candidates.scores.min() >= cutoff:
+            candidates = search_segment(candidates.segment, query, full_k(candidates.segment, depth), distance)
+        out.append(Candidates.best(candidates.segment, candidates.scores, candidates.rows, depth))
     return out

@@ -19,10 +19,11 @@ import numpy as np
 
 from hybrid_qpr.backends.base import IngestReport
 from hybrid_qpr.backends.local.segment import (DOCS_DB, SEGMENTS_DIR, VECTORS, Segment, checksum, damaged, fix_for,
-                                               write_deletions, write_segment)
+                                               write_deletions)
 from hybrid_qpr.backends.local.storage import access_refusal, unreadable
 from hybrid_qpr.distance import Distance, prepare_vectors
 from hybrid_qpr.text.ids import padded_id_problem
+from hybrid_qpr.errors import SkippedLine
 from hybrid_qpr.types import Document
 
 if TYPE_CHECKING:
@@ -151,7 +152,7 @@ class IngestWriter:
             line, doc = item if isinstance(item, tuple) else (number, item)
             problem = document_problem(doc)
             if problem:
-                self.report.skipped.append((line, problem))
+                self.report.skipped.append(SkippedLine(None, line, problem))
                 continue
             doc_id = str(doc.id)
             if doc_id in pending:
@@ -216,8 +217,7 @@ class IngestWriter:
             vectors[np.asarray(to_encode)] = prepare_vectors(encoded, self.index.distance)
             logger.info("encoded %d texts in %.1f s (CPU %.1f s)", len(to_encode), time.perf_counter() - started,
                         time.process_time() - cpu)
-        entry = write_segment(self.index.path / SEGMENTS_DIR, self.index._new_segment_name(self.counter), ids, texts,
-                              metas, vectors, self.index.distance, self.index._factory_for(len(ids)))
+        entry = self.index.write_new_segment(self.counter, ids, texts, metas, vectors)
         self.counter += 1
         seg = Segment(self.index.path, entry, self.index.dim, self.index.search_settings, verify=False)
         number = len(self.new_segments)
@@ -243,4 +243,4 @@ class IngestWriter:
             entries.append(with_deletions(seg, sorted(rows), self.generation) if rows else seg.entry)
         for seg in self.new_segments:
             seg.close()
-        self.index._commit(entries, next_segment=self.counter)
+        self.index.commit(entries, next_segment=self.counter)
