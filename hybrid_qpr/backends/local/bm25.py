@@ -263,7 +263,7 @@ def top_rows(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: Sequen
         if not spans:
             continue
         starts, ends, token_idfs, slots = (np.asarray(v) for v in zip(*spans))
-        scores, rows = kernel(postings.rows, weights[seg], starts.astype(np.int64), ends.astype(np.int64),
+        scores, rows = first_call_locked(kernel, postings.rows, weights[seg], starts.astype(np.int64), ends.astype(np.int64),
                               token_idfs.astype(np.float32), slots.astype(np.int64),
                               no_dense if dense is None else dense[seg].matrix,
                               no_deletions if deleted is None else deleted, depth, total[:len(postings.doc_len)],
@@ -290,6 +290,16 @@ def _scratch(n_docs: int) -> np.ndarray:
 def has_compiled_scorer() -> bool:
     """Whether ``top_rows`` can run (numba is installed): ``dense_columns`` is only worth building then."""
     return _top_kernel() is not None
+
+
+def first_call_locked(kernel, *args):
+    """Call a numba kernel; its first call (compiling, or loading numba's cache) holds the kernel
+    lock. Two threads compiling at once can fail in CPython 3.11 ("AST constructor recursion depth
+    mismatch"): seen in the snapshot stress test with several reader threads."""
+    if kernel.signatures:
+        return kernel(*args)
+    with _KERNEL_LOCK:
+        return kernel(*args)
 
 
 def _top_kernel():
