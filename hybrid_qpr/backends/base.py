@@ -198,7 +198,8 @@ class IngestReport:
     A cluster ingest also says what its retries cost: whole requests sent again (no answer,
     429, 5xx), single documents sent again (answered 429 / 5xx inside a request), and the
     seconds spent waiting before them; ``verified`` counts the ids read back and found with
-    the text this ingest wrote."""
+    the text this ingest wrote. ``notes`` are the lines a backend wants the user to read
+    after an ingest (the local index's kNN settings, a cluster's verification and retries)."""
 
     indexed: int = 0
     updated: int = 0
@@ -210,7 +211,7 @@ class IngestReport:
     retried_documents: int = 0
     retry_wait_seconds: float = 0.0
     verified: int = 0
-    notes: list[str] = field(default_factory=list)  # what the backend wants the user told (settings in force, checks done)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def retries(self) -> int:

@@ -68,8 +68,8 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
       hybrid-qpr query "cheap flights?" --index ./qidx --filter topic=travel --from 10 -k 10
       hybrid-qpr query --queries questions.txt --index ./qidx --json > hits.jsonl
     """
-    from hybrid_qpr.cli._engine import load_encoder, open_backend, parse_filters, refuse_knn_options_on_a_cluster
     from hybrid_qpr.backends.base import takes_knn_settings
+    from hybrid_qpr.cli._engine import load_encoder, open_backend, parse_filters, refuse_knn_options_on_a_cluster
     from hybrid_qpr.search import HybridSearcher
 
     if (text is None) == (queries_path is None):
