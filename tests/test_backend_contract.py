@@ -155,3 +155,33 @@ def test_a_backend_without_batched_lists_is_searched_list_by_list(filled, commit
         del backend.bm25_and_knn
         del backend.capabilities  # the class's capabilities again
     assert batches_lists(backend)
+
+
+def test_the_commands_treat_every_backend_alike(request, empty_backend, committed_encoder, tmp_path):
+    """``ingest --strict`` stops at a document the backend would skip, ``query`` on an index that
+    holds no documents says so with the fix, and ``delete`` takes ``--wait``: the same on every backend."""
+    from click.testing import CliRunner
+
+    from hybrid_qpr.cli.main import cli
+
+    kind = request.node.callspec.params["empty_backend"]
+    if kind == "local":
+        where = ["--index", str(empty_backend.path)]
+    else:
+        where = ["--index", empty_backend.index, f"--{kind}", request.getfixturevalue(f"{kind}_url")]
+    model = ["--model", str(committed_encoder.model_dir)]
+    source = tmp_path / "questions.jsonl"
+    source.write_text('{"id": "a", "text": "how do i change my password?"}\n'
+                      f'{{"id": "{"x" * 600}", "text": "an id too long for a cluster?"}}\n', encoding="utf-8")
+    strict = CliRunner().invoke(cli, ["ingest", str(source), *where, *model, "--strict"])
+    if kind == "local":  # the embedded index takes any id
+        assert strict.exit_code == 0 and "indexed 2, updated 0, skipped 0" in strict.output, strict.output
+    else:
+        assert strict.exit_code == 1 and f"{source}:2: id is 600 bytes long" in strict.output, strict.output
+        lenient = CliRunner().invoke(cli, ["ingest", str(source), *where, *model])
+        assert lenient.exit_code == 0 and "skipped 1" in lenient.output and f"{source}:2: id is 600" in lenient.output
+    deleted = CliRunner().invoke(cli, ["delete", "a", "x" * 600, *where, "--wait"])
+    assert deleted.exit_code == 0 and "deleted" in deleted.output, deleted.output
+    assert empty_backend.count() == 0
+    empty = CliRunner().invoke(cli, ["query", "how do i change my password?", *where])
+    assert empty.exit_code == 1 and "holds no documents" in empty.output and "hybrid-qpr ingest" in empty.output
