@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from hybrid_qpr.backends.base import Backend
+from hybrid_qpr.backends.base import Backend, batches_lists, runs_in_engine
 from hybrid_qpr.types import Filters, Hit
 from hybrid_qpr import fusion as fusion_lib
 from hybrid_qpr.errors import ConfigError
@@ -111,10 +111,11 @@ class HybridSearcher:
     def candidates(self, query: str, vector, depth: int, filters: Filters | None = None) -> Candidates:
         """BM25 and kNN lists of ``depth`` hits for one query (``vector`` = its encoding, or a
         function returning it where the backend has ``vector_beside_bm25``)."""
-        if self.backend.capabilities.batched_bm25_and_knn:  # one round trip where a backend offers it
-            return Candidates(*self.backend.bm25_and_knn(query, vector, depth, filters))  # type: ignore[attr-defined]
-        return Candidates(self.backend.bm25(query, depth, filters),
-                          self.backend.knn(vector() if callable(vector) else vector, depth, filters))
+        backend = self.backend
+        if batches_lists(backend):  # one round trip where a backend offers it
+            return Candidates(*backend.bm25_and_knn(query, vector, depth, filters))
+        return Candidates(backend.bm25(query, depth, filters),
+                          backend.knn(vector() if callable(vector) else vector, depth, filters))
 
     def search(self, query: str, *, mode: Mode = "hybrid", top_k: int = 10, offset: int = 0,
                fusion: str | None = None, alpha: float | None = None, filters: Filters | None = None,
@@ -169,13 +170,12 @@ class HybridSearcher:
 
     def _server_side(self, query, mode, need, offset, fusion, alpha, filters, depth, rerank_depth,
                      vector) -> list[SearchResult]:
-        caps = self.backend.capabilities
-        if not (caps.server_side_rerank if mode == "rerank" else caps.server_side_hybrid):
+        backend = self.backend
+        if not runs_in_engine(backend, mode):
             raise ConfigError(f"server_side=True for {mode} needs a backend that runs it in the engine "
-                              f"(OpenSearch: --opensearch URL); {type(self.backend).__name__} fuses client-side only")
+                              f"(OpenSearch: --opensearch URL); {type(backend).__name__} fuses client-side only")
         if vector is None:
             vector = self.encoder.encode([query])[0]
-        backend: Any = self.backend
         if mode == "rerank":
             hits = backend.rerank_server(query, vector, max(rerank_depth, need), filters)
         else:  # the same method, weights and depth the client side would use

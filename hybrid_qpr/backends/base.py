@@ -1,4 +1,5 @@
-"""The contract every search backend offers to ``hybrid_qpr.search`` and the CLI.
+"""The contract every search backend offers to ``hybrid_qpr.search``, the CLI, the workbench
+and evaluation.
 
 A backend stores documents with their encoder vectors (write side: ``ingest``, ``delete``),
 answers the two first-stage retrievals (BM25 and kNN), re-scores a given candidate set with
@@ -6,41 +7,65 @@ stored vectors (the MSEM rerank flow), returns stored documents, and keeps the f
 settings tuned for it. Fusion, modes, pagination and result explanation live above it, in
 code shared by all backends. Scores are "higher is better" (see ``hybrid_qpr.distance``).
 
-What a backend can do beyond the contract is declared in ``capabilities`` - never probed
-with ``getattr``/``hasattr`` - so ``search.py`` reads one flag instead of guessing.
+``Backend`` is what every backend offers and all a caller may use. What only some backends
+can do is declared in ``capabilities`` and typed by the small protocols below it
+(``BatchedBackend``, ``ServerSideBackend``, ``KnnSettingsBackend``); ``batches_lists``,
+``runs_in_engine`` and ``takes_knn_settings`` read the flag and narrow the type, so a caller
+never probes with ``getattr``/``hasattr``/``isinstance``. Opening or creating a backend is
+not part of the contract: ``hybrid_qpr.cli._engine`` is the one place that names the
+concrete classes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from pathlib import Path
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 import numpy as np
 
 from hybrid_qpr.errors import SkippedLine
 from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, RERANK_DEPTH, RRF_K
+from hybrid_qpr.text.ids import padded_id_problem
 from hybrid_qpr.types import Document, Filters, Hit
 
 
 @dataclass(frozen=True)
 class Capabilities:
-    """Optional abilities of a backend.
+    """Optional abilities of a backend (each one names the protocol it adds).
 
-    * ``batched_bm25_and_knn`` - ``bm25_and_knn`` answers both lists in one round trip
-      (a cluster's ``_msearch``); otherwise the searcher calls ``bm25`` then ``knn``.
-    * ``server_side_hybrid`` - ``hybrid_server`` fuses inside the engine with the same
-      method, weights and depth as client-side fusion (OpenSearch neural-search).
-    * ``server_side_rerank`` - ``rerank_server`` runs the MSEM flow in one request.
+    * ``batched_bm25_and_knn`` - ``BatchedBackend.bm25_and_knn`` answers both lists in one
+      round trip (a cluster's ``_msearch``); otherwise the searcher calls ``bm25`` then ``knn``.
+    * ``server_side_hybrid`` - ``ServerSideBackend.hybrid_server`` fuses inside the engine with
+      the same method, weights and depth as client-side fusion (OpenSearch neural-search).
+    * ``server_side_rerank`` - ``ServerSideBackend.rerank_server`` runs the MSEM flow in one request.
     * ``vector_beside_bm25`` - ``bm25_and_knn`` also takes the query vector as a function
       and calls it while the BM25 list is scored (the embedded index: a hybrid query's
       encoding overlaps BM25 instead of preceding it).
+    * ``knn_search_settings`` - ``KnnSettingsBackend.set_search_settings`` sets this reader's
+      kNN speed/recall trade-off (the embedded index's efSearch / nprobe; a cluster index
+      keeps the engine's own).
     """
 
     batched_bm25_and_knn: bool = False
     server_side_hybrid: bool = False
     server_side_rerank: bool = False
     vector_beside_bm25: bool = False
+    knn_search_settings: bool = False
+
+
+def document_problem(doc: Document) -> str | None:
+    """Why no backend can index ``doc`` (an empty or padded id, an empty text), or ``None``.
+    ``Backend.document_problem`` adds what one engine refuses besides."""
+    doc_id = "" if doc.id is None else str(doc.id)
+    if not doc_id.strip():
+        return "empty id"
+    if doc_id != doc_id.strip():
+        return padded_id_problem(doc_id)
+    if not isinstance(doc.text, str) or not doc.text.strip():
+        return "empty text"
+    return None
 
 
 @runtime_checkable
@@ -49,9 +74,31 @@ class Backend(Protocol):
 
     capabilities: Capabilities
 
+    # ---- the index and its model
     @property
     def distance(self) -> str:
         """The encoder distance the index was built for (``hybrid_qpr.distance.DISTANCES``)."""
+
+    @property
+    def model_dir(self) -> str | None:
+        """The model directory the index was built with, as recorded at creation (the CLI's
+        default ``--model``); None when none was recorded. It may no longer exist."""
+
+    @property
+    def model_fingerprint(self) -> str | None:
+        """The fingerprint of the model the index was built with (named in mismatch errors)."""
+
+    def check_encoder(self, encoder) -> None:
+        """Raise ``ModelMismatchError`` if ``encoder`` is not the model the index was built with."""
+
+    def exists(self) -> bool:
+        """Whether the index is there (a cluster index may be dropped under an open backend)."""
+
+    def count(self) -> int:
+        """Number of documents indexed."""
+
+    def empty_reason(self) -> str:
+        """Why the index holds no documents, with the fix (said when a query meets an empty index)."""
 
     # ---- read side
     def bm25(self, query: str, depth: int, filters: Filters | None = None) -> list[Hit]:
@@ -66,18 +113,28 @@ class Backend(Protocol):
     def documents(self, ids: Sequence[str]) -> dict[str, Document]:
         """Stored text and metadata of ``ids`` (missing ids are absent from the result)."""
 
-    def count(self) -> int:
-        """Number of documents indexed."""
-
     # ---- write side
+    def document_problem(self, doc: Document) -> str | None:
+        """Why this backend would not index ``doc`` (``document_problem`` above, plus what the
+        engine refuses, e.g. an id too long for a cluster), or ``None``. ``ingest`` skips such
+        a document and reports it; ``ingest --strict`` stops at it."""
+
     def ingest(self, documents: Iterable[Document | tuple[int, Document]], encoder, *, batch_size: int = 256,
-               show_progress: bool = True) -> "IngestReport":
-        """Encode and store ``documents``; an id seen before is replaced, never duplicated."""
+               show_progress: bool = True, wait: bool | float = False,
+               rejects_path: str | Path | None = None) -> "IngestReport":
+        """Encode and store ``documents`` (``Document`` or ``(line, Document)``; a plain
+        ``Document`` is numbered by its position, from 1); an id seen before is replaced, never
+        duplicated. A document with a ``document_problem`` is skipped and listed in
+        ``IngestReport.skipped`` as a ``SkippedLine`` (no path: the caller knows the file). ``wait``: where the backend keeps one
+        writer at a time (a local index's write lock), wait for the lock instead of failing
+        (``True``, or the seconds to wait); a cluster has no such lock. ``rejects_path``:
+        documents the store rejected are written there as JSON lines (a local ingest commits
+        all or nothing, so it never rejects one)."""
 
-    def delete(self, ids: Sequence[str]) -> int:
-        """Remove ``ids``; returns how many existed."""
+    def delete(self, ids: Sequence[str], *, wait: bool | float = False) -> int:
+        """Remove ``ids``; returns how many existed. ``wait`` as for ``ingest``."""
 
-    # ---- settings and model check
+    # ---- settings
     @property
     def fusion_defaults(self) -> dict[str, Any]:
         """Fusion settings stored by tuning (``fusion``, ``alpha``, ``depth``), or ``{}``."""
@@ -85,11 +142,17 @@ class Backend(Protocol):
     def set_fusion_defaults(self, defaults: Mapping[str, Any]) -> None:
         """Store tuned fusion settings with the index."""
 
-    def check_encoder(self, encoder) -> None:
-        """Raise ``ModelMismatchError`` if ``encoder`` is not the model the index was built with."""
-
     def close(self) -> None:
         """Release files or connections; the backend is not used afterwards."""
+
+
+class BatchedBackend(Backend, Protocol):
+    """A backend whose ``capabilities.batched_bm25_and_knn`` is set."""
+
+    def bm25_and_knn(self, query: str, vector: np.ndarray | Callable[[], np.ndarray], depth: int,
+                     filters: Filters | None = None) -> tuple[list[Hit], list[Hit]]:
+        """``bm25(query, depth, filters)`` and ``knn(vector, depth, filters)`` in one round trip.
+        ``vector`` may be a function returning it only where ``capabilities.vector_beside_bm25``."""
 
 
 class ServerSideBackend(Backend, Protocol):
@@ -104,6 +167,29 @@ class ServerSideBackend(Backend, Protocol):
         """BM25 recall of ``depth`` re-ordered by vector similarity, in the engine."""
 
 
+class KnnSettingsBackend(Backend, Protocol):
+    """A backend whose ``capabilities.knn_search_settings`` is set."""
+
+    def set_search_settings(self, *, nprobe: int | None = None, ef_search: int | None = None) -> None:
+        """Override the stored kNN search settings for this reader (``query --nprobe/--ef-search``)."""
+
+
+def batches_lists(backend: Backend) -> TypeGuard[BatchedBackend]:
+    """True when ``backend`` answers ``bm25_and_knn`` (its capabilities say so)."""
+    return backend.capabilities.batched_bm25_and_knn
+
+
+def runs_in_engine(backend: Backend, mode: str) -> TypeGuard[ServerSideBackend]:
+    """True when ``backend`` runs ``mode`` (hybrid or rerank) inside its engine."""
+    caps = backend.capabilities
+    return caps.server_side_rerank if mode == "rerank" else caps.server_side_hybrid
+
+
+def takes_knn_settings(backend: Backend) -> TypeGuard[KnnSettingsBackend]:
+    """True when ``backend`` lets a reader set its kNN search settings."""
+    return backend.capabilities.knn_search_settings
+
+
 @dataclass
 class IngestReport:
     """What an ingest did. Every input line is accounted for: indexed (new), updated
@@ -114,7 +200,8 @@ class IngestReport:
     A cluster ingest also says what its retries cost: whole requests sent again (no answer,
     429, 5xx), single documents sent again (answered 429 / 5xx inside a request), and the
     seconds spent waiting before them; ``verified`` counts the ids read back and found with
-    the text this ingest wrote."""
+    the text this ingest wrote. ``notes`` are the lines a backend wants the user to read
+    after an ingest (the local index's kNN settings, a cluster's verification and retries)."""
 
     indexed: int = 0
     updated: int = 0
@@ -126,6 +213,7 @@ class IngestReport:
     retried_documents: int = 0
     retry_wait_seconds: float = 0.0
     verified: int = 0
+    notes: list[str] = field(default_factory=list)
 
     @property
     def retries(self) -> int:

@@ -4,9 +4,13 @@ open the backend the options name and the encoder that fits it. Heavy imports st
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from hybrid_qpr.backends.base import Backend
+    from hybrid_qpr.backends.cluster import ClusterBackend
 
 
 FILTER_HELP = ("Exact-match metadata filter FIELD=VALUE (repeatable; the same field twice means either value), "
@@ -29,9 +33,29 @@ def use_cluster(connection: dict[str, Any]) -> bool:
     return chosen_engine(connection) is not None
 
 
-def open_backend(index: str, connection: dict[str, Any]):
+def refuse_knn_options_on_a_cluster(connection: dict[str, Any], ef_search: int | None, nprobe: int | None) -> None:
+    """``--ef-search``/``--nprobe`` are the embedded index's (``Capabilities.knn_search_settings``):
+    refused, before any connection is made, when a cluster was chosen."""
+    if use_cluster(connection) and (ef_search or nprobe):
+        raise click.UsageError("--ef-search and --nprobe apply to a local index; a cluster index keeps its own "
+                               "HNSW settings")
+
+
+def open_backend(index: str, connection: dict[str, Any]) -> "Backend":
     """The local index directory ``index``, or the index ``index`` of the cluster chosen by
-    ``--opensearch [URL]`` / ``--elasticsearch [URL]``."""
+    ``--opensearch [URL]`` / ``--elasticsearch [URL]``. This module is the one place that names
+    the backend classes: the commands use only the ``Backend`` contract."""
+    cluster = open_cluster_index(index, connection)
+    if cluster is not None:
+        return cluster
+    from hybrid_qpr.backends.local import LocalIndex
+
+    return LocalIndex.open(index)
+
+
+def open_cluster_index(index: str, connection: dict[str, Any]) -> "ClusterBackend | None":
+    """The index ``index`` of the cluster chosen by ``--opensearch [URL]`` / ``--elasticsearch
+    [URL]`` (None when neither was given), for what only a cluster index has (creation, drop)."""
     from hybrid_qpr.cli._common import chosen_engine, cluster_client
 
     engine = chosen_engine(connection)
@@ -43,12 +67,40 @@ def open_backend(index: str, connection: dict[str, Any]):
         from hybrid_qpr.backends.elasticsearch import ElasticsearchBackend
 
         return ElasticsearchBackend(cluster_client(**connection), index)
-    from hybrid_qpr.backends.local import LocalIndex
-
-    return LocalIndex.open(index)
+    return None
 
 
-def load_encoder(model: str | None, backend=None):
+def open_for_ingest(index: str, connection: dict[str, Any], model: str | None, *, faiss_kind: str, bm25_impl: str,
+                    ef_search: int | None, nprobe: int | None, shards: int | None,
+                    replicas: int | None) -> tuple["Backend", Any]:
+    """The index ``index`` to ingest into and the encoder for it. An existing index keeps its
+    model and its layout (a note names the creation options given for it); a missing one is
+    created now with them (local: FAISS kind, BM25 scorer, kNN search settings; cluster:
+    shards and replicas)."""
+    backend = open_cluster_index(index, connection)
+    if backend is not None:
+        exists = backend.exists()
+        encoder = load_encoder(model, backend if exists else None)
+        if exists and (shards is not None or replicas is not None):
+            click.echo(f"note: --shards/--replicas apply when an index is created; {index} exists and keeps its "
+                       f"layout (to change it: 'hybrid-qpr index drop {index}', then ingest again)", err=True)
+        backend.ensure_index(encoder, shards=shards, replicas=replicas)
+        return backend, encoder
+    from hybrid_qpr.backends.local import LocalIndex, MANIFEST, SearchSettings
+
+    if (Path(index) / MANIFEST).is_file():
+        existing = LocalIndex.open(index)
+        if ef_search or nprobe:
+            click.echo(f"note: --ef-search/--nprobe are stored when an index is created; {index} keeps "
+                       f"{existing.search_settings}. Pass them to 'hybrid-qpr query' instead", err=True)
+        return existing, load_encoder(model, existing)
+    encoder = load_encoder(model)
+    defaults = SearchSettings()
+    search = SearchSettings(nprobe or defaults.nprobe, ef_search or defaults.ef_search)
+    return LocalIndex.create(index, encoder, faiss=faiss_kind, bm25=bm25_impl, search=search), encoder
+
+
+def load_encoder(model: str | None, backend: "Backend | None" = None):
     """``--model`` if given; else the model the local index was built with (when it still
     exists); else the default model bundled with the package, which must then match the index (a
     model directory that is gone is named as gone, never suggested as the fix)."""
@@ -57,7 +109,7 @@ def load_encoder(model: str | None, backend=None):
 
     gone = None
     if model is None and backend is not None:
-        built_with = getattr(backend, "model_dir", None)
+        built_with = backend.model_dir
         if built_with and Path(built_with).is_dir():
             model = built_with
         elif built_with:
@@ -70,7 +122,7 @@ def load_encoder(model: str | None, backend=None):
             raise ModelMismatchError(
                 f"the model this index was built with is gone (nothing at {gone}), and the default model "
                 f"{encoder.model_dir} is another one. Fix: pass --model DIR with the index's model (fingerprint "
-                f"{getattr(backend, 'manifest', {}).get('model', {}).get('fingerprint', '?')}), or query with --mode "
+                f"{backend.model_fingerprint or '?'}), or query with --mode "
                 "bm25, which needs no model") from None
     return encoder
 

@@ -23,7 +23,7 @@ def delete(ids, index, ids_file, wait, **connection) -> None:
     Example:
       hybrid-qpr delete q17 q18 --index ./qidx
     """
-    from hybrid_qpr.cli._engine import open_backend, use_cluster
+    from hybrid_qpr.cli._engine import open_backend
 
     wanted = list(ids)
     if ids_file:
@@ -32,5 +32,5 @@ def delete(ids, index, ids_file, wait, **connection) -> None:
     if not wanted:
         raise click.UsageError("give at least one id (or --ids-file)")
     backend = open_backend(index, connection)
-    removed = backend.delete(wanted) if use_cluster(connection) else backend.delete(wanted, wait=wait)
+    removed = backend.delete(wanted, wait=wait)
     click.echo(f"deleted {removed} of {len(wanted)} ids from {index}")

@@ -90,12 +90,12 @@ def drop(name, yes, **connection) -> None:
     Example:
       hybrid-qpr index drop questions --opensearch http://127.0.0.1:9200
     """
-    from hybrid_qpr.cli._engine import open_backend, use_cluster
+    from hybrid_qpr.cli._engine import open_cluster_index
 
-    if not use_cluster(connection):
+    backend = open_cluster_index(name, connection)
+    if backend is None:
         raise click.UsageError("index drop deletes a cluster index: give --opensearch [URL] or --elasticsearch [URL] "
                                "(a local index is a directory: remove it with 'rm -r')")
-    backend = open_backend(name, connection)
     if not backend.exists():
         raise click.ClickException(f"{backend.engine_name} has no index {name!r}: nothing dropped")
     documents = backend.count()

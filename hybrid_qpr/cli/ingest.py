@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from hybrid_qpr.cli._common import cluster_options, friendly_errors
-from hybrid_qpr.cli._engine import knn_search_options, model_option, use_cluster
+from hybrid_qpr.cli._engine import knn_search_options, model_option
 from hybrid_qpr.backends.local.index import BM25_IMPLS
 from hybrid_qpr.backends.local.vectors import FAISS_KINDS
 
@@ -65,58 +65,26 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
       hybrid-qpr ingest corpus.jsonl --index questions --elasticsearch --shards 3
     """
     from hybrid_qpr.artifacts import display_name
+    from hybrid_qpr.cli._engine import open_for_ingest, refuse_knn_options_on_a_cluster
     from hybrid_qpr.data.documents import iter_documents, require_documents
-    from hybrid_qpr.encoders import Encoder
     from hybrid_qpr.errors import BadLines
 
     bad_lines = BadLines("error" if strict else "skip")
     documents = iter_documents(input_path, text_column=text_column, id_column=id_column, fmt=fmt, bad_lines=bad_lines)
     documents = require_documents(documents, input_path, bad_lines)  # nothing usable: refused before any index is made
-    if use_cluster(connection) and (ef_search or nprobe):
-        raise click.UsageError("--ef-search and --nprobe apply to a local index; a cluster index keeps its own "
-                               "HNSW settings")
-    if use_cluster(connection):
-        from hybrid_qpr.cli._engine import load_encoder, open_backend
-
-        backend = open_backend(index, connection)
-        exists = backend.exists()
-        encoder = load_encoder(model, backend if exists else None)  # an existing index keeps its model
-        if exists and (shards is not None or replicas is not None):
-            click.echo(f"note: --shards/--replicas apply when an index is created; {index} exists and keeps its "
-                       f"layout (to change it: 'hybrid-qpr index drop {index}', then ingest again)", err=True)
-        if strict:
-            documents = _stop_at_a_refused_id(documents, backend, input_path, bad_lines)
-        report = backend.ingest(documents, encoder, batch_size=batch_size, rejects_path=rejects,
-                                shards=shards, replicas=replicas)
-    else:
-        from hybrid_qpr.backends.local import LocalIndex, MANIFEST, SearchSettings
-        from pathlib import Path
-
-        existing = LocalIndex.open(index) if (Path(index) / MANIFEST).is_file() else None
-        encoder = Encoder.load(model if model or existing is None else existing.model_dir)
-        defaults = SearchSettings()
-        search = SearchSettings(nprobe or defaults.nprobe, ef_search or defaults.ef_search)
-        if existing is not None and (ef_search or nprobe):
-            click.echo(f"note: --ef-search/--nprobe are stored when an index is created; {index} keeps "
-                       f"{existing.search_settings}. Pass them to 'hybrid-qpr query' instead", err=True)
-        target = existing or LocalIndex.create(index, encoder, faiss=faiss_kind, bm25=bm25_impl, search=search)
-        report = target.ingest(documents, encoder, batch_size=batch_size, wait=wait)
+    refuse_knn_options_on_a_cluster(connection, ef_search, nprobe)
+    backend, encoder = open_for_ingest(index, connection, model, faiss_kind=faiss_kind, bm25_impl=bm25_impl,
+                                       ef_search=ef_search, nprobe=nprobe, shards=shards, replicas=replicas)
+    if strict:
+        documents = _stop_at_a_refused_document(documents, backend, input_path, bad_lines)
+    report = backend.ingest(documents, encoder, batch_size=batch_size, wait=wait, rejects_path=rejects)
     # the backend knows the line of a document it skipped, not the file
     all_skipped = sorted(bad_lines.skipped + [s.in_file(display_name(input_path)) for s in report.skipped],
                          key=lambda s: s.line or 0)
     click.echo(f"indexed {report.indexed}, updated {report.updated}, skipped {len(all_skipped)}, "
                f"failed {len(report.failed)} in {report.seconds:.1f} s ({report.docs_per_second:.0f} docs/s) -> {index}")
-    if not use_cluster(connection):
-        # from the manifest entries: loading each FAISS file (and its CRC check) only to print this would cost seconds
-        graphs = [seg.ef_search for seg in target.segments if seg.entry["factory"].startswith("HNSW")]
-        if graphs:  # the kNN speed/recall setting the user may want to know about
-            stored = target.search_settings.ef_search
-            how = f"stored efSearch {stored}" if stored else f"efSearch {', '.join(map(str, sorted(set(graphs))))}, " \
-                  "measured on each graph (0.97 of the exact top 10)"
-            click.echo(f"  kNN: {len(graphs)} of {len(target.segments)} segments are HNSW graphs searched with {how}")
-    if use_cluster(connection):
-        click.echo(f"  verified {report.verified} ids with their texts; retries: {report.retried_requests} requests and "
-                   f"{report.retried_documents} documents sent again, {report.retry_wait_seconds:.1f} s waiting")
+    for note in report.notes:
+        click.echo(f"  {note}")
     for bad in all_skipped[:SHOW_SKIPPED]:
         click.echo(f"  skipped {bad}", err=True)
     if len(all_skipped) > SHOW_SKIPPED:
@@ -130,13 +98,13 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
             + "; the others are in the index. Fix the cause shown above and re-run the same ingest (ids are stable)")
 
 
-def _stop_at_a_refused_id(documents, backend, input_path, bad_lines):
-    """--strict on a cluster: an id the engine refuses stops the ingest like any other bad line
-    (without --strict the backend skips and reports it)."""
+def _stop_at_a_refused_document(documents, backend, input_path, bad_lines):
+    """--strict: a document the backend would skip (``Backend.document_problem``) stops the
+    ingest like any other bad line."""
     from hybrid_qpr.artifacts import display_name
 
     for line, doc in documents:
-        problem = backend.id_problem(doc.id)
+        problem = backend.document_problem(doc)
         if problem:
             bad_lines.skip(display_name(input_path), line, problem)
             continue

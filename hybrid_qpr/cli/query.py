@@ -68,7 +68,8 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
       hybrid-qpr query "cheap flights?" --index ./qidx --filter topic=travel --from 10 -k 10
       hybrid-qpr query --queries questions.txt --index ./qidx --json > hits.jsonl
     """
-    from hybrid_qpr.cli._engine import load_encoder, open_backend, parse_filters, use_cluster
+    from hybrid_qpr.backends.base import takes_knn_settings
+    from hybrid_qpr.cli._engine import load_encoder, open_backend, parse_filters, refuse_knn_options_on_a_cluster
     from hybrid_qpr.search import HybridSearcher
 
     if (text is None) == (queries_path is None):
@@ -76,16 +77,14 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
     if text is not None and not text.strip():
         raise click.UsageError("the query TEXT is empty; give the question to search for, e.g. "
                                "hybrid-qpr query \"how do i reset my password\" --index DIR")
-    if use_cluster(connection) and (ef_search or nprobe):
-        raise click.UsageError("--ef-search and --nprobe apply to a local index; a cluster index keeps its own "
-                               "HNSW settings")
+    refuse_knn_options_on_a_cluster(connection, ef_search, nprobe)
     backend = open_backend(index, connection)
-    if not use_cluster(connection) and backend.count() == 0:
+    if backend.count() == 0:
         raise click.ClickException(backend.empty_reason())
     if server_side and not backend.capabilities.server_side_hybrid:
         raise click.UsageError("--server-side fuses inside OpenSearch: add --opensearch [URL]; a local index and "
                                "Elasticsearch (basic licence) fuse client-side, which is the default")
-    if ef_search or nprobe:
+    if (ef_search or nprobe) and takes_knn_settings(backend):  # a cluster index was refused above
         backend.set_search_settings(nprobe=nprobe, ef_search=ef_search)
     # BM25 needs no encoder: an index whose model directory is gone still answers --mode bm25
     encoder = None if mode == "bm25" and model is None else load_encoder(model, backend)

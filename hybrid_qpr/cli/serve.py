@@ -49,21 +49,19 @@ def serve(index, host, port, server_api_key, judgments_dir, min_tune_queries, ef
 
     require("starlette", feature="'hybrid-qpr serve'")
     uvicorn = require("uvicorn", feature="'hybrid-qpr serve'")
-    from hybrid_qpr.cli._engine import load_encoder, open_backend, use_cluster
+    from hybrid_qpr.backends.base import takes_knn_settings
+    from hybrid_qpr.cli._engine import load_encoder, open_backend, refuse_knn_options_on_a_cluster
     from hybrid_qpr.search import HybridSearcher
     from hybrid_qpr.workbench.app import create_app
     from hybrid_qpr.workbench.judgments import JudgmentStore
     from hybrid_qpr.workbench.service import Limits, Workbench
 
-    if use_cluster(connection) and (ef_search or nprobe):
-        raise click.UsageError("--ef-search and --nprobe apply to a local index; a cluster index keeps its own "
-                               "HNSW settings")
+    refuse_knn_options_on_a_cluster(connection, ef_search, nprobe)
     engine = chosen_engine(connection)
     backend = open_backend(index, connection)
     if backend.count() == 0:
-        raise click.ClickException(f"index {index} holds no documents; ingest some first: "
-                                   f"hybrid-qpr ingest FILE --index {index}")
-    if ef_search or nprobe:
+        raise click.ClickException(backend.empty_reason())
+    if (ef_search or nprobe) and takes_knn_settings(backend):  # a cluster index was refused above
         backend.set_search_settings(nprobe=nprobe, ef_search=ef_search)
     searcher = HybridSearcher(backend, load_encoder(model, backend))
     store = JudgmentStore(judgments_dir or default_judgments_dir(index, engine))

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from hybrid_qpr.backends.base import Capabilities, IngestReport
+from hybrid_qpr.backends.base import Capabilities, IngestReport, document_problem
 from hybrid_qpr.backends.cluster import writer
 from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, METADATA_FIELD, SEARCH_FILTER, TEXT_FIELD, VECTOR_FIELD,
                                                 bm25_body, check_shards)
@@ -482,21 +482,27 @@ class ClusterBackend:
                                       lambda: self.request("GET", self.path("_count"), what="counting documents"))
         return int(response["count"])
 
+    def empty_reason(self) -> str:
+        return (f"{self.engine_name} index {self.index!r} holds no documents. Fix: hybrid-qpr ingest FILE --index "
+                f"{self.index} --{self.engine}")
+
     def close(self) -> None:
         """Close the client's connection pool."""
         self.client.close()
 
     # ---- write side (hybrid_qpr.backends.cluster.writer)
     def ingest(self, documents: Iterable[Document | tuple[int, Document]], encoder, *, batch_size: int = 256,
-               rejects_path: str | Path | None = None, show_progress: bool = True, max_retries: int = 6,
+               rejects_path: str | Path | None = None, show_progress: bool = True, wait: bool | float = False,
+               max_retries: int = 6,
                initial_backoff: float = 0.5, max_backoff: float = 30.0, shards: int | None = None,
                replicas: int | None = None, bulk_timeout: float | None = None) -> IngestReport:
         """Encode and bulk-index ``documents`` (``Document`` or ``(line, Document)``) with ``_id`` =
         document id, so re-running replaces instead of duplicating.
 
-        A document whose id the engine would refuse (over ``names.MAX_ID_BYTES``) is skipped
-        before it is encoded and reported in ``skipped`` with its line (a plain ``Document``:
-        its position in ``documents``, from 1); the others are written.
+        A document with a ``document_problem`` (as for every backend, plus an id over
+        ``names.MAX_ID_BYTES``) is skipped before it is encoded and reported in ``skipped`` with
+        its line (a plain ``Document``: its position in ``documents``, from 1); the others are
+        written. ``wait`` is the contract's: a cluster has no write lock to wait for.
 
         Encoding runs up to ``writer.READ_AHEAD_BATCHES`` batches ahead in a thread, so it goes on while
         a request is sent or a retry waits; that thread is stopped and joined on every way out.
@@ -518,13 +524,13 @@ class ClusterBackend:
                              show_progress=show_progress, max_retries=max_retries, initial_backoff=initial_backoff,
                              max_backoff=max_backoff, shards=shards, replicas=replicas, bulk_timeout=bulk_timeout)
 
-    def delete(self, ids: Sequence[str]) -> int:
-        """Delete ``ids``; returns how many existed. Refreshes so counts and searches agree at once."""
+    def delete(self, ids: Sequence[str], *, wait: bool | float = False) -> int:
+        """Delete ``ids``; returns how many existed. Refreshes so counts and searches agree at
+        once. ``wait`` is the contract's: a cluster has no write lock to wait for."""
         return writer.delete(self, ids)
 
-    def id_problem(self, doc_id: str) -> str | None:
-        """Why this engine would refuse ``doc_id`` as a document id (None when it would not)."""
-        return id_problem(doc_id, self.engine_name)
+    def document_problem(self, doc: Document) -> str | None:
+        return document_problem(doc) or id_problem(str(doc.id), self.engine_name)
 
     # ---- helpers
     def query_vector(self, vector: np.ndarray) -> list[float]:

@@ -120,6 +120,8 @@ def ingest(backend: ClusterBackend, documents: Iterable[Document | tuple[int, Do
     report.retried_requests, report.retried_documents = stats.retried_requests, stats.retried_actions
     report.retry_wait_seconds = stats.wait_seconds
     report.seconds = time.monotonic() - start
+    report.notes.append(f"verified {report.verified} ids with their texts; retries: {report.retried_requests} requests "
+                        f"and {report.retried_documents} documents sent again, {report.retry_wait_seconds:.1f} s waiting")
     if stats.retries:
         logger.info("ingest into %s: %d requests and %d documents sent again, %.1f s waiting (smallest request %d)",
                     backend.index, stats.retried_requests, stats.retried_actions, stats.wait_seconds,
@@ -212,12 +214,12 @@ def read_ahead(items: Iterable[T], depth: int) -> Iterator[T]:
 
 def _writable(documents: Iterable[Document | tuple[int, Document]], backend: ClusterBackend,
               skipped: list[SkippedLine]) -> Iterator[tuple[int, Document]]:
-    """``documents`` as ``(line, Document)``, without those whose id the engine would refuse:
+    """``documents`` as ``(line, Document)``, without those the backend would not index (``document_problem``):
     each of those is added to ``skipped`` with its line, like any other bad input line.
     A plain ``Document`` is numbered by its position in ``documents`` (from 1)."""
     for position, item in enumerate(documents, 1):
         line, doc = item if isinstance(item, tuple) else (position, item)
-        problem = backend.id_problem(doc.id)
+        problem = backend.document_problem(doc)
         if problem:
             skipped.append(SkippedLine(None, line, problem))
             continue

@@ -33,7 +33,7 @@ from typing import Any, Literal
 import numpy as np
 
 from hybrid_qpr.artifacts import library_versions
-from hybrid_qpr.backends.base import Capabilities, IngestReport
+from hybrid_qpr.backends.base import Capabilities, IngestReport, document_problem
 from hybrid_qpr.backends.local import bm25 as bm25_lib
 from hybrid_qpr.backends.local.commit import (FORMAT, FORMAT_VERSION, LOCK_FILE, MANIFEST, WriteLock, read_manifest,
                                               referenced, remove_paths, remove_unreferenced, write_manifest)
@@ -43,7 +43,8 @@ from hybrid_qpr.backends.local.ranking import Candidates, SegmentQueue, faiss_ca
 from hybrid_qpr.backends.local.segment import SEGMENTS_DIR, Segment, file_problems, write_segment
 from hybrid_qpr.backends.local.storage import access_refusal
 from hybrid_qpr.backends.local.vectors import FAISS_KINDS, FLAT_THRESHOLD, FaissKind, SearchSettings, faiss_factory
-from hybrid_qpr.backends.local.writer import IngestWriter, LiveRows, check_output_dim, read_live_rows, with_deletions
+from hybrid_qpr.backends.local.writer import (IngestWriter, LiveRows, check_output_dim, knn_note, read_live_rows,
+                                              with_deletions)
 from hybrid_qpr.distance import Distance, check_distance, prepare_vectors, similarity
 from hybrid_qpr.errors import ConfigError, IndexDamagedError, IndexStorageError, ModelMismatchError, require
 from hybrid_qpr.text import tokenize
@@ -73,7 +74,7 @@ class LocalIndex:
     """``hybrid_qpr.backends.base.Backend`` over a local index directory (see the module docstring)."""
 
     # bm25_and_knn runs the two lists on two threads (both release the GIL while they score)
-    capabilities = Capabilities(batched_bm25_and_knn=True, vector_beside_bm25=True)
+    capabilities = Capabilities(batched_bm25_and_knn=True, vector_beside_bm25=True, knn_search_settings=True)
 
     def __init__(self, path: Path, manifest: dict[str, Any], bm25: Bm25Impl | None = None, *, load: bool = True):
         self.path = Path(path)
@@ -217,6 +218,10 @@ class LocalIndex:
         return self.manifest["model"].get("path")
 
     @property
+    def model_fingerprint(self) -> str | None:
+        return self.manifest["model"].get("fingerprint")
+
+    @property
     def fusion_defaults(self) -> dict[str, Any]:
         """Fusion settings stored by tuning, e.g. ``{"fusion": "minmax", "alpha": 0.3}``, or ``{}``."""
         return dict(self.manifest.get("fusion") or {})
@@ -243,6 +248,9 @@ class LocalIndex:
                 "directory to use this model")
 
     # ------------------------------------------------------------------ Backend protocol
+    def exists(self) -> bool:
+        return (self.path / MANIFEST).is_file()
+
     def count(self) -> int:
         return sum(s.live for s in self.segments)
 
@@ -442,13 +450,18 @@ class LocalIndex:
         return write_segment(self.path / SEGMENTS_DIR, f"s{counter:06d}-{secrets.token_hex(3)}", ids, texts, metadata,
                              vectors, self.distance, factory)
 
+    def document_problem(self, doc: Document) -> str | None:
+        return document_problem(doc)
+
     def ingest(self, documents: Iterable[Document | tuple[int, Document]], encoder, *, batch_size: int = 256,
-               show_progress: bool = True, wait: bool | float = False, segment_docs: int = SEGMENT_DOCS) -> IngestReport:
+               show_progress: bool = True, wait: bool | float = False, rejects_path: str | Path | None = None,
+               segment_docs: int = SEGMENT_DOCS) -> IngestReport:
         """Add or replace ``documents`` (``Document`` or ``(line, Document)``) as new segments,
         committed together at the end (a failure or kill before that leaves the previous
         commit). A document with an empty id or text is skipped and reported with its line;
         an id seen before (in the index or earlier in the input) is updated, never
-        duplicated. Only new or changed texts are encoded. ``wait``: see ``WriteLock.acquire``."""
+        duplicated. Only new or changed texts are encoded. ``wait``: see ``WriteLock.acquire``.
+        Nothing is ever rejected once committed, so ``rejects_path`` (the contract's) stays unwritten."""
         self.check_encoder(encoder)
         started = time.perf_counter()
         report = IngestReport()
@@ -465,6 +478,7 @@ class LocalIndex:
             except IndexStorageError as exc:
                 raise self._not_committed("this ingest", exc) from exc
             self._merge_after_commit(f"this ingest (indexed {report.indexed}, updated {report.updated})")
+        report.notes.extend(filter(None, [knn_note(self)]))
         report.seconds = time.perf_counter() - started
         logger.info("ingest: %d new, %d updated, %d skipped in %.1fs", report.indexed, report.updated,
                     len(report.skipped), report.seconds)

@@ -17,12 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hybrid_qpr.backends.base import IngestReport
+from hybrid_qpr.backends.base import IngestReport, document_problem
 from hybrid_qpr.backends.local.segment import (DOCS_DB, SEGMENTS_DIR, VECTORS, Segment, checksum, damaged, fix_for,
                                                write_deletions)
 from hybrid_qpr.backends.local.storage import access_refusal, unreadable
 from hybrid_qpr.distance import Distance, prepare_vectors
-from hybrid_qpr.text.ids import padded_id_problem
 from hybrid_qpr.errors import SkippedLine
 from hybrid_qpr.types import Document
 
@@ -40,18 +39,6 @@ def with_deletions(seg: Segment, rows: Sequence[int], generation: int) -> dict[s
     entry["deletions"] = write_deletions(seg.dir, generation, np.flatnonzero(deleted))
     entry["deleted"] = int(deleted.sum())
     return entry
-
-
-def document_problem(doc: Document) -> str | None:
-    """Why ``doc`` cannot be indexed (an empty or padded id, an empty text), or ``None``."""
-    doc_id = "" if doc.id is None else str(doc.id)
-    if not doc_id.strip():
-        return "empty id"
-    if doc_id != doc_id.strip():
-        return padded_id_problem(doc_id)
-    if not isinstance(doc.text, str) or not doc.text.strip():
-        return "empty text"
-    return None
 
 
 def check_output_dim(encoder) -> None:
@@ -244,3 +231,16 @@ class IngestWriter:
         for seg in self.new_segments:
             seg.close()
         self.index.commit(entries, next_segment=self.counter)
+
+
+def knn_note(index: "LocalIndex") -> str | None:
+    """The kNN speed/recall setting an ingest leaves in force, as a line for the user (None
+    without HNSW graphs). Read from the manifest entries: loading each FAISS file (and its
+    CRC check) only to say this would cost seconds."""
+    graphs = [seg.ef_search for seg in index.segments if seg.entry["factory"].startswith("HNSW")]
+    if not graphs:
+        return None
+    stored = index.search_settings.ef_search
+    how = f"stored efSearch {stored}" if stored else f"efSearch {', '.join(map(str, sorted(set(graphs))))}, " \
+          "measured on each graph (0.97 of the exact top 10)"
+    return f"kNN: {len(graphs)} of {len(index.segments)} segments are HNSW graphs searched with {how}"
