@@ -65,15 +65,15 @@ def filled(empty_backend, question_bank, committed_encoder):
 def test_ingest_reports_skipped_lines_the_same_way_on_every_backend(filled, question_bank, committed_encoder):
     backend, report = filled
     assert (report.indexed, report.updated, report.failed) == (len(question_bank), 0, [])
-    assert [line for line, _ in report.skipped] == [3, 5, 8]
-    for line, reason in report.skipped:
-        assert BAD_REASONS[line] in reason, (line, reason)
-    assert [backend.document_problem(doc) for _, doc in BAD_LINES] == [reason for _, reason in report.skipped]
+    assert [bad.line for bad in report.skipped] == [3, 5, 8] and all(bad.path is None for bad in report.skipped)
+    for bad in report.skipped:
+        assert BAD_REASONS[bad.line] in bad.reason, bad
+    assert [backend.document_problem(doc) for _, doc in BAD_LINES] == [bad.reason for bad in report.skipped]
     assert backend.document_problem(question_bank[0]) is None
     assert all(isinstance(note, str) and note for note in report.notes)
     # a plain Document is numbered by its position in the input, from 1
     again = backend.ingest([question_bank[0], BAD_LINES[2][1]], committed_encoder, show_progress=False)
-    assert (again.indexed, again.updated) == (0, 1) and again.skipped == [(2, report.skipped[2][1])]
+    assert (again.indexed, again.updated) == (0, 1) and [(bad.line, bad.reason) for bad in again.skipped] == [(2, report.skipped[2].reason)]
 
 
 def test_what_the_contract_declares_is_there_and_answers(filled, question_bank, committed_encoder):
