@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -265,6 +266,20 @@ def atomic_directory(path: str | Path, marker: str) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+# numpy reads a .npy header with ast.literal_eval, and CPython 3.11's ast module is not safe across
+# threads (two parses at once can fail with "AST constructor recursion depth mismatch": seen with
+# several readers opening segments while writers commit). Every .npy header read takes this lock.
+NPY_HEADER_LOCK = threading.Lock()
+
+
+def load_npy(path: str | Path, mmap_mode: Literal["r", "r+"] | None = None):
+    """``np.load`` of a plain array (no pickles), its header read under ``NPY_HEADER_LOCK``."""
+    import numpy as np
+
+    with NPY_HEADER_LOCK:
+        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
 
 
 def library_versions(packages: Iterable[str]) -> dict[str, str]:

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hybrid_qpr.artifacts import load_npy
 from hybrid_qpr.backends.local.ranking import best_rows
 
 BM25_K1, BM25_B = 1.5, 0.75
@@ -109,7 +110,7 @@ def save_postings(postings: Postings, directory: Path) -> None:
 def load_postings(directory: Path, mmap: bool = True) -> Postings:
     mode = "r" if mmap else None
     # plain ndarray views of the maps: slicing a np.memmap costs a Python object per slice
-    arrays = [np.asarray(np.load(directory / name, mmap_mode=mode, allow_pickle=False)) for name in (PTR, ROWS, TF, DOCLEN)]
+    arrays = [np.asarray(load_npy(directory / name, mmap_mode=mode)) for name in (PTR, ROWS, TF, DOCLEN)]
     vocab = json.loads((directory / VOCAB).read_text(encoding="utf-8"))
     return Postings(vocab, *arrays)
 
@@ -263,7 +264,7 @@ def top_rows(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: Sequen
         if not spans:
             continue
         starts, ends, token_idfs, slots = (np.asarray(v) for v in zip(*spans))
-        scores, rows = first_call_locked(kernel, postings.rows, weights[seg], starts.astype(np.int64), ends.astype(np.int64),
+        scores, rows = kernel(postings.rows, weights[seg], starts.astype(np.int64), ends.astype(np.int64),
                               token_idfs.astype(np.float32), slots.astype(np.int64),
                               no_dense if dense is None else dense[seg].matrix,
                               no_deletions if deleted is None else deleted, depth, total[:len(postings.doc_len)],
@@ -290,16 +291,6 @@ def _scratch(n_docs: int) -> np.ndarray:
 def has_compiled_scorer() -> bool:
     """Whether ``top_rows`` can run (numba is installed): ``dense_columns`` is only worth building then."""
     return _top_kernel() is not None
-
-
-def first_call_locked(kernel, *args):
-    """Call a numba kernel; its first call (compiling, or loading numba's cache) holds the kernel
-    lock. Two threads compiling at once can fail in CPython 3.11 ("AST constructor recursion depth
-    mismatch"): seen in the snapshot stress test with several reader threads."""
-    if kernel.signatures:
-        return kernel(*args)
-    with _KERNEL_LOCK:
-        return kernel(*args)
 
 
 def _top_kernel():

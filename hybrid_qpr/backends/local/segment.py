@@ -34,6 +34,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from hybrid_qpr.artifacts import NPY_HEADER_LOCK, load_npy
 from hybrid_qpr.backends.local import bm25 as bm25_lib
 from hybrid_qpr.backends.local.storage import access_refusal, unreadable, write_refusal
 from hybrid_qpr.backends.local.vectors import SearchSettings, build_faiss, calibrate_ef
@@ -89,7 +90,8 @@ def map_npy(handle: BinaryIO) -> np.ndarray:
     handle.seek(0)
     version = np.lib.format.read_magic(handle)
     header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-    shape, fortran, dtype = header(handle)
+    with NPY_HEADER_LOCK:  # numpy parses the header with ast (see artifacts.NPY_HEADER_LOCK)
+        shape, fortran, dtype = header(handle)
     if dtype.hasobject:
         raise ValueError("the array holds Python objects")
     if not shape or 0 in shape:
@@ -301,7 +303,7 @@ class Segment:
         self.deleted: np.ndarray | None = None  # bool mask, None = nothing deleted
         deletions = entry.get("deletions")
         if deletions:
-            rows = self._load(deletions["file"], lambda p: np.load(p, allow_pickle=False))
+            rows = self._load(deletions["file"], load_npy)
             if rows.ndim != 1 or len(rows) != int(entry["deleted"]) or (len(rows) and (rows.min() < 0 or rows.max() >= self.count)):
                 raise damaged(index_path, f"{self.rel(deletions['file'])} does not hold {entry['deleted']} rows "
                               f"below {self.count}", fix_for(DOCS_DB, index_path))

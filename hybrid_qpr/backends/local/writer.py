@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hybrid_qpr.artifacts import load_npy
 from hybrid_qpr.backends.base import IngestReport, document_problem
 from hybrid_qpr.backends.local.segment import (DOCS_DB, SEGMENTS_DIR, VECTORS, Segment, checksum, damaged, fix_for,
                                                write_deletions)
@@ -94,12 +95,12 @@ def read_live_rows(index_path: Path, entry: dict[str, Any], dim: int, distance: 
         if not intact(record["file"], record):
             raise damaged(index_path, f"{rel}/{record['file']} (tombstones) is missing or changed",
                           fix_for(DOCS_DB, index_path))
-        live[np.load(seg_dir / record["file"], allow_pickle=False)] = False
+        live[load_npy(seg_dir / record["file"])] = False
     keep = np.flatnonzero(live)
     vectors = None
     if VECTORS in files and intact(VECTORS, files[VECTORS]):
         try:
-            stored = np.load(seg_dir / VECTORS, mmap_mode="r", allow_pickle=False)
+            stored = load_npy(seg_dir / VECTORS, mmap_mode="r")
             if stored.shape == (count, dim):
                 vectors = np.asarray(stored[keep], dtype=np.float32)
         except (OSError, ValueError):
