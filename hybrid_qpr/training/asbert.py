@@ -119,7 +119,7 @@ def train_asbert(train_dirs: list[str | Path], dev_dir: str | Path, out_dir: str
     from hybrid_qpr.data.answer_dataset import read_answer_records
     from hybrid_qpr.model.transformer import TransformerEmbedder
     from hybrid_qpr.progress import track
-    from hybrid_qpr.training.transformer import _lr_factor
+    from hybrid_qpr.training.trainer import warmup_schedule
 
     settings.check()
     out_dir = Path(out_dir)
@@ -133,7 +133,7 @@ def train_asbert(train_dirs: list[str | Path], dev_dir: str | Path, out_dir: str
                                          normalize=settings.normalized)
     loss_fn = build_loss(settings)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, settings.steps, settings.warmup))
+    scheduler = warmup_schedule(optimizer, settings.steps, settings.warmup)
     (out_dir / "settings.json").write_text(json.dumps(dataclasses.asdict(settings), indent=2) + "\n")
     history: list[dict[str, Any]] = [{"step": 0, "dev_map": dev_map(model, dev)}]
     # The untrained state is the one to beat: if no step improves the dev MAP, it is what is kept.

@@ -55,6 +55,7 @@ from hybrid_qpr.artifacts import recorded_path
 from hybrid_qpr.errors import ConfigError, check_at_least
 from hybrid_qpr.progress import track
 from hybrid_qpr.training.gradcache import cached_backward
+from hybrid_qpr.training.trainer import check_resumable, warmup_schedule
 
 logger = logging.getLogger(__name__)
 
@@ -246,14 +247,6 @@ def pair_loss(settings: FinetuneSettings) -> Callable[[torch.Tensor, torch.Tenso
     return lambda a, p: loss_fn(a, p) * scale
 
 
-def _lr_factor(step: int, total: int, warmup: float) -> float:
-    """Linear warm-up over ``warmup * total`` steps, then linear decay to 0."""
-    warm = max(1, int(warmup * total))
-    if step < warm:
-        return (step + 1) / warm
-    return max(0.0, (total - step) / max(1, total - warm))
-
-
 def _save_checkpoint(path: Path, model, optimizer, scheduler, step: int, settings: FinetuneSettings) -> None:
     from hybrid_qpr.artifacts import save_checkpoint
 
@@ -263,12 +256,8 @@ def _save_checkpoint(path: Path, model, optimizer, scheduler, step: int, setting
 
 def _resumable(saved: dict[str, Any], settings: FinetuneSettings) -> None:
     """A checkpoint may be continued with more steps, nothing else changed."""
-    now = dataclasses.asdict(settings)
-    defaults = dataclasses.asdict(FinetuneSettings())  # a setting added later: older checkpoints used its default
-    diff = [k for k in now if k not in ("steps", "checkpoint_every", "log_every") and saved.get(k, defaults[k]) != now[k]]
-    if diff:
-        raise ConfigError(f"--resume: the checkpoint was made with other settings ({', '.join(f'{k}={saved.get(k)!r}' for k in diff)}); "
-                          "use the same settings or start over without --resume")
+    check_resumable(saved, dataclasses.asdict(settings), dataclasses.asdict(FinetuneSettings()),
+                    ("steps", "checkpoint_every", "log_every"))
 
 
 def finetune(dataset_dir: str | Path, out_dir: str | Path, settings: FinetuneSettings, *, resume: bool = False,
@@ -292,8 +281,7 @@ def finetune(dataset_dir: str | Path, out_dir: str | Path, settings: FinetuneSet
                                          normalize=settings.normalized)
     loss_fn = pair_loss(settings)
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: _lr_factor(s, settings.steps, settings.warmup))
+    scheduler = warmup_schedule(optimizer, settings.steps, settings.warmup)
     checkpoint = out_dir / CHECKPOINT_FILE
     start = 0
     if resume and checkpoint.is_file():
