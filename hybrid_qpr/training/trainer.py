@@ -68,6 +68,7 @@ CHECKPOINT_FORMAT = 1  # "trainer" in checkpoint.pt; older checkpoints lack it
 # How long to train, not what: these may change when a run is resumed.
 BUDGET_SETTINGS = ("steps", "epochs", "patience", "max_minutes", "checkpoint_every", "log_every")
 SCHEDULES = ("linear", "constant")
+DEFAULT_START_OVER = "start over without --resume"
 
 
 @dataclass(frozen=True)
@@ -120,12 +121,12 @@ def warmup_schedule(optimizer: torch.optim.Optimizer, steps: int, warmup: float)
 
 def check_resumable(saved: Mapping[str, Any], now: Mapping[str, Any], defaults: Mapping[str, Any],
                     may_change: tuple[str, ...] = BUDGET_SETTINGS, *,
-                    start_over: str = "start over without --resume") -> None:
+                    start_over: str = "start over without --resume", what: str = "--resume: the checkpoint") -> None:
     """A checkpoint made with ``saved`` settings may continue under ``now`` if only ``may_change``
     differ (a setting added since the checkpoint counts as its default in ``defaults``)."""
     diff = [k for k in now if k not in may_change and saved.get(k, defaults.get(k)) != now[k]]
     if diff:
-        raise ConfigError(f"--resume: the checkpoint was made with other settings "
+        raise ConfigError(f"{what} was made with other settings "
                           f"({', '.join(f'{k}={saved.get(k, defaults.get(k))!r}' for k in diff)}); "
                           f"use the same settings or {start_over}")
 
@@ -171,7 +172,7 @@ class Trainer:
                  also_train: Mapping[str, torch.nn.Module] | None = None, evaluate_first: bool = True,
                  first_epoch: int = 1, on_record: Callable[[dict[str, Any]], None] | None = None,
                  progress_info: Callable[[], Mapping[str, float]] | None = None,
-                 start_over: str = "start over without --resume"):
+                 start_over: str = DEFAULT_START_OVER):
         settings.check()
         if (settings.epochs is None) != (batches is None):
             raise ConfigError("epoch mode needs both settings.epochs and batches")
@@ -225,7 +226,9 @@ class Trainer:
         if older or ("trainer" not in state and self.batches is not None):
             raise ConfigError(f"{path}: a checkpoint of an older format than the one trainer's "
                               f"(docs/training.md#one-training-loop); {self.start_over}")
-        check_resumable(state["settings"], self.run_settings, self.defaults, start_over=self.start_over)
+        implicit = self.start_over != DEFAULT_START_OVER  # a run that always resumes names the file, not --resume
+        check_resumable(state["settings"], self.run_settings, self.defaults, start_over=self.start_over,
+                        **({"what": str(path)} if implicit else {}))
         self.model.load_state_dict(state["model"])
         for name, module in self.also_train.items():
             module.load_state_dict(state["also_train"][name])
