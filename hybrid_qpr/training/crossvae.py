@@ -133,13 +133,10 @@ def fit(model: CrossVAE, q_features: np.ndarray, a_features: np.ndarray, q_token
         loss.backward()
         return {"loss": float(loss.detach()), "beta": beta, **terms.as_floats()}
 
-    def report(row: dict[str, Any]) -> None:
-        logger.info("epoch %d: %s", row["epoch"], ", ".join(f"{k} {v:.4f}" for k, v in row.items() if isinstance(v, float)))
-
     trainer = Trainer(model, settings.trainer_settings(), run_dir, step_loss=step_loss,
                       evaluate=None if validate is None else (lambda: validate(model)), batches=batches,
                       run_settings=dataclasses.asdict(settings), defaults=dataclasses.asdict(CrossVAESettings()),
-                      description="crossvae", metric="val", on_record=report, start_over="remove it to start over")
+                      description="crossvae", metric="val", start_over="remove it to start over")
     result = trainer.run(resume=True, show_progress=show_progress)
     return {"history": result.history, "best_epoch": result.best_epoch or 0, "best_val": result.best_metric,
             "stopped": result.stopped}
