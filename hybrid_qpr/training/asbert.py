@@ -12,10 +12,12 @@ Batches: each step draws ``batch_size`` distinct train questions (seeded by step
 resumed run sees the same batches), one correct sentence of each and up to
 ``negatives_per_question`` of its labelled wrong sentences.
 
-Dev MAP: every ``eval_every`` steps the model (eval mode) ranks each dev question's own
-candidates by its similarity (cosine, or −squared L2 when not normalised) and MAP is
-computed with ``hybrid_qpr.evaluation.metrics``; the best state is kept and training stops
-after ``patience`` evaluations without a gain.
+Training is the one trainer's (``hybrid_qpr.training.trainer``). Dev MAP: on the untrained
+state, every ``eval_every`` steps, at the last step and when ``max_minutes`` runs out, the model
+(eval mode) ranks each dev question's own candidates by its similarity (cosine, or −squared L2
+when not normalised) and MAP is computed with ``hybrid_qpr.evaluation.metrics``; the best state
+is kept (``best.pt``) and training stops after ``patience`` evaluations without a gain. A
+checkpoint is written with each evaluation; ``resume=True`` continues it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ import dataclasses
 import json
 import logging
 import random
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -33,6 +34,7 @@ import torch
 
 from hybrid_qpr.artifacts import recorded_path
 from hybrid_qpr.errors import ConfigError, check_at_least
+from hybrid_qpr.training.trainer import TrainerSettings
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +68,13 @@ class AsbertSettings:
             raise ConfigError(f"negatives_per_question={self.negatives_per_question}: must be >= 0")
         if self.negatives not in ("hard", "semi-hard"):
             raise ConfigError(f"negatives={self.negatives!r}: allowed values are hard, semi-hard")
+
+    def trainer_settings(self) -> TrainerSettings:
+        """AdamW with linear warm-up then decay, gradient norm clipped at 1, dev MAP every
+        ``eval_every`` steps (a checkpoint with each)."""
+        return TrainerSettings(steps=self.steps, lr=self.lr, warmup=self.warmup, clip=1.0, eval_every=self.eval_every,
+                               patience=self.patience, checkpoint_every=self.eval_every, max_minutes=self.max_minutes,
+                               seed=self.seed)
 
     @property
     def normalized(self) -> bool:
@@ -114,12 +123,13 @@ def dev_map(model, records) -> float:
 
 
 def train_asbert(train_dirs: list[str | Path], dev_dir: str | Path, out_dir: str | Path, settings: AsbertSettings, *,
-                 export_dir: str | Path | None = None, quantize: bool = False) -> dict[str, Any]:
-    """Fine-tune, keep the best dev-MAP state, save ``out_dir/model`` and optionally export it."""
+                 export_dir: str | Path | None = None, quantize: bool = False, resume: bool = False,
+                 show_progress: bool = True) -> dict[str, Any]:
+    """Fine-tune with the one trainer (``hybrid_qpr.training.trainer``), keep the best dev-MAP
+    state, save ``out_dir/model`` and optionally export it; ``resume`` continues ``checkpoint.pt``."""
     from hybrid_qpr.data.answer_dataset import read_answer_records
     from hybrid_qpr.model.transformer import TransformerEmbedder
-    from hybrid_qpr.progress import track
-    from hybrid_qpr.training.transformer import _lr_factor
+    from hybrid_qpr.training.trainer import Trainer
 
     settings.check()
     out_dir = Path(out_dir)
@@ -132,54 +142,23 @@ def train_asbert(train_dirs: list[str | Path], dev_dir: str | Path, out_dir: str
     model = TransformerEmbedder.from_dir(settings.base_model, max_length=settings.max_length,
                                          normalize=settings.normalized)
     loss_fn = build_loss(settings)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, settings.steps, settings.warmup))
     (out_dir / "settings.json").write_text(json.dumps(dataclasses.asdict(settings), indent=2) + "\n")
-    history: list[dict[str, Any]] = [{"step": 0, "dev_map": dev_map(model, dev)}]
-    # The untrained state is the one to beat: if no step improves the dev MAP, it is what is kept.
-    best, best_step, waited = history[0]["dev_map"], 0, 0
-    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    logger.info("step 0: dev MAP %.4f", best)
-    started, losses, stopped = time.perf_counter(), [], "steps"
-    model.train()
-    for step in track(range(settings.steps), total=settings.steps, description="asbert",
-                      status=lambda: f"loss {losses[-1]:.4f}" if losses else ""):
+
+    def step_loss(step: int) -> float:
         questions, positives, negatives, owner = draw_batch(records, settings, step)
-        texts = questions + positives + negatives
-        vectors = model(model.collate(texts))
+        vectors = model(model.collate(questions + positives + negatives))
         n = len(questions)
         loss = loss_fn(vectors[:n], vectors[n:2 * n], vectors[2 * n:], torch.as_tensor(owner, dtype=torch.long))
-        optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        losses.append(float(loss.detach()))
-        over_time = settings.max_minutes is not None and time.perf_counter() - started > 60 * settings.max_minutes
-        if (step + 1) % settings.eval_every == 0 or step + 1 == settings.steps or over_time:
-            value = dev_map(model, dev)
-            model.train()
-            recent = losses[-settings.eval_every:]
-            history.append({"step": step + 1, "loss": sum(recent) / len(recent), "dev_map": value,
-                            "seconds": round(time.perf_counter() - started, 1)})
-            logger.info("step %d: loss %.4f dev MAP %.4f", step + 1, history[-1]["loss"], value)
-            with (out_dir / "log.jsonl").open("a", encoding="utf-8") as fh:
-                fh.write(json.dumps(history[-1]) + "\n")
-            if value > best:
-                best, best_step, waited = value, step + 1, 0
-                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            else:
-                waited += 1
-                if waited >= settings.patience:
-                    stopped = "patience"
-                    break
-        if over_time:
-            stopped = "max_minutes"
-            break
-    model.load_state_dict(best_state)
-    report = {"loss": settings.loss, "train_questions": len(records), "best_dev_map": best, "best_step": best_step,
-              "stopped": stopped, "seconds": round(time.perf_counter() - started, 1), "history": history,
-              "train": [recorded_path(d) for d in train_dirs], "dev": recorded_path(dev_dir)}
+        return float(loss.detach())
+
+    run_settings = {**dataclasses.asdict(settings), "train": [str(d) for d in train_dirs], "dev": str(dev_dir)}
+    result = Trainer(model, settings.trainer_settings(), out_dir, step_loss=step_loss, evaluate=lambda: dev_map(model, dev),
+                     run_settings=run_settings, defaults=dataclasses.asdict(AsbertSettings()),
+                     description=f"asbert {settings.loss}", metric="dev_map").run(resume=resume, show_progress=show_progress)
+    report = {"loss": settings.loss, "train_questions": len(records), "best_dev_map": result.best_metric,
+              "best_step": result.best_step, "stopped": result.stopped, "seconds": result.seconds,
+              "history": result.history, "train": [recorded_path(d) for d in train_dirs], "dev": recorded_path(dev_dir)}
     training = {**dataclasses.asdict(settings), "report": {k: v for k, v in report.items() if k != "history"}}
     model.save(out_dir / "model", extra={"training": training})
     if export_dir is not None:

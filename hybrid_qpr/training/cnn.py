@@ -4,10 +4,12 @@ The encoder is an ``nn.Module`` with ``collate(texts) -> tensor`` and ``forward(
 Each epoch draws one random pair of distinct questions from every training cluster with >= 2
 questions, shuffles the clusters and cuts them into batches of N: a cluster appears once per
 epoch, so a batch never holds two pairs from one cluster (they would be false negatives for
-in-batch losses). Adam (lr 1e-3). After each epoch the validation MRR@20 (and ROC AUC of
-positive vs random pairs) is measured; the best state is checkpointed atomically and training
-stops after ``patience`` epochs without improvement. ``resume=True`` continues from the
-checkpoint in ``run_dir``.
+in-batch losses). The loop is the one trainer's (``hybrid_qpr.training.trainer``, epoch
+mode): Adam (AdamW without weight decay, lr 1e-3, constant), no clipping. After each epoch the
+validation MRR@20 (and ROC AUC of positive vs random pairs) is measured; the best state goes to
+``best.pt`` and training stops after ``patience`` epochs without improvement; ``checkpoint.pt``
+is written atomically each epoch and ``resume=True`` continues from it (an older CNN checkpoint
+is refused with a one-line message). Epochs are numbered from 0, as they always were.
 
 ``source`` replaces the pair batches with another batch source (distillation,
 ``hybrid_qpr.training.distill.DistillationSource``): ``source.batches(rng)`` gives an epoch's
@@ -17,9 +19,9 @@ batches and ``source.step_loss(model, batch)`` a batch's loss; with ``val_cluste
 Losses with parameters (MSEM's intent classifier) are optimised together with the model; a
 loss that sets ``wants_labels = True`` also gets ``labels=`` (each pair's index into
 ``train_clusters``). Validation ranks by the loss's ``search_distance`` (squared Euclidean
-unless the loss says otherwise, e.g. cosine for MSEM). ``show_progress`` draws a rich bar
-per epoch with the running loss; each epoch's summary is logged and given to ``on_epoch``
-(the CLI prints it as one JSON line).
+unless the loss says otherwise, e.g. cosine for MSEM). ``show_progress`` draws a bar per epoch
+with the running loss (plain lines off a terminal); each epoch's summary is logged (also to
+``log.jsonl``) and given to ``on_epoch`` (the CLI prints it as one JSON line).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,18 +38,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from hybrid_qpr.artifacts import load_checkpoint, recorded_path, save_checkpoint
+from hybrid_qpr.artifacts import recorded_path
 from hybrid_qpr.data.clusters import Cluster
 from hybrid_qpr.distance import check_distance, similarity
 from hybrid_qpr.evaluation.evaluator import top_k_indices
 from hybrid_qpr.evaluation.metrics import drop_self, mrr_at_k, roc_auc
 from hybrid_qpr.model.losses import search_distance
-from hybrid_qpr.progress import track
+from hybrid_qpr.training.trainer import BEST_FILE, CHECKPOINT_FILE, TrainerSettings
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT = "checkpoint.pt"
-BEST = "best.pt"
+CHECKPOINT = CHECKPOINT_FILE
+BEST = BEST_FILE
 
 
 @dataclass
@@ -177,63 +178,44 @@ def train(
     source=None,
 ) -> TrainResult:
     """Train ``model`` with ``loss_fn(anchors, positives[, labels=])``; keep the best state in ``run_dir/best.pt``.
-    Each epoch's entry (loss, seconds, val metrics) is logged and handed to ``on_epoch``."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(config.seed)
-    optimizer = torch.optim.Adam([*model.parameters(), *loss_fn.parameters()], lr=config.lr)
+    Each epoch's entry (loss, seconds, val metrics) is logged and handed to ``on_epoch``.
+
+    The loop is the one trainer's (``hybrid_qpr.training.trainer``) in epoch mode: this
+    function supplies the epoch's batches, the step loss and the validation."""
+    from hybrid_qpr.training.trainer import Trainer
+
     wants_labels = bool(getattr(loss_fn, "wants_labels", False))
     distance = search_distance(loss_fn)
-    start_epoch, history, best_mrr, best_epoch = 0, [], -1.0, -1
-    if resume and (run_dir / CHECKPOINT).exists():
-        state = load_checkpoint(run_dir / CHECKPOINT, "remove it or run without --resume")
-        model.load_state_dict(state["model"])
-        if "loss" in state:
-            loss_fn.load_state_dict(state["loss"])
-        optimizer.load_state_dict(state["optimizer"])
-        start_epoch, history, best_mrr, best_epoch = state["epoch"] + 1, state["history"], state["best_mrr"], state["best_epoch"]
-        log.info("resumed from %s at epoch %d", run_dir / CHECKPOINT, start_epoch)
-    started = time.monotonic()
-    for epoch in range(start_epoch, config.epochs):
+
+    def batches(epoch: int) -> list:
         rng = random.Random(config.seed * 1000 + epoch)
-        batches = source.batches(rng) if source is not None else epoch_batches(train_clusters, config.batch_size, rng)
-        model.train()
-        loss_fn.train()
-        t0, total, done = time.monotonic(), 0.0, 0
-        steps = track(batches, len(batches), f"epoch {epoch}", status=lambda: f"loss {total / max(1, done):.4f}") \
-            if show_progress else batches
-        for batch in steps:
-            if source is not None:
-                loss = source.step_loss(model, batch)
-            else:
-                a = model(model.collate([p.anchor for p in batch]))
-                b = model(model.collate([p.positive for p in batch]))
-                if wants_labels:
-                    loss = loss_fn(a, b, labels=torch.tensor([p.cluster for p in batch]))
-                else:
-                    loss = loss_fn(a, b)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            total += float(loss.detach())
-            done += 1
-        seconds = time.monotonic() - t0
-        if val_clusters is None:
-            metrics = source.validate(model)
+        return source.batches(rng) if source is not None else epoch_batches(train_clusters, config.batch_size, rng)
+
+    def step_loss(batch) -> float:
+        if source is not None:
+            loss = source.step_loss(model, batch)
         else:
-            metrics = validate(model, val_clusters, config.val_queries, config.seed, distance)
-        entry = {"epoch": epoch, "loss": total / max(1, len(batches)), "epoch_seconds": seconds, **metrics}
-        history.append(entry)
+            a = model(model.collate([p.anchor for p in batch]))
+            b = model(model.collate([p.positive for p in batch]))
+            loss = loss_fn(a, b, labels=torch.tensor([p.cluster for p in batch])) if wants_labels else loss_fn(a, b)
+        loss.backward()
+        return float(loss.detach())
+
+    def evaluate() -> dict[str, float]:
+        if val_clusters is None:
+            return source.validate(model)
+        return validate(model, val_clusters, config.val_queries, config.seed, distance)
+
+    def report(entry: dict) -> None:
         log.info("epoch %s", json.dumps(entry))
         if on_epoch is not None:
             on_epoch(entry)
-        if metrics["mrr@20"] > best_mrr:
-            best_mrr, best_epoch = metrics["mrr@20"], epoch
-            save_checkpoint({"model": model.state_dict(), "epoch": epoch, "metrics": metrics}, run_dir / BEST)
-        save_checkpoint({"model": model.state_dict(), "loss": loss_fn.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch, "history": history,
-               "best_mrr": best_mrr, "best_epoch": best_epoch, "config": asdict(config)}, run_dir / CHECKPOINT)
-        if epoch - best_epoch >= config.patience:
-            break
-        if config.max_minutes is not None and time.monotonic() - started > 60 * config.max_minutes:
-            break
-    return TrainResult(best_epoch, best_mrr, history)
+
+    trainer = TrainerSettings(epochs=config.epochs, lr=config.lr, clip=None, patience=config.patience,
+                              max_minutes=config.max_minutes, seed=config.seed, schedule="constant", weight_decay=0.0)
+    result = Trainer(model, trainer, run_dir, step_loss=step_loss, evaluate=evaluate, batches=batches,
+                     also_train={"loss": loss_fn}, evaluate_first=False, first_epoch=0, on_record=report,
+                     run_settings=asdict(config), defaults=asdict(TrainConfig()), description="train",
+                     metric="mrr@20").run(resume=resume, show_progress=show_progress)
+    best = -1.0 if result.best_metric is None else result.best_metric
+    return TrainResult(-1 if result.best_epoch is None else result.best_epoch, best, result.history)

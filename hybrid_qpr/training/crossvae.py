@@ -8,12 +8,15 @@ Steps:
 2. features: the frozen pretrained encoder (MiniLM, mean pooling over at most ``max_length``
    tokens, not normalised) embeds every distinct text once; cached in the run directory
    (``features.npy`` + ``features.json``) so a rerun or ``resume`` skips it;
-3. training: Adam over shuffled batches of pairs, the loss of the model docstring with β
-   annealed from 0 to ``beta`` over ``kl_warmup`` steps, gradient norm clipped at 1; every
-   loss term is logged per epoch (``log.jsonl``); after each epoch the validation metric
-   (MRR of answer retrieval on ``val_dataset``'s BEIR val split, ranking by the cosine of
-   latent means) picks the best epoch and stops after ``patience`` epochs without gain;
-   a checkpoint (model, optimizer, epoch, best state) is written atomically each epoch;
+3. training, by the one trainer (``hybrid_qpr.training.trainer``, epoch mode): Adam over
+   shuffled batches of pairs, the loss of the model docstring with β annealed from 0 to
+   ``beta`` over ``kl_warmup`` steps, gradient norm clipped at 1; each epoch's mean loss terms
+   (and the mean β of its steps) are logged (``log.jsonl``); after each epoch the validation
+   metric (MRR of answer retrieval on ``val_dataset``'s BEIR val split, ranking by the cosine
+   of latent means) picks the best epoch (``best.pt``) and stops after ``patience`` epochs
+   without gain; a checkpoint is written atomically each epoch and a rerun resumes from it
+   (``epochs``, ``patience``, ``max_minutes`` may change; a checkpoint from before the one
+   trainer is refused in one line);
 4. export: each side is the pretrained backbone + mean pooling + its head's μ (+ L2
    normalisation), exported by ``hybrid_qpr.export.transformer`` (parity-checked, optional
    int8) and put together by ``hybrid_qpr.export.asymmetric``.
@@ -35,15 +38,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from hybrid_qpr.artifacts import atomic_write, load_checkpoint, recorded_path, save_checkpoint
+from hybrid_qpr.artifacts import atomic_write, recorded_path
 from hybrid_qpr.errors import ConfigError
 from hybrid_qpr.model.crossvae import CrossVAE, LossTerms
 from hybrid_qpr.progress import track
 from hybrid_qpr.text.tokenizer import Vocabulary
+from hybrid_qpr.training.trainer import TrainerSettings
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_FILE = "checkpoint.pt"
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,12 @@ class CrossVAESettings:
         if not self.lr > 0 or self.beta < 0 or self.lam < 0 or self.kl_warmup < 0:
             raise ConfigError("lr must be > 0 and beta, lam, kl_warmup >= 0")
 
+    def trainer_settings(self) -> TrainerSettings:
+        """Adam (no weight decay) at a constant ``lr``, gradient norm clipped at 1, one
+        evaluation per epoch."""
+        return TrainerSettings(epochs=self.epochs, lr=self.lr, clip=1.0, patience=self.patience,
+                               max_minutes=self.max_minutes, seed=self.seed, schedule="constant", weight_decay=0.0)
+
 
 def train_pairs(dataset_dirs: Sequence[str | Path]) -> list[tuple[str, str]]:
     """(question, correct sentence) for every positive of every train question."""
@@ -94,97 +103,43 @@ def kl_weight(step: int, beta: float, warmup: int) -> float:
 
 def fit(model: CrossVAE, q_features: np.ndarray, a_features: np.ndarray, q_tokens: np.ndarray, a_tokens: np.ndarray,
         settings: CrossVAESettings, *, validate: Callable[[CrossVAE], float] | None = None,
-        run_dir: Path | None = None) -> dict[str, Any]:
-    """The training loop over aligned rows (row i of the four arrays is pair i).
+        run_dir: Path | None = None, show_progress: bool = True) -> dict[str, Any]:
+    """Train over aligned rows (row i of the four arrays is pair i) with the one trainer
+    (``hybrid_qpr.training.trainer``, epoch mode); a checkpoint in ``run_dir`` is resumed.
 
     Returns ``{"history": [per-epoch mean loss terms, beta, val], "best_epoch", "best_val",
     "stopped"}`` and leaves the best validated state (or the last one without ``validate``)
     in ``model``. With ``validate``, the untrained state is scored first (epoch 0) and is kept
     if no epoch beats it."""
+    from hybrid_qpr.training.trainer import Trainer
+
     settings.check()
-    torch.manual_seed(settings.seed)
     n = len(q_features)
     tensors = [torch.as_tensor(x) for x in (q_features, a_features, q_tokens, a_tokens)]
-    optimizer = torch.optim.Adam(model.parameters(), lr=settings.lr)
-    start_epoch, step, best_val, best_epoch, best_state, history = 0, 0, -1.0, 0, None, []
-    checkpoint = run_dir / CHECKPOINT_FILE if run_dir else None
-    if checkpoint is not None and checkpoint.is_file():
-        state = load_checkpoint(checkpoint, "remove it to start over")
-        if _model_settings(state.get("settings") or {}) != _model_settings(dataclasses.asdict(settings)):
-            raise ConfigError(f"{checkpoint} was written with other settings; remove it or use the same settings "
-                              f"(only {', '.join(BUDGET_SETTINGS)} may change on resume)")
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        start_epoch, step, best_val, best_epoch = state["epoch"], state["step"], state["best_val"], state["best_epoch"]
-        best_state, history = state["best_state"], state["history"]
-        logger.info("resuming %s after epoch %d", checkpoint, start_epoch)
-    if validate is not None and start_epoch == 0:  # the untrained state is a candidate too (epoch 0)
-        model.eval()
-        best_val = validate(model)
-        best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        history.append({"epoch": 0, "step": 0, "val": best_val})
-        logger.info("epoch 0: val %.4f", best_val)
-        if run_dir is not None:
-            with (run_dir / "log.jsonl").open("a", encoding="utf-8") as fh:
-                fh.write(json.dumps(history[0]) + "\n")
-    started = time.perf_counter()
-    stopped = "epochs"
-    for epoch in range(start_epoch, settings.epochs):
-        model.train()
+    trainer: Trainer | None = None
+
+    def batches(epoch: int) -> list[torch.Tensor]:
         order = list(range(n))
         random.Random(f"{settings.seed}:{epoch}").shuffle(order)
-        sums: dict[str, float] = {}
-        batches = 0
-        starts = range(0, n - 1, settings.batch_size)  # a last batch of 1 pair has no negative: skipped
-        for begin in track(starts, total=len(starts), description=f"crossvae epoch {epoch + 1}",
-                           status=lambda: f"match {sums.get('match', 0.0) / max(batches, 1):.4f}"):
-            idx = torch.as_tensor(order[begin:begin + settings.batch_size])
-            if len(idx) < 2:
-                continue
-            qf, af, qt, at = (t[idx] for t in tensors)
-            terms: LossTerms = model.loss_terms(qf, af, _trim(qt), _trim(at), match_on_means=settings.match_on_means)
-            beta = kl_weight(step, settings.beta, settings.kl_warmup)
-            loss = terms.total(beta, settings.lam)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            step += 1
-            batches += 1
-            for k, v in terms.as_floats().items():
-                sums[k] = sums.get(k, 0.0) + v
-        row: dict[str, Any] = {"epoch": epoch + 1, "step": step, "beta": kl_weight(step, settings.beta, settings.kl_warmup),
-                               **{k: v / max(batches, 1) for k, v in sums.items()}}
-        if validate is not None:
-            model.eval()
-            row["val"] = validate(model)
-            if row["val"] > best_val:
-                best_val, best_epoch = row["val"], epoch + 1
-                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        history.append(row)
-        logger.info("epoch %d: %s", epoch + 1, ", ".join(f"{k} {v:.4f}" for k, v in row.items() if isinstance(v, float)))
-        if run_dir is not None:
-            with (run_dir / "log.jsonl").open("a", encoding="utf-8") as fh:
-                fh.write(json.dumps(row) + "\n")
-            save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch + 1,
-                         "step": step, "best_val": best_val, "best_epoch": best_epoch, "best_state": best_state,
-                         "history": history, "settings": dataclasses.asdict(settings)}, checkpoint)
-        if validate is not None and epoch + 1 - best_epoch >= settings.patience:
-            stopped = "patience"
-            break
-        if settings.max_minutes is not None and time.perf_counter() - started > 60 * settings.max_minutes:
-            stopped = "max_minutes"
-            break
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    return {"history": history, "best_epoch": best_epoch, "best_val": best_val, "stopped": stopped}
+        # a last batch of 1 pair has no negative: skipped
+        return [torch.as_tensor(order[i:i + settings.batch_size]) for i in range(0, n - 1, settings.batch_size)
+                if len(order[i:i + settings.batch_size]) >= 2]
 
+    def step_loss(idx: torch.Tensor) -> dict[str, float]:
+        qf, af, qt, at = (t[idx] for t in tensors)
+        terms: LossTerms = model.loss_terms(qf, af, _trim(qt), _trim(at), match_on_means=settings.match_on_means)
+        beta = kl_weight(trainer.step, settings.beta, settings.kl_warmup)  # the steps done before this one
+        loss = terms.total(beta, settings.lam)
+        loss.backward()
+        return {"loss": float(loss.detach()), "beta": beta, **terms.as_floats()}
 
-BUDGET_SETTINGS = ("epochs", "patience", "max_minutes")  # how long to train, not what: may change on resume
-
-
-def _model_settings(settings: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in settings.items() if k not in BUDGET_SETTINGS}
+    trainer = Trainer(model, settings.trainer_settings(), run_dir, step_loss=step_loss,
+                      evaluate=None if validate is None else (lambda: validate(model)), batches=batches,
+                      run_settings=dataclasses.asdict(settings), defaults=dataclasses.asdict(CrossVAESettings()),
+                      description="crossvae", metric="val", start_over="remove it to start over")
+    result = trainer.run(resume=True, show_progress=show_progress)
+    return {"history": result.history, "best_epoch": result.best_epoch or 0, "best_val": result.best_metric,
+            "stopped": result.stopped}
 
 
 def _trim(tokens: torch.Tensor) -> torch.Tensor:

@@ -8,8 +8,8 @@ unused questions), so the student also learns the teacher's order among close qu
 only "far from random questions". Labelled pairs (``pairs``, a dataset's training clusters)
 optionally add the SDML loss on a batch of pairs at every step.
 
-``DistillationSource`` is the batch source the CNN trainer (``hybrid_qpr.training.cnn.train``)
-accepts in place of its pair batches.
+``DistillationSource`` is the batch source the CNN loop (``hybrid_qpr.training.cnn.train``, on
+the one trainer) accepts in place of its pair batches.
 """
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ def distill(corpus: str | Path, teacher_dir: str | Path, run_dir: str | Path, *,
     from hybrid_qpr.model.losses import SDMLLoss
     from hybrid_qpr.model.losses.distillation import InBatchDistillationLoss
     from hybrid_qpr.text.tokenizer import Vocabulary
-    from hybrid_qpr.training.cnn import BEST, RUN_META, TrainConfig, train, write_run_meta
+    from hybrid_qpr.training.cnn import BEST, CHECKPOINT, RUN_META, TrainConfig, train, write_run_meta
     from hybrid_qpr.training.teacher import corpus_fingerprint, teacher_embeddings
     from hybrid_qpr.training.word_init import extend_vocabulary, init_word_embeddings, teacher_words
 
@@ -289,7 +289,7 @@ def distill(corpus: str | Path, teacher_dir: str | Path, run_dir: str | Path, *,
     vocabulary.save(vocab_path)
     torch.manual_seed(train_config.seed)
     model = CNNModel(vocabulary, **architecture)
-    fresh = not (resume and (run_dir / "checkpoint.pt").exists())
+    fresh = not (resume and (run_dir / CHECKPOINT).exists())
     if init is not None and fresh:
         model.load_state_dict(load_checkpoint(init / BEST, "is --init a 'hybrid-qpr train' or 'distill' run directory?")["model"])
     elif config.teacher_words and fresh:

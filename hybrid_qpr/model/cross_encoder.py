@@ -1,0 +1,128 @@
+"""A cross-encoder (monoBERT, Nogueira and Cho 2019): question and candidate read together.
+
+``[CLS] question [SEP] candidate [SEP]`` (``hybrid_qpr.rerankers.pairs``) goes through a BERT-like
+encoder (default: the bundled all-MiniLM-L6-v2) and a linear head turns a pooled vector into one
+relevance score (a logit). Unlike a bi-encoder, every layer attends across both texts, which is
+why it reranks well and why it only scores a few candidates per query.
+
+Pooling: **mean** over the pair's tokens by default, ``cls`` as an option. monoBERT scores the
+``[CLS]`` vector, but its BERT was pre-trained with next-sentence prediction on that vector;
+all-MiniLM-L6-v2 was fine-tuned (1B sentence pairs) through its mean-pooled output only, so on a
+CPU budget of a few thousand steps the mean-pooled state is the better-conditioned start.
+
+Files of a saved model directory (:meth:`CrossEncoder.save`, read by :meth:`CrossEncoder.from_dir`
+and exported by ``hybrid_qpr.export.cross_encoder``): the Hugging Face backbone files,
+``tokenizer.json``, ``head.safetensors`` (the scoring head) and ``hybrid_qpr_cross_encoder.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from hybrid_qpr.artifacts import atomic_directory
+from hybrid_qpr.errors import ArtifactError, ConfigError
+from hybrid_qpr.model.transformer import TOKENIZER_FILE, load_backbone, mean_pool, read_settings
+from hybrid_qpr.rerankers.pairs import DEFAULT_MAX_LENGTH, DEFAULT_QUERY_TOKENS, PairTokenizer
+
+SETTINGS_FILE = "hybrid_qpr_cross_encoder.json"
+HEAD_FILE = "head.safetensors"
+Pooling = Literal["mean", "cls"]
+POOLINGS: tuple[str, ...] = ("mean", "cls")
+
+
+class CrossEncoder(nn.Module):
+    """Backbone + pooling + ``Linear(hidden, 1)``: pairs in, one score per pair out."""
+
+    def __init__(self, backbone: nn.Module, tokenizer_path: str | Path, *, max_length: int = DEFAULT_MAX_LENGTH,
+                 query_tokens: int = DEFAULT_QUERY_TOKENS, pooling: Pooling = "mean", source: str = ""):
+        super().__init__()
+        if pooling not in POOLINGS:
+            raise ConfigError(f"pooling={pooling!r}: allowed values are {', '.join(POOLINGS)}")
+        self.backbone = backbone
+        self.pairs = PairTokenizer(tokenizer_path, max_length, query_tokens)
+        self.pooling = pooling
+        self.source = source
+        hidden = int(backbone.config.hidden_size)
+        self.dropout = nn.Dropout(float(getattr(backbone.config, "hidden_dropout_prob", 0.1)))
+        self.head = nn.Linear(hidden, 1)
+        nn.init.normal_(self.head.weight, std=0.02)
+        nn.init.zeros_(self.head.bias)
+
+    @classmethod
+    def from_dir(cls, model_dir: str | Path | None = None, *, max_length: int | None = None,
+                 query_tokens: int | None = None, pooling: Pooling | None = None) -> "CrossEncoder":
+        """A saved cross-encoder (with its head and settings), or a plain Hugging Face encoder
+        (``None``: the bundled all-MiniLM-L6-v2) with a fresh head."""
+        backbone, model_dir = load_backbone(model_dir)
+        settings = read_settings(model_dir, SETTINGS_FILE)
+        model = cls(backbone, model_dir / TOKENIZER_FILE,
+                    max_length=max_length or int(settings.get("max_length", DEFAULT_MAX_LENGTH)),
+                    query_tokens=query_tokens or int(settings.get("query_tokens", DEFAULT_QUERY_TOKENS)),
+                    pooling=pooling or settings.get("pooling", "mean"),
+                    source=str(settings.get("source", model_dir)))
+        if (model_dir / HEAD_FILE).is_file():
+            from safetensors.torch import load_file
+
+            try:
+                model.head.load_state_dict(load_file(str(model_dir / HEAD_FILE)))
+            except Exception as exc:  # safetensors and load_state_dict raise several types
+                raise ArtifactError(f"{model_dir / HEAD_FILE}: cannot load the scoring head ({exc})") from exc
+        return model
+
+    @property
+    def tokenizer_path(self) -> Path:
+        return self.pairs.path
+
+    def collate(self, queries: Sequence[str], texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        ids, mask, types = self.pairs.encode_pairs(queries, texts)
+        return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
+                "token_type_ids": torch.from_numpy(types)}
+
+    def score(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        """The computation exported to ONNX: one logit per pair, shape [N]."""
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
+                               token_type_ids=token_type_ids).last_hidden_state
+        pooled = mean_pool(hidden, attention_mask) if self.pooling == "mean" else hidden[:, 0]
+        return self.head(self.dropout(pooled)).squeeze(-1)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.score(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+
+    @torch.no_grad()
+    def predict(self, queries: Sequence[str], texts: Sequence[str], batch_size: int = 64) -> torch.Tensor:
+        """Scores in eval mode (no dropout), for dev evaluation and parity checks."""
+        was_training = self.training
+        self.eval()
+        try:
+            parts = [self(self.collate(queries[i : i + batch_size], texts[i : i + batch_size]))
+                     for i in range(0, len(texts), batch_size)]
+        finally:
+            self.train(was_training)
+        return torch.cat(parts) if parts else torch.zeros(0)
+
+    def settings(self) -> dict[str, Any]:
+        return {"max_length": self.pairs.max_length, "query_tokens": self.pairs.query_tokens,
+                "pooling": self.pooling, "source": self.source}
+
+    def save(self, out_dir: str | Path, extra: dict[str, Any] | None = None) -> Path:
+        """Write a directory :meth:`from_dir` reads back, atomically."""
+        from safetensors.torch import save_file
+
+        out_dir = Path(out_dir)
+        with atomic_directory(out_dir, marker=SETTINGS_FILE) as work:
+            os.chmod(work, 0o755)
+            self.backbone.save_pretrained(str(work), safe_serialization=True)
+            (work / TOKENIZER_FILE).write_bytes(self.pairs.path.read_bytes())
+            save_file({k: v.detach().contiguous() for k, v in self.head.state_dict().items()}, str(work / HEAD_FILE))
+            settings = {**self.settings(), **(extra or {})}
+            (work / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+        self.pairs.path = out_dir / TOKENIZER_FILE
+        return out_dir
+

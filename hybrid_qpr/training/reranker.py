@@ -1,0 +1,204 @@
+"""Train a cross-encoder reranker (``hybrid_qpr.model.cross_encoder``) with the generic trainer.
+
+Training examples are (question, correct texts, wrong texts):
+
+* **answer datasets** (written by ``hybrid-qpr dataset from-answers`` / ``from-squad``): each train
+  question, its correct sentences and its labelled wrong candidates (WikiQA, TrecQA) or the
+  other sentences of its paragraph (SQuAD), which are hard negatives by construction;
+* **question clusters** (``hybrid-qpr dataset build``): a cluster's first question, its other
+  questions as the correct texts, and hard negatives mined by our own engine
+  (``hybrid_qpr.training.hard_negatives``: the top BM25 and kNN hits outside the cluster).
+
+Each step draws ``batch_size`` examples (seeded by step, so a resumed run sees the same batches)
+and for each one correct text and ``negatives`` wrong ones, topped up from the other examples'
+texts when a question has fewer: a group of ``1 + negatives`` pairs per question. Losses:
+
+* ``listwise``: softmax cross-entropy over each group, the correct text as the target class
+  (the "localized contrastive estimation" of Gao et al. 2021 with a single positive);
+* ``bce``: binary cross-entropy of every pair's logit against its 0/1 label (monoBERT,
+  Nogueira and Cho 2019), on the same pairs.
+
+Dev metric: MAP of each dev question's own candidates ranked by the model (an answer dataset's
+val split, e.g. WikiQA dev), computed by ``hybrid_qpr.evaluation.metrics``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from hybrid_qpr.errors import ConfigError, check_at_least
+from hybrid_qpr.training.trainer import Trainer, TrainerSettings
+
+logger = logging.getLogger(__name__)
+
+RerankerLoss = Literal["listwise", "bce"]
+LOSSES: tuple[str, ...] = ("listwise", "bce")
+MODEL_SUBDIR = "model"
+
+
+@dataclass(frozen=True)
+class RerankerSettings:
+    loss: RerankerLoss = "listwise"
+    base_model: str | None = None  # None: the bundled all-MiniLM-L6-v2
+    pooling: str = "mean"
+    max_length: int = 128
+    query_tokens: int = 48
+    batch_size: int = 4  # questions per step
+    negatives: int = 7  # wrong texts per question
+    max_clusters: int | None = 2000  # question clusters used per cluster dataset (seeded sample)
+    mine_depth: int = 10  # hits per retriever searched for hard negatives of a cluster
+    miner_model: str | None = None  # encoder for mining kNN negatives; None: the bundled default
+    dev_max_questions: int | None = None  # dev questions evaluated (seeded sample), None = all
+
+    def check(self) -> None:
+        if self.loss not in LOSSES:
+            raise ConfigError(f"loss={self.loss!r}: allowed values are {', '.join(LOSSES)}")
+        check_at_least(self, ("batch_size", "negatives", "max_length", "query_tokens", "mine_depth"))
+
+
+@dataclass
+class Example:
+    query: str
+    positives: list[str]
+    negatives: list[str]
+
+
+def _manifest_format(dataset_dir: Path) -> str | None:
+    try:
+        return json.loads((dataset_dir / "manifest.json").read_text(encoding="utf-8")).get("format")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def load_examples(dataset_dirs: Sequence[str | Path], settings: RerankerSettings, seed: int) -> list[Example]:
+    """The train examples of every dataset (module docstring)."""
+    from hybrid_qpr.data.answer_dataset import FORMAT as ANSWERS_FORMAT, read_answer_records
+    from hybrid_qpr.data.dataset import FORMAT as CLUSTERS_FORMAT
+
+    examples: list[Example] = []
+    for directory in map(Path, dataset_dirs):
+        fmt = _manifest_format(directory)
+        if fmt == ANSWERS_FORMAT:
+            found = [Example(r.question, list(r.positives), list(r.negatives))
+                     for r in read_answer_records(directory, "train") if r.positives]
+        elif fmt == CLUSTERS_FORMAT:
+            from hybrid_qpr.training.hard_negatives import mine_cluster_examples
+
+            found = [Example(q, p, n) for q, p, n in mine_cluster_examples(directory, settings.max_clusters, seed,
+                                                                          settings.mine_depth, settings.miner_model)]
+        else:
+            raise ConfigError(f"{directory}: not a dataset directory written by 'hybrid-qpr dataset from-answers', "
+                              "'from-squad' or 'build' (its manifest.json is missing or of another format)")
+        logger.info("%s: %d train examples", directory, len(found))
+        examples.extend(found)
+    if len(examples) < 2:
+        raise ConfigError("the reranker needs at least 2 train questions with a correct text")
+    return examples
+
+
+def draw_groups(examples: Sequence[Example], settings: RerankerSettings, seed: int,
+                step: int) -> tuple[list[str], list[str]]:
+    """Batch ``step``: ``batch_size`` groups of ``1 + negatives`` (question, text) pairs, the
+    correct text first in each group; depends only on its arguments."""
+    rng = random.Random(f"{seed}:{step}")
+    chosen = rng.sample(range(len(examples)), min(settings.batch_size, len(examples)))
+    queries, texts = [], []
+    for index in chosen:
+        example = examples[index]
+        wrong = rng.sample(example.negatives, min(settings.negatives, len(example.negatives)))
+        while len(wrong) < settings.negatives:  # top up with another question's text
+            other = examples[rng.randrange(len(examples))]
+            if other is not example:
+                wrong.append(rng.choice(other.positives + other.negatives))
+        queries.extend([example.query] * (1 + settings.negatives))
+        texts.extend([rng.choice(example.positives), *wrong])
+    return queries, texts
+
+
+def group_loss(scores: torch.Tensor, group: int, loss: RerankerLoss) -> torch.Tensor:
+    """``scores`` [groups * group] with each group's correct pair first."""
+    grouped = scores.view(-1, group)
+    if loss == "listwise":
+        return torch.nn.functional.cross_entropy(grouped, torch.zeros(len(grouped), dtype=torch.long))
+    labels = torch.zeros_like(grouped)
+    labels[:, 0] = 1.0
+    return torch.nn.functional.binary_cross_entropy_with_logits(grouped, labels)
+
+
+@torch.no_grad()
+def dev_map(model, records) -> float:
+    """MAP of ranking each judged dev question's own candidates by the cross-encoder."""
+    from hybrid_qpr.evaluation.metrics import average_precision
+
+    run, qrels = {}, {}
+    for r in records:
+        candidates = r.positives + r.negatives
+        scores = model.predict([r.question] * len(candidates), candidates).tolist()
+        order = sorted(range(len(candidates)), key=lambda i: (-scores[i], i))
+        run[r.id] = [f"c{i}" for i in order]
+        qrels[r.id] = {f"c{i}": 1 for i in range(len(r.positives))}
+    return average_precision(run, qrels)
+
+
+def dev_records(dev_dir: str | Path, max_questions: int | None, seed: int):
+    from hybrid_qpr.data.answer_dataset import read_answer_records
+
+    records = [r for r in read_answer_records(dev_dir, "val") if r.positives]
+    if not records:
+        raise ConfigError(f"{dev_dir}: the val split has no question with a correct sentence to evaluate on")
+    if max_questions is not None and max_questions < len(records):
+        records = random.Random(seed).sample(records, max_questions)
+    return records
+
+
+def train_reranker(dataset_dirs: Sequence[str | Path], dev_dir: str | Path | None, out_dir: str | Path,
+                   settings: RerankerSettings, trainer: TrainerSettings, *, resume: bool = False,
+                   export_dir: str | Path | None = None, quantize: bool = False,
+                   show_progress: bool = True) -> dict[str, Any]:
+    """Train, keep the best dev-MAP state, save ``out_dir/model`` and optionally export it."""
+    from hybrid_qpr.model.cross_encoder import CrossEncoder
+
+    settings.check()
+    trainer.check()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(trainer.seed)
+    examples = load_examples(dataset_dirs, settings, trainer.seed)
+    dev = dev_records(dev_dir, settings.dev_max_questions, trainer.seed) if dev_dir is not None else None
+    model = CrossEncoder.from_dir(settings.base_model, max_length=settings.max_length,
+                                  query_tokens=settings.query_tokens, pooling=settings.pooling)  # type: ignore[arg-type]
+    group = 1 + settings.negatives
+
+    def step_loss(step: int) -> float:
+        queries, texts = draw_groups(examples, settings, trainer.seed, step)
+        loss = group_loss(model(model.collate(queries, texts)), group, settings.loss)
+        loss.backward()
+        return float(loss.detach())
+
+    run_settings = {**dataclasses.asdict(settings), **dataclasses.asdict(trainer),
+                    "datasets": [str(d) for d in dataset_dirs], "dev": None if dev_dir is None else str(dev_dir)}
+    (out_dir / "settings.json").write_text(json.dumps(run_settings, indent=2) + "\n")
+    loop = Trainer(model, trainer, out_dir, step_loss=step_loss,
+                   evaluate=None if dev is None else (lambda: dev_map(model, dev)), run_settings=run_settings,
+                   defaults={**dataclasses.asdict(RerankerSettings()), **dataclasses.asdict(TrainerSettings())},
+                   description=f"reranker {settings.loss}", metric="dev_map")
+    result = loop.run(resume=resume, show_progress=show_progress)
+    report = {**result.to_dict(), "train_examples": len(examples), "dev_questions": len(dev) if dev else 0}
+    training = {**run_settings, "report": {k: v for k, v in report.items() if k != "history"}}
+    model.save(out_dir / MODEL_SUBDIR, extra={"training": training})
+    if export_dir is not None:
+        from hybrid_qpr.export.cross_encoder import export_cross_encoder
+
+        export_cross_encoder(model, export_dir, quantize=quantize, training=training)
+        report["export"] = str(export_dir)
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
