@@ -46,11 +46,12 @@ from hybrid_qpr.backends.local.bm25 import CorpusStats, DenseColumns, Postings, 
 
 BLOCK = 64  # postings per block (PISA's default block size for its block-max indexes)
 # Queries with more distinct tokens than this (in a segment) are scored exhaustively
-# (``bm25.exhaustive_top``): measured on 300 Quora questions over 1M documents, pruning was
-# 4.8x faster below 7 query tokens, 1.3x at 7-10 and slower above (docs/engine.md).
-PRUNE_MAX_TOKENS = 10
+# (``bm25.exhaustive_top``). Measured per query on 300 Quora questions over 1M documents (CPU
+# time, docs/engine.md): pruning 6x faster below 7 tokens, 2x at 7-8, 1.3x at 9-10, even at
+# 11-12, slower from 13 and 2-3x slower from 16 (many mid-frequency tokens are all essential).
+PRUNE_MAX_TOKENS = 15
 BUCKETS = 256  # candidates are visited in this many bands of partial sums, best first
-MARGIN = 1e-6  # a bound must be this share below the threshold to skip: float rounding is ~1e-7 at most
+MARGIN = 1e-5  # a bound must be this share below the threshold to skip: rounding (float32 partial sums) is below 2e-6
 
 
 @dataclass(frozen=True)
@@ -141,12 +142,13 @@ _SCRATCH = threading.local()
 
 
 def _scratch(n_docs: int) -> tuple[np.ndarray, np.ndarray]:
-    """This thread's accumulator (float64 zeros, at least ``n_docs``; the kernel zeroes what
-    it used) and list of touched rows, reused across queries: fresh arrays per query cost
-    their page faults (1M documents: 12 MB)."""
+    """This thread's accumulator of partial sums (float32 zeros, at least ``n_docs``; the
+    kernel zeroes what it used; float32 halves the memory its random accesses touch, and only
+    bounds are read from it) and list of touched rows, reused across queries: fresh arrays per
+    query cost their page faults (1M documents: 8 MB)."""
     scratch = getattr(_SCRATCH, "arrays", None)
     if scratch is None or len(scratch[0]) < n_docs:
-        _SCRATCH.arrays = scratch = (np.zeros(n_docs, dtype=np.float64), np.zeros(n_docs, dtype=np.int32))
+        _SCRATCH.arrays = scratch = (np.zeros(n_docs, dtype=np.float32), np.zeros(n_docs, dtype=np.int32))
     return scratch
 
 
@@ -290,6 +292,7 @@ def _pruned_top(rows, weights, block_top, block_last, starts, ends, first_block,
         need = below[k + 1] / (1.0 - margin) ** 2
         if n_touched >= depth and best_partial > need:
             if _best_partials(acc, touched, n_touched, best_values, best_rows) == depth and best_values[0] > need:
+                threshold = best_values[0] * (1.0 - margin)  # at most the final depth-th best score
                 break
         t = by_bound[k]
         idf32 = token_idfs[t]
@@ -301,27 +304,20 @@ def _pruned_top(rows, weights, block_top, block_last, starts, ends, first_block,
             if acc[row] == 0.0:  # contributions are > 0: zero means untouched
                 touched[n_touched] = row
                 n_touched += 1
-            acc[row] += repeats * np.float64(np.float32(idf32 * weights[j]))
-            best_partial = max(best_partial, acc[row])
+            acc[row] += repeats * np.float32(idf32 * weights[j])
+            best_partial = max(best_partial, np.float64(acc[row]))
         k -= 1
     essential = k + 1  # tokens by_bound[essential:] were added; by_bound[:essential] are looked up
 
-    # the threshold: the depth-th best exact score of the documents with the best partial sums
-    # (at least the depth-th best partial sum, and usually close to the final depth-th best score)
+    if k < 0 and _best_partials(acc, touched, n_touched, best_values, best_rows) == depth:
+        threshold = best_values[0] * (1.0 - margin)  # every token added: the depth-th best partial sum
     heap = np.empty(depth, dtype=np.float32)
     heap_rows = np.empty(depth, dtype=np.int64)
     found = np.zeros(m, dtype=np.float32)
-    if _best_partials(acc, touched, n_touched, best_values, best_rows) == depth:
-        size = 0
-        for row in best_rows:
-            for t in range(m):
-                found[t] = dense[slots[t], row] if slots[t] >= 0 else _weight_of(
-                    rows, weights, block_last, starts[t], ends[t], first_block[t], block, row)
-            size = _heap_push(heap, heap_rows, size, _score_doc(token_idfs, order, found), row)
-        threshold = np.float64(heap[0])
 
     # 2. the touched documents that can still reach the threshold, best partial sum first (so
-    # the threshold rises early and the first document that cannot reach it ends the loop):
+    # the threshold rises at once to near its final value, and the first band of partial sums
+    # that cannot reach it ends the loop):
     # the other tokens looked up (largest bound first; a block's maximum before its
     # postings), then the exact score
     # (bucketed by partial sum: a counting sort, where a full sort would cost more than the pruning saves)
