@@ -158,19 +158,20 @@ def has_compiled_scorer() -> bool:
 
 
 def _top_kernel():
-    """The compiled ``_pruned_top`` (compiled on first use, cached on disk by numba), or ``None``."""
-    if not _KERNEL:
-        try:
-            import numba
-        except ImportError:
-            _KERNEL.append(None)
+    """The compiled ``_pruned_top``, or ``None``."""
+    return bm25_lib.compile_once(_KERNEL, globals(), "_pruned_top",
+                                 ("_lower_bound", "_seek", "_weight_of", "_score_doc", "_heap_push", "_best_partials"))
+
+
+def _lower_bound(values, lo, hi, target):  # pragma: no cover - compiled
+    """The first position in ``lo:hi`` (``values`` ascending) holding ``target`` or more (``hi`` if none)."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if values[mid] < target:
+            lo = mid + 1
         else:
-            jit = numba.njit(cache=True, nogil=True)
-            global _seek, _weight_of, _score_doc, _heap_push, _best_partials  # the kernel calls the compiled helpers
-            _seek, _weight_of, _score_doc = jit(_seek), jit(_weight_of), jit(_score_doc)
-            _heap_push, _best_partials = jit(_heap_push), jit(_best_partials)
-            _KERNEL.append(jit(_pruned_top))
-    return _KERNEL[0]
+            hi = mid
+    return lo
 
 
 def _seek(rows, lo, hi, row):  # pragma: no cover - compiled
@@ -180,29 +181,17 @@ def _seek(rows, lo, hi, row):  # pragma: no cover - compiled
     while lo + step < hi and rows[lo + step] < row:
         lo += step
         step *= 2
-    hi = min(hi, lo + step + 1)
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if rows[mid] < row:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+    return _lower_bound(rows, lo, min(hi, lo + step + 1), row)
 
 
 def _weight_of(rows, weights, block_last, start, end, first, block, row):  # pragma: no cover - compiled
     """The term weight of ``row`` in the postings ``start:end`` (blocks from ``first``), or 0:
     a binary search over the blocks' last rows, then one within the block."""
-    lo, hi = first, first + (end - start + block - 1) // block
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if block_last[mid] < row:
-            lo = mid + 1
-        else:
-            hi = mid
-    if lo == first + (end - start + block - 1) // block:
+    last = first + (end - start + block - 1) // block
+    at_block = _lower_bound(block_last, first, last, row)
+    if at_block == last:
         return np.float32(0.0)
-    at = start + (lo - first) * block
+    at = start + (at_block - first) * block
     at = _seek(rows, at, min(at + block, end), row)
     return weights[at] if at < end and rows[at] == row else np.float32(0.0)
 
@@ -364,18 +353,13 @@ def _pruned_top(rows, weights, block_top, block_last, starts, ends, first_block,
                 w = dense[slots[t], row]
             else:
                 w = np.float32(0.0)
-                lo, hi = first_block[t], first_block[t] + (ends[t] - starts[t] + block - 1) // block
-                while lo < hi:  # the first block whose last row is at or after ``row``
-                    mid = (lo + hi) >> 1
-                    if block_last[mid] < row:
-                        lo = mid + 1
-                    else:
-                        hi = mid
-                if lo < first_block[t] + (ends[t] - starts[t] + block - 1) // block:
-                    if partial + count[t] * np.float64(np.float32(token_idfs[t] * block_top[lo])) + below[kk] < skip_below:
+                last = first_block[t] + (ends[t] - starts[t] + block - 1) // block
+                at_block = _lower_bound(block_last, first_block[t], last, row)  # the block that would hold ``row``
+                if at_block < last:
+                    if partial + count[t] * np.float64(np.float32(token_idfs[t] * block_top[at_block])) + below[kk] < skip_below:
                         keep = False
                         break
-                    start = starts[t] + (lo - first_block[t]) * block
+                    start = starts[t] + (at_block - first_block[t]) * block
                     at = _seek(rows, start, min(start + block, ends[t]), row)
                     if at < ends[t] and rows[at] == row:
                         w = weights[at]

@@ -270,19 +270,26 @@ def _scratch(n_docs: int) -> np.ndarray:
     return total
 
 
-def _top_kernel():
-    """The compiled scorer of ``exhaustive_top`` (compiled on first use, cached on disk by numba), or ``None``."""
-    if not _KERNEL:
+def compile_once(cache: list, namespace: dict, kernel: str, helpers: Sequence[str]):
+    """``namespace[kernel]`` compiled by numba on first use (cached on disk, the GIL released),
+    its ``helpers`` compiled in ``namespace`` first (compiled code calls compiled functions
+    only); kept in ``cache``. ``None`` when numba is not installed."""
+    if not cache:
         try:
             import numba
         except ImportError:
-            _KERNEL.append(None)
+            cache.append(None)
         else:
             jit = numba.njit(cache=True, nogil=True)
-            global _histogram_cut, _collect  # the kernel calls the compiled helpers
-            _histogram_cut, _collect = jit(_histogram_cut), jit(_collect)
-            _KERNEL.append(jit(_score_top))
-    return _KERNEL[0]
+            for name in helpers:
+                namespace[name] = jit(namespace[name])
+            cache.append(jit(namespace[kernel]))
+    return cache[0]
+
+
+def _top_kernel():
+    """The compiled scorer of ``exhaustive_top``, or ``None``."""
+    return compile_once(_KERNEL, globals(), "_score_top", ("_histogram_cut", "_collect"))
 
 
 def _score_top(rows, weights, starts, ends, token_idfs, slots, dense, deleted, depth, total,
