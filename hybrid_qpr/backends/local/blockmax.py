@@ -46,10 +46,11 @@ from hybrid_qpr.backends.local.bm25 import CorpusStats, DenseColumns, Postings, 
 
 BLOCK = 64  # postings per block (PISA's default block size for its block-max indexes)
 # Queries with more distinct tokens than this (in a segment) are scored exhaustively
-# (``bm25.exhaustive_top``). Measured per query on 300 Quora questions over 1M documents (CPU
-# time, docs/engine.md): pruning 6x faster below 7 tokens, 2x at 7-8, 1.3x at 9-10, even at
-# 11-12, slower from 13 and 2-3x slower from 16 (many mid-frequency tokens are all essential).
-PRUNE_MAX_TOKENS = 15
+# (``bm25.exhaustive_top``): pruning reads postings at random, and with many mid-frequency
+# tokens (all essential) that costs more than it saves. Measured per query (CPU time, 300 Quora
+# questions, 1M documents in 4 segments; docs/engine.md): pruning 3.1x faster at up to 6
+# distinct tokens, 1.6x at 7-8, 1.1x at 9-10, 0.8x at 11-12 and 0.45x from 16.
+PRUNE_MAX_TOKENS = 8
 BUCKETS = 256  # candidates are visited in this many bands of partial sums, best first
 MARGIN = 1e-5  # a bound must be this share below the threshold to skip: rounding (float32 partial sums) is below 2e-6
 
