@@ -7,6 +7,8 @@ p50 is what a user waits). Steps:
 
 * ``encode``                   the query encoded (1 text)
 * ``bm25 list``                ``LocalIndex.bm25(q, depth)``: the compiled scorer (numba)
+* ``bm25 list, exhaustive``     the same list from the compiled pass over every posting (the
+                               scorer before block-max pruning, issue 24; ``blockmax.PRUNE_MAX_TOKENS`` 0)
 * ``bm25 list, numpy``         the same list from ``score_segments`` + selection over every
                                document (the path without numba, and the code before it)
 * ``bm25s numba`` / ``bm25s numpy``  the bm25s library over the same documents and the same
@@ -40,8 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _results import repo_relative  # noqa: E402
 from hybrid_qpr.artifacts import write_json  # noqa: E402
 from bench_vector_recall import read_queries  # noqa: E402
-from hybrid_qpr.backends.local import LocalIndex  # noqa: E402
-from hybrid_qpr.backends.local.ranking import Candidates, merge_ranked  # noqa: E402
+from hybrid_qpr.backends.local import LocalIndex, blockmax  # noqa: E402
+from hybrid_qpr.backends.local.ranking import Candidates as SegmentCandidates, merge_ranked  # noqa: E402
 from hybrid_qpr.backends.local.vectors import one_thread  # noqa: E402
 from hybrid_qpr.data.documents import iter_documents  # noqa: E402
 from hybrid_qpr.distance import prepare_vectors  # noqa: E402
@@ -68,11 +70,19 @@ def timed(call, n: int, rounds: int) -> dict:
     return best
 
 
+def exhaustive_bm25(index: LocalIndex, query: str, depth: int):
+    saved, blockmax.PRUNE_MAX_TOKENS = blockmax.PRUNE_MAX_TOKENS, 0  # every query scored without pruning
+    try:
+        return index.bm25(query, depth)
+    finally:
+        blockmax.PRUNE_MAX_TOKENS = saved
+
+
 def dense_bm25(index: LocalIndex, query: str, depth: int):
     found = []
     for seg, scores in zip(index.segments, index._bm25_scores(tokenize(query))):
         rows = np.flatnonzero(scores > 0)
-        found.append(Candidates.best(seg, scores[rows], rows, depth))
+        found.append(SegmentCandidates.best(seg, scores[rows], rows, depth))
     return merge_ranked(found, depth)
 
 
@@ -105,6 +115,7 @@ def main() -> None:
     steps = {
         "encode": lambda i: encoder.encode([texts[i]]),
         "bm25 list": lambda i: index.bm25(texts[i], depth),
+        "bm25 list, exhaustive": lambda i: exhaustive_bm25(index, texts[i], depth),
         "bm25 list, numpy": lambda i: dense_bm25(index, texts[i], depth),
     }
     result = {"index": repo_relative(args.index), "documents": index.count(), "segments": len(index.segments),

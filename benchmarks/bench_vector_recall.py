@@ -14,7 +14,9 @@ search at k 10 and at k 100. Results are printed as JSON lines and written to ``
 
 ``--engine`` measures the index as it is instead (its segments, their FAISS parts and the
 stored search settings, through ``LocalIndex.knn``) against exact search over all its live
-vectors, at each ``--ef`` and at the stored default: the recall a user of that index gets.
+vectors, at each ``--ef`` and at the stored default: the recall a user of that index gets, and
+``top1_agreement``, the share of queries whose exact best document comes back first (with
+queries that are not stored documents, the figure a paraphrase search lives on).
 
     python benchmarks/bench_vector_recall.py /tmp/lp/quora-idx --queries /work/data/quora/beir/queries.jsonl \
         --sizes 10000 123725 --out benchmarks/results/vector-recall-quora.json
@@ -117,6 +119,7 @@ def engine_recall(index: LocalIndex, queries: np.ndarray, efs: list[int], calibr
                      "segments": len(index.segments),
                      "recall@10_k10": recall(found10, truth_ids, 10), "recall@10_k100": recall(found100, truth_ids, 10),
                      "recall@100_k100": recall(found100, truth_ids, 100),
+                     "top1_agreement": float(np.mean([f[:1] == t[:1] for f, t in zip(found10, truth_ids)])),
                      "knn_p50_ms_k10": single_knn_ms(index, queries, 10),
                      "knn_p50_ms_k100": single_knn_ms(index, queries, 100)})
         print(json.dumps(rows[-1]), flush=True)

@@ -58,11 +58,11 @@ def test_bm25_scores_equal_those_of_one_index(segmented, single):
 
 
 def test_compiled_bm25_top_list_equals_scoring_every_document(segmented):
-    """The unfiltered list comes from the compiled scorer (``bm25.top_rows``); it must give
-    the rows and bit-identical scores of ``score_segments`` over every document, and the
-    same list when numba is missing (the NumPy path)."""
-    pytest.importorskip("numba")  # the fast extra
-    from hybrid_qpr.backends.local import bm25 as bm25_lib
+    """The list comes from the compiled scorer (``blockmax.top_rows``); it must give the rows
+    and bit-identical scores of ``score_segments`` over every document, and the same list
+    when numba is missing (the NumPy path). tests/test_bm25_pruning.py checks the scorer on
+    random corpora."""
+    from hybrid_qpr.backends.local import blockmax
     from hybrid_qpr.backends.local.ranking import Candidates, merge_ranked
 
     def reference(query: str, depth: int):
@@ -72,16 +72,30 @@ def test_compiled_bm25_top_list_equals_scoring_every_document(segmented):
             found.append(Candidates.best(seg, scores[rows], rows, depth))
         return merge_ranked(found, depth)
 
-    assert bm25_lib._top_kernel() is not None, "numba is installed in the test environment"
+    assert blockmax._top_kernel() is not None, "numba is a core dependency"
     for query in QUERIES + ["my my my password password ?"]:
         for depth in (1, 3, 10, 500):
             assert segmented.bm25(query, depth) == reference(query, depth), (query, depth)
-    kernel = bm25_lib._KERNEL[:]
+    filters = [{"lang": "en"}, {"n": [25, 30, 77, 150]}, {"lang": "de", "topic": ["password", "invoice"]}]
+    compiled = [(q, f, segmented.bm25(q, 5, f)) for q in QUERIES for f in filters]
+    assert sum(len(hits) for _, _, hits in compiled) > 20
+    kernel = blockmax._KERNEL[:]
     try:
-        bm25_lib._KERNEL[:] = [None]
+        blockmax._KERNEL[:] = [None]
         assert segmented.bm25(QUERIES[0], 10) == reference(QUERIES[0], 10)
+        for query, f, hits in compiled:  # filtered lists: the NumPy path gives the same
+            assert segmented.bm25(query, 5, f) == hits, (query, f)
     finally:
-        bm25_lib._KERNEL[:] = kernel
+        blockmax._KERNEL[:] = kernel
+
+
+def exhaustive_top_rows(parts, tokens, stats, weights, depth, dense, monkeypatch):
+    """``blockmax.top_rows`` on its full-pass path (``bm25.exhaustive_top``): no query is pruned."""
+    from hybrid_qpr.backends.local import blockmax
+
+    monkeypatch.setattr(blockmax, "PRUNE_MAX_TOKENS", 0)
+    blocks = [blockmax.block_maxima(postings, w) for (postings, _), w in zip(parts, weights)]
+    return blockmax.top_rows(parts, tokens, stats, weights, depth, dense, blocks)
 
 
 @pytest.mark.parametrize("sample_size", [1, 3, 64, 4096])
@@ -90,7 +104,6 @@ def test_compiled_scorer_cut_and_dense_columns_keep_the_exact_list(sample_size, 
     histogram cut when the guess keeps too few; common tokens are added as dense columns.
     Over a Zipf vocabulary with deletions, every sample size (1: one sampled score, so the
     guess is often far too high) and both layouts give the NumPy path's rows and scores."""
-    pytest.importorskip("numba")  # the fast extra
     from hybrid_qpr.backends.local import bm25 as bm25_lib
 
     assert bm25_lib._top_kernel() is not None
@@ -114,7 +127,7 @@ def test_compiled_scorer_cut_and_dense_columns_keep_the_exact_list(sample_size, 
         cut = np.sort(scores[live])[::-1][min(depth, len(live)) - 1]
         expected = live[scores[live] >= cut]
         for layout in (None, dense):
-            got_scores, got_rows = bm25_lib.top_rows(parts, tokens, stats, weights, depth, layout)[0]
+            got_scores, got_rows = exhaustive_top_rows(parts, tokens, stats, weights, depth, layout, monkeypatch)[0]
             assert np.array_equal(got_rows, expected), (q, depth, layout is None)
             assert np.array_equal(got_scores, scores[expected]), (q, depth)  # bit-identical
 
@@ -123,7 +136,6 @@ def test_compiled_scorer_falls_back_when_the_sampled_cut_keeps_too_few(monkeypat
     """Every 50th document (exactly the sampled ones at CUT_SAMPLE 20) holds the rare token:
     the guessed cut keeps those 20 only, fewer than depth 40, so the exact cut must be used
     (the 40th best is tied with every other document: all 1,000 come back)."""
-    pytest.importorskip("numba")  # the fast extra
     from hybrid_qpr.backends.local import bm25 as bm25_lib
 
     assert bm25_lib._top_kernel() is not None
@@ -132,10 +144,10 @@ def test_compiled_scorer_falls_back_when_the_sampled_cut_keeps_too_few(monkeypat
     stats = bm25_lib.corpus_stats(parts)
     weights = bm25_lib.term_weights(parts, stats)
     monkeypatch.setattr(bm25_lib, "CUT_SAMPLE", 20)
-    scores, rows = bm25_lib.top_rows(parts, ["common", "rare"], stats, weights, 40)[0]
+    scores, rows = exhaustive_top_rows(parts, ["common", "rare"], stats, weights, 40, None, monkeypatch)[0]
     assert np.array_equal(rows, np.arange(1000))
     assert np.array_equal(scores, bm25_lib.score_segments(parts, ["common", "rare"], stats, weights)[0])
-    assert len(bm25_lib.top_rows(parts, ["common", "rare"], stats, weights, 20)[0][1]) == 20  # no fallback needed
+    assert len(exhaustive_top_rows(parts, ["common", "rare"], stats, weights, 20, None, monkeypatch)[0][1]) == 20  # no fallback needed
 
 
 def test_bm25_matches_the_bm25s_library(single, question_bank):

@@ -6,7 +6,8 @@ one segment's files; ``writer.py`` what an ingest writes and what a merge reads 
 a metadata filter matches; ``commit.py`` the manifest commit (and
 its checksum), the writer lock and the cleanup of dead writers' leftovers; ``merge.py`` the
 size-tiered merge policy; ``bm25.py`` BM25 with
-corpus-wide statistics over per-segment postings; ``vectors.py`` the FAISS part;
+corpus-wide statistics over per-segment postings; ``blockmax.py`` its compiled top-k (block-max
+MaxScore, exact); ``vectors.py`` the FAISS part;
 ``check.py`` the full verification behind ``hybrid-qpr index check``.
 """
 

@@ -237,40 +237,23 @@ def score_segments(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: 
     return scores
 
 
-def top_rows(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: Sequence[str], stats: CorpusStats,
-             weights: Sequence[np.ndarray], depth: int,
-             dense: Sequence[DenseColumns] | None = None) -> list[tuple[np.ndarray, np.ndarray]] | None:
-    """Per segment ``(scores, rows)`` of the live documents with a positive score that are
-    among the segment's ``depth`` best or tied with the last of them: the rows and the
-    bit-identical scores that ``score_segments`` followed by a top-``depth`` selection
-    gives, in one compiled pass over the query's postings (numba) instead of several NumPy
-    passes over every document. ``dense``: the segments' ``dense_columns`` (added as whole
-    columns; the same sums). ``None`` when numba is not installed (the caller then uses
-    ``score_segments``)."""
+def exhaustive_top(postings: Postings, weights: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                   token_idfs: np.ndarray, slots: np.ndarray, dense: DenseColumns | None, excluded: np.ndarray | None,
+                   depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(scores, rows)`` of one segment's live documents (``excluded``: a mask of the others,
+    or ``None``) with a positive score that are among its ``depth`` best or tied with the last
+    of them: the rows and the bit-identical scores that ``score_segments`` followed by a
+    top-``depth`` selection gives, in one compiled pass over every posting of the query
+    (numba). One entry per query token in query order (repeats included): postings
+    ``starts:ends``, float32 ``token_idfs``, ``slots`` in ``dense`` (its columns are added
+    whole; the same sums) or -1. ``blockmax.top_rows`` calls it for the queries that dynamic
+    pruning does not speed up; numba must be installed (``has_compiled_scorer``)."""
     kernel = _top_kernel()
-    if kernel is None:
-        return None
-    out = [(np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)) for _ in parts]
-    idfs = query_idfs(parts, tokens, stats) if tokens else {}
-    if not idfs or depth <= 0:
-        return out
-    no_deletions = np.zeros(0, dtype=np.bool_)
-    no_dense = np.zeros((0, 0), dtype=np.float32)
-    total = _scratch(max(len(p.doc_len) for p, _ in parts))
-    for seg, (postings, deleted) in enumerate(parts):
-        spans = [(int(postings.ptr[col]), int(postings.ptr[col + 1]), idfs[token],
-                  -1 if dense is None else int(dense[seg].slot[col])) for token in tokens
-                 if token in idfs and (col := postings.column(token)) is not None]  # query order, repeats included
-        if not spans:
-            continue
-        starts, ends, token_idfs, slots = (np.asarray(v) for v in zip(*spans))
-        scores, rows = kernel(postings.rows, weights[seg], starts.astype(np.int64), ends.astype(np.int64),
-                              token_idfs.astype(np.float32), slots.astype(np.int64),
-                              no_dense if dense is None else dense[seg].matrix,
-                              no_deletions if deleted is None else deleted, depth, total[:len(postings.doc_len)],
-                              CUT_SAMPLE)
-        out[seg] = best_rows(scores, rows, depth)  # the cut may keep more than needed: the exact cut, ties kept
-    return out
+    scores, rows = kernel(postings.rows, weights, starts, ends, token_idfs, slots,
+                          np.zeros((0, 0), dtype=np.float32) if dense is None else dense.matrix,
+                          np.zeros(0, dtype=np.bool_) if excluded is None else excluded, depth,
+                          _scratch(len(postings.doc_len))[:len(postings.doc_len)], CUT_SAMPLE)
+    return best_rows(scores, rows, depth)  # the cut may keep more than needed: the exact cut, ties kept
 
 
 _KERNEL: list = []
@@ -288,26 +271,32 @@ def _scratch(n_docs: int) -> np.ndarray:
     return total
 
 
-def has_compiled_scorer() -> bool:
-    """Whether ``top_rows`` can run (numba is installed): ``dense_columns`` is only worth building then."""
-    return _top_kernel() is not None
+def compile_once(cache: list, namespace: dict, kernel: str, helpers: Sequence[str]):
+    """``namespace[kernel]`` compiled by numba on first use (cached on disk, the GIL released),
+    its ``helpers`` compiled in ``namespace`` first (compiled code calls compiled functions
+    only); kept in ``cache``. ``None`` when numba is not installed. Under a lock: reader threads
+    may ask at once."""
+    with _KERNEL_LOCK:
+        return _compile(cache, namespace, kernel, helpers)
+
+
+def _compile(cache: list, namespace: dict, kernel: str, helpers: Sequence[str]):
+    if not cache:
+        try:
+            import numba
+        except ImportError:
+            cache.append(None)
+        else:
+            jit = numba.njit(cache=True, nogil=True)
+            for name in helpers:
+                namespace[name] = jit(namespace[name])
+            cache.append(jit(namespace[kernel]))
+    return cache[0]
 
 
 def _top_kernel():
-    """The compiled scorer of ``top_rows`` (compiled on first use, cached on disk by numba), or ``None``.
-    Compiled once under a lock: readers on several threads may ask at once."""
-    with _KERNEL_LOCK:
-        if not _KERNEL:
-            try:
-                import numba
-            except ImportError:
-                _KERNEL.append(None)
-            else:
-                jit = numba.njit(cache=True, nogil=True)
-                global _histogram_cut, _collect  # the kernel calls the compiled helpers
-                _histogram_cut, _collect = jit(_histogram_cut), jit(_collect)
-                _KERNEL.append(jit(_score_top))
-    return _KERNEL[0]
+    """The compiled scorer of ``exhaustive_top``, or ``None``."""
+    return compile_once(_KERNEL, globals(), "_score_top", ("_histogram_cut", "_collect"))
 
 
 def _score_top(rows, weights, starts, ends, token_idfs, slots, dense, deleted, depth, total,

@@ -34,6 +34,7 @@ import numpy as np
 
 from hybrid_qpr.artifacts import library_versions
 from hybrid_qpr.backends.base import Capabilities, IngestReport, document_problem
+from hybrid_qpr.backends.local import blockmax
 from hybrid_qpr.backends.local import bm25 as bm25_lib
 from hybrid_qpr.backends.local.commit import (FORMAT, FORMAT_VERSION, LOCK_FILE, MANIFEST, WriteLock, read_manifest,
                                               referenced, remove_paths, remove_unreferenced, write_manifest)
@@ -278,8 +279,10 @@ class LocalIndex:
         if self._stats is None:
             self._stats = bm25_lib.corpus_stats(parts)
             self._weights = bm25_lib.term_weights(parts, self._stats)
-            # only the compiled scorer reads them (up to 8 columns of 4 bytes per document)
-            self._dense = bm25_lib.dense_columns(parts, self._weights) if bm25_lib.has_compiled_scorer() else None
+            # only the compiled scorer reads them (up to 8 columns of 4 bytes per document; 9 bytes per 64 postings)
+            compiled = blockmax.has_compiled_scorer()
+            self._dense = bm25_lib.dense_columns(parts, self._weights) if compiled else None
+            self._blocks = [blockmax.block_maxima(p, w) for (p, _), w in zip(parts, self._weights)] if compiled else None
         return parts
 
     def _bm25_scores(self, tokens: list[str]) -> list[np.ndarray]:
@@ -318,9 +321,10 @@ class LocalIndex:
         allowed = self.matching(filters)
         if not self.segments:
             return []
-        if allowed is None and self.bm25_impl == "builtin":
+        if self.bm25_impl == "builtin":
             parts = self._bm25_parts()
-            best = bm25_lib.top_rows(parts, tokenize(query), self._stats, self._weights, depth, self._dense)
+            best = blockmax.top_rows(parts, tokenize(query), self._stats, self._weights, depth, self._dense,
+                                     self._blocks, allowed)
             if best is not None:
                 return merge_ranked([Candidates(seg, *found) for seg, found in zip(self.segments, best)], depth)
         found = []
