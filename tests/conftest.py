@@ -140,6 +140,8 @@ def elasticsearch_url():
 def pytest_configure(config):
     config.addinivalue_line("markers", "engines(*names): run a test that uses the cluster fixtures against these "
                                        "engines only (default: opensearch and elasticsearch)")
+    config.addinivalue_line("markers", "browser: needs headless Chromium (Debian's chromium and chromium-driver) "
+                                       "and selenium")
 
 
 def pytest_generate_tests(metafunc):

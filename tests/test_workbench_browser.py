@@ -15,6 +15,8 @@ import pytest
 from hybrid_qpr.testing.workbench import call, chromium_problem, examples_local_index, headless_chromium, served
 
 pytestmark = pytest.mark.browser
+pytest.importorskip("starlette")  # the served workbench (the serve extra)
+pytest.importorskip("uvicorn")
 
 
 @pytest.fixture(scope="module")

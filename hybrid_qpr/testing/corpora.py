@@ -3,6 +3,8 @@ without any data download:
 
 * ``question_bank`` - 200 short questions (20 subjects x 10 phrasings) with metadata, for
   index, search and filter checks; ``held_out_questions`` are phrasings not in it;
+* ``example_documents`` - the committed examples/ bank (300 questions in paraphrase groups)
+  less ``examples_held_out``, one question of each val and test group with its qrels;
 * ``topic_clusters`` - paraphrase clusters drawn from four topic words each, so a model learns
   them in seconds; ``write_dataset_dir`` writes them as `dataset build` leaves a dataset.
 """
@@ -38,6 +40,34 @@ def question_bank() -> list[Document]:
 def held_out_questions() -> list[str]:
     """One phrasing per subject (in ``SUBJECTS`` order) that ``question_bank`` does not hold."""
     return [f"i forgot my {s}, what should i do now?" for s in SUBJECTS]
+
+
+def examples_held_out() -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+    """One question of each group of the examples/ bank's val and test splits (30 in all), held
+    out of the index so it is a new question whose paraphrases (the rest of its group, as the
+    qrels say) are in the bank: ``(query id -> text, qrels)``."""
+    from hybrid_qpr import resources
+    from hybrid_qpr.data.beir import load_beir
+
+    queries: dict[str, str] = {}
+    qrels: dict[str, dict[str, int]] = {}
+    for split in ("val", "test"):
+        _, texts, judged = load_beir(resources.examples_dir() / "beir", split)
+        first = {}
+        for qid in sorted(texts):
+            first.setdefault(qid.rsplit("-", 1)[0], qid)
+        for qid in first.values():
+            queries[qid], qrels[qid] = texts[qid], judged[qid]
+    return queries, qrels
+
+
+def example_documents():
+    """The examples/ bank (300 questions with group and topic metadata) less the held-out queries."""
+    from hybrid_qpr import resources
+    from hybrid_qpr.data.documents import iter_documents
+
+    held_out = examples_held_out()[0]
+    return [doc for _, doc in iter_documents(resources.examples_dir() / "questions.jsonl") if doc.id not in held_out]
 
 
 def topic_clusters(n: int, seed: int, varied_sizes: bool = False) -> list[Cluster]:
