@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _results import repo_relative
+from _common import repo_relative
 from bench_quality import encoded_corpus, knn_lists
 from hybrid_qpr.artifacts import atomic_write, write_json
 from hybrid_qpr.data.beir import load_beir

@@ -31,7 +31,7 @@ import logging
 import time
 from pathlib import Path
 
-from _results import repo_relative
+from _common import repo_relative
 from hybrid_qpr.artifacts import write_json
 
 SHOWN = {"wikiqa": ("MAP", "MRR"), "trecqa": ("MAP", "MRR"), "squad": ("MRR", "R@1", "R@5")}  # main metric first

@@ -25,7 +25,7 @@ import logging
 import shutil
 from pathlib import Path
 
-from _results import repo_relative
+from _common import repo_relative
 from hybrid_qpr.artifacts import write_json
 
 EVAL_SETS = {  # name: (task, report split, metrics shown)

@@ -41,7 +41,6 @@ Examples (the numbers in README.md and docs/elasticsearch.md)::
 from __future__ import annotations
 
 import argparse
-import random
 import shutil
 import sys
 import tempfile
@@ -50,11 +49,22 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _common import DEFAULT_DATA, command_line, load_pairs_slice, repo_relative
 
-# the shared data folder beside the project root (../shared/data), as in the docs
-DEFAULT_DATA = str(Path(__file__).resolve().parents[2] / "shared" / "data" / "quora-pairs.tsv.gz")
 
+def search_hits(backend, body: dict, what: str, params: dict | None = None) -> list:
+    """The hits of one ``_search`` with ``body`` through the backend's public request method,
+    raw engine scores, each with its stored document: for the searches the library does not
+    offer (one-request ES hybrid, OpenSearch's older kNN form)."""
+    from hybrid_qpr.backends.cluster.bodies import SEARCH_FILTER
+    from hybrid_qpr.types import Document, Hit
+
+    answer = backend.request("POST", backend.path("_search"), body, {"filter_path": SEARCH_FILTER, **(params or {})},
+                             what=what)
+    return [Hit(h["_id"], float(h["_score"]),
+                Document(h["_id"], h["_source"].get("text", ""), h["_source"].get("metadata") or {})
+                if "_source" in h else None)
+            for h in answer.get("hits", {}).get("hits", [])]
 
 
 def es_one_request(backend, query: str, vector, depth: int, *, alpha: float):
@@ -69,39 +79,7 @@ def es_one_request(backend, query: str, vector, depth: int, *, alpha: float):
     query_clause = bm25_query(query, None, backend.bm25_field)
     query_clause["bool"]["boost"] = float(1.0 - alpha)
     body["query"] = query_clause
-    return backend._raw_hits(backend._search(body, "BM25 + kNN in one search"))
-
-def cluster_backend(engine: str, url: str, index: str, timeout: float = 60.0):
-    """The OpenSearch or Elasticsearch backend of ``index`` at ``url`` (default options)."""
-    import importlib
-
-    module = importlib.import_module(f"hybrid_qpr.backends.{engine}")
-    backend_cls = module.OpenSearchBackend if engine == "opensearch" else module.ElasticsearchBackend
-    return backend_cls(module.connect(url, timeout=timeout), index)
-
-
-def load(path: str, n_docs: int, n_queries: int, seed: int):
-    """``(documents, [(query text, relevant doc id)])`` from a Quora-layout pairs file."""
-    from hybrid_qpr.data.pairs import iter_pairs
-    from hybrid_qpr.errors import BadLines
-    from hybrid_qpr.text import text_id
-    from hybrid_qpr.types import Document
-
-    docs: dict[str, Document] = {}
-    by_text: dict[str, str] = {}
-    candidates: list[tuple[str, str]] = []
-    for pair in iter_pairs(path, BadLines("skip")):
-        for qid, text in ((pair.qid1, pair.question1), (pair.qid2, pair.question2)):
-            if len(docs) < n_docs and text not in by_text:
-                doc_id = qid or text_id(text)
-                docs[doc_id] = Document(doc_id, text)
-                by_text[text] = doc_id
-        if pair.is_duplicate and pair.question1 in by_text and pair.question2 not in by_text:
-            candidates.append((pair.question2, by_text[pair.question1]))
-        if len(docs) >= n_docs and len(candidates) >= n_queries * 3:
-            break
-    random.Random(seed).shuffle(candidates)
-    return list(docs.values()), candidates[:n_queries]
+    return search_hits(backend, body, "BM25 + kNN in one search")
 
 
 def open_backend(args, encoder, workdir: Path):
@@ -165,14 +143,13 @@ def main(argv: list[str] | None = None) -> int:
 
         args.compress = compress_by_default(resolve_options(args.engine, args.url).url)
 
-    from _results import command_line, repo_relative
     from hybrid_qpr.artifacts import write_json
     from hybrid_qpr.distance import similarity
     from hybrid_qpr.encoders import Encoder
     from hybrid_qpr.evaluation.evaluator import latency_summary
-    from hybrid_qpr.search import HybridSearcher
+    from hybrid_qpr.search import HybridSearcher, SearchResult
 
-    docs, queries = load(args.data, args.docs, args.queries + args.warmup, args.seed)
+    docs, queries = load_pairs_slice(args.data, args.docs, args.queries + args.warmup, args.seed)
     if len(queries) < args.queries + args.warmup:
         print(f"only {len(queries)} queries available; lower --queries", file=sys.stderr)
     encoder = Encoder.load(args.model)
@@ -221,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.engine == "elasticsearch":
             def one_request(q):  # same encode + document fetch as the other modes
                 hits = es_one_request(backend, q, encoder.encode([q])[0], depth, alpha=args.alpha)[:k]
-                return searcher._results([(h.id, h.score, None, None) for h in hits], hits)
+                return [SearchResult(h.id, h.document.text, h.score, dict(h.document.metadata)) for h in hits]
 
             modes["hybrid-1req"] = one_request
         if args.levers and args.engine != "local":
@@ -292,7 +269,7 @@ def knn_curve(args, backend, query_vectors, recall_at_10) -> list[dict]:
     def k_form(v, count: int):
         body = {"size": 10, "_source": ["text", "metadata"],
                 "query": {"knn": {VECTOR_FIELD: {"vector": backend.query_vector(v), "k": max(10, count)}}}}
-        return backend._to_hits(backend._search(body, "kNN search"))
+        return search_hits(backend, body, "kNN search")  # only the ids count (recall), not the score scale
 
     variants = {("ef", c): (lambda v, c=c: (setattr(backend, "knn_candidates", c), backend.knn(v, 10))[1]) for c in counts}
     if args.engine == "opensearch":
@@ -334,11 +311,17 @@ def add_lever_modes(args, modes: dict, backend, encoder, k: int, depth: int) -> 
         modes["hybrid" + label] = lambda q, s=searcher: s.search(q, mode="hybrid", fusion=args.fusion, alpha=args.alpha,
                                                                   top_k=k, depth=depth)
 
+    from hybrid_qpr.backends.cluster.bodies import bm25_body
+
+    # the one request of ``backend.bm25`` (a new backend would first read the index settings,
+    # which a long-lived one has cached: sent as is, only the new connection is measured)
+    search_type = {"search_type": backend.bm25_search_type()}
+
     def cold_pool(q):  # a client of its own per query: the TCP connection is opened for this search
         fresh = engine(connect(args.url, timeout=120, compress=args.compress, check=False), backend.index)
-        fresh._settings = backend._index_settings()  # what a long-lived backend has cached
         try:
-            return fresh.bm25(q, k)
+            return search_hits(fresh, bm25_body(q, k, None, backend.bm25_field, backend.documents_in_hits),
+                               "BM25 search", search_type)
         finally:
             fresh.close()
 

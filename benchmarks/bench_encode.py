@@ -3,7 +3,7 @@
 python benchmarks/bench_encode.py --model onnx/sdml-cnn-quora --dataset /work/bench-data/quora
 H@1, H@10, MRR@20 over test queries against ALL questions (exact search by the model's
 distance, own id dropped); batched throughput (questions/s) and single-query latency.
-``test_quality`` is also used by bench_losses.py.
+The quality figures are ``_common.exact_search_quality`` (bench_losses.py reports the same).
 """
 
 from __future__ import annotations
@@ -12,26 +12,10 @@ import argparse
 import json
 import time
 
-from _results import repo_relative
+from _common import exact_search_quality, repo_relative
 from hybrid_qpr.data.beir import load_beir
 from hybrid_qpr.encoders import Encoder
-from hybrid_qpr.evaluation.evaluator import exact_run, latency_summary
-from hybrid_qpr.evaluation.metrics import hits_at_k, mrr_at_k
-
-
-def test_quality(enc: Encoder, corpus: dict, queries: dict, qrels: dict) -> dict:
-    """Encode every corpus question and every judged query; exact top 20 by the encoder's
-    distance (own id dropped); H@1, H@10, MRR@20 and the corpus encoding time."""
-    ids = list(corpus)
-    t0 = time.perf_counter()
-    docs = enc.encode([corpus[i] for i in ids], batch_size=512)
-    seconds = time.perf_counter() - t0
-    qids = [q for q in queries if q in qrels]
-    qv = enc.encode([queries[q] for q in qids], batch_size=512)
-    run = exact_run(qids, qv, ids, docs, enc.distance, retrieve=20)
-    return {"corpus": len(ids), "test_queries": len(qids), "distance": enc.distance,
-            "H@1": hits_at_k(run, qrels, 1), "H@10": hits_at_k(run, qrels, 10), "MRR@20": mrr_at_k(run, qrels, 20),
-            "corpus_encode_seconds": seconds}
+from hybrid_qpr.evaluation.evaluator import latency_summary
 
 
 def main() -> None:
@@ -42,7 +26,7 @@ def main() -> None:
     args = ap.parse_args()
     enc = Encoder.load(args.model, threads=args.threads)
     corpus, queries, qrels = load_beir(f"{args.dataset}/beir", "test")
-    quality = test_quality(enc, corpus, queries, qrels)
+    quality = exact_search_quality(enc, corpus, queries, qrels)
     lat = []
     for text in [queries[q] for q in queries if q in qrels][:300]:
         t = time.perf_counter()

@@ -23,21 +23,18 @@ import json
 import os
 import random
 import shutil
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from hybrid_qpr.backends.local import LocalIndex, build_faiss, faiss_factory  # noqa: E402
-from hybrid_qpr.artifacts import write_json  # noqa: E402
-from hybrid_qpr.data.documents import iter_documents  # noqa: E402
-from hybrid_qpr.encoders import Encoder  # noqa: E402
-from _results import repo_relative  # noqa: E402
-from hybrid_qpr.evaluation.evaluator import latency_summary  # noqa: E402
-from hybrid_qpr.search import HybridSearcher  # noqa: E402
+from hybrid_qpr.backends.local import LocalIndex, build_faiss, faiss_factory
+from hybrid_qpr.artifacts import write_json
+from hybrid_qpr.data.documents import iter_documents
+from hybrid_qpr.encoders import Encoder
+from _common import repo_relative
+from hybrid_qpr.evaluation.evaluator import latency_summary
+from hybrid_qpr.search import HybridSearcher
 
 
 def bench_ingest(pairs: str, index_dir: Path, encoder) -> dict:

@@ -12,13 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.bench_cluster import DEFAULT_DATA, load  # noqa: E402
+from _common import DEFAULT_DATA, load_pairs_slice
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
 
     encoder = Encoder.load(None)
     backend = ElasticsearchBackend(connect(args.url), args.index)
-    _, queries = load(args.data, 20000, args.queries, 13)
+    _, queries = load_pairs_slice(args.data, 20000, args.queries, 13)
 
     def via_mget(vector, ids):
         response = backend.request("POST", f"/{args.index}/_mget", {"ids": ids},

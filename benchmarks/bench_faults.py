@@ -3,7 +3,7 @@
 The same ``--docs`` Quora questions are ingested into a fresh index three times:
 
 * ``direct`` - straight to the node;
-* ``proxy`` - through ``tests/faultproxy.py`` with no faults (the proxy's own cost);
+* ``proxy`` - through ``hybrid_qpr.testing.faultproxy`` with no faults (the proxy's own cost);
 * ``faults`` - through the proxy with ``--reject-request`` of the ``_bulk`` requests answered
   429 (with ``Retry-After: --retry-after`` when given), and ``--drop-item`` / ``--applied-item-429``
   of the documents answered 429 (not applied / applied), ``--timeout-after-apply`` and
@@ -26,14 +26,9 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from benchmarks.bench_cluster import DEFAULT_DATA, cluster_backend, load  # noqa: E402
-from faultproxy import FaultProxy, Faults  # noqa: E402
+from _common import DEFAULT_DATA, cluster_backend, command_line, load_pairs_slice
+from hybrid_qpr.testing.faultproxy import FaultProxy, Faults
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     from hybrid_qpr.encoders import Encoder
     from hybrid_qpr.artifacts import write_json
 
-    docs, _ = load(args.data, args.docs, 0, 13)
+    docs, _ = load_pairs_slice(args.data, args.docs, 0, 13)
     encoder = Encoder.load(None)
     encoder.encode([d.text for d in docs[:256]], side="document")  # warm up the session
     faults = Faults(reject_request=args.reject_request, retry_after=args.retry_after, drop_item=args.drop_item,
@@ -109,9 +104,6 @@ def main(argv: list[str] | None = None) -> int:
         results["ratio_faults_to_unthrottled"] = round(ratio, 3)
         print(f"faults / unthrottled = {ratio:.1%} (target >= 40%)")
     if args.json_out:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        from _results import command_line
-
         write_json(args.json_out, {"command": command_line(), "engine": args.engine,
                                    "faults": faults.__dict__, "results": results})
     return 0 if exact_all else 1

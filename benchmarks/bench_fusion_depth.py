@@ -21,22 +21,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from _results import repo_relative  # noqa: E402
-from hybrid_qpr.artifacts import write_json  # noqa: E402
-from hybrid_qpr.backends.local import LocalIndex  # noqa: E402
-from hybrid_qpr.data.beir import load_beir  # noqa: E402
-from hybrid_qpr.encoders import Encoder  # noqa: E402
-from hybrid_qpr.evaluation.evaluator import sample_queries, tune_candidates  # noqa: E402
-from hybrid_qpr.evaluation.tasks import get_task  # noqa: E402
-from hybrid_qpr.search import Candidates, HybridSearcher  # noqa: E402
+from _common import repo_relative
+from hybrid_qpr.artifacts import write_json
+from hybrid_qpr.backends.local import LocalIndex
+from hybrid_qpr.data.beir import load_beir
+from hybrid_qpr.encoders import Encoder
+from hybrid_qpr.evaluation.evaluator import sample_queries, tune_candidates
+from hybrid_qpr.evaluation.tasks import get_task
+from hybrid_qpr.search import Candidates, HybridSearcher
 
 TASK = get_task("paraphrase")
 

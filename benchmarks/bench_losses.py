@@ -5,7 +5,7 @@ nice -n 5 python benchmarks/bench_losses.py --dataset /work/bench-data/quora --m
 Every loss trains the committed model's configuration (onnx/sdml-cnn-quora/card.json: V=20k,
 m=5k, emb 128, 256 channels, window 5, n=256, batch 512, Adam 1e-3, seed 13) under the same
 training-time cap with early stopping on val MRR@20; the best checkpoint is exported to ONNX in
-a temporary directory and evaluated on the TEST split by bench_encode.test_quality: H@1, H@10,
+a temporary directory and evaluated on the TEST split by _common.exact_search_quality (as bench_encode.py): H@1, H@10,
 MRR@20 (retrieve 20, own id dropped) of every test query against ALL questions of
 beir/corpus.jsonl, exact search by the distance the loss trains for. Results are printed as a
 table and written to benchmarks/results/losses-quora.json (rewritten after every loss).
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import torch
 
-from _results import command_line
+from _common import command_line
 from hybrid_qpr.artifacts import write_json
-from bench_encode import test_quality
+from _common import exact_search_quality
 from hybrid_qpr.data.beir import load_beir
 from hybrid_qpr.data.splits import load_split
 from hybrid_qpr.encoders import Encoder
@@ -77,7 +77,7 @@ def main() -> None:
             result = train(model, loss_fn, tr, va, run_dir, cfg, show_progress=False)
             wall = time.monotonic() - t0
             export_run(run_dir, Path(tmp) / "onnx")
-            quality = test_quality(Encoder.load(Path(tmp) / "onnx", threads=2), corpus, queries, qrels)
+            quality = exact_search_quality(Encoder.load(Path(tmp) / "onnx", threads=2), corpus, queries, qrels)
         epoch_s = [h["epoch_seconds"] for h in result.history]
         report["results"][name] = {
             "loss": kind, "options": options, "test": quality, "best_epoch": result.best_epoch,

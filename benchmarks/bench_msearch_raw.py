@@ -24,20 +24,17 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import sys
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from _results import command_line  # noqa: E402
-from bench_cluster import DEFAULT_DATA, cluster_backend, load  # noqa: E402
-from hybrid_qpr.artifacts import write_json  # noqa: E402
-from hybrid_qpr.backends.cluster.bodies import bm25_body  # noqa: E402
-from hybrid_qpr.encoders import Encoder  # noqa: E402
+from _common import command_line
+from _common import DEFAULT_DATA, cluster_backend, load_pairs_slice
+from hybrid_qpr.artifacts import write_json
+from hybrid_qpr.backends.cluster.bodies import bm25_body
+from hybrid_qpr.encoders import Encoder
 
 HITS = "hits.hits._id,hits.hits._score,hits.hits._source"
 
@@ -57,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
     backend = cluster_backend(args.engine, args.url, args.index)
     encoder = Encoder.load(backend.model_dir)
-    _, pairs = load(args.data, args.docs, args.queries, 0)
+    _, pairs = load_pairs_slice(args.data, args.docs, args.queries, 0)
     queries = [q for q, _ in pairs][: args.queries]
     vectors = encoder.encode(queries)
     bodies = [(json.dumps(bm25_body(q, args.depth, None, backend.bm25_field, True)),

@@ -27,11 +27,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.bench_cluster import DEFAULT_DATA, load  # noqa: E402
+from _common import DEFAULT_DATA, load_pairs_slice
 
 MULTINODE_URL = "http://127.0.0.1:9210"
 
@@ -165,10 +162,10 @@ def main(argv: list[str] | None = None) -> int:
         args.shards = 3
 
     from hybrid_qpr.encoders import Encoder
-    from _results import command_line
+    from _common import command_line
     from hybrid_qpr.artifacts import write_json
 
-    docs, queries = load(args.data, args.docs, args.queries + args.warmup, args.seed)
+    docs, queries = load_pairs_slice(args.data, args.docs, args.queries + args.warmup, args.seed)
     encoder = Encoder.load(None)
     result = (consistency if args.what == "consistency" else scaling)(args, docs, queries, encoder)
     if args.json_out:

@@ -18,16 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from hybrid_qpr.backends.local import LocalIndex, SearchSettings  # noqa: E402
-from hybrid_qpr.backends.local.segment import OPEN_VERIFIED, Segment, checksum, expected_files  # noqa: E402
+from hybrid_qpr.backends.local import LocalIndex, SearchSettings
+from hybrid_qpr.backends.local.segment import OPEN_VERIFIED, Segment, checksum, expected_files
 
 
 class RandomVectors:

@@ -10,11 +10,8 @@ Example::
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.bench_cluster import main  # noqa: E402
+from bench_cluster import main
 
 if __name__ == "__main__":
     sys.exit(main(["--engine", "opensearch", *("--url" if a == "--opensearch" else a for a in sys.argv[1:])]))

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _results import repo_relative
+from _common import repo_relative
 from hybrid_qpr import fusion as fusion_lib
 from hybrid_qpr.artifacts import atomic_write, write_json
 from hybrid_qpr.data.beir import load_beir

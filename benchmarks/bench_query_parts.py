@@ -31,25 +31,23 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from _results import repo_relative  # noqa: E402
-from hybrid_qpr.artifacts import write_json  # noqa: E402
-from bench_vector_recall import read_queries  # noqa: E402
-from hybrid_qpr.backends.local import LocalIndex, blockmax  # noqa: E402
-from hybrid_qpr.backends.local.ranking import Candidates as SegmentCandidates, merge_ranked  # noqa: E402
-from hybrid_qpr.backends.local.vectors import one_thread  # noqa: E402
-from hybrid_qpr.data.documents import iter_documents  # noqa: E402
-from hybrid_qpr.distance import prepare_vectors  # noqa: E402
-from hybrid_qpr.encoders import Encoder  # noqa: E402
-from hybrid_qpr.search import DEFAULT_DEPTH, Candidates, HybridSearcher  # noqa: E402
-from hybrid_qpr.text import tokenize  # noqa: E402
+from _common import read_queries, repo_relative
+from hybrid_qpr.artifacts import write_json
+from hybrid_qpr.backends.local import LocalIndex, blockmax
+from hybrid_qpr.backends.local import bm25 as bm25_lib
+from hybrid_qpr.backends.local.ranking import Candidates as SegmentRows
+from hybrid_qpr.backends.local.ranking import merge_ranked
+from hybrid_qpr.backends.local.vectors import one_thread
+from hybrid_qpr.data.documents import iter_documents
+from hybrid_qpr.distance import prepare_vectors
+from hybrid_qpr.encoders import Encoder
+from hybrid_qpr.search import DEFAULT_DEPTH, Candidates, HybridSearcher
+from hybrid_qpr.text import tokenize
 
 
 def timed(call, n: int, rounds: int) -> dict:
@@ -78,12 +76,21 @@ def exhaustive_bm25(index: LocalIndex, query: str, depth: int):
         blockmax.PRUNE_MAX_TOKENS = saved
 
 
-def dense_bm25(index: LocalIndex, query: str, depth: int):
-    found = []
-    for seg, scores in zip(index.segments, index._bm25_scores(tokenize(query))):
-        rows = np.flatnonzero(scores > 0)
-        found.append(SegmentCandidates.best(seg, scores[rows], rows, depth))
-    return merge_ranked(found, depth)
+def numpy_bm25(index: LocalIndex):
+    """``LocalIndex.bm25`` without the compiled scorer: ``score_segments`` over every document
+    of every segment, then the top ``depth`` (the index's path without numba)."""
+    parts = [(seg.postings, seg.deleted) for seg in index.segments]
+    stats = bm25_lib.corpus_stats(parts)
+    weights = bm25_lib.term_weights(parts, stats)
+
+    def search(query: str, depth: int):
+        found = []
+        for seg, scores in zip(index.segments, bm25_lib.score_segments(parts, tokenize(query), stats, weights)):
+            rows = np.flatnonzero(scores > 0)
+            found.append(SegmentRows.best(seg, scores[rows], rows, depth))
+        return merge_ranked(found, depth)
+
+    return search
 
 
 def main() -> None:
@@ -112,11 +119,12 @@ def main() -> None:
     # one thread: encode, then BM25, then kNN (``v`` is the encoding function hybrid passes)
     serial.candidates = lambda q, v, d, f=None: Candidates(index.bm25(q, d, f), index.knn(v() if callable(v) else v, d, f))  # type: ignore[method-assign]
 
+    dense_bm25 = numpy_bm25(index)
     steps = {
         "encode": lambda i: encoder.encode([texts[i]]),
         "bm25 list": lambda i: index.bm25(texts[i], depth),
         "bm25 list, exhaustive": lambda i: exhaustive_bm25(index, texts[i], depth),
-        "bm25 list, numpy": lambda i: dense_bm25(index, texts[i], depth),
+        "bm25 list, numpy": lambda i: dense_bm25(texts[i], depth),
     }
     result = {"index": repo_relative(args.index), "documents": index.count(), "segments": len(index.segments),
               "factories": sorted({s.entry["factory"] for s in index.segments}),
@@ -125,12 +133,10 @@ def main() -> None:
     if args.corpus:
         import bm25s
 
-        from hybrid_qpr.backends.local.bm25 import BM25_B, BM25_K1
-
         corpus_tokens = [tokenize(doc.text) for _, doc in iter_documents(args.corpus)]
         query_tokens = [tokenize(t) for t in texts]
         for backend in ("numba", "numpy"):
-            model = bm25s.BM25(k1=BM25_K1, b=BM25_B, backend=backend)
+            model = bm25s.BM25(k1=bm25_lib.BM25_K1, b=bm25_lib.BM25_B, backend=backend)
             model.index(corpus_tokens, show_progress=False)
             vocab = model.vocab_dict
             known = [[t for t in q if t in vocab] or [next(iter(vocab))] for q in query_tokens]

@@ -30,20 +30,17 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from hybrid_qpr.backends.local import LocalIndex  # noqa: E402
-from hybrid_qpr.data.documents import iter_documents  # noqa: E402
-from hybrid_qpr.errors import BadLines  # noqa: E402
-from hybrid_qpr.encoders import Encoder  # noqa: E402
-from hybrid_qpr.evaluation.evaluator import latency_summary  # noqa: E402
-from hybrid_qpr.search import HybridSearcher  # noqa: E402
+from hybrid_qpr.backends.local import LocalIndex
+from hybrid_qpr.data.documents import iter_documents
+from hybrid_qpr.errors import BadLines
+from hybrid_qpr.encoders import Encoder
+from hybrid_qpr.evaluation.evaluator import latency_summary
+from hybrid_qpr.search import HybridSearcher
 
 
 def make_data(pairs: str, out: Path, n: int, n_add: int, n_queries: int) -> None:

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _results import REPO, relative_if_path, repo_relative
+from _common import REPO, relative_if_path, repo_relative
 LOSSES = ("sdml", "triplet", "siamese")
 CNN_NAME = "SDML CNN (Quora)"  # the committed CNN's row name in results and tables
 logger = logging.getLogger("bench_transformer")

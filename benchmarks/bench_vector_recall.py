@@ -29,22 +29,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from _results import repo_relative  # noqa: E402
-from hybrid_qpr.artifacts import write_json  # noqa: E402
-from hybrid_qpr.backends.local import LocalIndex  # noqa: E402
-from hybrid_qpr.backends.local.vectors import build_faiss, calibrate_ef  # noqa: E402
-from hybrid_qpr.data.documents import iter_documents  # noqa: E402
-from hybrid_qpr.distance import prepare_vectors  # noqa: E402
-from hybrid_qpr.encoders import Encoder  # noqa: E402
-from hybrid_qpr.evaluation.evaluator import latency_summary  # noqa: E402
+from _common import read_queries, repo_relative
+from hybrid_qpr.artifacts import write_json
+from hybrid_qpr.backends.local import LocalIndex
+from hybrid_qpr.backends.local.vectors import build_faiss, calibrate_ef
+from hybrid_qpr.distance import prepare_vectors
+from hybrid_qpr.encoders import Encoder
+from hybrid_qpr.evaluation.evaluator import latency_summary
 
 
 def live_vectors(index: LocalIndex, limit: int) -> np.ndarray:
@@ -57,16 +53,6 @@ def live_vectors(index: LocalIndex, limit: int) -> np.ndarray:
         if held >= limit:
             break
     return np.ascontiguousarray(np.concatenate(parts))
-
-
-def read_queries(path: Path, limit: int, seed: int) -> list[str]:
-    if path.suffix == ".jsonl":
-        texts = [doc.text for _, doc in iter_documents(path)]
-    else:
-        texts = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if len(texts) > limit:
-        texts = [texts[i] for i in sorted(np.random.default_rng(seed).choice(len(texts), limit, replace=False))]
-    return texts
 
 
 def recall(found: np.ndarray, truth: np.ndarray, k: int) -> float:

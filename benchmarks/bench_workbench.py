@@ -37,13 +37,10 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from _results import command_line, repo_relative  # noqa: E402
-from hybrid_qpr.artifacts import write_json  # noqa: E402
-from hybrid_qpr.data.documents import iter_documents  # noqa: E402
-from hybrid_qpr.errors import BadLines  # noqa: E402
+from _common import command_line, repo_relative
+from hybrid_qpr.artifacts import write_json
+from hybrid_qpr.data.documents import iter_documents
+from hybrid_qpr.errors import BadLines
 
 PATHS = {"search": "/api/search?mode=hybrid&k=10&q=", "compare": "/api/compare?k=10&q="}
 
@@ -55,9 +52,8 @@ def free_port() -> int:
 
 
 def start_server(index: Path, port: int, judgments: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen([sys.executable, "-m", "hybrid_qpr.cli.main", "serve", "--index", str(index), "--port",
-                             str(port), "--judgments", str(judgments)], env=env)
+                             str(port), "--judgments", str(judgments)])
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -33,9 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.bench_cluster import DEFAULT_DATA, cluster_backend, load  # noqa: E402
+from _common import DEFAULT_DATA, cluster_backend, load_pairs_slice
 
 
 def wait_for_node(url: str, timeout: float) -> float:
@@ -80,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     from hybrid_qpr.artifacts import write_json
     from hybrid_qpr.errors import ClusterError
 
-    docs, _ = load(args.data, args.docs, 0, 13)
+    docs, _ = load_pairs_slice(args.data, args.docs, 0, 13)
     encoder = Encoder.load(None)
     results = {}
 
@@ -159,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         results[scenario] = row
         backend.drop()
     if args.json_out:
-        from _results import command_line
+        from _common import command_line
 
         write_json(args.json_out, {"command": command_line(), "engine": args.engine, "results": results})
     return 0 if all(r["exact"] for r in results.values()) else 1

@@ -3,7 +3,7 @@ Chromium, never by hand.
 
 It indexes the examples/ bank with the committed model in a temporary directory, serves the
 workbench on a free local port, judges the hits of 8 held-out queries of the bank through
-the API (as tests/workbench_helpers.judge_bank does), opens a deep link to one query, judges
+the API (``hybrid_qpr.testing.workbench.judge_bank``), opens a deep link to one query, judges
 two hits on the page, runs "tune on my judgments" there and saves the page.
 
 Usage (needs Debian's chromium and chromium-driver, and the test extra's selenium):
@@ -14,17 +14,12 @@ from __future__ import annotations
 
 import argparse
 import io
-import sys
 import tempfile
 import urllib.parse
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
-
-from workbench_helpers import (chromium_problem, examples_local_index, headless_chromium, judge_bank,  # noqa: E402
-                               served)
+from _common import REPO
+from hybrid_qpr.testing.workbench import chromium_problem, examples_local_index, headless_chromium, judge_bank, served
 
 QUERY = "i can't remember my netflix login"
 

@@ -5,11 +5,16 @@
 3. a testcontainers OpenSearch 2.19 container when a Docker engine answers.
 
 The Elasticsearch node likewise: ``$HYBRID_QPR_ELASTICSEARCH_URL``, else the local node of
-``hybrid-qpr cluster start --engine elasticsearch``. ``cluster_backend`` runs a test once per
-engine (parametrised over both).
+``hybrid-qpr cluster start --engine elasticsearch``.
+
+One fixture family serves every cluster test: ``cluster_engine`` -> ``cluster_url`` ->
+``cluster_client`` -> ``cluster_backend`` (a fresh index, dropped afterwards) and
+``cluster_local_node``. A test using them runs once per engine; ``@pytest.mark.engines("opensearch")``
+(or ``"elasticsearch"``) keeps a test of one engine's own features to that engine.
 
 With none reachable the cluster tests skip - except when ``$CI`` is set: then they fail,
-so a CI run can never pass without really exercising both engines.
+so a CI run can never pass without really exercising both engines. Likewise a test skipped
+by ``pytest.importorskip`` for a missing optional package fails when ``$CI`` is set.
 """
 
 from __future__ import annotations
@@ -42,6 +47,36 @@ def _unreachable(message: str):
     if os.environ.get("CI"):
         pytest.fail(message + " (CI is set, so cluster tests must not skip)")
     pytest.skip(message)
+
+
+# A test needing an optional package guards itself with ``pytest.importorskip`` (a core install
+# runs the rest). Under CI the full install provides every such package, so a skip for a
+# missing one is a failure there: it would hide a broken install or extra.
+MISSING_PACKAGE = "could not import"
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    return longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+
+
+def _fail_missing_package_skips_in_ci(report) -> None:
+    if os.environ.get("CI") and report.skipped and MISSING_PACKAGE in _skip_reason(report):
+        report.outcome = "failed"
+        report.longrepr = (_skip_reason(report) + " (CI is set: the full install provides every optional "
+                           "package, so a test must not skip for a missing one)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    _fail_missing_package_skips_in_ci(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    _fail_missing_package_skips_in_ci(outcome.get_result())
 
 
 def _docker_answers() -> bool:
@@ -102,10 +137,23 @@ def elasticsearch_url():
                  f"{status.url} (start one with 'hybrid-qpr cluster start --engine elasticsearch')")
 
 
-@pytest.fixture(scope="session", params=CLUSTER_ENGINES)
-def cluster_engine(request) -> str:
-    """Each engine in turn: a test using it runs once against OpenSearch, once against Elasticsearch."""
-    return request.param
+def pytest_configure(config):
+    config.addinivalue_line("markers", "engines(*names): run a test that uses the cluster fixtures against these "
+                                       "engines only (default: opensearch and elasticsearch)")
+    config.addinivalue_line("markers", "browser: needs headless Chromium (Debian's chromium and chromium-driver) "
+                                       "and selenium")
+
+
+def pytest_generate_tests(metafunc):
+    """``cluster_engine``: each engine in turn, so a test using the cluster fixtures runs once
+    against OpenSearch and once against Elasticsearch; ``@pytest.mark.engines("opensearch")``
+    keeps a test of one engine's own features to that engine."""
+    if "cluster_engine" in metafunc.fixturenames:
+        marker = metafunc.definition.get_closest_marker("engines")
+        engines = marker.args if marker else CLUSTER_ENGINES
+        unknown = set(engines) - set(CLUSTER_ENGINES)
+        assert not unknown, f"unknown engines {sorted(unknown)}: choose from {CLUSTER_ENGINES}"
+        metafunc.parametrize("cluster_engine", engines, scope="session")
 
 
 @pytest.fixture(scope="session")
@@ -143,30 +191,6 @@ def cluster_local_node(cluster_engine, cluster_url):
 
 
 @pytest.fixture(scope="session")
-def opensearch_client(opensearch_url):
-    from hybrid_qpr.backends.opensearch import connect
-
-    return connect(opensearch_url)
-
-
-@pytest.fixture()
-def index_name(opensearch_client):
-    """A fresh index name per test; the index is deleted afterwards."""
-    name = f"hqpr-test-{uuid.uuid4().hex[:10]}"
-    yield name
-    opensearch_client.indices.delete(index=name, ignore_unavailable=True)
-
-
-@pytest.fixture(scope="session")
-def local_node(opensearch_url):
-    """The ``LocalNode`` serving ``opensearch_url``, or None when the node is not ours to stop."""
-    from hybrid_qpr.localnode import LocalNode
-
-    node = LocalNode()
-    return node if node.status().running and node.url == opensearch_url else None
-
-
-@pytest.fixture(scope="session")
 def committed_encoder():
     """The encoder committed in onnx/ (``Encoder.load(None)``); ``$HYBRID_QPR_TEST_MODEL``
     may point at another model directory while that one is being trained."""
@@ -175,33 +199,21 @@ def committed_encoder():
     return Encoder.load(os.environ.get("HYBRID_QPR_TEST_MODEL") or None)
 
 
-_SUBJECTS = ["password", "email address", "credit card", "phone number", "username", "profile picture",
-             "shipping address", "subscription", "order", "delivery date", "bank account", "home address",
-             "security question", "display name", "newsletter", "payment method", "invoice", "language setting",
-             "time zone", "avatar"]
-_TEMPLATES = ["how do i change my {s}?", "how can i update my {s}?", "what is the way to reset my {s}?",
-              "why can't i edit my {s}?", "where do i find my {s}?", "is it possible to delete my {s}?",
-              "can i recover my old {s}?", "who can see my {s}?", "when does my {s} expire?",
-              "what happens if i lose my {s}?"]
-
-
 @pytest.fixture(scope="session")
 def question_bank():
     """200 synthetic questions (20 subjects x 10 phrasings) with metadata for filter tests:
-    ``lang`` alternates en/de, ``topic`` is the subject, ``n`` the position."""
-    from hybrid_qpr.types import Document
+    ``lang`` alternates en/de, ``topic`` is the subject, ``n`` the position (``corpora.question_bank``)."""
+    from hybrid_qpr.testing.corpora import question_bank
 
-    docs = []
-    for i, (subject, template) in enumerate((s, t) for s in _SUBJECTS for t in _TEMPLATES):
-        docs.append(Document(f"q{i:03d}", template.format(s=subject),
-                             {"lang": "en" if i % 2 == 0 else "de", "topic": subject, "n": i}))
-    return docs
+    return question_bank()
 
 
 @pytest.fixture(scope="session")
 def held_out_queries():
     """Phrasings that are not in ``question_bank``, one per subject."""
-    return [f"i forgot my {s}, what should i do now?" for s in _SUBJECTS]
+    from hybrid_qpr.testing.corpora import held_out_questions
+
+    return held_out_questions()
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""Cluster ingest under faults, once per engine: a fault-injecting proxy (tests/faultproxy.py) in
+"""Cluster ingest under faults, once per engine: a fault-injecting proxy (hybrid_qpr.testing.faultproxy) in
 front of the real node, and the node itself killed with SIGKILL mid-ingest.
 
 Every test ends by checking the final state exactly, through a client that bypasses the
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from faultproxy import FaultProxy, Faults
+from hybrid_qpr.testing.faultproxy import FaultProxy, Faults
 from hybrid_qpr.backends.cluster.connection import HttpFailure
 from hybrid_qpr.errors import BackendError, ClusterError
 from hybrid_qpr.localnode import LocalNode

@@ -90,7 +90,7 @@ def test_an_index_made_by_a_create_request_whose_answer_never_came_is_deleted_ag
         cluster_backend, cluster_engine, cluster_url, committed_encoder, question_bank, monkeypatch):
     import importlib
 
-    from faultproxy import FaultProxy, Faults
+    from hybrid_qpr.testing.faultproxy import FaultProxy, Faults
 
     monkeypatch.setattr(cluster_backend_module, "CREATE_WAIT_SECONDS", 1)
     monkeypatch.setattr(cluster_backend_module, "CREATE_ANSWER_MARGIN", 2)

@@ -213,7 +213,9 @@ def test_unzip_keeps_executable_bits(tmp_path):
 # ---------------------------------------------------------------------------------------------- live nodes
 @pytest.mark.cluster
 @pytest.mark.smoke
-def test_live_node_loads_knn_and_neural_search_and_start_is_idempotent(local_node, opensearch_client):
+@pytest.mark.engines("opensearch")
+def test_live_node_loads_knn_and_neural_search_and_start_is_idempotent(cluster_local_node, cluster_client):
+    local_node, opensearch_client = cluster_local_node, cluster_client
     if local_node is None:
         pytest.skip("the node under test is not the local node of 'hybrid-qpr cluster start'")
     state = local_node.status(with_plugins=True)
@@ -228,9 +230,11 @@ def test_live_node_loads_knn_and_neural_search_and_start_is_idempotent(local_nod
 
 
 @pytest.mark.cluster
-def test_status_is_false_when_another_server_answers_the_port(local_node, tmp_path):
+@pytest.mark.engines("opensearch")
+def test_status_is_false_when_another_server_answers_the_port(cluster_local_node, tmp_path):
     """The token check: a node of ours whose pid is alive but whose port is served by another
     node (here: the live node's port claimed by a home that did not start it) is not 'running'."""
+    local_node = cluster_local_node
     if local_node is None:
         pytest.skip("the node under test is not the local node of 'hybrid-qpr cluster start'")
     impostor = LocalNode(local_node.home, port=local_node.port, version=local_node.version)

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from hybrid_qpr.errors import ConfigError  # noqa: E402
-from synthetic import topic_clusters  # noqa: E402
+from hybrid_qpr.testing.corpora import topic_clusters  # noqa: E402
 
 
 def test_distillation_loss_by_hand():

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from hybrid_qpr.errors import ConfigError  # noqa: E402
 from hybrid_qpr.model.losses import MSEMLoss, intent_classes  # noqa: E402
-from synthetic import topic_clusters, write_dataset_dir  # noqa: E402
+from hybrid_qpr.testing.corpora import topic_clusters, write_dataset_dir  # noqa: E402
 
 
 def test_sdml_targets_and_loss_by_hand():

@@ -108,13 +108,12 @@ def test_bodies():
 
 @pytest.mark.cluster
 @pytest.mark.slow
+@pytest.mark.engines("opensearch")
 def test_cluster_embeds_like_hybrid_qpr_and_neural_query_finds_paraphrases(
-        opensearch_client, minilm_dir, minilm, index_name, question_bank, held_out_queries):
+        cluster_client, cluster_backend, minilm_dir, minilm, question_bank, held_out_queries):
     from opensearchpy import helpers
 
-    from hybrid_qpr.backends.opensearch import OpenSearchBackend
-
-    client = opensearch_client
+    client, backend, index_name = cluster_client, cluster_backend, cluster_backend.index
     name = f"hqpr-test-{uuid.uuid4().hex[:8]}"
     pipeline = f"{name}-embed"
     model_id = mlcommons.register_dir(client, minilm_dir, name, allow_local_upload=True)
@@ -138,7 +137,6 @@ def test_cluster_embeds_like_hybrid_qpr_and_neural_query_finds_paraphrases(
         assert _cosines(in_cluster, minilm.encode(QUESTIONS)).min() >= 0.99
 
         # 2. ingest pipeline fills the knn_vector of hybrid-qpr's index layout
-        backend = OpenSearchBackend(client, index_name)
         backend.ensure_index(minilm)
         mlcommons.put_ingest_pipeline(client, pipeline, model_id)
         actions = ({"_index": index_name, "_id": d.id, "_source": {"text": d.text, "metadata": d.metadata}}

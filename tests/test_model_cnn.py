@@ -14,7 +14,7 @@ from hybrid_qpr.model.cnn import CNNModel  # noqa: E402
 from hybrid_qpr.model.losses import SDMLLoss  # noqa: E402
 from hybrid_qpr.text.tokenizer import Vocabulary  # noqa: E402
 from hybrid_qpr.training.cnn import TrainConfig, epoch_batches, train  # noqa: E402
-from synthetic import topic_clusters, write_dataset_dir  # noqa: E402
+from hybrid_qpr.testing.corpora import topic_clusters, write_dataset_dir  # noqa: E402
 
 
 def _model(seed=0):

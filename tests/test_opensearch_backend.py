@@ -14,12 +14,12 @@ from hybrid_qpr.backends.opensearch import OpenSearchBackend, index_body, instal
 from hybrid_qpr.errors import BackendError, ModelMismatchError
 from hybrid_qpr.search import HybridSearcher
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.engines("opensearch")]
 
 
 @pytest.fixture()
-def filled(opensearch_client, index_name, question_bank, committed_encoder):
-    backend = OpenSearchBackend(opensearch_client, index_name)
+def filled(cluster_backend, question_bank, committed_encoder):
+    backend = cluster_backend
     report = backend.ingest(question_bank, committed_encoder, batch_size=64, show_progress=False)
     return backend, report
 
@@ -31,7 +31,8 @@ def test_layout_is_a_lucene_knn_vector(filled, committed_encoder):
     assert backend.capabilities.server_side_hybrid and backend.capabilities.server_side_rerank
 
 
-def test_wrong_dims_field_type_or_model_is_refused(opensearch_client, index_name, committed_encoder, question_bank):
+def test_wrong_dims_field_type_or_model_is_refused(cluster_client, cluster_backend, committed_encoder, question_bank):
+    opensearch_client, index_name = cluster_client, cluster_backend.index
     enc = committed_encoder
     wrong_dims = index_body(enc.dim + 3, enc.distance, enc.fingerprint, enc.kind)
     opensearch_client.indices.create(index=index_name, body=wrong_dims)
@@ -106,12 +107,12 @@ def test_server_side_and_client_side_hybrid_are_sensible(filled, committed_encod
     assert all(r.bm25 is not None or r.knn is not None for r in client_rrf)
 
 
-def test_missing_pipeline_and_index_give_clear_errors(opensearch_client, index_name, filled, committed_encoder):
+def test_missing_pipeline_and_index_give_clear_errors(cluster_client, filled, committed_encoder):
     backend, _ = filled
     vector = committed_encoder.encode(["x"])[0]
     with pytest.raises(BackendError, match="pipeline .no-such-pipeline. is not installed.*search-pipeline install"):
         backend.hybrid_server("x", vector, 5, pipeline="no-such-pipeline")
-    absent = OpenSearchBackend(opensearch_client, index_name + "-absent")
+    absent = OpenSearchBackend(cluster_client, backend.index + "-absent")
     with pytest.raises(BackendError, match="does not exist; create it with 'hybrid-qpr ingest"):
         absent.bm25("x", 5)
     with pytest.raises(BackendError, match="does not exist; create it with 'hybrid-qpr ingest"):

@@ -8,7 +8,6 @@ again (with every other ``smoke`` test) against OpenSearch 2.19.6, the older lin
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 
 import pytest
@@ -32,32 +31,30 @@ def _count(client, index: str) -> int:
 
 @pytest.mark.cluster
 @pytest.mark.smoke
-def test_cli_ingest_query_every_mode_and_pipelines(opensearch_url, opensearch_client):
-    index = f"hqpr-smoke-{uuid.uuid4().hex[:8]}"
+@pytest.mark.engines("opensearch")
+def test_cli_ingest_query_every_mode_and_pipelines(cluster_url, cluster_client, cluster_backend):
+    opensearch_url, opensearch_client, index = cluster_url, cluster_client, cluster_backend.index  # dropped afterwards
     lines = QUESTIONS.read_text(encoding="utf-8").splitlines()
     first = json.loads(lines[0])
     version = opensearch_client.info()["version"]["number"]
-    try:
-        _run("ingest", str(QUESTIONS), "--opensearch", opensearch_url, "--index", index)
-        assert _count(opensearch_client, index) == len(lines)
-        _run("ingest", str(QUESTIONS), "--opensearch", opensearch_url, "--index", index)  # same ids: replaced
-        assert _count(opensearch_client, index) == len(lines)
+    _run("ingest", str(QUESTIONS), "--opensearch", opensearch_url, "--index", index)
+    assert _count(opensearch_client, index) == len(lines)
+    _run("ingest", str(QUESTIONS), "--opensearch", opensearch_url, "--index", index)  # same ids: replaced
+    assert _count(opensearch_client, index) == len(lines)
 
-        output = _run("search-pipeline", "install", "--opensearch", opensearch_url, "--index", index)
-        pipelines = opensearch_client.transport.perform_request("GET", "/_search/pipeline/hybrid-qpr-*")
-        expected = {"hybrid-qpr-rrf", "hybrid-qpr-minmax", "hybrid-qpr-l2"}
-        if not version.startswith("2."):
-            expected.add("hybrid-qpr-zscore")  # neural-search has z_score since 3.0
-        assert expected <= set(pipelines), output
+    output = _run("search-pipeline", "install", "--opensearch", opensearch_url, "--index", index)
+    pipelines = opensearch_client.transport.perform_request("GET", "/_search/pipeline/hybrid-qpr-*")
+    expected = {"hybrid-qpr-rrf", "hybrid-qpr-minmax", "hybrid-qpr-l2"}
+    if not version.startswith("2."):
+        expected.add("hybrid-qpr-zscore")  # neural-search has z_score since 3.0
+    assert expected <= set(pipelines), output
 
-        runs = [("bm25",), ("knn",), ("hybrid",), ("rerank",), ("hybrid", "--server-side"), ("rerank", "--server-side"),
-                ("hybrid", "--fusion", "minmax", "--alpha", "0.3")]
-        for mode, *extra in runs:
-            out = _run("query", first["text"], "--opensearch", opensearch_url, "--index", index, "--mode", mode,
-                       "--json", "-k", "5", *extra)
-            hits = json.loads(out)["hits"]
-            ids = [hit["id"] for hit in hits]
-            assert len(ids) == 5 and len(set(ids)) == 5, (mode, extra, out)
-            assert first["id"] in ids, f"{mode} {extra}: the exact question is not in the top 5: {ids}"
-    finally:
-        opensearch_client.indices.delete(index=index, ignore_unavailable=True)
+    runs = [("bm25",), ("knn",), ("hybrid",), ("rerank",), ("hybrid", "--server-side"), ("rerank", "--server-side"),
+            ("hybrid", "--fusion", "minmax", "--alpha", "0.3")]
+    for mode, *extra in runs:
+        out = _run("query", first["text"], "--opensearch", opensearch_url, "--index", index, "--mode", mode,
+                   "--json", "-k", "5", *extra)
+        hits = json.loads(out)["hits"]
+        ids = [hit["id"] for hit in hits]
+        assert len(ids) == 5 and len(set(ids)) == 5, (mode, extra, out)
+        assert first["id"] in ids, f"{mode} {extra}: the exact question is not in the top 5: {ids}"

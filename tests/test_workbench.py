@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from hybrid_qpr.data.beir import load_beir
-from workbench_helpers import call, example_documents, examples_local_index, judge_bank, served
+from hybrid_qpr.testing.corpora import example_documents
+from hybrid_qpr.testing.workbench import call, examples_local_index, judge_bank, served
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")

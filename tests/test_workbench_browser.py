@@ -7,20 +7,23 @@ the packages when run as root)."""
 
 from __future__ import annotations
 
+import os
 import urllib.parse
 
 import pytest
 
-from workbench_helpers import call, chromium_problem, examples_local_index, headless_chromium, in_ci, served
+from hybrid_qpr.testing.workbench import call, chromium_problem, examples_local_index, headless_chromium, served
 
 pytestmark = pytest.mark.browser
+pytest.importorskip("starlette")  # the served workbench (the serve extra)
+pytest.importorskip("uvicorn")
 
 
 @pytest.fixture(scope="module")
 def browser():
     problem = chromium_problem()
     if problem:
-        if in_ci():
+        if os.environ.get("CI"):
             pytest.fail(problem + " (CI is set, so the browser test must not skip)")
         pytest.skip(problem)
     with headless_chromium() as driver:

@@ -1,4 +1,7 @@
-"""A fault-injecting HTTP proxy in front of a real OpenSearch or Elasticsearch node (tests only).
+"""A fault-injecting HTTP proxy in front of a real OpenSearch or Elasticsearch node: point a
+client (ours or an application's) at ``FaultProxy(node_url).url`` to see what it does when a busy
+or flaky cluster rejects, drops, withholds or cuts answers. The cluster fault tests and
+``benchmarks/bench_faults.py`` use it.
 
 It forwards every request to the node and answers with the node's answer, except that it
 injects, on ``_bulk`` requests and with the shares given in ``Faults``, the failures a busy or
@@ -40,15 +43,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 REJECTED = {"type": "es_rejected_execution_exception",
-            "reason": "rejected execution of coordinating operation (injected by tests/faultproxy.py)"}
+            "reason": "rejected execution of coordinating operation (injected by hybrid_qpr.testing.faultproxy)"}
 REFUSED = {"type": "security_exception",
-           "reason": "action [indices:data/write/bulk] is unauthorized (injected by tests/faultproxy.py)"}
+           "reason": "action [indices:data/write/bulk] is unauthorized (injected by hybrid_qpr.testing.faultproxy)"}
 HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host",
                "accept-encoding", "proxy-connection", "te", "upgrade"}
 
 
 @dataclass(frozen=True)
 class Faults:
+    """What the proxy injects: each share is the chance (0..1) per ``_bulk`` request or item."""
+
     reject_request: float = 0.0
     retry_after: int | None = None  # seconds, sent with every rejected request when set
     drop_item: float = 0.0

@@ -1,5 +1,7 @@
-"""Shared by the workbench tests, the screenshot script and the load benchmark: the examples/
-bank in an index, a workbench served on a thread, JSON requests, and headless Chromium."""
+"""Drive the relevance workbench from a test or a script: the examples/ bank in a local index
+(``corpora.example_documents``), the workbench served on a thread, JSON requests to its API,
+judging the bank as its qrels say, and headless Chromium to look at the page. Used by the
+workbench tests and ``benchmarks/screenshot_workbench.py``."""
 
 from __future__ import annotations
 
@@ -19,36 +21,10 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-dev-shm-usage", "--window-size=1400,1000")
 
 
-def held_out_queries() -> tuple[dict[str, str], dict[str, dict[str, int]]]:
-    """One question of each group of the examples/ bank's val and test splits (30 in all), held
-    out of the index so it is a new question whose paraphrases (the rest of its group, as the
-    qrels say) are in the bank: ``(query id -> text, qrels)``."""
-    from hybrid_qpr import resources
-    from hybrid_qpr.data.beir import load_beir
-
-    queries: dict[str, str] = {}
-    qrels: dict[str, dict[str, int]] = {}
-    for split in ("val", "test"):
-        _, texts, judged = load_beir(resources.examples_dir() / "beir", split)
-        first = {}
-        for qid in sorted(texts):
-            first.setdefault(qid.rsplit("-", 1)[0], qid)
-        for qid in first.values():
-            queries[qid], qrels[qid] = texts[qid], judged[qid]
-    return queries, qrels
-
-
-def example_documents():
-    """The examples/ bank (300 questions with group and topic metadata) less the held-out queries."""
-    from hybrid_qpr import resources
-    from hybrid_qpr.data.documents import iter_documents
-
-    held_out = held_out_queries()[0]
-    return [doc for _, doc in iter_documents(resources.examples_dir() / "questions.jsonl") if doc.id not in held_out]
-
-
 def examples_local_index(path: Path, encoder):
+    """A local index at ``path`` holding ``example_documents()`` encoded by ``encoder``."""
     from hybrid_qpr.backends.local import LocalIndex
+    from hybrid_qpr.testing.corpora import example_documents
 
     index = LocalIndex.create(path, encoder)
     index.ingest(example_documents(), encoder, show_progress=False)
@@ -91,15 +67,22 @@ def judge_bank(api: str, n: int) -> dict[str, str]:
     """Judge, through ``api`` (the base URL ending in /api), the hits /api/compare shows for the
     first ``n`` held-out queries as the bank's qrels say: a hit of the query's group is
     relevant (1), any other not (0). Returns the judged queries (id -> text)."""
-    queries, qrels = held_out_queries()
+    from hybrid_qpr.testing.corpora import examples_held_out
+
+    queries, qrels = examples_held_out()
     chosen = dict(sorted(queries.items())[:n])
     for qid, text in chosen.items():
         status, answer = call(f"{api}/compare?" + urllib.parse.urlencode({"q": text, "k": 10}))
-        assert status == 200, answer
+        _check_answer(status, answer, "/compare")
         for doc in sorted({h["id"] for hits in answer["lists"].values() for h in hits}):
             status, answer = call(f"{api}/judgments", "POST", {"query": text, "id": doc, "relevance": int(doc in qrels[qid])})
-            assert status == 200, answer
+            _check_answer(status, answer, "/judgments")
     return chosen
+
+
+def _check_answer(status: int, answer: Any, endpoint: str) -> None:
+    if status != 200:
+        raise RuntimeError(f"the workbench answered {endpoint} with {status}: {answer}")
 
 
 def chromium_problem() -> str | None:
@@ -134,7 +117,3 @@ def headless_chromium():
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
-
-
-def in_ci() -> bool:
-    return bool(os.environ.get("CI"))

@@ -1,0 +1,11 @@
+"""Tools for testing and benchmarking hybrid-qpr, and applications built on it. Nothing in the
+rest of the package imports them.
+
+* ``hybrid_qpr.testing.corpora`` - synthetic question banks and paraphrase clusters, built in
+  memory and reproducible (no data download);
+* ``hybrid_qpr.testing.faultproxy`` - an HTTP proxy in front of a real OpenSearch or
+  Elasticsearch node that injects the failures of a busy or flaky cluster;
+* ``hybrid_qpr.testing.workbench`` - the relevance workbench served on a thread, its API
+  called, the examples/ bank judged, and headless Chromium to look at the page (the ``serve``
+  extra; the browser needs selenium and Debian's chromium and chromium-driver).
+"""

@@ -1,0 +1,94 @@
+"""Synthetic corpora that tests, benchmarks and examples build in memory, reproducibly and
+without any data download:
+
+* ``question_bank`` - 200 short questions (20 subjects x 10 phrasings) with metadata, for
+  index, search and filter checks; ``held_out_questions`` are phrasings not in it;
+* ``example_documents`` - the committed examples/ bank (300 questions in paraphrase groups)
+  less ``examples_held_out``, one question of each val and test group with its qrels;
+* ``topic_clusters`` - paraphrase clusters drawn from four topic words each, so a model learns
+  them in seconds; ``write_dataset_dir`` writes them as `dataset build` leaves a dataset.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from hybrid_qpr.data.clusters import Cluster, Question
+from hybrid_qpr.data.splits import write_split
+from hybrid_qpr.types import Document
+
+SUBJECTS = ("password", "email address", "credit card", "phone number", "username", "profile picture",
+            "shipping address", "subscription", "order", "delivery date", "bank account", "home address",
+            "security question", "display name", "newsletter", "payment method", "invoice", "language setting",
+            "time zone", "avatar")
+PHRASINGS = ("how do i change my {s}?", "how can i update my {s}?", "what is the way to reset my {s}?",
+             "why can't i edit my {s}?", "where do i find my {s}?", "is it possible to delete my {s}?",
+             "can i recover my old {s}?", "who can see my {s}?", "when does my {s} expire?",
+             "what happens if i lose my {s}?")
+
+
+def question_bank() -> list[Document]:
+    """200 questions, ids ``q000``..``q199`` (subject by subject): ``lang`` metadata alternates
+    en/de, ``topic`` is the subject (one subject = one paraphrase group), ``n`` the position."""
+    return [Document(f"q{i:03d}", phrasing.format(s=subject),
+                     {"lang": "en" if i % 2 == 0 else "de", "topic": subject, "n": i})
+            for i, (subject, phrasing) in enumerate((s, p) for s in SUBJECTS for p in PHRASINGS)]
+
+
+def held_out_questions() -> list[str]:
+    """One phrasing per subject (in ``SUBJECTS`` order) that ``question_bank`` does not hold."""
+    return [f"i forgot my {s}, what should i do now?" for s in SUBJECTS]
+
+
+def examples_held_out() -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+    """One question of each group of the examples/ bank's val and test splits (30 in all), held
+    out of the index so it is a new question whose paraphrases (the rest of its group, as the
+    qrels say) are in the bank: ``(query id -> text, qrels)``."""
+    from hybrid_qpr import resources
+    from hybrid_qpr.data.beir import load_beir
+
+    queries: dict[str, str] = {}
+    qrels: dict[str, dict[str, int]] = {}
+    for split in ("val", "test"):
+        _, texts, judged = load_beir(resources.examples_dir() / "beir", split)
+        first = {}
+        for qid in sorted(texts):
+            first.setdefault(qid.rsplit("-", 1)[0], qid)
+        for qid in first.values():
+            queries[qid], qrels[qid] = texts[qid], judged[qid]
+    return queries, qrels
+
+
+def example_documents():
+    """The examples/ bank (300 questions with group and topic metadata) less the held-out queries."""
+    from hybrid_qpr import resources
+    from hybrid_qpr.data.documents import iter_documents
+
+    held_out = examples_held_out()[0]
+    return [doc for _, doc in iter_documents(resources.examples_dir() / "questions.jsonl") if doc.id not in held_out]
+
+
+def topic_clusters(n: int, seed: int, varied_sizes: bool = False) -> list[Cluster]:
+    """n clusters of 3 questions (3 to 5 with ``varied_sizes``), reproducible from ``seed``:
+    each cluster's questions are three of its four topic words plus one random word."""
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(400)]
+    clusters = []
+    for c in range(n):
+        topic = rng.sample(words, 4)
+        size = 3 + c % 3 if varied_sizes else 3
+        questions = [Question(f"{c}-{k}", " ".join(rng.sample(topic, 3) + rng.sample(words, 1))) for k in range(size)]
+        clusters.append(Cluster(f"c{c}", questions))
+    return clusters
+
+
+def write_dataset_dir(path: Path, splits: dict[str, list[Cluster]], fingerprint: str | None = None) -> Path:
+    """``<split>.jsonl`` files by the project's own ``write_split`` (and a manifest when a
+    fingerprint is given), as `dataset build` leaves them."""
+    for split, clusters in splits.items():
+        write_split(path / f"{split}.jsonl", clusters)
+    if fingerprint is not None:
+        (path / "manifest.json").write_text(json.dumps({"format": "hybrid-qpr-dataset", "fingerprint": fingerprint}))
+    return path
