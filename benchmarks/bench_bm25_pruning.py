@@ -15,18 +15,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from _results import repo_relative  # noqa: E402
-from hybrid_qpr.artifacts import write_json  # noqa: E402
-from hybrid_qpr.backends.local import LocalIndex, blockmax  # noqa: E402
-from hybrid_qpr.text import tokenize  # noqa: E402
+from _common import repo_relative
+from hybrid_qpr.artifacts import write_json
+from hybrid_qpr.backends.local import LocalIndex, blockmax
+from hybrid_qpr.backends.local import bm25 as bm25_lib
+from hybrid_qpr.text import tokenize
 
 BANDS = ((1, 6), (7, 8), (9, 10), (11, 12), (13, 15), (16, 1000))
 
@@ -42,13 +40,18 @@ def main() -> None:
 
     index = LocalIndex.open(args.index)
     queries = [tokenize(line) for line in args.queries.read_text(encoding="utf-8").splitlines() if line.strip()]
-    parts = index._bm25_parts()
+    # what LocalIndex.bm25 builds at open, from the public pieces
+    parts = [(seg.postings, seg.deleted) for seg in index.segments]
+    stats = bm25_lib.corpus_stats(parts)
+    weights = bm25_lib.term_weights(parts, stats)
+    dense = bm25_lib.dense_columns(parts, weights)
+    blocks = [blockmax.block_maxima(postings, w) for (postings, _), w in zip(parts, weights)]
     default = blockmax.PRUNE_MAX_TOKENS
 
     def cpu_us(tokens: list[str], prune_max: int) -> float:
         blockmax.PRUNE_MAX_TOKENS = prune_max
         start = time.thread_time_ns()
-        blockmax.top_rows(parts, tokens, index._stats, index._weights, args.depth, index._dense, index._blocks)
+        blockmax.top_rows(parts, tokens, stats, weights, args.depth, dense, blocks)
         return (time.thread_time_ns() - start) / 1e3
 
     cpu_us(queries[0], 0), cpu_us(queries[0], 1000)  # compiles both kernels
