@@ -68,7 +68,7 @@ def main() -> None:
               "load_average_at_start": os.getloadavg(), "depths": {}}
     for depth in depths:
         cands = {q: Candidates(*index.bm25_and_knn(queries[q], vectors[q], depth)) for q in qids}
-        rrf_run = {q: [f.id for f in searcher.fuse(c, method="rrf", alpha=0.5, depth=depth, top_k=TASK.retrieve)]
+        rrf_run = {q: [f.id for f in searcher.fuse(c, fusion="rrf", alpha=0.5, depth=depth, top_k=TASK.retrieve)]
                    for q, c in cands.items()}
         tuned = tune_candidates(cands, qrels, depth=depth)
         result["depths"][str(depth)] = {"rrf_mrr@20": round(TASK.score(rrf_run, qrels)["MRR@20"], 4),

@@ -11,7 +11,7 @@ their top-10 lists. The model, pipeline and index are deleted at the end.
 
 Example (the numbers in docs/mlcommons.md; a loaded 2-core box)::
 
-    hybrid-qpr cluster start
+    hybrid-qpr node start
     nice -n 10 python benchmarks/bench_mlcommons.py
 """
 

@@ -3,7 +3,7 @@
 Corpus and queries as in ``bench_cluster.py`` (the first ``--docs`` unique Quora questions;
 queries are the paraphrase partners of indexed questions, each with one relevant document).
 
-``consistency`` (needs the three-node cluster, ``hybrid-qpr cluster start --nodes 3``): one
+``consistency`` (needs the three-node cluster, ``hybrid-qpr node start --nodes 3``): one
 index of ``--shards`` primaries and one of a single shard, same documents. Per query, BM25
 top 10 from the sharded index with ``query_then_fetch`` and with ``dfs_query_then_fetch``
 (interleaved) and from the single shard. Printed: MRR@10 and H@1 of each, the share of the
@@ -17,7 +17,7 @@ otherwise; queries interleaved between the two clusters.
 
 Examples (the numbers in docs/opensearch.md)::
 
-    hybrid-qpr cluster start --nodes 3
+    hybrid-qpr node start --nodes 3
     nice -n 10 python benchmarks/bench_multinode.py consistency --docs 2000 --shards 3
     nice -n 10 python benchmarks/bench_multinode.py scaling --docs 20000 --single-url http://127.0.0.1:9240
 """
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=13)
     args = parser.parse_args(argv)
     if args.what == "scaling" and not args.single_url:
-        parser.error("scaling needs --single-url (a one-node deployment, e.g. hybrid-qpr cluster start)")
+        parser.error("scaling needs --single-url (a one-node deployment, e.g. hybrid-qpr node start)")
     if args.what == "consistency" and args.shards is None:
         args.shards = 3
 

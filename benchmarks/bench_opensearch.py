@@ -3,7 +3,7 @@ the commands quoted in docs/opensearch.md (``--opensearch URL`` is ``--url URL``
 
 Example::
 
-    hybrid-qpr cluster start
+    hybrid-qpr node start
     python benchmarks/bench_opensearch.py --docs 5000 --queries 300 --warmup 30 --json /tmp/o-bench.json
 """
 

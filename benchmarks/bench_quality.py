@@ -193,11 +193,11 @@ def simplex(n: int, steps: int = 10) -> list[tuple[float, ...]]:
             if sum(combo) == steps]
 
 
-def fuse_lists(lists: list[list[Hit]], method: str, weights: tuple[float, ...], depth: int) -> list[str]:
-    if method == "rrf":
+def fuse_lists(lists: list[list[Hit]], fusion: str, weights: tuple[float, ...], depth: int) -> list[str]:
+    if fusion == "rrf":
         fused = fusion_lib.rrf(lists, weights=weights, depth=depth, top_k=RETRIEVE)
     else:
-        fused = fusion_lib.weighted_sum(lists, normalisation=method, weights=weights, depth=depth, top_k=RETRIEVE)
+        fused = fusion_lib.weighted_sum(lists, normalisation=fusion, weights=weights, depth=depth, top_k=RETRIEVE)
     return [f.id for f in fused]
 
 
@@ -260,10 +260,10 @@ def main() -> None:
         docs = prepare_vectors(vectors, enc.distance)
         runs = {
             "knn": {q: [h.id for h in knn[q][:RETRIEVE]] for q in test_queries},
-            "hybrid": {q: [f.id for f in HybridSearcher.fuse(Candidates(bm25[q], knn[q]), method=tuned.fusion,
+            "hybrid": {q: [f.id for f in HybridSearcher.fuse(Candidates(bm25[q], knn[q]), fusion=tuned.fusion,
                                                               alpha=tuned.alpha, depth=DEFAULT_DEPTH, top_k=RETRIEVE)]
                        for q in test_queries},
-            "hybrid_rrf_equal": {q: [f.id for f in HybridSearcher.fuse(Candidates(bm25[q], knn[q]), method="rrf",
+            "hybrid_rrf_equal": {q: [f.id for f in HybridSearcher.fuse(Candidates(bm25[q], knn[q]), fusion="rrf",
                                                                         alpha=0.5, depth=DEFAULT_DEPTH, top_k=RETRIEVE)]
                                  for q in test_queries},
             "rerank": {q: reranked(bm25[q], docs[row_of[q]], docs, row_of, enc.distance)[:RETRIEVE]
@@ -282,13 +282,13 @@ def main() -> None:
         lists = {q: [bm25[q], knn_by_encoder[first][q], knn_by_encoder[second][q]] for q in {**val_queries, **test_queries}}
         grid = []
         tune_on = dict(list(val_queries.items())[: args.fuse3_val_queries])
-        for method in FUSION_METHODS:
+        for fusion in FUSION_METHODS:
             for weights in simplex(3):
-                run = {q: fuse_lists(lists[q], method, weights, DEFAULT_DEPTH) for q in tune_on}
-                grid.append((TASK.score(run, val_qrels)["MRR@20"], method, weights))
-        best_val, method, weights = max(grid, key=lambda g: g[0])
-        run = {q: fuse_lists(lists[q], method, weights, DEFAULT_DEPTH) for q in test_queries}
-        result["fuse3"] = {"lists": ["bm25", first, second], "fusion": method, "weights": list(weights),
+                run = {q: fuse_lists(lists[q], fusion, weights, DEFAULT_DEPTH) for q in tune_on}
+                grid.append((TASK.score(run, val_qrels)["MRR@20"], fusion, weights))
+        best_val, fusion, weights = max(grid, key=lambda g: g[0])
+        run = {q: fuse_lists(lists[q], fusion, weights, DEFAULT_DEPTH) for q in test_queries}
+        result["fuse3"] = {"lists": ["bm25", first, second], "fusion": fusion, "weights": list(weights),
                            "tuned_on_val_queries": len(tune_on),
                            "val_mrr@20": round(best_val, 4), "test": score(run, test_qrels)}
         print(json.dumps({"fuse3": result["fuse3"]}, indent=1), flush=True)

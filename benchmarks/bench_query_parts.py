@@ -153,7 +153,7 @@ def main() -> None:
         "vector index": vector_index,
         "knn list": lambda i: index.knn(vectors[i], depth),
         "fetch 10": lambda i: index.documents(ids10[i]),
-        "fusion": lambda i: searcher.fuse(candidates[i], method="rrf", alpha=0.5, depth=depth, top_k=10),
+        "fusion": lambda i: searcher.fuse(candidates[i], fusion="rrf", alpha=0.5, depth=depth, top_k=10),
         "bm25 mode": lambda i: searcher.search(texts[i], mode="bm25"),
         "knn mode": lambda i: searcher.search(texts[i], mode="knn"),
         "hybrid mode": lambda i: searcher.search(texts[i], mode="hybrid", depth=depth),

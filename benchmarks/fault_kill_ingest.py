@@ -11,7 +11,7 @@ command that starts it again):
   (capped exponential backoff): the one ingest run must end with the exact count.
 
 Examples (the runs quoted in docs/elasticsearch.md and docs/reliability.md; without --pid-file and
---start-cmd the local node of ``hybrid-qpr cluster start`` under $HYBRID_QPR_HOME is killed and restarted)::
+--start-cmd the local node of ``hybrid-qpr node start`` under $HYBRID_QPR_HOME is killed and restarted)::
 
     python benchmarks/fault_kill_ingest.py --engine opensearch --url http://127.0.0.1:9220 --docs 5000 --kill-after 2000
 
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", choices=["opensearch", "elasticsearch"], required=True)
     parser.add_argument("--url", required=True)
     parser.add_argument("--pid-file", default=None,
-                        help="pid file of the node to SIGKILL [default: the local node of 'hybrid-qpr cluster start "
+                        help="pid file of the node to SIGKILL [default: the local node of 'hybrid-qpr node start "
                              "--engine ENGINE' under $HYBRID_QPR_HOME]")
     parser.add_argument("--start-cmd", default=None,
                         help="shell command that starts the node again (daemonised) [default: start that local node]")

@@ -59,10 +59,13 @@ class Fused:
     ranks: tuple[int | None, ...]
 
 
-def check_method(method: str) -> FusionMethod:
-    if method not in FUSION_METHODS:
-        raise ConfigError(f"fusion={method!r}: allowed values are {', '.join(FUSION_METHODS)}")
-    return method  # type: ignore[return-value]
+def check_fusion(fusion: str) -> FusionMethod:
+    if fusion not in FUSION_METHODS:
+        raise ConfigError(f"fusion={fusion!r}: allowed values are {', '.join(FUSION_METHODS)}")
+    return fusion  # type: ignore[return-value]
+
+
+check_method = check_fusion  # the name before 0.x: kept for callers that import it
 
 
 def check_alpha(alpha: float) -> float:
@@ -201,12 +204,12 @@ def weighted_sum(lists: Sequence[Sequence[Hit]], *, normalisation: Normalisation
     return _finish(totals, ranked, top_k)
 
 
-def fuse(first: Sequence[Hit], second: Sequence[Hit], *, method: FusionMethod = "rrf", alpha: float = 0.5,
+def fuse(first: Sequence[Hit], second: Sequence[Hit], *, fusion: FusionMethod = "rrf", alpha: float = 0.5,
          rrf_k: int = RRF_K, depth: int | None = None, top_k: int | None = None) -> list[Fused]:
     """Fuse two ranked lists (BM25 first, kNN second) with weights ``(1 - alpha, alpha)``."""
-    check_method(method)
+    check_fusion(fusion)
     alpha = check_alpha(alpha)
     weights = (1.0 - alpha, alpha)
-    if method == "rrf":
+    if fusion == "rrf":
         return rrf([first, second], rrf_k=rrf_k, weights=weights, depth=depth, top_k=top_k)
-    return weighted_sum([first, second], normalisation=method, weights=weights, depth=depth, top_k=top_k)
+    return weighted_sum([first, second], normalisation=fusion, weights=weights, depth=depth, top_k=top_k)

@@ -89,10 +89,10 @@ class HybridSearcher:
     def fusion_settings(self, fusion: str | None, alpha: float | None) -> tuple[str, float]:
         """Explicit arguments win; else the index's tuned defaults; else RRF with alpha 0.5."""
         defaults = self.backend.fusion_defaults
-        method = fusion or defaults.get("fusion") or DEFAULT_FUSION
+        fusion = fusion or defaults.get("fusion") or DEFAULT_FUSION
         if alpha is None:
-            alpha = defaults.get("alpha", DEFAULT_ALPHA) if method == defaults.get("fusion", method) else DEFAULT_ALPHA
-        return fusion_lib.check_method(method), fusion_lib.check_alpha(alpha)
+            alpha = defaults.get("alpha", DEFAULT_ALPHA) if fusion == defaults.get("fusion", fusion) else DEFAULT_ALPHA
+        return fusion_lib.check_fusion(fusion), fusion_lib.check_alpha(alpha)
 
     @staticmethod
     def _check(mode: str, top_k: int, offset: int, depth: int | None, rerank_depth: int) -> None:
@@ -124,7 +124,7 @@ class HybridSearcher:
         """Results ``offset .. offset + top_k`` of ``query`` in ``mode``, best first.
 
         ``server_side=True`` (backends whose ``capabilities`` offer it: OpenSearch) runs hybrid
-        and rerank inside the engine (``hybrid_server`` with the same method, alpha and depth
+        and rerank inside the engine (``hybrid_server`` with the same fusion method, alpha and depth
         as client-side fusion would use; ``rerank_server``); the engine then reports only the
         final score, so ``bm25``/``knn`` are ``None``."""
         self._check(mode, top_k, offset, depth, rerank_depth)
@@ -152,13 +152,13 @@ class HybridSearcher:
 
     def _hybrid(self, query: str, need: int, offset: int, fusion: str | None, alpha: float | None,
                 filters: Filters | None, depth: int | None, vector) -> list[SearchResult]:
-        method, alpha = self.fusion_settings(fusion, alpha)
+        fusion, alpha = self.fusion_settings(fusion, alpha)
         depth = self.fusion_depth(depth, need)
         if vector is None:  # encoded beside the BM25 list where the backend can, else first
             vector = (lambda: self.encoder.encode([query])[0]) if self.backend.capabilities.vector_beside_bm25 \
                 else self.encoder.encode([query])[0]
         cands = self.candidates(query, vector, depth, filters)
-        fused = self.fuse(cands, method=method, alpha=alpha, depth=depth, top_k=need)[offset:need]
+        fused = self.fuse(cands, fusion=fusion, alpha=alpha, depth=depth, top_k=need)[offset:need]
         return self._results([(f.id, f.score, None if f.ranks[0] is None else RankedScore(f.scores[0], f.ranks[0]),
                                None if f.ranks[1] is None else RankedScore(f.scores[1], f.ranks[1])) for f in fused],
                              cands.bm25 + cands.knn)
@@ -179,16 +179,16 @@ class HybridSearcher:
         if mode == "rerank":
             hits = backend.rerank_server(query, vector, max(rerank_depth, need), filters)
         else:  # the same method, weights and depth the client side would use
-            method, alpha = self.fusion_settings(fusion, alpha)
+            fusion, alpha = self.fusion_settings(fusion, alpha)
             hits = backend.hybrid_server(query, vector, self.fusion_depth(depth, need), filters,
-                                         method=method, alpha=alpha, rrf_k=fusion_lib.RRF_K)
+                                         fusion=fusion, alpha=alpha, rrf_k=fusion_lib.RRF_K)
         return self._results([(h.id, h.score, None, None) for h in hits[offset:need]], hits)
 
     @staticmethod
-    def fuse(cands: Candidates, *, method: str, alpha: float, depth: int | None = None,
+    def fuse(cands: Candidates, *, fusion: str, alpha: float, depth: int | None = None,
              rrf_k: int = fusion_lib.RRF_K, top_k: int | None = None) -> list[fusion_lib.Fused]:
         """Fuse one query's candidate lists (BM25 first, kNN second)."""
-        return fusion_lib.fuse(cands.bm25, cands.knn, method=method, alpha=alpha, rrf_k=rrf_k, depth=depth,  # type: ignore[arg-type]
+        return fusion_lib.fuse(cands.bm25, cands.knn, fusion=fusion, alpha=alpha, rrf_k=rrf_k, depth=depth,  # type: ignore[arg-type]
                                top_k=top_k)
 
     def _rerank(self, recalled: list[Hit], vector) -> list[tuple[str, float, RankedScore | None, RankedScore | None]]:

@@ -1,11 +1,11 @@
 """Shared fixtures. The OpenSearch node for tests marked ``cluster`` is found, in order:
 
 1. ``$HYBRID_QPR_OPENSEARCH_URL`` (scripts/test sets it to the node it started);
-2. the local node of ``hybrid-qpr cluster start`` when it is running;
+2. the local node of ``hybrid-qpr node start`` when it is running;
 3. a testcontainers OpenSearch 2.19 container when a Docker engine answers.
 
 The Elasticsearch node likewise: ``$HYBRID_QPR_ELASTICSEARCH_URL``, else the local node of
-``hybrid-qpr cluster start --engine elasticsearch``.
+``hybrid-qpr node start --engine elasticsearch``.
 
 One fixture family serves every cluster test: ``cluster_engine`` -> ``cluster_url`` ->
 ``cluster_client`` -> ``cluster_backend`` (a fresh index, dropped afterwards) and
@@ -106,7 +106,7 @@ def opensearch_url():
     if status.running:
         yield status.url
         return
-    tried.append(f"no local node at {status.url} (start one with 'hybrid-qpr cluster start')")
+    tried.append(f"no local node at {status.url} (start one with 'hybrid-qpr node start')")
 
     if _docker_answers():
         from testcontainers.opensearch import OpenSearchContainer
@@ -134,7 +134,7 @@ def elasticsearch_url():
     if status.running:
         return status.url
     _unreachable(f"no Elasticsearch node reachable: $HYBRID_QPR_ELASTICSEARCH_URL is unset and no local node at "
-                 f"{status.url} (start one with 'hybrid-qpr cluster start --engine elasticsearch')")
+                 f"{status.url} (start one with 'hybrid-qpr node start --engine elasticsearch')")
 
 
 def pytest_configure(config):
@@ -218,7 +218,7 @@ def held_out_queries():
 
 @pytest.fixture(scope="session")
 def three_nodes():
-    """The local three-node OpenSearch cluster (``hybrid-qpr cluster start --nodes 3``, 512 MB
+    """The local three-node OpenSearch cluster (``hybrid-qpr node start --nodes 3``, 512 MB
     heap per node) on ``$HYBRID_QPR_MULTINODE_PORT`` (default 9210): started at first use (a
     failure to start is an error, never a skip), its stopped nodes restarted by ``start()``,
     and stopped at the end of the session if this session started it."""

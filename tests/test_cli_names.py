@@ -34,3 +34,12 @@ def test_help_points_a_wheel_user_at_nothing_in_a_checkout():
     for name in COMMANDS:
         text = _help([name])
         assert "examples/" not in text and "committed in onnx" not in text, name
+
+
+def test_node_commands_are_listed_as_node_and_the_old_cluster_name_still_works():
+    """``cluster`` read as the paraphrase clusters or a remote search cluster; the local-node
+    commands are ``node`` now, and old scripts calling ``hybrid-qpr cluster ...`` keep working."""
+    top = _help([])
+    assert "\n  node " in top and "\n  cluster " not in top
+    assert "--nodes INTEGER" in _help(["node", "start"])
+    assert _help(["cluster", "start"]) == _help(["node", "start"]).replace("cli node start", "cli cluster start")

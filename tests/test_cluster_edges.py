@@ -249,7 +249,7 @@ def test_blank_query_limits_and_long_queries_are_refused_with_the_limit_named(ty
 def test_the_index_remembers_its_model(cluster_backend, question_bank):
     from pathlib import Path
 
-    from hybrid_qpr.cli._engine import load_encoder
+    from hybrid_qpr.cli._backend import load_encoder
     from hybrid_qpr.encoders import Encoder
 
     other = Path(__file__).resolve().parents[1] / "onnx" / "sdml-cnn-quora"  # not the default model

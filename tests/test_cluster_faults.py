@@ -184,7 +184,7 @@ def test_node_killed_mid_ingest_then_rerun_is_exact(cluster_local_node, cluster_
     lost connection, and re-running it once the node is back ends with every document once."""
     node = cluster_local_node
     if node is None:
-        message = "the node under test is not the local node of 'hybrid-qpr cluster start', so it cannot be killed"
+        message = "the node under test is not the local node of 'hybrid-qpr node start', so it cannot be killed"
         if os.environ.get("CI"):
             pytest.fail(message + " (CI is set, so this test must not skip)")
         pytest.skip(message)

@@ -59,7 +59,7 @@ def neighbour(cluster_backend, committed_encoder):
 
 @pytest.mark.cluster
 def test_no_bad_name_reaches_the_node_or_leaks_another_index(cluster_engine, cluster_url, neighbour):
-    from hybrid_qpr.cli._engine import open_backend
+    from hybrid_qpr.cli._backend import open_backend
 
     assert neighbour.count() == 5  # a pattern reaching the node would find these
     runner = CliRunner()

@@ -115,10 +115,10 @@ def test_no_jdk_in_range_names_the_fixes(jvm_dirs):
 
 def test_cli_java_prints_the_home(jvm_dirs):
     _fake_jdk(jvm_dirs / "jvm" / "x", "25.0.2")
-    result = CliRunner().invoke(cli, ["cluster", "java", "--no-install"])
+    result = CliRunner().invoke(cli, ["node", "java", "--no-install"])
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[0] == str(jvm_dirs / "jvm" / "x")
-    result = CliRunner().invoke(cli, ["cluster", "java", "--version", "2.19.6", "--no-install"])
+    result = CliRunner().invoke(cli, ["node", "java", "--version", "2.19.6", "--no-install"])
     assert result.exit_code == 1 and "needs Java 17-21" in result.output
 
 
@@ -170,7 +170,7 @@ def test_nothing_running_in_a_fresh_home(tmp_path):
         state = node.status()
         assert not state.running and state.pid is None and state.health is None and state.engine == engine
         assert node.stop() is False
-        result = CliRunner().invoke(cli, ["cluster", "status", "--engine", engine, "--url", "--home", str(tmp_path)])
+        result = CliRunner().invoke(cli, ["node", "status", "--engine", engine, "--url", "--home", str(tmp_path)])
         assert result.exit_code == 1 and f"no {engine} node running" in result.output
 
 
@@ -217,7 +217,7 @@ def test_unzip_keeps_executable_bits(tmp_path):
 def test_live_node_loads_knn_and_neural_search_and_start_is_idempotent(cluster_local_node, cluster_client):
     local_node, opensearch_client = cluster_local_node, cluster_client
     if local_node is None:
-        pytest.skip("the node under test is not the local node of 'hybrid-qpr cluster start'")
+        pytest.skip("the node under test is not the local node of 'hybrid-qpr node start'")
     state = local_node.status(with_plugins=True)
     assert state.running and state.version == local_node.version and state.health in ("green", "yellow")
     assert {"opensearch-knn", "opensearch-neural-search", "opensearch-ml", "opensearch-job-scheduler"} <= set(state.plugins)
@@ -225,7 +225,7 @@ def test_live_node_loads_knn_and_neural_search_and_start_is_idempotent(cluster_l
     assert {"lang-painless", "analysis-common", "transport-netty4"} <= {m["name"] for m in modules}
     timings = local_node.start()
     assert timings["already_running"] is True
-    result = CliRunner().invoke(cli, ["cluster", "status", "--url"])
+    result = CliRunner().invoke(cli, ["node", "status", "--url"])
     assert result.exit_code == 0 and result.output.strip() == local_node.url
 
 
@@ -236,7 +236,7 @@ def test_status_is_false_when_another_server_answers_the_port(cluster_local_node
     node (here: the live node's port claimed by a home that did not start it) is not 'running'."""
     local_node = cluster_local_node
     if local_node is None:
-        pytest.skip("the node under test is not the local node of 'hybrid-qpr cluster start'")
+        pytest.skip("the node under test is not the local node of 'hybrid-qpr node start'")
     impostor = LocalNode(local_node.home, port=local_node.port, version=local_node.version)
     impostor.state_file = tmp_path / "other.json"
     impostor.state_file.write_text(json.dumps({"version": local_node.version, "port": local_node.port, "token": "not-it"}))
@@ -267,7 +267,7 @@ def test_live_elasticsearch_node_is_basic_and_plain_http(elasticsearch_node):
     licence = _get(elasticsearch_node.url + "/_license")["license"]
     assert licence["type"] == "basic"
     assert elasticsearch_node.start()["already_running"] is True
-    result = CliRunner().invoke(cli, ["cluster", "status", "--engine", "elasticsearch", "--url"])
+    result = CliRunner().invoke(cli, ["node", "status", "--engine", "elasticsearch", "--url"])
     assert result.exit_code == 0 and result.output.strip() == elasticsearch_node.url
 
 
@@ -290,7 +290,7 @@ def test_three_nodes_form_one_cluster(three_nodes):
     finally:
         _request("DELETE", three_nodes.url + "/hqpr-trio")
     # the CLI finds the cluster by its node count (a deployment of its own beside the single node)
-    result = CliRunner().invoke(cli, ["cluster", "status", "--nodes", "3", "--url"])
+    result = CliRunner().invoke(cli, ["node", "status", "--nodes", "3", "--url"])
     assert result.exit_code == 0 and result.output.strip() == three_nodes.url
 
 
@@ -327,7 +327,7 @@ def test_a_killed_node_is_restarted_and_the_cluster_heals(three_nodes):
 def test_stop_stops_every_node(three_nodes):
     pids = [row["pid"] for row in three_nodes.status().nodes]
     assert all(pids)
-    result = CliRunner().invoke(cli, ["cluster", "stop", "--nodes", "3"])
+    result = CliRunner().invoke(cli, ["node", "stop", "--nodes", "3"])
     assert result.exit_code == 0 and "stopped" in result.output
     assert not any(alive(pid) for pid in pids)  # zombies count as dead: PID 1 may never reap them
     state = three_nodes.status()

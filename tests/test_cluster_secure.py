@@ -1,4 +1,4 @@
-"""The secured local nodes (``hybrid-qpr cluster start --secure``): "lets no one in" is tested, not assumed.
+"""The secured local nodes (``hybrid-qpr node start --secure``): "lets no one in" is tested, not assumed.
 
 Each engine's secured node is the one scripts/test started in the background, else it is started
 here (and stopped at the end). Elasticsearch 9.5.3 runs x-pack security; OpenSearch runs 2.19.4, the
@@ -13,7 +13,7 @@ What is checked, through the CLI as a user meets it:
 - the read-only user can query, but ingest, delete and tune get a one-line 403 message and the
   index is unchanged (documents, texts and ``_meta``);
 - no secret in CLI output, log records, the evaluation report, the index ``_meta``, the
-  node's logs, or the ``cluster start|status`` output; the credentials file is mode 0600.
+  node's logs, or the ``node start|status`` output; the credentials file is mode 0600.
 
 On OpenSearch 2.19.4 there is no k-NN plugin, so no hybrid-qpr index (it has a ``knn_vector``
 field) can be made there: ingest as admin is refused by the node itself ("unknown setting
@@ -170,8 +170,8 @@ def test_the_node_is_https_only_and_the_credentials_file_is_private(secured):
     with pytest.raises((urllib.error.URLError, OSError, ValueError)):
         urllib.request.urlopen(secured.url.replace("https://", "http://") + "/_cluster/health", timeout=5).read()
     # the CLI tells where the credentials are, never what they are
-    for args in (["cluster", "status", "--engine", secured.engine, "--secure"],
-                 ["cluster", "start", "--engine", secured.engine, "--secure"]):
+    for args in (["node", "status", "--engine", secured.engine, "--secure"],
+                 ["node", "start", "--engine", secured.engine, "--secure"]):
         result = CliRunner().invoke(cli, args)
         secured.outputs.append(result.output)
         assert result.exit_code == 0 and str(secured.node.credentials_file) in result.output, result.output

@@ -70,16 +70,16 @@ def test_l2_normalisation():
 
 
 def test_fuse_alpha_extremes_reproduce_single_lists():
-    only_bm25 = fuse(BM25, KNN, method="rrf", alpha=0.0)
+    only_bm25 = fuse(BM25, KNN, fusion="rrf", alpha=0.0)
     assert [f.id for f in only_bm25][:3] == ["a", "b", "c"] and only_bm25[3].id == "d" and only_bm25[3].score == 0
-    only_knn = fuse(BM25, KNN, method="minmax", alpha=1.0)
+    only_knn = fuse(BM25, KNN, fusion="minmax", alpha=1.0)
     assert [f.id for f in only_knn][:3] == ["c", "d", "a"]
 
 
 def test_inputs_untouched_and_deterministic():
     first, second = list(BM25), list(KNN)
-    one = fuse(first, second, method="zscore", alpha=0.3)
-    two = fuse(list(reversed(list(reversed(first)))), second, method="zscore", alpha=0.3)
+    one = fuse(first, second, fusion="zscore", alpha=0.3)
+    two = fuse(list(reversed(list(reversed(first)))), second, fusion="zscore", alpha=0.3)
     assert one == two and first == BM25 and second == KNN
 
 
@@ -88,7 +88,7 @@ def test_duplicate_ids_in_a_list_count_once():
     assert {f.id: f.score for f in fused} == pytest.approx({"a": 1.0, "b": 0.5})
 
 
-@pytest.mark.parametrize("kwargs", [dict(method="bogus"), dict(alpha=1.5), dict(alpha=-0.1), dict(depth=0)])
+@pytest.mark.parametrize("kwargs", [dict(fusion="bogus"), dict(alpha=1.5), dict(alpha=-0.1), dict(depth=0)])
 def test_bad_arguments_raise_config_error(kwargs):
     with pytest.raises(ConfigError):
         fuse(BM25, KNN, **kwargs)

@@ -127,7 +127,7 @@ def test_cluster_embeds_like_hybrid_qpr_and_neural_query_finds_paraphrases(
         except ClusterError as exc:
             if "publish.djl.ai" in str(exc) and not os.environ.get("CI"):
                 pytest.skip(f"this node was started without DJL's PyTorch libraries (restart it with "
-                            f"'hybrid-qpr cluster stop && hybrid-qpr cluster start'): {exc}")
+                            f"'hybrid-qpr node stop && hybrid-qpr node start'): {exc}")
             raise
         assert mlcommons.status(client, model_id)["model_state"] == "DEPLOYED"
 

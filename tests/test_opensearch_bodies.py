@@ -92,7 +92,7 @@ def test_credentials_never_appear_in_errors(monkeypatch):
     with pytest.raises(ClusterError) as info:
         connect("http://alice:s3cret@127.0.0.1:9", timeout=2)  # port 9 (discard): nothing listens
     assert "s3cret" not in str(info.value) and "alice" not in str(info.value)
-    assert "cannot reach OpenSearch" in str(info.value) and "hybrid-qpr cluster start" in str(info.value)
+    assert "cannot reach OpenSearch" in str(info.value) and "hybrid-qpr node start" in str(info.value)
     monkeypatch.setenv("HYBRID_QPR_OPENSEARCH_PASSWORD", "from-env")
     with pytest.raises(ConfigError, match="both a user and a password"):
         connect("http://127.0.0.1:9", check=False)

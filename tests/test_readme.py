@@ -6,7 +6,7 @@ Each fenced block of the README is preceded by a marker saying who runs it:
   ``examples/``), by ``bash -eu`` with ``hybrid-qpr`` on the PATH;
 * ``python`` - run here with the package's interpreter, after the local blocks;
 * ``slow`` - run here after the local blocks (training), under the ``slow`` marker;
-* ``cluster`` - run here against the test OpenSearch node; its ``hybrid-qpr cluster`` lines are
+* ``cluster`` - run here against the test OpenSearch node; its ``hybrid-qpr node`` lines are
   the ones ``scripts/test`` runs to start and stop that node;
 * ``ci`` - install and test commands, each checked to be what CI's ``scripts/test`` (or the
   wheel test) runs.
@@ -107,10 +107,10 @@ def test_cluster_block_runs(workdir, opensearch_url):
     cwd, env = workdir
     [block] = blocks("cluster")
     lines = commands(block)
-    node_lines = [line for line in lines if line.startswith("hybrid-qpr cluster ")]
+    node_lines = [line for line in lines if line.startswith("hybrid-qpr node ")]
     ci_script = (ROOT / "scripts" / "test").read_text(encoding="utf-8")
     for line in node_lines:  # the local node's start and stop are what scripts/test runs around the suite
-        assert f"hybrid-qpr cluster {line.split()[2]} --engine" in ci_script, line
+        assert f"hybrid-qpr node {line.split()[2]} --engine" in ci_script, line
     index = f"hqpr-readme-{uuid.uuid4().hex[:8]}"
     own = [re.sub(r"--index questions\b", f"--index {index}", line) for line in lines if line not in node_lines]
     questions = next(b for b in blocks("local") if "cat > questions.jsonl" in b)

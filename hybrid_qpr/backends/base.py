@@ -12,7 +12,7 @@ can do is declared in ``capabilities`` and typed by the small protocols below it
 (``BatchedBackend``, ``ServerSideBackend``, ``KnnSettingsBackend``); ``batches_lists``,
 ``runs_in_engine`` and ``takes_knn_settings`` read the flag and narrow the type, so a caller
 never probes with ``getattr``/``hasattr``/``isinstance``. Opening or creating a backend is
-not part of the contract: ``hybrid_qpr.cli._engine`` is the one place that names the
+not part of the contract: ``hybrid_qpr.cli._backend`` is the one place that names the
 concrete classes.
 """
 
@@ -159,8 +159,8 @@ class ServerSideBackend(Backend, Protocol):
     """A backend whose ``capabilities`` say ``server_side_hybrid`` / ``server_side_rerank``."""
 
     def hybrid_server(self, query: str, vector: np.ndarray, depth: int, filters: Filters | None = None, *,
-                      method: str = DEFAULT_FUSION, alpha: float = DEFAULT_ALPHA, rrf_k: int = RRF_K) -> list[Hit]:
-        """Fused top ``depth`` computed by the engine with ``method`` and weights ``(1 - alpha, alpha)``."""
+                      fusion: str = DEFAULT_FUSION, alpha: float = DEFAULT_ALPHA, rrf_k: int = RRF_K) -> list[Hit]:
+        """Fused top ``depth`` computed by the engine with the ``fusion`` method and weights ``(1 - alpha, alpha)``."""
 
     def rerank_server(self, query: str, vector: np.ndarray, depth: int = RERANK_DEPTH,
                       filters: Filters | None = None) -> list[Hit]:

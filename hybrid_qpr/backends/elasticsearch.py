@@ -106,7 +106,7 @@ def connect(url: str | None = None, *, username: str | None = None, password: st
 
     Unset arguments come from ``$HYBRID_QPR_ELASTICSEARCH_URL``, ``_USER``, ``_PASSWORD``,
     ``_API_KEY``, ``_CA`` and ``_VERIFY``; the URL falls back to the local node of
-    ``hybrid-qpr cluster start --engine elasticsearch``. The client does not retry on its own
+    ``hybrid-qpr node start --engine elasticsearch``. The client does not retry on its own
     (the bulk writer is the one retry layer). ``compress`` (HTTP gzip) defaults to
     ``compress_by_default``: off on loopback, on elsewhere. ``check`` probes ``/_cluster/health`` (the
     Maven Central build answers ``GET /`` with 405)."""

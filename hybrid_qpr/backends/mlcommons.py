@@ -234,7 +234,7 @@ def deploy(client, model_id: str, *, timeout: float = 300.0, poll: float = 1.0) 
             if "pytorch" in error.lower() or "publish.djl.ai" in error:
                 hint = (f"\nDJL needs PyTorch native libraries, which it downloads from {DJL_DOWNLOAD}; this node "
                         "cannot reach that host. Fix: the local node prepares them from Maven Central when it starts "
-                        "('hybrid-qpr cluster stop && hybrid-qpr cluster start'); for another cluster see "
+                        "('hybrid-qpr node stop && hybrid-qpr node start'); for another cluster see "
                         "docs/mlcommons.md (DJL cache plus PYTORCH_VERSION=2.4.0 in the node's environment).")
             raise ClusterError(f"deploying model {model_id} failed ({task.get('state')}): {error}{hint}")
         if time.monotonic() > deadline:

@@ -41,7 +41,7 @@ from hybrid_qpr.backends.cluster.connection import (HttpFailure, Transport, comp
 from hybrid_qpr.backends.cluster.probe import probe
 from hybrid_qpr.distance import check_distance, opensearch_space_type
 from hybrid_qpr.errors import BackendError, ConfigError, require
-from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS, RERANK_DEPTH, RRF_K, check_method
+from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS, RERANK_DEPTH, RRF_K, check_fusion
 from hybrid_qpr.text.tokenizer import TOKEN_PATTERN
 from hybrid_qpr.types import Filters, Hit
 
@@ -122,7 +122,7 @@ def connect(url: str | None = None, *, username: str | None = None, password: st
 
     Unset arguments come from ``$HYBRID_QPR_OPENSEARCH_URL``, ``_USER``, ``_PASSWORD``,
     ``_API_KEY``, ``_CA`` and ``_VERIFY``; the URL falls back to the local node of
-    ``hybrid-qpr cluster start``. Credentials go to the client only, never into a log or an
+    ``hybrid-qpr node start``. Credentials go to the client only, never into a log or an
     error message. The client does not retry on its own (the bulk writer is the one retry
     layer). ``compress`` (HTTP gzip) defaults to ``compress_by_default``: off on loopback, on
     elsewhere. ``check`` probes ``/_cluster/health`` so a wrong URL fails here with a clear error.
@@ -182,7 +182,7 @@ def pipeline_body(fusion: str, alpha: float = DEFAULT_ALPHA, rrf_k: int = RRF_K)
     """Search pipeline for server-side fusion with the client side's meaning of every setting:
     ``alpha`` is the weight of the kNN list and ``1 - alpha`` that of BM25 (for RRF too: the
     weights go into the score-ranker when they are not equal); ``rrf_k`` is RRF's rank constant."""
-    check_method(fusion)
+    check_fusion(fusion)
     if not 0.0 <= alpha <= 1.0:
         raise ConfigError(f"alpha={alpha}: must be between 0 and 1 (weight of the kNN side)")
     if rrf_k < 1:
@@ -267,12 +267,12 @@ class OpenSearchBackend(ClusterBackend):
 
     # ---- cluster-side modes
     def hybrid_server(self, query: str, vector: np.ndarray, depth: int, filters: Filters | None = None, *,
-                      method: str = DEFAULT_FUSION, alpha: float = DEFAULT_ALPHA, rrf_k: int = RRF_K,
+                      fusion: str = DEFAULT_FUSION, alpha: float = DEFAULT_ALPHA, rrf_k: int = RRF_K,
                       pipeline: str | Mapping[str, Any] | None = None) -> list[Hit]:
         """Fusion in the cluster: neural-search's ``hybrid`` query (a ``match`` and a ``knn``
         sub-query, each taking its top ``depth``) normalised and combined by a search pipeline.
 
-        By default the pipeline is built from ``method``, ``alpha`` and ``rrf_k`` and sent inline
+        By default the pipeline is built from ``fusion``, ``alpha`` and ``rrf_k`` and sent inline
         with the request, so the cluster fuses exactly as ``hybrid_qpr.fusion`` would (nothing to
         install, and a tuned index's settings are honoured). ``pipeline`` overrides it with the
         name of one installed by ``hybrid-qpr search-pipeline install`` or with a pipeline body.
@@ -292,17 +292,17 @@ class OpenSearchBackend(ClusterBackend):
             self._require_pipeline(pipeline)
             params["search_pipeline"] = pipeline
         else:
-            body["search_pipeline"] = dict(pipeline) if pipeline is not None else pipeline_body(method, alpha, rrf_k)
+            body["search_pipeline"] = dict(pipeline) if pipeline is not None else pipeline_body(fusion, alpha, rrf_k)
         try:
             hits = self._raw_hits(self._search(body, "server-side hybrid search", params))
         except BackendError as exc:
             failure = exc.__cause__
             if pipeline is None and isinstance(failure, HttpFailure) and failure.error_type == "illegal_argument_exception":
-                raise ConfigError(f"server-side hybrid with fusion={method}, alpha={alpha}: this cluster's neural-search "
+                raise ConfigError(f"server-side hybrid with fusion={fusion}, alpha={alpha}: this cluster's neural-search "
                                   f"rejects it ({reason(failure.body)}). Weighted RRF (alpha != 0.5) and z-score need "
                                   "neural-search 3.x; use client-side fusion (drop --server-side) instead") from failure
             raise
-        if pipeline is None and method == "rrf" and unweighted_rrf(alpha):
+        if pipeline is None and fusion == "rrf" and unweighted_rrf(alpha):
             hits = [Hit(h.id, 0.5 * h.score, h.document) for h in hits]
         return hits
 

@@ -81,7 +81,7 @@ def cluster_options(func=None, *, engines: tuple[str, ...] = ("opensearch", "ela
     options = []
     for engine in engines:
         name, flag, env = ENGINE_NAMES[engine], ENGINE_FLAGS[engine], f"HYBRID_QPR_{engine.upper()}_URL"
-        node = "'hybrid-qpr cluster start" + (" --engine elasticsearch'" if engine == "elasticsearch" else "'")
+        node = "'hybrid-qpr node start" + (" --engine elasticsearch'" if engine == "elasticsearch" else "'")
         if selects_backend or len(engines) > 1:
             options.append(click.option(
                 flag, engine, metavar="[URL]", is_flag=False, flag_value="", default=None,

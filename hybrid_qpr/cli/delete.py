@@ -23,7 +23,7 @@ def delete(ids, index, ids_file, wait, **connection) -> None:
     Example:
       hybrid-qpr delete q17 q18 --index ./qidx
     """
-    from hybrid_qpr.cli._engine import open_backend
+    from hybrid_qpr.cli._backend import open_backend
 
     wanted = list(ids)
     if ids_file:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from hybrid_qpr.cli._common import cluster_options, friendly_errors
-from hybrid_qpr.cli._engine import model_option
+from hybrid_qpr.cli._backend import model_option
 from hybrid_qpr.cli._tasks import task_options
 from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS
 from hybrid_qpr.search import MODES
@@ -46,7 +46,7 @@ def evaluate(beir_dir, split, index, modes, max_queries, fusion, alpha, out_dir,
       hybrid-qpr evaluate --beir data/quora/beir --split test --index ./quora-idx --out reports/quora
       hybrid-qpr evaluate --beir data/wikiqa/beir --split val --index ./wikiqa-idx --task answer-selection
     """
-    from hybrid_qpr.cli._engine import load_encoder, open_backend
+    from hybrid_qpr.cli._backend import load_encoder, open_backend
     from hybrid_qpr.data.beir import load_beir
     from hybrid_qpr.evaluation.evaluator import evaluate as run_evaluate, sample_queries
     from hybrid_qpr.evaluation.report import markdown_table, write_report

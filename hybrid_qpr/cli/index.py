@@ -90,7 +90,7 @@ def drop(name, yes, **connection) -> None:
     Example:
       hybrid-qpr index drop questions --opensearch http://127.0.0.1:9200
     """
-    from hybrid_qpr.cli._engine import open_cluster_index
+    from hybrid_qpr.cli._backend import open_cluster_index
 
     backend = open_cluster_index(name, connection)
     if backend is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from hybrid_qpr.cli._common import cluster_options, friendly_errors
-from hybrid_qpr.cli._engine import knn_search_options, model_option
+from hybrid_qpr.cli._backend import knn_search_options, model_option
 from hybrid_qpr.backends.local.index import BM25_IMPLS
 from hybrid_qpr.backends.local.vectors import FAISS_KINDS
 
@@ -65,7 +65,7 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
       hybrid-qpr ingest corpus.jsonl --index questions --elasticsearch --shards 3
     """
     from hybrid_qpr.artifacts import display_name
-    from hybrid_qpr.cli._engine import open_for_ingest, refuse_knn_options_on_a_cluster
+    from hybrid_qpr.cli._backend import open_for_ingest, refuse_knn_options_on_a_cluster
     from hybrid_qpr.data.documents import iter_documents, require_documents
     from hybrid_qpr.errors import BadLines
 

@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "index": ("hybrid_qpr.cli.index", "index", "Check or optimize (merge, repair) a local index directory; drop a cluster index."),
     "tune": ("hybrid_qpr.cli.tune", "tune", "Choose fusion method and weight on validation data; store them as index defaults."),
     "evaluate": ("hybrid_qpr.cli.evaluate", "evaluate", "Evaluate search modes on a BEIR eval set; write report.md/json and a plot."),
-    "cluster": ("hybrid_qpr.cli.cluster", "cluster", "Start, stop or check a local OpenSearch or Elasticsearch node built from Maven Central."),
+    "node": ("hybrid_qpr.cli.node", "node", "Start, stop or check a local OpenSearch or Elasticsearch node built from Maven Central."),
     "search-pipeline": ("hybrid_qpr.cli.search_pipeline", "search_pipeline",
                         "Install the OpenSearch search pipelines used by server-side hybrid queries."),
     "mlcommons": ("hybrid_qpr.cli.mlcommons", "mlcommons", "Register and deploy a transformer encoder in OpenSearch ml-commons (in-cluster embedding)."),
@@ -36,8 +36,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
-# Old names that still work but are not listed: "pipeline" did not say which pipeline.
-ALIASES: dict[str, str] = {"pipeline": "search-pipeline"}
+# Old names that still work but are not listed: "pipeline" did not say which pipeline;
+# "cluster" (the node commands) read as the paraphrase clusters or a remote search cluster.
+ALIASES: dict[str, str] = {"pipeline": "search-pipeline", "cluster": "node"}
 
 
 class LazyGroup(click.Group):

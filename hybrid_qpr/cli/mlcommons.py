@@ -20,7 +20,7 @@ def mlcommons() -> None:
     """Run an exported transformer encoder inside OpenSearch (ml-commons local model).
 
     \b
-    Typical flow (local node of 'hybrid-qpr cluster start'):
+    Typical flow (local node of 'hybrid-qpr node start'):
       ID=$(hybrid-qpr mlcommons register models/minilm)
       hybrid-qpr mlcommons deploy $ID
       hybrid-qpr mlcommons ingest-pipeline $ID --name hqpr-embed

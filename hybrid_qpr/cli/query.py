@@ -7,7 +7,7 @@ import json
 import click
 
 from hybrid_qpr.cli._common import cluster_options, friendly_errors
-from hybrid_qpr.cli._engine import FILTER_HELP, knn_search_options, model_option
+from hybrid_qpr.cli._backend import FILTER_HELP, knn_search_options, model_option
 from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_DEPTH, DEFAULT_FUSION, FUSION_METHODS
 from hybrid_qpr.search import MODES, RERANK_DEPTH
 
@@ -69,7 +69,7 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
       hybrid-qpr query --queries questions.txt --index ./qidx --json > hits.jsonl
     """
     from hybrid_qpr.backends.base import takes_knn_settings
-    from hybrid_qpr.cli._engine import load_encoder, open_backend, parse_filters, refuse_knn_options_on_a_cluster
+    from hybrid_qpr.cli._backend import load_encoder, open_backend, parse_filters, refuse_knn_options_on_a_cluster
     from hybrid_qpr.search import HybridSearcher
 
     if (text is None) == (queries_path is None):

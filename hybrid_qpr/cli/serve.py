@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from hybrid_qpr.cli._common import chosen_engine, cluster_options, friendly_errors
-from hybrid_qpr.cli._engine import knn_search_options, model_option
+from hybrid_qpr.cli._backend import knn_search_options, model_option
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -50,7 +50,7 @@ def serve(index, host, port, server_api_key, judgments_dir, min_tune_queries, ef
     require("starlette", feature="'hybrid-qpr serve'")
     uvicorn = require("uvicorn", feature="'hybrid-qpr serve'")
     from hybrid_qpr.backends.base import takes_knn_settings
-    from hybrid_qpr.cli._engine import load_encoder, open_backend, refuse_knn_options_on_a_cluster
+    from hybrid_qpr.cli._backend import load_encoder, open_backend, refuse_knn_options_on_a_cluster
     from hybrid_qpr.search import HybridSearcher
     from hybrid_qpr.workbench.app import create_app
     from hybrid_qpr.workbench.judgments import JudgmentStore

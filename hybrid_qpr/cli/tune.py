@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from hybrid_qpr.cli._common import cluster_options, friendly_errors
-from hybrid_qpr.cli._engine import model_option
+from hybrid_qpr.cli._backend import model_option
 from hybrid_qpr.cli._tasks import task_options
 from hybrid_qpr.fusion import DEFAULT_DEPTH
 
@@ -34,7 +34,7 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, task, filter_field
       hybrid-qpr ingest data/quora/beir/corpus.jsonl --index ./quora-idx
       hybrid-qpr tune --beir data/quora/beir --split val --index ./quora-idx
     """
-    from hybrid_qpr.cli._engine import load_encoder, open_backend
+    from hybrid_qpr.cli._backend import load_encoder, open_backend
     from hybrid_qpr.data.beir import load_beir
     from hybrid_qpr.evaluation.evaluator import sample_queries, tune as run_tune
     from hybrid_qpr.search import HybridSearcher

@@ -132,8 +132,8 @@ def evaluate(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[s
             run[qid] = [r.id for r in results]
         settings: dict[str, Any] = {"retrieve": retrieve, "task": spec.name}
         if mode == "hybrid":
-            method, alpha = searcher.fusion_settings(search_kwargs.get("fusion"), search_kwargs.get("alpha"))
-            settings.update(fusion=method, alpha=alpha)
+            fusion, alpha = searcher.fusion_settings(search_kwargs.get("fusion"), search_kwargs.get("alpha"))
+            settings.update(fusion=fusion, alpha=alpha)
         out[mode] = {"metrics": spec.score(run, qrels), "latency": latency_summary(times),
                      "queries": len(run), "settings": settings}
         logger.info("%s: %s %.4f over %d queries", mode, spec.main_metric, out[mode]["metrics"][spec.main_metric], len(run))
@@ -165,7 +165,7 @@ class TuneResult:
 
 
 def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *,
-         methods: Sequence[str] = FUSION_METHODS, alphas: Sequence[float] = ALPHAS, depth: int | None = None,
+         fusions: Sequence[str] = FUSION_METHODS, alphas: Sequence[float] = ALPHAS, depth: int | None = None,
          retrieve: int | None = None, task: str = "paraphrase",
          query_filters: Mapping[str, Filters] | None = None, show_progress: bool = False) -> TuneResult:
     """Choose the fusion method and ``alpha`` maximising the task's main metric on ``queries``
@@ -182,7 +182,7 @@ def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
     The grid always contains RRF at ``alpha = 0`` and ``alpha = 1``, which rank exactly like
     BM25 alone and kNN alone (documents from the other list only follow), so the better single
     mode is itself a candidate and the tuned hybrid is never worse than it on these queries;
-    this is checked. Ties between grid points go to the earlier one (methods order, then smaller alpha).
+    this is checked. Ties between grid points go to the earlier one (``fusions`` order, then smaller alpha).
     ``show_progress``: progress of the retrieval and of the grid on stderr.
     """
     spec = get_task(task)
@@ -193,7 +193,7 @@ def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
     own = query_filters or {}
     cands = {qid: searcher.candidates(text, searcher.encoder.encode([text])[0], depth, own.get(qid))
              for qid, text in _maybe_track(queries.items(), len(queries), "tune: BM25 and kNN lists", show_progress)}
-    return tune_candidates(cands, qrels, methods=methods, alphas=alphas, depth=depth, retrieve=retrieve, task=task,
+    return tune_candidates(cands, qrels, fusions=fusions, alphas=alphas, depth=depth, retrieve=retrieve, task=task,
                            show_progress=show_progress)
 
 
@@ -211,7 +211,7 @@ def _tuning_depth(depth: int | None, retrieve: int) -> int:
 
 
 def tune_candidates(cands: Mapping[str, Any], qrels: Mapping[str, Mapping[str, int]], *,
-                    methods: Sequence[str] = FUSION_METHODS, alphas: Sequence[float] = ALPHAS, depth: int | None = None,
+                    fusions: Sequence[str] = FUSION_METHODS, alphas: Sequence[float] = ALPHAS, depth: int | None = None,
                     retrieve: int | None = None, task: str = "paraphrase", show_progress: bool = False) -> TuneResult:
     """The grid search of :func:`tune` on candidate lists already fetched (query id ->
     ``hybrid_qpr.search.Candidates`` of ``depth`` hits each), e.g. by a batched benchmark."""
@@ -225,23 +225,23 @@ def tune_candidates(cands: Mapping[str, Any], qrels: Mapping[str, Mapping[str, i
     main = spec.main_metric
     better = bm25_metrics if bm25_metrics[main] >= knn_metrics[main] else knn_metrics
     guarded = spec.guarded or (main,)
-    grid_points = [(m, float(a)) for m in methods for a in alphas]
+    grid_points = [(m, float(a)) for m in fusions for a in alphas]
     for forced in (("rrf", 0.0), ("rrf", 1.0)):
         if forced not in grid_points:
             grid_points.append(forced)
     grid = []
     best: tuple[float, str, float] | None = None
-    for method, alpha in _maybe_track(grid_points, len(grid_points), "tune: fusion grid", show_progress):
-        run = {q: [f.id for f in HybridSearcher.fuse(c, method=method, alpha=alpha, depth=depth, top_k=retrieve)]
+    for fusion, alpha in _maybe_track(grid_points, len(grid_points), "tune: fusion grid", show_progress):
+        run = {q: [f.id for f in HybridSearcher.fuse(c, fusion=fusion, alpha=alpha, depth=depth, top_k=retrieve)]
                for q, c in cands.items()}
         metrics = spec.score(run, qrels)
         allowed = all(metrics[m] + 1e-12 >= better[m] for m in guarded)
-        grid.append({"fusion": method, "alpha": alpha, **metrics, "allowed": allowed})
+        grid.append({"fusion": fusion, "alpha": alpha, **metrics, "allowed": allowed})
         if allowed and (best is None or metrics[main] > best[0]):
-            best = (metrics[main], method, alpha)
+            best = (metrics[main], fusion, alpha)
     if best is None:  # cannot happen with the forced points; kept as a check
         raise ConfigError(f"no fusion setting is at least the better single mode on "
                           f"{', '.join(f'{k} {better[k]:.4f}' for k in guarded)}; report this as a bug")
-    value, method, alpha = best
+    value, fusion, alpha = best
     bm25_value, knn_value = bm25_metrics[main], knn_metrics[main]
-    return TuneResult(method, alpha, value, bm25_value, knn_value, depth, len(cands), grid, spec.main_metric)
+    return TuneResult(fusion, alpha, value, bm25_value, knn_value, depth, len(cands), grid, spec.main_metric)

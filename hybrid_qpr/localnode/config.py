@@ -38,7 +38,7 @@ def prepare_member(node: "LocalNode", member: Member, token: str, jdk: Jdk) -> N
     if member.root != node.node_dir:
         own_jvm_paths(config_dir / "jvm.options", member.root)
     fit_jvm_options(config_dir / "jvm.options", jdk)
-    text = "# written by hybrid-qpr cluster start; rewritten on every start\n"
+    text = "# written by hybrid-qpr node start; rewritten on every start\n"
     text += "".join(f"{key}: {json.dumps(value)}\n" for key, value in node_settings(node, member, token).items())
     (config_dir / node.dist.config_file).write_text(text, encoding="utf-8")
 

@@ -1,7 +1,7 @@
 """A local OpenSearch or Elasticsearch on 127.0.0.1 (one node, or an OpenSearch cluster of
 several), assembled from Maven Central and run as daemons.
 
-Life cycle (``hybrid-qpr cluster start|stop|status`` are thin wrappers); this module holds the
+Life cycle (``hybrid-qpr node start|stop|status`` are thin wrappers); this module holds the
 deployment (``LocalNode``: which version, ports and members, its state file) and runs the steps,
 each done by a module of its own: ``install.py``, ``config.py`` (what a node starts with),
 ``process.py`` (launch, stop, pids), ``health.py`` (status, green health, is it ours),
@@ -230,7 +230,7 @@ class LocalNode:
             if not down:
                 raise ClusterError(
                     f"{self.dist.label} processes from {self.node_dir} are alive but {self.url} does not answer; "
-                    f"wait for them or run 'hybrid-qpr cluster stop --engine {self.engine}"
+                    f"wait for them or run 'hybrid-qpr node stop --engine {self.engine}"
                     f"{f' --nodes {self.nodes}' if self.nodes > 1 else ''}'. Log: {self.log_file}"
                 )
             for member in down:
@@ -239,7 +239,7 @@ class LocalNode:
                     if port is not None and port_in_use(port):
                         raise ClusterError(
                             f"port {port} on 127.0.0.1 is already taken by another process; stop it or choose "
-                            f"another port with 'hybrid-qpr cluster start --port N'"
+                            f"another port with 'hybrid-qpr node start --port N'"
                             + (f" (a {self.nodes}-node cluster uses HTTP ports {self.port}-{self.port + self.nodes - 1} "
                                f"and transport ports {self.port + TRANSPORT_OFFSET}-"
                                f"{self.port + TRANSPORT_OFFSET + self.nodes - 1})" if self.nodes > 1 else "")
@@ -319,7 +319,7 @@ class LocalNode:
         if recorded._any_alive():
             raise ClusterError(
                 f"{recorded.dist.label} ({recorded.nodes} node(s), {recorded.url}) started from {self.home} is still "
-                f"running; stop it first with 'hybrid-qpr cluster stop --engine {self.engine}"
+                f"running; stop it first with 'hybrid-qpr node stop --engine {self.engine}"
                 f"{f' --nodes {self.nodes}' if self.nodes > 1 else ''}{' --secure' if self.secure else ''}'"
                 f"{' --home ' + str(self.home) if 'HYBRID_QPR_HOME' not in os.environ else ''}, or use another "
                 f"HYBRID_QPR_HOME"

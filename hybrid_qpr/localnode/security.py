@@ -1,4 +1,4 @@
-"""What a secured local node is given (``hybrid-qpr cluster start --secure``): its own TLS
+"""What a secured local node is given (``hybrid-qpr node start --secure``): its own TLS
 material, generated users and their roles, and the file that tells a client how to connect.
 
 Why generated here and never committed: a key or password in the repository would be known to

@@ -126,7 +126,7 @@ class Workbench:
     def check_fusion(self, fusion: str | None, alpha: float | None) -> None:
         try:
             if fusion is not None:
-                fusion_lib.check_method(fusion)
+                fusion_lib.check_fusion(fusion)
             if alpha is not None:
                 fusion_lib.check_alpha(alpha)
         except ConfigError as exc:
@@ -268,8 +268,8 @@ class Workbench:
 
     # ------------------------------------------------------------------ helpers
     def _settings(self, fusion: str | None, alpha: float | None, need: int) -> dict[str, Any]:
-        method, weight = self.searcher.fusion_settings(fusion, alpha)
-        return {"fusion": method, "alpha": weight, "depth": self.searcher.fusion_depth(None, need)}
+        fusion, weight = self.searcher.fusion_settings(fusion, alpha)
+        return {"fusion": fusion, "alpha": weight, "depth": self.searcher.fusion_depth(None, need)}
 
     def _judged(self, text: str) -> dict[str, int]:
         """This query's stored judgments (document id -> relevance), for the page's buttons."""

@@ -78,7 +78,7 @@ def _env_flag(name: str) -> bool | None:
 
 
 def local_node_url(engine: Engine) -> str:
-    """URL of the node 'hybrid-qpr cluster start [--engine elasticsearch]' runs."""
+    """URL of the node 'hybrid-qpr node start [--engine elasticsearch]' runs."""
     from hybrid_qpr.localnode import LocalNode
 
     if engine == "elasticsearch":
@@ -298,13 +298,13 @@ def error_for(failure: HttpFailure, what: str, engine: Engine, index: str | None
                   else f"answered with something else ({' '.join(failure.detail.split())[:120]})")
         return ClusterError(f"{what}: the server is not {name}: it {answer}. "
                             f"Fix: point {flag} at the node's HTTP address (the local node's is shown by "
-                            f"'hybrid-qpr cluster status" + (" --engine elasticsearch'" if engine == "elasticsearch" else "'") + ")")
+                            f"'hybrid-qpr node status" + (" --engine elasticsearch'" if engine == "elasticsearch" else "'") + ")")
     if status is None and failure.cause == "timeout":
         return ClusterError(f"{what}: {name} did not answer in time ({failure.detail}). The node may be overloaded; "
                             "raise --timeout or retry later")
     if status is None:
         return ClusterError(f"{what}: cannot reach {name} ({failure.detail}). Is the node running? Start one with "
-                            f"'hybrid-qpr cluster start" + (" --engine elasticsearch'" if engine == "elasticsearch" else "'"))
+                            f"'hybrid-qpr node start" + (" --engine elasticsearch'" if engine == "elasticsearch" else "'"))
     if status == 401:
         return ClusterError(f"{what}: {name} refused the credentials (401: wrong or missing user/password or API key); "
                             f"check --user/--password or --api-key (or ${env_name(engine, 'USER')}, _PASSWORD, _API_KEY)")

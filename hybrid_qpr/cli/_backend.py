@@ -1,4 +1,4 @@
-"""Helpers shared by the search-engine commands (ingest, query, delete, tune, evaluate, demo):
+"""Helpers shared by the search commands (ingest, query, delete, tune, evaluate, demo):
 open the backend the options name and the encoder that fits it. Heavy imports stay inside."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``hybrid-qpr cluster start|stop|status|java``: local OpenSearch / Elasticsearch nodes from Maven Central."""
+"""``hybrid-qpr node start|stop|status|java``: local OpenSearch / Elasticsearch nodes from Maven Central."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ _SECURE = click.option("--secure", is_flag=True,
 
 
 @click.group()
-def cluster() -> None:
+def node() -> None:
     """Start, stop or check a local OpenSearch or Elasticsearch on 127.0.0.1.
 
     The nodes are built from Maven Central only (server integ-test zips; for OpenSearch the
@@ -33,17 +33,17 @@ def cluster() -> None:
     \b
     Defaults: OpenSearch 3.6.0 on port 9200, Elasticsearch 9.5.3 on port 9201 (both can run at once).
     Example:
-      hybrid-qpr cluster start                                 # idempotent: a running node is left alone
-      hybrid-qpr cluster start --engine elasticsearch
-      export HYBRID_QPR_OPENSEARCH_URL=$(hybrid-qpr cluster status --url)
-      export HYBRID_QPR_ELASTICSEARCH_URL=$(hybrid-qpr cluster status --engine elasticsearch --url)
-      hybrid-qpr cluster start --nodes 3                       # a three-node OpenSearch cluster on 9210-9212
-      hybrid-qpr cluster start --engine elasticsearch --secure # HTTPS + users on 9202 (OpenSearch: 2.19.4 on 9203)
-      hybrid-qpr cluster stop; hybrid-qpr cluster stop --engine elasticsearch; hybrid-qpr cluster stop --nodes 3
+      hybrid-qpr node start                                 # idempotent: a running node is left alone
+      hybrid-qpr node start --engine elasticsearch
+      export HYBRID_QPR_OPENSEARCH_URL=$(hybrid-qpr node status --url)
+      export HYBRID_QPR_ELASTICSEARCH_URL=$(hybrid-qpr node status --engine elasticsearch --url)
+      hybrid-qpr node start --nodes 3                       # a three-node OpenSearch cluster on 9210-9212
+      hybrid-qpr node start --engine elasticsearch --secure # HTTPS + users on 9202 (OpenSearch: 2.19.4 on 9203)
+      hybrid-qpr node stop; hybrid-qpr node stop --engine elasticsearch; hybrid-qpr node stop --nodes 3
     """
 
 
-@cluster.command()
+@node.command()
 @_ENGINE
 @click.option("--version", "version", default=None,
               help="Engine version: OpenSearch 3.6.0 (default) or 2.19.6; Elasticsearch 9.5.3 (default) or 8.19.21.")
@@ -76,7 +76,7 @@ def start(engine: str, version: str | None, nodes: int | None, home: str | None,
     from hybrid_qpr.localnode import LocalNode
 
     node = LocalNode(home, port=port, heap=heap, version=version, engine=engine, nodes=nodes, secure=secure,
-                     say=lambda message: click.echo(f"[cluster] {message}", err=True))
+                     say=lambda message: click.echo(f"[node] {message}", err=True))
     timings = node.start(timeout=timeout)
     where = ", ".join(node.urls)
     if timings["already_running"]:
@@ -93,7 +93,7 @@ def start(engine: str, version: str | None, nodes: int | None, home: str | None,
                    f"{credentials.ca_certs}")
 
 
-@cluster.command()
+@node.command()
 @_ENGINE
 @_NODES
 @_HOME
@@ -101,7 +101,7 @@ def start(engine: str, version: str | None, nodes: int | None, home: str | None,
 @click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds before SIGKILL.")
 @friendly_errors
 def stop(engine: str, nodes: int | None, home: str | None, secure: bool, timeout: float) -> None:
-    """Stop the node(s) of ENGINE started by 'cluster start' (only those processes, found by their pid files)."""
+    """Stop the node(s) of ENGINE started by 'node start' (only those processes, found by their pid files)."""
     from hybrid_qpr.localnode import LocalNode
 
     node = LocalNode(home, engine=engine, nodes=nodes, secure=secure)
@@ -110,7 +110,7 @@ def stop(engine: str, nodes: int | None, home: str | None, secure: bool, timeout
                else f"no {engine} node running")
 
 
-@cluster.command()
+@node.command()
 @_ENGINE
 @_NODES
 @_HOME
@@ -123,8 +123,8 @@ def status(engine: str, nodes: int | None, home: str | None, secure: bool, url_o
 
     \b
     Example:
-      export HYBRID_QPR_OPENSEARCH_URL=$(hybrid-qpr cluster status --url)
-      export HYBRID_QPR_ELASTICSEARCH_URL=$(hybrid-qpr cluster status --engine elasticsearch --url)
+      export HYBRID_QPR_OPENSEARCH_URL=$(hybrid-qpr node status --url)
+      export HYBRID_QPR_ELASTICSEARCH_URL=$(hybrid-qpr node status --engine elasticsearch --url)
     """
     from dataclasses import asdict
 
@@ -136,7 +136,7 @@ def status(engine: str, nodes: int | None, home: str | None, secure: bool, url_o
         if not state.running:
             raise click.ClickException(f"no {engine} node running at {state.url}"
                                        + (f" ({state.problem})" if state.problem else "")
-                                       + f"; start it with 'hybrid-qpr cluster start --engine {engine}"
+                                       + f"; start it with 'hybrid-qpr node start --engine {engine}"
                                        + (" --secure'" if secure else "'"))
         click.echo(state.url)
     elif as_json:
@@ -154,7 +154,7 @@ def status(engine: str, nodes: int | None, home: str | None, secure: bool, url_o
                    + (f"; alive: {', '.join(alive)}" if alive else "") + (f"; {state.problem}" if state.problem else ""))
 
 
-@cluster.command()
+@node.command()
 @_ENGINE
 @click.option("--version", "version", default=None, help="Engine version whose Java range applies.")
 @click.option("--install/--no-install", default=True, show_default=True,
@@ -165,12 +165,12 @@ def java(engine: str, version: str | None, install: bool) -> None:
 
     \b
     Example:
-      hybrid-qpr cluster java                     # OpenSearch 3.6.0 needs Java 21+
-      hybrid-qpr cluster java --version 2.19.6    # Java 17-21
+      hybrid-qpr node java                     # OpenSearch 3.6.0 needs Java 21+
+      hybrid-qpr node java --version 2.19.6    # Java 17-21
     """
     from hybrid_qpr.localnode import LocalNode
 
-    node = LocalNode(engine=engine, version=version, say=lambda message: click.echo(f"[cluster] {message}", err=True))
+    node = LocalNode(engine=engine, version=version, say=lambda message: click.echo(f"[node] {message}", err=True))
     jdk = node.java(install=install)
     click.echo(f"{jdk.home}")
     click.echo(f"Java {jdk.major} ({jdk.source}) for {node.dist.label}", err=True)
