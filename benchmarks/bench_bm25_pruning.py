@@ -6,7 +6,7 @@ issue 24) and with it very large (every query pruned), the two alternating query
 ``--rounds`` rounds, each query's median over them (the thread's CPU time: the steadier figure
 on a shared machine). Printed by the number of distinct query tokens, and for the planner at
 several ``PRUNE_MAX_TOKENS`` (the per-query choice between the two), which is how the default
-was chosen (docs/engine.md).
+was chosen (docs/search.md).
 
     python benchmarks/bench_bm25_pruning.py IDX --queries queries.txt --out result.json
 """

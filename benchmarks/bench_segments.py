@@ -13,7 +13,7 @@ Steps (each its own command, so peak memory is measured per step by ``/usr/bin/t
 ``bm25``   scoring time per query of the segment postings (corpus-wide statistics) against
            the bm25s library over the same tokens of a JSONL corpus, in one process.
 
-Usage (the numbers in docs/engine.md; the machine is shared, so they are noisy)::
+Usage (the numbers in docs/search.md; the machine is shared, so they are noisy)::
 
     python benchmarks/bench_segments.py data /work/shared/data/quora-pairs.tsv.gz --out /work/data/seg-bench
     /usr/bin/time -v hybrid-qpr ingest /work/data/seg-bench/corpus.jsonl --index /work/data/seg-bench/idx

@@ -70,7 +70,7 @@ def score_from_opensearch(raw: np.ndarray | float, distance: Distance) -> np.nda
     The Lucene-engine ``knn`` query and the ``knn_score`` script both report (verified on
     OpenSearch 2.19.6): l2 ``s = 1/(1+d²)``; cosinesimil ``s = (1+cos)/2``; innerproduct
     ``s = 1+ip`` for ``ip >= 0`` else ``1/(1-ip)``. Inverting them keeps fusion of OpenSearch
-    results identical to fusion of embedded-engine results (min-max and z-score are not
+    results identical to fusion of embedded-index results (min-max and z-score are not
     invariant under these non-linear maps).
     """
     s = np.asarray(raw, dtype=np.float64)

@@ -38,7 +38,7 @@ FUSION_METHODS: tuple[str, ...] = ("rrf", "minmax", "zscore", "l2")
 Normalisation = Literal["minmax", "zscore", "l2"]
 RRF_K = 60
 # Hits each list hands to fusion when nothing else is asked: 30, MSEM's lexical recall depth.
-# Measured on the validation queries of Quora (3,000) and WikiAnswers (2,000) with the engine's
+# Measured on the validation queries of Quora (3,000) and WikiAnswers (2,000) with the embedded index's
 # own lists (benchmarks/bench_fusion_depth.py): equal RRF and tuned fusion at depth 30 are at
 # least as good as at 100 (within 0.0006 MRR@20), and the hybrid query is 0.2-0.3 ms faster.
 DEFAULT_DEPTH = 30
@@ -74,7 +74,7 @@ def check_alpha(alpha: float) -> float:
     return float(alpha)
 
 
-def normalize(scores: Sequence[float], method: Normalisation) -> list[float]:
+def normalize(scores: Sequence[float], normalisation: Normalisation) -> list[float]:
     """Normalise one list of scores (higher is better stays higher is better).
 
     * ``minmax``: ``(s - min) / (max - min)``; when ``max == min`` every score becomes 1.0
@@ -85,28 +85,28 @@ def normalize(scores: Sequence[float], method: Normalisation) -> list[float]:
     values = [float(s) for s in scores]
     if not values:
         return []
-    if method == "minmax":
+    if normalisation == "minmax":
         lo, hi = min(values), max(values)
         if hi == lo:
             return [1.0] * len(values)
         return [(v - lo) / (hi - lo) for v in values]
-    if method == "zscore":
+    if normalisation == "zscore":
         mean = sum(values) / len(values)
         std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
         if std == 0.0:
             return [0.0] * len(values)
         return [(v - mean) / std for v in values]
-    if method == "l2":
+    if normalisation == "l2":
         norm = math.sqrt(sum(v * v for v in values))
         if norm == 0.0:
             return [0.0] * len(values)
         return [v / norm for v in values]
-    raise ConfigError(f"normalisation={method!r}: allowed values are minmax, zscore, l2")
+    raise ConfigError(f"normalisation={normalisation!r}: allowed values are minmax, zscore, l2")
 
 
-def _floor(normalised: list[float], method: Normalisation) -> float:
+def _floor(normalised: list[float], normalisation: Normalisation) -> float:
     """What a list contributes for a document it did not return (see the module docstring)."""
-    if method == "minmax" or not normalised:
+    if normalisation == "minmax" or not normalised:
         return 0.0
     return min(normalised)
 

@@ -3,7 +3,7 @@
 The data is made here: questions with candidate sentences (one or two correct), written in
 the WikiQA layout and built by ``build_answer_selection``. The text has what tokenizers
 disagree on (``?``, apostrophes, ``1,000``, ``3.5``, capitals, accents), so the test fails if
-the cluster's BM25 does not see the embedded engine's tokens or uses other k1/b.
+the cluster's BM25 does not see the embedded index's tokens or uses other k1/b.
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ def test_knn_agrees_with_exact_search_in_the_embedded_engine(filled, tmp_path, q
         exact = local.knn(vector, 10)
         expected += len(exact)
         found += len({h.id for h in exact} & {h.id for h in backend.knn(vector, 10)})
-        common = {h.id: h.score for h in exact}  # same scale as the embedded engine
+        common = {h.id: h.score for h in exact}  # same scale as the embedded index
         for hit in backend.knn(vector, 10):
             if hit.id in common:
                 assert hit.score == pytest.approx(common[hit.id], rel=1e-3, abs=1e-3)

@@ -27,7 +27,7 @@ def test_index_bodies_take_dims_and_space_from_the_model(distance, space, es):
                                          "model_fingerprint": "abcdef0123456789", "model_kind": "cnn",
                                          "engine": "lucene", "fusion": None,
                                          "bm25": {"k1": 1.5, "b": 0.75, "tokens": "hybrid_qpr.text.tokenize"}}
-    # BM25 like the embedded engine: its k1 and b, and its tokenizer's pattern on the text field
+    # BM25 like the embedded index: its k1 and b, and its tokenizer's pattern on the text field
     settings = body["settings"]["index"]
     assert settings["similarity"]["default"] == {"type": "BM25", "k1": 1.5, "b": 0.75}
     assert settings["analysis"]["tokenizer"]["hybrid_qpr_words"]["pattern"] == TOKEN_PATTERN

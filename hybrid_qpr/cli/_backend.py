@@ -138,7 +138,7 @@ def knn_search_options(stored: str):
                             help=f"Local index, HNSW segments: candidate list per search (more = higher recall, "
                                  f"slower), {stored}. [default: measured per segment when its graph is built: the "
                                  f"smallest that finds 0.97 of the exact top 10 of a sample of its own vectors; "
-                                 f"docs/engine.md]")(func)
+                                 f"docs/search.md]")(func)
     return decorate
 
 

@@ -1,4 +1,4 @@
-"""``hybrid-qpr dataset build|from-qa-log|stats``: clusters, splits and BEIR eval sets."""
+"""``hybrid-qpr dataset build|from-qa-log|stats``: paraphrase clusters, splits and BEIR eval sets."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import click
 from hybrid_qpr.cli._common import friendly_errors
 
 _SHOWN_BAD_LINES = 20
-_SPLIT_HELP = "Fractions of clusters for train,val,test (must sum to 1)."
+_SPLIT_HELP = "Fractions of paraphrase clusters for train,val,test (must sum to 1)."
 _BAD_LINE_HELP = "What to do with a malformed line: 'error' stops with file, line and problem; 'skip' skips it and lists it in the summary."
 
 
@@ -18,7 +18,7 @@ def _common_options(func):
     options = [
         click.option("--out", required=True, type=click.Path(file_okay=False),
                      help="Dataset directory to write (replaced atomically if it holds an earlier build)."),
-        click.option("--seed", type=int, default=13, show_default=True, help="Seed of the cluster shuffle before splitting."),
+        click.option("--seed", type=int, default=13, show_default=True, help="Seed of the paraphrase-cluster shuffle before splitting."),
         click.option("--split", "split", default="0.8,0.1,0.1", show_default=True, help=_SPLIT_HELP),
         click.option("--on-bad-line", type=click.Choice(["error", "skip"]), default="error", show_default=True,
                      help=_BAD_LINE_HELP),

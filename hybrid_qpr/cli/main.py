@@ -10,7 +10,7 @@ import click
 
 # command name -> (module, attribute, one-line help shown by ``hybrid-qpr --help``)
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "dataset": ("hybrid_qpr.cli.dataset", "dataset", "Turn question pairs or QA logs into clusters, splits and BEIR eval sets."),
+    "dataset": ("hybrid_qpr.cli.dataset", "dataset", "Turn question pairs or QA logs into paraphrase clusters, splits and BEIR eval sets."),
     "train": ("hybrid_qpr.cli.train", "train", "Train a paraphrase encoder (SDML, softmax, triplet, MSEM) [needs torch]."),
     "distill": ("hybrid_qpr.cli.distill", "distill", "Distil a teacher encoder (MiniLM) into the fast CNN on unlabelled questions [needs torch]."),
     "finetune": ("hybrid_qpr.cli.finetune", "finetune", "Fine-tune a pretrained transformer (MiniLM) on question pairs [needs torch]."),

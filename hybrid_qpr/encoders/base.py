@@ -70,7 +70,7 @@ def onnx_session(model_path: Path, threads: int | None = None):
     # Idle intra-op threads sleep instead of spinning: a spinning thread holds a core for
     # milliseconds after each call, which on two cores starves the BM25/kNN work (or the
     # search node) that follows a query's encoding. Measured: embedded hybrid p50 3.1 -> 2.2 ms
-    # at 123,725 questions, and batch encoding no slower (docs/engine.md).
+    # at 123,725 questions, and batch encoding no slower (docs/search.md).
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     try:
         return ort.InferenceSession(str(model_path), sess_options=options, providers=["CPUExecutionProvider"])

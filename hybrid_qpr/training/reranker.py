@@ -6,7 +6,7 @@ Training examples are (question, correct texts, wrong texts):
   question, its correct sentences and its labelled wrong candidates (WikiQA, TrecQA) or the
   other sentences of its paragraph (SQuAD), which are hard negatives by construction;
 * **question clusters** (``hybrid-qpr dataset build``): a cluster's first question, its other
-  questions as the correct texts, and hard negatives mined by our own engine
+  questions as the correct texts, and hard negatives mined by our own search
   (``hybrid_qpr.training.hard_negatives``: the top BM25 and kNN hits outside the cluster).
 
 Each step draws ``batch_size`` examples (seeded by step, so a resumed run sees the same batches)

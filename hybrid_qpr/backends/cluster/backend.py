@@ -327,7 +327,7 @@ class ClusterBackend:
         analyzer = self.meta.get("_properties", {}).get(self.bm25_field, {}).get("analyzer")
         if analyzer != self.bm25_analyzer:
             logger.warning("index %s: field %r uses the %s analyzer, not %s (made by an older hybrid-qpr), so its BM25 "
-                           "scores differ from the embedded engine's; ingest into a new index to align them",
+                           "scores differ from the embedded index's; ingest into a new index to align them",
                            self.index, self.bm25_field, analyzer or "default", self.bm25_analyzer)
 
     def layout_problems(self, meta: Mapping[str, Any], encoder) -> list[str]:

@@ -80,7 +80,7 @@ def filter_clauses(filters: Filters | None) -> list[dict]:
 
 
 def bm25_values() -> dict[str, float]:
-    """The index's BM25 similarity: the embedded engine's k1 and b (Lucene's default k1 is 1.2),
+    """The index's BM25 similarity: the embedded index's k1 and b (Lucene's default k1 is 1.2),
     so the same corpus scores alike on every backend."""
     from hybrid_qpr.backends.local.bm25 import BM25_B, BM25_K1
 
@@ -98,7 +98,7 @@ def bm25_tokens(text: str) -> str:
 
 def bm25_query(query: str, filters: Filters | None, field: str = TEXT_FIELD) -> dict:
     """A ``match`` query on ``field`` (the text is analysed, never parsed as query syntax) with
-    exact filters. The query is tokenized here as the embedded engine does, so every backend
+    exact filters. The query is tokenized here as the embedded index does, so every backend
     scores the same terms."""
     return {"bool": {"must": [{"match": {field: {"query": bm25_tokens(query)}}}], "filter": filter_clauses(filters)}}
 

@@ -48,7 +48,7 @@ BLOCK = 64  # postings per block (PISA's default block size for its block-max in
 # Queries with more distinct tokens than this (in a segment) are scored exhaustively
 # (``bm25.exhaustive_top``): pruning reads postings at random, and with many mid-frequency
 # tokens (all essential) that costs more than it saves. Measured per query (CPU time, 300 Quora
-# questions, 1M documents in 4 segments; docs/engine.md): pruning 3.1x faster at up to 6
+# questions, 1M documents in 4 segments; docs/search.md): pruning 3.1x faster at up to 6
 # distinct tokens, 1.6x at 7-8, 1.1x at 9-10, 0.8x at 11-12 and 0.45x from 16.
 PRUNE_MAX_TOKENS = 8
 BUCKETS = 256  # candidates are visited in this many bands of partial sums, best first

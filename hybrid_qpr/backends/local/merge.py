@@ -13,7 +13,7 @@ Exact (``Flat``) segments are scanned whole by every kNN query, so with the ``au
 index (Flat below ``flat_limit`` documents, HNSW above) the Flat segments together may hold
 at most ``flat_limit`` live documents: past that they are merged into one, which becomes an
 HNSW segment. Ten ingests of 12,000 documents would otherwise leave ten Flat segments, one
-full scan of 120,000 vectors per query (measured: docs/engine.md).
+full scan of 120,000 vectors per query (measured: docs/search.md).
 """
 
 from __future__ import annotations

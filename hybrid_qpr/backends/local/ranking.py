@@ -76,7 +76,7 @@ def merge_ranked(found: Sequence[Candidates], depth: int) -> list[Hit]:
 
 
 # efSearch of a segment asked for its share k of a multi-segment kNN list: efSearch * (k / full
-# k) ** SHARE_EF_POWER. Measured on ten 100,000-document HNSW32 segments (docs/engine.md): power 1
+# k) ** SHARE_EF_POWER. Measured on ten 100,000-document HNSW32 segments (docs/search.md): power 1
 # (efSearch scaled like k) lost 3.5 points of recall@10 against full searches (0.989 -> 0.954),
 # 0.75 keeps 0.967 and the merged index's recall@100 (0.892) at about half the FAISS time.
 SHARE_EF_POWER = 0.75

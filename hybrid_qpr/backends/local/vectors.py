@@ -1,7 +1,7 @@
 """The FAISS part of a segment: which index type for how many vectors, how to build and search it.
 
 FAISS index choice (``kind="auto"``), chosen by measured recall against exact search (every
-size must keep >= 0.95 of the exact top 10; docs/engine.md has the curves): exact ``Flat``
+size must keep >= 0.95 of the exact top 10; docs/search.md has the curves): exact ``Flat``
 below ``flat_threshold`` vectors, else ``HNSW32``. ``"ivf"`` gives ``IVF{round(4·sqrt(N))},Flat``
 probed with ``NPROBE`` lists, ``"hnsw"`` HNSW at every size, ``"flat"`` exact search at every
 size. The metric comes from the encoder's training distance (``hybrid_qpr.distance``). Each

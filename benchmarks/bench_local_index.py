@@ -1,4 +1,4 @@
-"""Benchmark of the embedded engine on every question of a Quora-layout pairs file.
+"""Benchmark of the embedded index on every question of a Quora-layout pairs file.
 
 Measures (each printed as a table and saved as JSON):
 
@@ -12,7 +12,7 @@ Measures (each printed as a table and saved as JSON):
    build seconds, recall@10 against Flat, p50 ms per single-vector search.
 
 Usage (timings depend on the machine; say if it was loaded):
-    nice -n 10 python benchmarks/bench_engine.py /work/shared/data/quora-pairs.tsv.gz \
+    nice -n 10 python benchmarks/bench_local_index.py /work/shared/data/quora-pairs.tsv.gz \
         --index /tmp/bench/quora-idx --out benchmarks/results/engine-quora.json
 """
 
