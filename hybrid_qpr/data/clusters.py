@@ -4,6 +4,8 @@ distant supervision with the SDML paper's coherence filter.
 A cluster is a set of questions with the same meaning. Training needs clusters (a batch
 must not hold two pairs of one cluster, or they become false negatives) and evaluation
 needs them (a query's relevant documents are the other questions of its cluster).
+In data/ and training "cluster" always means this (the SDML paper's term), never a search
+cluster (docs/ARCHITECTURE.md, "Words we use").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The one rule that turns a question's text into a document id, for records that carry
 none: ``hybrid-qpr ingest`` (JSONL/table rows without an id, pairs files without qids) and
-``hybrid-qpr dataset build`` (clusters keyed by text, QA logs) both use it, so a pairs file
+``hybrid-qpr dataset build`` (paraphrase clusters keyed by text, QA logs) both use it, so a pairs file
 ingested without qids gets exactly the ids of the BEIR qrels built from the same file.
 
 Two texts that differ only in case, spacing or punctuation other than ``?`` are one question
