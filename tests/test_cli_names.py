@@ -1,4 +1,5 @@
-"""The two pipeline commands say which pipeline they manage; the old names still work, unlisted."""
+"""Names say one thing: the pipeline commands say which pipeline they manage, the node commands are
+``node`` (old names still work, unlisted), and the fusion method is ``fusion=`` everywhere."""
 
 from __future__ import annotations
 
@@ -43,3 +44,22 @@ def test_node_commands_are_listed_as_node_and_the_old_cluster_name_still_works()
     assert "\n  node " in top and "\n  cluster " not in top
     assert "--nodes INTEGER" in _help(["node", "start"])
     assert _help(["cluster", "start"]) == _help(["node", "start"]).replace("cli node start", "cli cluster start")
+
+
+def test_the_fusion_method_is_passed_as_fusion_everywhere():
+    """One name for one parameter, as the CLI's ``--fusion`` (docs/ARCHITECTURE.md, "Words we use")."""
+    import inspect
+
+    from hybrid_qpr import fusion
+    from hybrid_qpr.backends.base import ServerSideBackend
+    from hybrid_qpr.backends.opensearch import OpenSearchBackend
+    from hybrid_qpr.evaluation.evaluator import tune, tune_candidates
+    from hybrid_qpr.search import HybridSearcher
+
+    for function in (fusion.fuse, fusion.check_fusion, HybridSearcher.fuse, HybridSearcher.search,
+                     ServerSideBackend.hybrid_server, OpenSearchBackend.hybrid_server):
+        parameters = inspect.signature(function).parameters
+        assert "fusion" in parameters and "method" not in parameters, function.__qualname__
+    for function in (tune, tune_candidates):
+        parameters = inspect.signature(function).parameters
+        assert "fusions" in parameters and "methods" not in parameters, function.__qualname__
