@@ -58,25 +58,31 @@ class _Graph(torch.nn.Module):
         return self.embedder.embed(input_ids, attention_mask)
 
 
-def _write_onnx(embedder: TransformerEmbedder, path: Path) -> None:
-    """torch.export-based ONNX export (the TorchScript tracer bakes the mask shape into the
-    graph and drifts by ~0.1 on other shapes, so it is not used)."""
+def write_dynamo_onnx(module: torch.nn.Module, inputs: dict[str, torch.Tensor], output: str, max_seq: int,
+                      path: Path) -> None:
+    """torch.export-based ONNX export of ``module(*inputs.values())`` with dynamic batch and
+    sequence axes on every input (the TorchScript tracer bakes the mask shape into the graph
+    and drifts by ~0.1 on other shapes, so it is not used)."""
     from torch.export import Dim
 
-    sample = embedder.collate(["a short question ?", "another, somewhat longer question here"])
-    batch, seq = Dim("batch", min=1, max=65536), Dim("seq", min=1, max=embedder.max_length)
+    batch, seq = Dim("batch", min=1, max=65536), Dim("seq", min=1, max=max_seq)
     with torch.no_grad():
         program = torch.onnx.export(
-            _Graph(embedder).eval(),
-            (sample["input_ids"], sample["attention_mask"]),
-            input_names=["input_ids", "attention_mask"],
-            output_names=["embeddings"],
-            dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
+            module.eval(),
+            tuple(inputs.values()),
+            input_names=list(inputs),
+            output_names=[output],
+            dynamic_shapes={name: {0: batch, 1: seq} for name in inputs},
             opset_version=OPSET,
             dynamo=True,
             verbose=False,
         )
     program.save(str(path), external_data=False)
+
+
+def _write_onnx(embedder: TransformerEmbedder, path: Path) -> None:
+    sample = embedder.collate(["a short question ?", "another, somewhat longer question here"])
+    write_dynamo_onnx(_Graph(embedder), dict(sample), "embeddings", embedder.max_length, path)
 
 
 def parity(embedder: TransformerEmbedder, model_path: Path, texts: list[str] | None = None) -> float:

@@ -49,7 +49,7 @@ MODEL_SUBDIR = "model"
 class RerankerSettings:
     loss: RerankerLoss = "listwise"
     base_model: str | None = None  # None: the bundled all-MiniLM-L6-v2
-    pooling: str = "mean"
+    pooling: str = "segments"
     max_length: int = 128
     query_tokens: int = 48
     batch_size: int = 4  # questions per step
@@ -82,22 +82,17 @@ def _manifest_format(dataset_dir: Path) -> str | None:
 def load_examples(dataset_dirs: Sequence[str | Path], settings: RerankerSettings, seed: int) -> list[Example]:
     """The train examples of every dataset (module docstring)."""
     from hybrid_qpr.data.answer_dataset import FORMAT as ANSWERS_FORMAT, read_answer_records
-    from hybrid_qpr.data.dataset import FORMAT as CLUSTERS_FORMAT
 
     examples: list[Example] = []
     for directory in map(Path, dataset_dirs):
-        fmt = _manifest_format(directory)
-        if fmt == ANSWERS_FORMAT:
+        if _manifest_format(directory) == ANSWERS_FORMAT:
             found = [Example(r.question, list(r.positives), list(r.negatives))
                      for r in read_answer_records(directory, "train") if r.positives]
-        elif fmt == CLUSTERS_FORMAT:
+        else:  # question clusters ('dataset build'); load_split names a directory that is neither
             from hybrid_qpr.training.hard_negatives import mine_cluster_examples
 
             found = [Example(q, p, n) for q, p, n in mine_cluster_examples(directory, settings.max_clusters, seed,
                                                                           settings.mine_depth, settings.miner_model)]
-        else:
-            raise ConfigError(f"{directory}: not a dataset directory written by 'hybrid-qpr dataset from-answers', "
-                              "'from-squad' or 'build' (its manifest.json is missing or of another format)")
         logger.info("%s: %d train examples", directory, len(found))
         examples.extend(found)
     if len(examples) < 2:
