@@ -81,7 +81,8 @@ def _tiny_base(directory: Path) -> Path:
 def tiny_model(tmp_path_factory):
     from hybrid_qpr.model.cross_encoder import CrossEncoder
 
-    model = CrossEncoder.from_dir(_tiny_base(tmp_path_factory.mktemp("tiny-bert")), max_length=48, query_tokens=16)
+    model = CrossEncoder.from_dir(_tiny_base(tmp_path_factory.mktemp("tiny-bert")), max_length=48, query_tokens=16,
+                                  pooling="segments")
     torch.nn.init.normal_(model.head.weight, std=1.0)  # spread the scores so orders are not ties
     return model.eval()
 
@@ -96,18 +97,29 @@ def exported(tiny_model, tmp_path_factory):
 
 
 def test_head_scores_one_logit_per_pair_and_pooling_matters(tiny_model):
+    from hybrid_qpr.model.cross_encoder import POOLINGS, SEGMENT_SCALE, CrossEncoder
+
     batch = tiny_model.collate(["q one", "q two", "q three"], ["a", "b b", "c c c"])
-    scores = tiny_model(batch)
-    assert scores.shape == (3,)
-    tiny_model.pooling = "cls"
-    try:
-        cls_scores = tiny_model(batch)
-    finally:
-        tiny_model.pooling = "mean"
-    assert not torch.allclose(scores, cls_scores)
-    # padding does not change a pair's score: alone or batched with a longer pair
-    alone = tiny_model(tiny_model.collate(["q one"], ["a"]))
-    assert torch.allclose(alone, scores[:1], atol=1e-5)
+    by_pooling = {}
+    for pooling in POOLINGS:
+        tiny_model.pooling = pooling
+        try:
+            by_pooling[pooling] = tiny_model(batch)
+            # padding does not change a pair's score: alone or batched with a longer pair
+            assert torch.allclose(tiny_model(tiny_model.collate(["q one"], ["a"])), by_pooling[pooling][:1], atol=1e-5)
+        finally:
+            tiny_model.pooling = "segments"
+        assert by_pooling[pooling].shape == (3,)
+    assert not torch.allclose(by_pooling["mean"], by_pooling["cls"])
+    # an untrained "segments" head scores SEGMENT_SCALE x the cosine of the two segments' mean vectors
+    fresh = CrossEncoder(tiny_model.backbone, tiny_model.pairs.path, max_length=48, query_tokens=16, pooling="segments").eval()
+    with torch.no_grad():
+        hidden = tiny_model.backbone(**batch).last_hidden_state
+        m, t = batch["attention_mask"].float(), batch["token_type_ids"].float()
+        q = (hidden * (m * (1 - t))[..., None]).sum(1) / (m * (1 - t)).sum(1, keepdim=True)
+        c = (hidden * (m * t)[..., None]).sum(1) / (m * t).sum(1, keepdim=True)
+        expected = SEGMENT_SCALE * torch.nn.functional.cosine_similarity(q, c)
+        assert torch.allclose(fresh(batch), expected, atol=1e-4)
 
 
 def test_saved_model_reloads_with_its_head_and_settings(tiny_model, tmp_path):
@@ -277,7 +289,6 @@ def test_evaluate_reports_each_mode_with_and_without_the_reranker(exported, tmp_
 @pytest.mark.cluster
 def test_reranker_client_side_on_the_cluster_backends(exported, cluster_backend, question_bank, committed_encoder):
     cluster_backend.ingest(question_bank[:60], committed_encoder, batch_size=64, show_progress=False)
-    cluster_backend.refresh() if hasattr(cluster_backend, "refresh") else None
     _searches_rerank(cluster_backend, committed_encoder, exported[0], "i forgot my password, what now?")
 
 
