@@ -363,3 +363,48 @@ def test_hard_negatives_come_from_other_clusters_of_the_engines_hits(tmp_path, c
     # the same template with another subject shares most words: BM25 finds it
     question, _, negatives = next(e for e in examples if e[0] == clusters[0][0])
     assert any(n.startswith("how do i change my") for n in negatives)
+
+
+@pytest.mark.cluster
+def test_opensearch_rerank_processor_orders_like_the_client(exported, opensearch_client, index_name, question_bank,
+                                                            committed_encoder):
+    """The exported cross-encoder registered in ml-commons as a TEXT_SIMILARITY model and run by
+    a search pipeline's ``rerank`` response processor re-orders the hits as ``Reranker`` does."""
+    import os
+    import uuid
+
+    from hybrid_qpr.backends import mlcommons
+    from hybrid_qpr.backends.opensearch import OpenSearchBackend
+    from hybrid_qpr.errors import ClusterError
+    from hybrid_qpr.rerankers import Reranker
+
+    client = opensearch_client
+    name = f"hqpr-test-ce-{uuid.uuid4().hex[:8]}"
+    pipeline = f"{name}-rerank"
+    backend = OpenSearchBackend(client, index_name)
+    backend.ingest(question_bank[:60], committed_encoder, show_progress=False)
+    model_id = mlcommons.register_dir(client, exported[0], name, allow_local_upload=True)
+    try:
+        assert mlcommons.status(client, model_id)["algorithm"] == "TEXT_SIMILARITY"
+        try:
+            mlcommons.deploy(client, model_id, timeout=180)
+        except ClusterError as exc:
+            if "publish.djl.ai" in str(exc) and not os.environ.get("CI"):
+                pytest.skip(f"this node was started without DJL's PyTorch libraries: {exc}")
+            raise
+        mlcommons.put_rerank_pipeline(client, pipeline, model_id, field="text")
+        reranker = Reranker(exported[0])
+        for query in ("how do i change my password?", "who can see my phone number?", "i lost my credit card"):
+            body = {"size": 10, "query": {"match": {"text": query}}, "_source": ["text"]}
+            plain = client.search(index=index_name, body=body)["hits"]["hits"]
+            ranked = client.search(index=index_name, body={**body, "ext": mlcommons.rerank_ext(query)},
+                                   params={"search_pipeline": pipeline})["hits"]["hits"]
+            texts = [h["_source"]["text"] for h in plain]
+            scores = reranker.score(query, texts)
+            order = sorted(range(len(plain)), key=lambda i: -float(scores[i]))
+            assert len(plain) == 10
+            assert [h["_id"] for h in ranked] == [plain[i]["_id"] for i in order]
+            assert np.allclose([h["_score"] for h in ranked], [scores[i] for i in order], atol=1e-4)
+    finally:
+        client.transport.perform_request("DELETE", f"/_search/pipeline/{pipeline}", params={"ignore": 404})
+        mlcommons.delete(client, model_id, with_group=True)
