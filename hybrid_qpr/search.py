@@ -15,15 +15,15 @@ Modes:
   ``rerank_depth`` candidates (30) which are re-ordered by encoder similarity.
 
 Every result carries the BM25 and kNN score and rank behind it (``None`` when the document
-was not in that list).
+was not in that list). Pages (``offset``) are slices of one deterministic ranking: with
+the same ``depth`` the pages of a query never overlap or skip a document.
 
 A **reranker** (``HybridSearcher(..., reranker=Reranker(dir))``, ``hybrid_qpr.rerankers``) is a
 second stage after any mode: the top ``reranker_depth`` results of the mode (default 20) are
 re-scored by a cross-encoder and re-ordered, the rest follow in first-stage order. A reranked
 result keeps its first-stage ``score`` and gains ``first_stage_rank`` and ``cross_encoder``
 (its cross-encoder score and rank; ``None`` beyond the depth). A reranker that fails raises
-``RerankerError``: a query never returns first-stage results as if they had been re-ranked. Pages (``offset``) are slices of one deterministic ranking: with
-the same ``depth`` the pages of a query never overlap or skip a document.
+``RerankerError``: a query never returns first-stage results as if they had been re-ranked.
 """
 
 from __future__ import annotations

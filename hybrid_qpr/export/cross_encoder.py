@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from hybrid_qpr.artifacts import atomic_directory, library_versions, write_encoder_config
-from hybrid_qpr.encoders import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE
+from hybrid_qpr.artifacts import atomic_directory, write_encoder_config
+from hybrid_qpr.encoders import CONFIG_FILE, TOKENIZER_FILE
 from hybrid_qpr.errors import ArtifactError
-from hybrid_qpr.export.transformer import PARITY_TOLERANCE, quantize_int8, write_dynamo_onnx
+from hybrid_qpr.export.transformer import export_record, write_checked_onnx, write_dynamo_onnx
 from hybrid_qpr.model.cross_encoder import CrossEncoder
 from hybrid_qpr.rerankers.pairs import tokenizer_sha256
 
@@ -76,15 +76,11 @@ def export_cross_encoder(model: CrossEncoder, out_dir: str | Path, *, quantize: 
     model.eval()
     with atomic_directory(out_dir, marker=CONFIG_FILE) as work:
         os.chmod(work, 0o755)
-        fp32 = work / ("model.fp32.onnx" if quantize else MODEL_FILE)
         sample = model.collate(["a short question ?", "another question"], ["an answer .", "a longer answer sentence here"])
-        write_dynamo_onnx(_Graph(model), {name: sample[name] for name in INPUTS}, OUTPUT, model.pairs.max_length, fp32)
-        diff = parity(model, fp32)
-        if not diff <= PARITY_TOLERANCE:
-            raise ArtifactError(f"{out_dir}: ONNX export differs from torch by {diff:.2e} > {PARITY_TOLERANCE:.0e}")
-        if quantize:
-            quantize_int8(fp32, work / MODEL_FILE)
-            fp32.unlink()
+        diff = write_checked_onnx(
+            work, lambda path: write_dynamo_onnx(_Graph(model), {name: sample[name] for name in INPUTS}, OUTPUT,
+                                                 model.pairs.max_length, path),
+            lambda path: parity(model, path), quantize, out_dir)
         shutil.copyfile(model.pairs.path, work / TOKENIZER_FILE)
         config = {
             "kind": KIND,
@@ -92,11 +88,7 @@ def export_cross_encoder(model: CrossEncoder, out_dir: str | Path, *, quantize: 
             "base_model": model.source,
             "vocab_size": model.pairs.vocab_size,
             "tokenizer_sha256": tokenizer_sha256(work / TOKENIZER_FILE),
-            "quantization": "int8-dynamic" if quantize else None,
-            "parity_max_abs_diff_fp32": diff,
-            "versions": library_versions(("hybrid-qpr", "torch", "transformers", "onnx", "onnxruntime", "tokenizers")),
-            "training": training or {},
-            "metrics": metrics or {},
+            **export_record(quantize, diff, training, metrics),
         }
         config = write_encoder_config(work, config)
     return config
