@@ -92,7 +92,8 @@ def export(run_dir, out_dir, quantize, checkpoint) -> None:
     Example:
       hybrid-qpr reranker export runs/reranker --out models/reranker-int8 --int8
     """
-    from hybrid_qpr.export.cross_encoder import export_cross_encoder_dir, export_run_checkpoint
+    from hybrid_qpr.export.cross_encoder import export_cross_encoder_dir
+    from hybrid_qpr.training.reranker import export_run_checkpoint
 
     if checkpoint is None:
         config = export_cross_encoder_dir(run_dir, out_dir, quantize=quantize)

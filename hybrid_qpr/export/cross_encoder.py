@@ -109,26 +109,3 @@ def export_cross_encoder_dir(model_dir: str | Path, out_dir: str | Path, *, quan
     return export_cross_encoder(model, out_dir, quantize=quantize,
                                 training=read_settings(model_dir, SETTINGS_FILE).get("training", {}))
 
-
-def export_run_checkpoint(run_dir: str | Path, out_dir: str | Path, which: str = "best", *,
-                          quantize: bool = False) -> dict[str, Any]:
-    """Export the ``best.pt`` (or last ``checkpoint.pt``) of a ``reranker train`` run, which may
-    still be training: the model is rebuilt from the run's ``settings.json``."""
-    import json
-
-    from hybrid_qpr.artifacts import load_checkpoint
-    from hybrid_qpr.training.trainer import BEST_FILE, CHECKPOINT_FILE
-
-    run_dir = Path(run_dir)
-    path = run_dir / (BEST_FILE if which == "best" else CHECKPOINT_FILE)
-    try:
-        settings = json.loads((run_dir / "settings.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ArtifactError(f"{run_dir / 'settings.json'}: missing or not JSON; is {run_dir} a "
-                            "'hybrid-qpr reranker train' run directory?") from exc
-    state = load_checkpoint(path, "train the run again with 'hybrid-qpr reranker train'")
-    model = CrossEncoder.from_dir(settings.get("base_model"), max_length=settings["max_length"],
-                                  query_tokens=settings["query_tokens"], pooling=settings["pooling"])
-    model.load_state_dict(state["model"])
-    return export_cross_encoder(model, out_dir, quantize=quantize,
-                                training={**settings, "checkpoint": which, "step": int(state["step"])})

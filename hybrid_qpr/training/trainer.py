@@ -93,6 +93,13 @@ def check_resumable(saved: Mapping[str, Any], now: Mapping[str, Any], defaults: 
                           "use the same settings or start over without --resume")
 
 
+def _say(line: str) -> None:
+    """A progress line on stderr (stdout is left to the command's result)."""
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
+
+
 @dataclass
 class TrainResult:
     steps_done: int
@@ -155,7 +162,7 @@ class Trainer:
         self.step = int(state["step"])
         self.best, self.best_step, self.waited = state["best"], int(state["best_step"]), int(state["waited"])
         self.history = json.loads(state["history"])
-        print(f"{self.description}: resuming {path} at step {self.step} of {self.settings.steps}", flush=True)
+        _say(f"{self.description}: resuming {path} at step {self.step} of {self.settings.steps}")
 
     def _log(self, record: dict[str, Any]) -> None:
         with (self.out_dir / LOG_FILE).open("a", encoding="utf-8") as fh:
@@ -183,8 +190,8 @@ class Trainer:
                             self.out_dir / BEST_FILE)
         else:
             self.waited += 1
-        print(f"{self.description}: step {self.step} {self.metric} {value:.4f} (best {self.best:.4f} at step "
-              f"{self.best_step}{', new best' if improved else f', {self.waited} without gain'})", flush=True)
+        _say(f"{self.description}: step {self.step} {self.metric} {value:.4f} (best {self.best:.4f} at step "
+             f"{self.best_step}{', new best' if improved else f', {self.waited} without gain'})")
         return self.waited >= self.settings.patience
 
     # ------------------------------------------------------------------ loop
