@@ -408,3 +408,41 @@ def test_opensearch_rerank_processor_orders_like_the_client(exported, opensearch
     finally:
         client.transport.perform_request("DELETE", f"/_search/pipeline/{pipeline}", params={"ignore": 404})
         mlcommons.delete(client, model_id, with_group=True)
+
+
+def test_reranker_train_cli_resumes_and_exports_a_run(tmp_path):
+    """``reranker train`` end to end on a synthetic answer set with the tiny BERT: dev MAP logged
+    at steps 0, 2, 4, resume to 6 steps, export of model/ and of best.pt."""
+    from click.testing import CliRunner
+
+    from hybrid_qpr.cli.main import cli
+    from hybrid_qpr.data.answer_dataset import build_answer_selection
+    from hybrid_qpr.rerankers import Reranker
+
+    rows = ["qid\tquestion\tsentence\tlabel"]
+    for i, subject in enumerate(["glacier", "volcano", "river", "desert", "forest", "island"]):
+        rows += [f"q{i}\twhat is a {subject} ?\ta {subject} is a natural feature .\t1",
+                 f"q{i}\twhat is a {subject} ?\tthe weather was fine that day .\t0",
+                 f"q{i}\twhat is a {subject} ?\tmany people like music .\t0"]
+    (tmp_path / "train.tsv").write_text("\n".join(rows) + "\n")
+    dev = [rows[0]] + ["dev-" + row for row in rows[1:7]]  # two questions, their own qids
+    (tmp_path / "dev.tsv").write_text("\n".join(dev) + "\n")
+    build_answer_selection(tmp_path / "train.tsv", tmp_path / "answers", extra={"val": tmp_path / "dev.tsv"})
+    base = _tiny_base(tmp_path / "tiny")
+    args = ["reranker", "train", str(tmp_path / "answers"), "--dev", str(tmp_path / "answers"), "--out",
+            str(tmp_path / "run"), "--base-model", str(base), "--max-length", "32", "--query-tokens", "8",
+            "--batch-size", "2", "--negatives", "2", "--eval-every", "2", "--checkpoint-every", "1", "--log-every", "1"]
+    runner = CliRunner()
+    first = runner.invoke(cli, [*args, "--steps", "4"])
+    assert first.exit_code == 0, first.output
+    again = runner.invoke(cli, [*args, "--steps", "6", "--resume"])
+    assert again.exit_code == 0, again.output
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["steps_done"] == 6 and [h["step"] for h in report["history"]] == [0, 2, 4, 6]
+    changed = runner.invoke(cli, [*args, "--steps", "6", "--resume", "--lr", "1e-3"])
+    assert changed.exit_code == 1 and "other settings" in changed.output
+    for extra in ([], ["--checkpoint", "best"]):
+        out = tmp_path / f"export{len(extra)}"
+        done = runner.invoke(cli, ["reranker", "export", str(tmp_path / "run"), "--out", str(out), *extra])
+        assert done.exit_code == 0, done.output
+        assert Reranker(out).score("what is a river ?", ["a river is a natural feature ."]).shape == (1,)
