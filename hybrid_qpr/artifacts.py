@@ -368,7 +368,10 @@ def read_encoder_config(model_dir: str | Path) -> dict[str, Any]:
     if not model_dir.is_dir():
         raise ArtifactError(f"{model_dir}: model directory does not exist (expected {ENCODER_MODEL_FILE}, "
                             f"{ENCODER_TOKENIZER_FILE}, {ENCODER_CONFIG_FILE})")
-    files = [ENCODER_CONFIG_FILE] if _says_asymmetric(config_path) else [ENCODER_CONFIG_FILE, ENCODER_MODEL_FILE,
+    if _config_kind(config_path) == "cross-encoder":
+        raise ArtifactError(f"{model_dir}: a cross-encoder reranker, not an encoder; give it to --reranker "
+                            "(the encoder is --model)")
+    files = [ENCODER_CONFIG_FILE] if _config_kind(config_path) == "asymmetric" else [ENCODER_CONFIG_FILE, ENCODER_MODEL_FILE,
                                                                         ENCODER_TOKENIZER_FILE]
     for name in files:
         if not (model_dir / name).is_file():
@@ -389,11 +392,11 @@ def read_encoder_config(model_dir: str | Path) -> dict[str, Any]:
     return config
 
 
-def _says_asymmetric(config_path: Path) -> bool:
+def _config_kind(config_path: Path) -> str | None:
     try:
-        return json.loads(config_path.read_text(encoding="utf-8")).get("kind") == "asymmetric"
+        return json.loads(config_path.read_text(encoding="utf-8")).get("kind")
     except (OSError, ValueError, AttributeError):
-        return False  # missing or unreadable: read_manifest reports it
+        return None  # missing or unreadable: read_manifest reports it
 
 
 def encoder_side_dirs(model_dir: str | Path, config: dict[str, Any]) -> dict[str, Path]:

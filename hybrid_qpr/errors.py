@@ -110,6 +110,11 @@ class ArtifactError(HybridQPRError):
     """A model or index directory is missing a file, or a file is corrupt."""
 
 
+class RerankerError(HybridQPRError):
+    """A cross-encoder reranker failed while scoring a query's hits (the query fails; its
+    first-stage results are never returned as if they had been re-ranked)."""
+
+
 class ModelMismatchError(HybridQPRError):
     """An encoder does not match the index it is used with (fingerprint or dims)."""
 

@@ -17,13 +17,20 @@ Modes:
 Every result carries the BM25 and kNN score and rank behind it (``None`` when the document
 was not in that list). Pages (``offset``) are slices of one deterministic ranking: with
 the same ``depth`` the pages of a query never overlap or skip a document.
+
+A **reranker** (``HybridSearcher(..., reranker=Reranker(dir))``, ``hybrid_qpr.rerankers``) is a
+second stage after any mode: the top ``reranker_depth`` results of the mode (default 20) are
+re-scored by a cross-encoder and re-ordered, the rest follow in first-stage order. A reranked
+result keeps its first-stage ``score`` and gains ``first_stage_rank`` and ``cross_encoder``
+(its cross-encoder score and rank; ``None`` beyond the depth). A reranker that fails raises
+``RerankerError``: a query never returns first-stage results as if they had been re-ranked.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from hybrid_qpr.backends.base import Backend, batches_lists, runs_in_engine
@@ -37,6 +44,7 @@ Mode = Literal["hybrid", "bm25", "knn", "rerank"]
 MODES: tuple[str, ...] = ("hybrid", "bm25", "knn", "rerank")
 DEFAULT_DEPTH = fusion_lib.DEFAULT_DEPTH  # candidates per list (see hybrid_qpr.fusion)
 RERANK_DEPTH = fusion_lib.RERANK_DEPTH
+DEFAULT_RERANKER_DEPTH = 20  # hits re-scored by a cross-encoder reranker (hybrid_qpr.rerankers)
 DEFAULT_FUSION, DEFAULT_ALPHA = fusion_lib.DEFAULT_FUSION, fusion_lib.DEFAULT_ALPHA
 
 
@@ -56,12 +64,24 @@ class SearchResult:
     metadata: dict[str, Any] = field(default_factory=dict)
     bm25: RankedScore | None = None
     knn: RankedScore | None = None
+    first_stage_rank: int | None = None  # set when a reranker ran
+    cross_encoder: RankedScore | None = None  # the reranker's score and rank (None beyond its depth)
+
+    def with_cross_encoder(self, score: float | None, rank: int | None, first_stage_rank: int) -> "SearchResult":
+        """This result after a reranker: ``score`` stays the first-stage score."""
+        return replace(self, first_stage_rank=first_stage_rank,
+                       cross_encoder=None if score is None or rank is None else RankedScore(score, rank))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, as printed by ``hybrid-qpr query --json``."""
-        return {"id": self.id, "text": self.text, "score": self.score, "metadata": self.metadata,
-                "bm25": None if self.bm25 is None else {"score": self.bm25.score, "rank": self.bm25.rank},
-                "knn": None if self.knn is None else {"score": self.knn.score, "rank": self.knn.rank}}
+        out = {"id": self.id, "text": self.text, "score": self.score, "metadata": self.metadata,
+               "bm25": None if self.bm25 is None else {"score": self.bm25.score, "rank": self.bm25.rank},
+               "knn": None if self.knn is None else {"score": self.knn.score, "rank": self.knn.rank}}
+        if self.first_stage_rank is not None:
+            out["first_stage_rank"] = self.first_stage_rank
+            out["cross_encoder"] = None if self.cross_encoder is None else {
+                "score": self.cross_encoder.score, "rank": self.cross_encoder.rank}
+        return out
 
 
 @dataclass(frozen=True)
@@ -79,11 +99,21 @@ def _ranked(hits: Sequence[Hit]) -> dict[str, RankedScore]:
 class HybridSearcher:
     """Answer queries over ``backend`` with ``encoder`` (see the module docstring)."""
 
-    def __init__(self, backend: Backend, encoder):
+    def __init__(self, backend: Backend, encoder, reranker=None, reranker_depth: int = DEFAULT_RERANKER_DEPTH):
+        """``reranker``: an optional second stage (``hybrid_qpr.rerankers.Reranker``, or a model
+        directory to load one from) applied to the top ``reranker_depth`` results of every search."""
         self.backend = backend
         self.encoder = encoder  # None: BM25 only (no model needed)
         if encoder is not None:
             backend.check_encoder(encoder)
+        if reranker is not None and not hasattr(reranker, "rerank"):
+            from hybrid_qpr.rerankers import Reranker
+
+            reranker = Reranker(reranker)
+        if reranker_depth < 1:
+            raise ConfigError(f"reranker_depth={reranker_depth}: must be >= 1")
+        self.reranker = reranker
+        self.reranker_depth = int(reranker_depth)
 
     # ------------------------------------------------------------------ settings
     def fusion_settings(self, fusion: str | None, alpha: float | None) -> tuple[str, float]:
@@ -120,8 +150,12 @@ class HybridSearcher:
     def search(self, query: str, *, mode: Mode = "hybrid", top_k: int = 10, offset: int = 0,
                fusion: str | None = None, alpha: float | None = None, filters: Filters | None = None,
                depth: int | None = None, rerank_depth: int = RERANK_DEPTH, vector=None,
-               server_side: bool = False) -> list[SearchResult]:
+               server_side: bool = False, reranker_depth: int | None = None) -> list[SearchResult]:
         """Results ``offset .. offset + top_k`` of ``query`` in ``mode``, best first.
+
+        With a reranker, the first stage returns at least ``reranker_depth`` results (default:
+        the searcher's; 0 skips the reranker for this search), the reranker re-orders them, and
+        the page is cut from that order.
 
         ``server_side=True`` (backends whose ``capabilities`` offer it: OpenSearch) runs hybrid
         and rerank inside the engine (``hybrid_server`` with the same fusion method, alpha and depth
@@ -132,6 +166,19 @@ class HybridSearcher:
             raise ConfigError(f"mode {mode!r} needs the index's model to encode the query; only bm25 works without one")
         if not isinstance(query, str) or not query.strip():
             raise ConfigError(f"query={query!r}: the query text is empty; give the question to search for")
+        cut = self.reranker_depth if reranker_depth is None else reranker_depth
+        if cut < 0:
+            raise ConfigError(f"reranker_depth={cut}: must be >= 0 (0: no reranking for this search)")
+        if self.reranker is not None and cut > 0:
+            first = self._first_stage(query, mode, max(offset + top_k, cut), 0, fusion, alpha, filters, depth,
+                                      rerank_depth, vector, server_side)
+            return self.reranker.rerank(query, first, cut)[offset : offset + top_k]
+        return self._first_stage(query, mode, top_k, offset, fusion, alpha, filters, depth, rerank_depth, vector,
+                                 server_side)
+
+    def _first_stage(self, query: str, mode: Mode, top_k: int, offset: int, fusion: str | None, alpha: float | None,
+                     filters: Filters | None, depth: int | None, rerank_depth: int, vector,
+                     server_side: bool) -> list[SearchResult]:
         need = offset + top_k
         if server_side and mode in ("hybrid", "rerank"):
             return self._server_side(query, mode, need, offset, fusion, alpha, filters, depth, rerank_depth, vector)

@@ -65,6 +65,7 @@ class ModelPackage:
     sha256: str
     dim: int
     model_config: dict[str, Any]
+    function_name: str = "TEXT_EMBEDDING"
 
 
 def adapt_graph(model_path: str | Path, out_path: str | Path) -> None:
@@ -92,6 +93,13 @@ def adapt_graph(model_path: str | Path, out_path: str | Path) -> None:
     outputs = [token] + list(graph.output)
     del graph.output[:]
     graph.output.extend(outputs)
+    _save_for_ml_commons(model, model_path, out_path)
+
+
+def _save_for_ml_commons(model, model_path: str | Path, out_path: str | Path) -> None:
+    """Save ``model`` with an IR version ml-commons' onnxruntime reads (checked opset)."""
+    import onnx
+
     if model.ir_version > MAX_IR_VERSION:
         # IR 10 only adds things these graphs do not use (4-bit types, overloaded functions)
         model.ir_version = MAX_IR_VERSION
@@ -142,6 +150,35 @@ def package_model(model_dir: str | Path, out_zip: str | Path) -> ModelPackage:
                         ml_model_config(config))
 
 
+def package_cross_encoder(model_dir: str | Path, out_zip: str | Path) -> ModelPackage:
+    """Zip a reranker directory (``hybrid-qpr reranker export``) as an ml-commons
+    ``TEXT_SIMILARITY`` model: ml-commons tokenizes ``(query, document)`` as a BERT pair with
+    ``tokenizer.json`` and feeds ``input_ids``, ``attention_mask`` and ``token_type_ids``, which
+    is our graph's signature; its first output is the score. Only the IR version is lowered.
+    ml-commons' tokenizer truncates with the tokenizer file's own rule, not hybrid-qpr's
+    question-keeping one, so scores agree while a pair fits ``max_length`` (docs/reranker.md)."""
+    import onnx
+
+    from hybrid_qpr.artifacts import atomic_write
+    from hybrid_qpr.rerankers.cross_encoder import read_reranker_config
+
+    model_dir, out_zip = Path(model_dir), Path(out_zip)
+    config = read_reranker_config(model_dir)
+    out_zip.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=out_zip.parent) as work:
+        graph = Path(work) / MODEL_FILE
+        _save_for_ml_commons(onnx.load(str(model_dir / MODEL_FILE)), model_dir / MODEL_FILE, graph)
+        with atomic_write(out_zip, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as archive:
+            archive.write(graph, MODEL_FILE)
+            archive.write(model_dir / TOKENIZER_FILE, TOKENIZER_FILE)
+    data = out_zip.read_bytes()
+    model_config = {"model_type": "bert", "embedding_dimension": 1, "framework_type": "huggingface_transformers",
+                    "all_config": json.dumps({"hybrid_qpr": {k: config.get(k) for k in ("kind", "max_length", "query_tokens")}})}
+    return ModelPackage(out_zip, len(data), hashlib.sha256(data).hexdigest(), 1, model_config, "TEXT_SIMILARITY")
+
+
 def _request(client, method: str, path: str, body: Any = None, *, retries: int = 5, **params) -> dict[str, Any]:
     """One ml-commons call. 429s are retried after ``0.5 * 2^attempt`` s: ml-commons answers
     "Memory Circuit Breaker is open" while the JVM heap is above
@@ -180,7 +217,7 @@ def register(client, package: ModelPackage, name: str, *, version: str = "1", de
     chunks = [data[i:i + chunk_size] for i in range(0, len(data), chunk_size)]
     meta = {
         "name": name, "version": version, "description": description or f"hybrid-qpr encoder {name}",
-        "model_format": "ONNX", "function_name": "TEXT_EMBEDDING",
+        "model_format": "ONNX", "function_name": package.function_name,
         "model_content_size_in_bytes": package.size, "model_content_hash_value": package.sha256,
         "total_chunks": len(chunks), "model_config": package.model_config,
     }
@@ -204,12 +241,22 @@ def register_dir(client, model_dir: str | Path, name: str | None = None, *, vers
     ``allow_local_upload`` first turns on the cluster setting chunked uploads need."""
     import tempfile
 
+    from hybrid_qpr.rerankers.cross_encoder import KIND as CROSS_ENCODER
+
     model_dir = Path(model_dir)
     with tempfile.TemporaryDirectory(prefix="hqpr-mlcommons-") as work:
-        package = package_model(model_dir, Path(work) / "model.zip")
+        kind = _config_kind(model_dir)
+        package = (package_cross_encoder if kind == CROSS_ENCODER else package_model)(model_dir, Path(work) / "model.zip")
         if allow_local_upload:
             allow_local_upload_setting(client)
         return register(client, package, name or f"hybrid-qpr-{model_dir.resolve().name}", version=version)
+
+
+def _config_kind(model_dir: Path) -> str | None:
+    try:
+        return json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get("kind")
+    except (OSError, ValueError, AttributeError):
+        return None  # package_model reports a missing or bad config
 
 
 def status(client, model_id: str) -> dict[str, Any]:
@@ -311,3 +358,20 @@ def neural_query(model_id: str, text: str, k: int, field: str = "embedding") -> 
     if k < 1:
         raise ConfigError(f"k={k}: must be >= 1")
     return {"neural": {field: {"query_text": text, "model_id": model_id, "k": k}}}
+
+
+def rerank_pipeline_body(model_id: str, field: str = "text") -> dict[str, Any]:
+    """A search pipeline whose ``rerank`` response processor re-scores the hits with the
+    ml-commons ``TEXT_SIMILARITY`` model ``model_id`` on the document field ``field``."""
+    return {"description": f"hybrid-qpr: rerank on {field} with ml-commons cross-encoder {model_id}",
+            "response_processors": [{"rerank": {"ml_opensearch": {"model_id": model_id},
+                                                "context": {"document_fields": [field]}}}]}
+
+
+def put_rerank_pipeline(client, name: str, model_id: str, field: str = "text") -> None:
+    _request(client, "PUT", f"/_search/pipeline/{name}", rerank_pipeline_body(model_id, field))
+
+
+def rerank_ext(query_text: str) -> dict[str, Any]:
+    """The ``ext`` a search through a rerank pipeline carries: the text the documents are scored against."""
+    return {"rerank": {"query_context": {"query_text": query_text}}}

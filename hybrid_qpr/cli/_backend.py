@@ -146,3 +146,31 @@ def model_option(func):
     return click.option("--model", type=click.Path(file_okay=False), default=None,
                         help="Encoder directory (model.onnx, tokenizer.json, config.json). [default: the model the "
                              "index was built with, else the default model bundled with the package (the distilled CNN)]")(func)
+
+
+def reranker_options(func):
+    """``--reranker DIR`` and ``--reranker-depth N``: a cross-encoder second stage."""
+    func = click.option("--reranker-depth", type=click.IntRange(min=1), default=None,
+                        help="Hits of the first stage re-scored by --reranker. [default: the depth 'tune' chose for "
+                             "this reranker on the index, else 20]")(func)
+    return click.option("--reranker", "reranker_dir", type=click.Path(file_okay=False), default=None,
+                        help="Cross-encoder directory ('hybrid-qpr reranker export'): re-scores the top "
+                             "--reranker-depth hits of whatever mode ran.")(func)
+
+
+def load_reranker(reranker_dir: str | None, depth: int | None, backend) -> tuple[Any, int]:
+    """The reranker of ``--reranker`` (``None`` without it) and its depth: ``--reranker-depth``,
+    else the depth ``tune`` stored for this very reranker on the index, else the default."""
+    from hybrid_qpr.search import DEFAULT_RERANKER_DEPTH
+
+    if reranker_dir is None:
+        if depth is not None:
+            raise click.UsageError("--reranker-depth needs --reranker DIR")
+        return None, DEFAULT_RERANKER_DEPTH
+    from hybrid_qpr.rerankers import Reranker
+
+    reranker = Reranker(reranker_dir)
+    if depth is None:
+        tuned = (backend.fusion_defaults or {}).get("reranker") or {}
+        depth = int(tuned.get("depth") or 0) if tuned.get("model") == reranker.fingerprint else 0
+    return reranker, depth or DEFAULT_RERANKER_DEPTH

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from hybrid_qpr.cli._common import cluster_options, friendly_errors
-from hybrid_qpr.cli._backend import model_option
+from hybrid_qpr.cli._backend import model_option, reranker_options
 from hybrid_qpr.cli._tasks import task_options
 from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS
 from hybrid_qpr.search import MODES
@@ -28,10 +28,11 @@ EVALUATED_MODES = ("bm25", "knn", "hybrid", "rerank")  # MODES, in the order of 
 @click.option("--no-plot", is_flag=True, help="Skip report.png (no matplotlib needed).")
 @task_options
 @model_option
+@reranker_options
 @cluster_options(selects_backend=True)
 @friendly_errors
 def evaluate(beir_dir, split, index, modes, max_queries, fusion, alpha, out_dir, no_plot, task, filter_field, model,
-             **connection) -> None:
+             reranker_dir, reranker_depth, **connection) -> None:
     """H@1, H@10, MRR@20, Recall@10/20, nDCG@10, MAP and p50/p95/p99 latency and queries/s
     for each mode. Each query retrieves 20 results and its own id is dropped (the SDML
     paper's protocol).
@@ -46,7 +47,7 @@ def evaluate(beir_dir, split, index, modes, max_queries, fusion, alpha, out_dir,
       hybrid-qpr evaluate --beir data/quora/beir --split test --index ./quora-idx --out reports/quora
       hybrid-qpr evaluate --beir data/wikiqa/beir --split val --index ./wikiqa-idx --task answer-selection
     """
-    from hybrid_qpr.cli._backend import load_encoder, open_backend
+    from hybrid_qpr.cli._backend import load_encoder, load_reranker, open_backend
     from hybrid_qpr.data.beir import load_beir
     from hybrid_qpr.evaluation.evaluator import evaluate as run_evaluate, sample_queries
     from hybrid_qpr.evaluation.report import markdown_table, write_report
@@ -60,12 +61,14 @@ def evaluate(beir_dir, split, index, modes, max_queries, fusion, alpha, out_dir,
 
     _, queries, qrels = load_beir(beir_dir, split)
     backend = open_backend(index, connection)
-    searcher = HybridSearcher(backend, load_encoder(model, backend))
+    reranker, reranker_depth = load_reranker(reranker_dir, reranker_depth, backend)
+    searcher = HybridSearcher(backend, load_encoder(model, backend), reranker=reranker, reranker_depth=reranker_depth)
     sample = sample_queries(queries, qrels, max_queries)
     results = run_evaluate(searcher, sample, qrels, modes=wanted, fusion=fusion, alpha=alpha, task=task,
                            query_filters=task_query_filters(beir_dir, task, filter_field, list(sample)), show_progress=True)
     context = {"beir": str(beir_dir), "split": split, "task": task, "index": str(index), "queries": len(sample),
-               "documents": backend.count(), "model": searcher.encoder.fingerprint}
+               "documents": backend.count(), "model": searcher.encoder.fingerprint,
+               **({"reranker": reranker.fingerprint, "reranker_depth": reranker_depth} if reranker else {})}
     paths = write_report(results, out_dir, title=f"hybrid-qpr evaluation ({split})", context=context, plot=not no_plot)
     click.echo(markdown_table(results))
     click.echo("wrote " + ", ".join(str(p) for p in paths.values()))

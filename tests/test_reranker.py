@@ -1,0 +1,447 @@
+"""The cross-encoder reranker: pair tokenisation, the scoring head, ONNX export parity, bad
+reranker directories, the second stage on the embedded index and (cluster marker) client-side
+on OpenSearch and Elasticsearch, and the generic trainer's resume. The model is a tiny randomly
+initialised BERT with MiniLM's tokenizer, so the tests check the plumbing, not the quality."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hybrid_qpr import resources
+from hybrid_qpr.errors import ArtifactError, ConfigError, RerankerError
+from hybrid_qpr.rerankers.pairs import PairTokenizer
+
+TOKENIZER = resources.model_dir().parent / "minilm-l6-int8" / "tokenizer.json"
+
+
+# ---------------------------------------------------------------------- pair tokenisation (torch-free)
+def test_pair_layout_segments_and_padding():
+    pairs = PairTokenizer(TOKENIZER, max_length=32, query_tokens=8)
+    ids, mask, types = pairs.encode("how do i reset my password", ["open settings", "a much longer answer about it"])
+    (q,) = pairs._pieces(["how do i reset my password"])
+    c0, c1 = pairs._pieces(["open settings", "a much longer answer about it"])
+    expected0 = [pairs.cls_id, *q, pairs.sep_id, *c0, pairs.sep_id]
+    assert ids.shape == mask.shape == types.shape == (2, len(q) + len(c1) + 3)
+    assert ids[0, : len(expected0)].tolist() == expected0
+    assert ids[0, len(expected0):].tolist() == [pairs.pad_id] * (ids.shape[1] - len(expected0))
+    assert mask[0].tolist() == [1] * len(expected0) + [0] * (ids.shape[1] - len(expected0))
+    assert types[0].tolist() == [0] * (len(q) + 2) + [1] * (len(c0) + 1) + [0] * (ids.shape[1] - len(expected0))
+    assert ids.dtype == np.int64
+
+
+def test_truncation_keeps_the_question_and_cuts_the_candidate():
+    pairs = PairTokenizer(TOKENIZER, max_length=24, query_tokens=10)
+    question = "what is the capital of france"
+    (q,) = pairs._pieces([question])
+    ids, mask, _ = pairs.encode(question, ["paris " * 200])
+    assert ids.shape == (1, 24) and mask.sum() == 24
+    assert ids[0, 1 : 1 + len(q)].tolist() == q  # the whole question survives a very long candidate
+    assert ids[0, -1] == pairs.sep_id
+    long_question = "why " * 100  # a pasted paragraph is capped at query_tokens, the candidate still fits
+    ids, _, types = pairs.encode(long_question, ["because"])
+    assert int((types[0] == 0).sum()) == 10 + 2 and int(types[0].sum()) == 2
+
+
+def test_pair_tokenizer_refuses_bad_budgets_and_files(tmp_path):
+    with pytest.raises(ConfigError, match="query_tokens=61"):
+        PairTokenizer(TOKENIZER, max_length=64, query_tokens=61)
+    with pytest.raises(ArtifactError, match="missing"):
+        PairTokenizer(tmp_path / "nope.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ArtifactError, match="not a valid tokenizers JSON"):
+        PairTokenizer(tmp_path / "bad.json")
+    with pytest.raises(ConfigError, match="one question per candidate"):
+        PairTokenizer(TOKENIZER).encode_pairs(["a", "b"], ["c"])
+
+
+# ---------------------------------------------------------------------- torch side
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("onnxscript")
+
+
+def _tiny_base(directory: Path) -> Path:
+    """A randomly initialised 2-layer BERT (hidden 32) with MiniLM's tokenizer."""
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128)
+    BertModel(config).save_pretrained(str(directory), safe_serialization=True)
+    shutil.copyfile(TOKENIZER, directory / "tokenizer.json")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from hybrid_qpr.model.cross_encoder import CrossEncoder
+
+    model = CrossEncoder.from_dir(_tiny_base(tmp_path_factory.mktemp("tiny-bert")), max_length=48, query_tokens=16,
+                                  pooling="segments")
+    torch.nn.init.normal_(model.head.weight, std=1.0)  # spread the scores so orders are not ties
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_model, tmp_path_factory):
+    from hybrid_qpr.export.cross_encoder import export_cross_encoder
+
+    out = tmp_path_factory.mktemp("reranker") / "fp32"
+    config = export_cross_encoder(tiny_model, out)
+    return out, config
+
+
+def test_head_scores_one_logit_per_pair_and_pooling_matters(tiny_model):
+    from hybrid_qpr.model.cross_encoder import POOLINGS, SEGMENT_SCALE, CrossEncoder
+
+    batch = tiny_model.collate(["q one", "q two", "q three"], ["a", "b b", "c c c"])
+    by_pooling = {}
+    for pooling in POOLINGS:
+        tiny_model.pooling = pooling
+        try:
+            by_pooling[pooling] = tiny_model(batch)
+            # padding does not change a pair's score: alone or batched with a longer pair
+            assert torch.allclose(tiny_model(tiny_model.collate(["q one"], ["a"])), by_pooling[pooling][:1], atol=1e-5)
+        finally:
+            tiny_model.pooling = "segments"
+        assert by_pooling[pooling].shape == (3,)
+    assert not torch.allclose(by_pooling["mean"], by_pooling["cls"])
+    # an untrained "segments" head scores SEGMENT_SCALE x the cosine of the two segments' mean vectors
+    fresh = CrossEncoder(tiny_model.backbone, tiny_model.pairs.path, max_length=48, query_tokens=16, pooling="segments").eval()
+    with torch.no_grad():
+        hidden = tiny_model.backbone(**batch).last_hidden_state
+        m, t = batch["attention_mask"].float(), batch["token_type_ids"].float()
+        q = (hidden * (m * (1 - t))[..., None]).sum(1) / (m * (1 - t)).sum(1, keepdim=True)
+        c = (hidden * (m * t)[..., None]).sum(1) / (m * t).sum(1, keepdim=True)
+        expected = SEGMENT_SCALE * torch.nn.functional.cosine_similarity(q, c)
+        assert torch.allclose(fresh(batch), expected, atol=1e-4)
+
+
+def test_saved_model_reloads_with_its_head_and_settings(tiny_model, tmp_path):
+    from hybrid_qpr.model.cross_encoder import CrossEncoder
+
+    tiny_model.save(tmp_path / "saved", extra={"training": {"note": "x"}})
+    back = CrossEncoder.from_dir(tmp_path / "saved").eval()
+    assert back.settings() == {**tiny_model.settings(), "source": tiny_model.source}
+    q, t = ["how are you"], ["fine thanks"]
+    assert torch.allclose(back.predict(q, t), tiny_model.predict(q, t))
+
+
+def test_onnx_export_matches_torch_and_loads_torch_free(tiny_model, exported):
+    from hybrid_qpr.rerankers import Reranker
+
+    out, config = exported
+    assert config["kind"] == "cross-encoder" and config["parity_max_abs_diff_fp32"] <= 1e-4
+    reranker = Reranker(out)
+    texts = ["paris is the capital", "", "a " * 200, "Ünïcödé 東京"]
+    got = reranker.score("what is the capital of france", texts)
+    expected = tiny_model.predict(["what is the capital of france"] * len(texts), texts).numpy()
+    assert np.abs(got - expected).max() <= 1e-4
+    assert reranker.score("q", []).shape == (0,)
+
+
+def test_int8_export_is_smaller_and_close(tiny_model, exported, tmp_path):
+    from hybrid_qpr.export.cross_encoder import export_cross_encoder
+    from hybrid_qpr.rerankers import Reranker
+
+    config = export_cross_encoder(tiny_model, tmp_path / "int8", quantize=True)
+    assert config["quantization"] == "int8-dynamic"
+    fp32, int8 = Reranker(exported[0]), Reranker(tmp_path / "int8")
+    texts = ["one answer", "another answer here", "a third"]
+    assert np.abs(fp32.score("a question", texts) - int8.score("a question", texts)).max() < 0.1
+
+
+def test_bad_reranker_directories_give_one_line_errors(exported, tmp_path):
+    from hybrid_qpr.rerankers import Reranker
+
+    with pytest.raises(ArtifactError, match="does not exist"):
+        Reranker(tmp_path / "nowhere")
+    with pytest.raises(ArtifactError, match="is not a cross-encoder"):
+        Reranker(resources.model_dir())  # an encoder directory
+    bad = tmp_path / "bad-tokenizer"
+    shutil.copytree(exported[0], bad)
+    data = json.loads((bad / "tokenizer.json").read_text())
+    data["model"]["vocab"]["zzzextra"] = len(data["model"]["vocab"])
+    (bad / "tokenizer.json").write_text(json.dumps(data))
+    with pytest.raises(ArtifactError, match="not the tokenizer this cross-encoder was trained with"):
+        Reranker(bad)
+    missing = tmp_path / "no-model"
+    shutil.copytree(exported[0], missing)
+    (missing / "model.onnx").unlink()
+    with pytest.raises(ArtifactError, match="model.onnx is missing"):
+        Reranker(missing)
+    for error in (ArtifactError("x"),):
+        assert "\n" not in str(error)
+
+
+def test_an_encoder_directory_refuses_a_cross_encoder(exported):
+    from hybrid_qpr.encoders import Encoder
+
+    with pytest.raises(ArtifactError, match="cross-encoder"):
+        Encoder.load(exported[0])
+
+
+# ---------------------------------------------------------------------- search integration
+def _check_reranked(results, first, reranker, query, depth):
+    """``results`` = ``first`` with its top ``depth`` ordered by the cross-encoder's score."""
+    head = first[:depth]
+    scores = reranker.score(query, [r.text for r in head])
+    order = sorted(range(len(head)), key=lambda i: (-float(scores[i]), i))
+    assert [r.id for r in results] == [head[i].id for i in order] + [r.id for r in first[depth:]]
+    for rank, r in enumerate(results[: len(head)], start=1):
+        source = head[order[rank - 1]]
+        assert (r.score, r.bm25, r.knn) == (source.score, source.bm25, source.knn)  # first stage kept
+        assert r.first_stage_rank == order[rank - 1] + 1 and r.cross_encoder.rank == rank
+        assert r.cross_encoder.score == pytest.approx(float(scores[order[rank - 1]]), abs=1e-5)
+    for r in results[len(head):]:
+        assert r.cross_encoder is None and r.to_dict()["cross_encoder"] is None
+
+
+def _searches_rerank(backend, encoder, reranker_dir, query):
+    from hybrid_qpr.rerankers import Reranker
+    from hybrid_qpr.search import HybridSearcher
+
+    reranker = Reranker(reranker_dir)
+    plain = HybridSearcher(backend, encoder)
+    searcher = HybridSearcher(backend, encoder, reranker=reranker, reranker_depth=5)
+    for mode in ("bm25", "knn", "hybrid", "rerank"):
+        first = plain.search(query, mode=mode, top_k=8)
+        results = searcher.search(query, mode=mode, top_k=8)
+        _check_reranked(results, first, reranker, query, 5)
+        assert set(results[0].to_dict()) >= {"score", "bm25", "knn", "first_stage_rank", "cross_encoder"}
+        # a page is a slice of the re-ranked list; depth 0 is the first stage
+        assert [r.id for r in searcher.search(query, mode=mode, top_k=3, offset=2)] == [r.id for r in results[2:5]]
+        assert [r.id for r in searcher.search(query, mode=mode, top_k=8, reranker_depth=0)] == [r.id for r in first]
+    return searcher
+
+
+def test_reranker_on_the_embedded_index(exported, tmp_path, question_bank, committed_encoder):
+    from hybrid_qpr.backends.local import LocalIndex
+
+    index = LocalIndex.create(tmp_path / "idx", committed_encoder)
+    index.ingest(question_bank[:60], committed_encoder, show_progress=False)
+    searcher = _searches_rerank(LocalIndex.open(tmp_path / "idx"), committed_encoder, exported[0],
+                                "i forgot my password, what now?")
+    # a reranker that fails mid-query fails the query with one line; nothing is returned unranked
+    from hybrid_qpr.encoders.base import onnx_session
+
+    searcher.reranker.session = onnx_session(committed_encoder.model_dir / "model.onnx")  # a graph with other inputs
+    with pytest.raises(RerankerError, match="no results are shown re-ranked") as caught:
+        searcher.search("i forgot my password", mode="hybrid", top_k=3)
+    assert "\n" not in str(caught.value)
+
+
+def test_query_cli_json_keeps_first_stage_and_adds_the_cross_encoder(exported, tmp_path, question_bank,
+                                                                      committed_encoder):
+    from click.testing import CliRunner
+
+    from hybrid_qpr.backends.local import LocalIndex
+    from hybrid_qpr.cli.main import cli
+
+    index = LocalIndex.create(tmp_path / "idx", committed_encoder)
+    index.ingest(question_bank[:40], committed_encoder, show_progress=False)
+    args = ["query", "how do i change my email address", "--index", str(tmp_path / "idx"), "--json", "-k", "4"]
+    runner = CliRunner()
+    plain = json.loads(runner.invoke(cli, args).output)
+    result = runner.invoke(cli, [*args, "--reranker", str(exported[0]), "--reranker-depth", "3"])
+    assert result.exit_code == 0, result.output
+    hits = json.loads(result.output)["hits"]
+    first = {h["id"]: h for h in plain["hits"]}
+    assert sorted(h["first_stage_rank"] for h in hits) == [1, 2, 3, 4]
+    for h in hits:
+        assert h["score"] == first[h["id"]]["score"] and h["bm25"] == first[h["id"]]["bm25"]
+        assert (h["cross_encoder"] is None) == (h["first_stage_rank"] > 3)
+    bad = runner.invoke(cli, [*args, "--reranker", str(resources.model_dir())])
+    assert bad.exit_code == 1 and "is not a cross-encoder" in bad.output and "Traceback" not in bad.output
+
+
+def test_evaluate_reports_each_mode_with_and_without_the_reranker(exported, tmp_path, committed_encoder):
+    from hybrid_qpr.backends.local import LocalIndex
+    from hybrid_qpr.data.beir import load_beir
+    from hybrid_qpr.evaluation.evaluator import evaluate, tune, tune_reranker
+    from hybrid_qpr.search import HybridSearcher
+
+    beir = resources.examples_dir() / "beir"
+    corpus, queries, qrels = load_beir(beir, "test")
+    from hybrid_qpr.types import Document
+
+    index = LocalIndex.create(tmp_path / "idx", committed_encoder)
+    index.ingest([Document(i, t) for i, t in corpus.items()], committed_encoder, show_progress=False)
+    searcher = HybridSearcher(LocalIndex.open(tmp_path / "idx"), committed_encoder, reranker=exported[0],
+                              reranker_depth=10)
+    some = dict(list(queries.items())[:8])
+    out = evaluate(searcher, some, qrels, modes=("bm25", "hybrid"))
+    assert list(out) == ["bm25", "bm25+reranker", "hybrid", "hybrid+reranker"]
+    assert out["hybrid+reranker"]["settings"]["reranker_depth"] == 10
+    tuned = tune(searcher, some, qrels)
+    chosen = tune_reranker(searcher, some, qrels, tuned, depths=(5, 10))
+    main = chosen.metric
+    # a random cross-encoder: whatever it chose is not below the hybrid without it
+    assert chosen.depth == 0 or chosen.by_depth[chosen.depth][main] > chosen.without[main]
+    assert set(chosen.by_depth) == {5, 10}
+
+
+@pytest.mark.cluster
+def test_reranker_client_side_on_the_cluster_backends(exported, cluster_backend, question_bank, committed_encoder):
+    cluster_backend.ingest(question_bank[:60], committed_encoder, batch_size=64, show_progress=False)
+    _searches_rerank(cluster_backend, committed_encoder, exported[0], "i forgot my password, what now?")
+
+
+# ---------------------------------------------------------------------- trainer
+def test_trainer_keeps_the_best_state_and_resumes(tmp_path):
+    from hybrid_qpr.training.trainer import Trainer, TrainerSettings, lr_factor
+
+    assert [round(lr_factor(s, 10, 0.2), 3) for s in (0, 1, 2, 6, 10)] == [0.5, 1.0, 1.0, 0.5, 0.0]
+
+    def make(steps):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(3, 1)
+        x, y = torch.randn(32, 3), torch.randn(32, 1)
+
+        def step_loss(step):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            return float(loss)
+
+        def evaluate():
+            with torch.no_grad():
+                return -float(torch.nn.functional.mse_loss(model(x), y))
+
+        settings = TrainerSettings(steps=steps, lr=0.05, eval_every=2, checkpoint_every=1, log_every=1, patience=50)
+        return model, Trainer(model, settings, tmp_path / "run", step_loss=step_loss, evaluate=evaluate,
+                              run_settings={"lr": 0.05, "steps": steps}, description="toy")
+
+    model, trainer = make(4)
+    first = trainer.run(show_progress=False)
+    assert first.steps_done == 4 and first.best_step == 4 and len(first.history) == 3  # steps 0, 2, 4
+    model, trainer = make(8)
+    again = trainer.run(resume=True, show_progress=False)
+    assert again.steps_done == 8 and [h["step"] for h in again.history] == [0, 2, 4, 6, 8]
+    assert again.best_metric > first.best_metric
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if "event" not in r] == list(range(1, 9))
+    with pytest.raises(ConfigError, match="other settings"):
+        Trainer(model, TrainerSettings(steps=8), tmp_path / "run", step_loss=lambda s: 0.0,
+                run_settings={"lr": 0.1, "steps": 8}).run(resume=True, show_progress=False)
+
+
+def test_listwise_and_bce_losses_by_hand():
+    from hybrid_qpr.training.reranker import group_loss
+
+    scores = torch.tensor([2.0, 0.0, 1.0, -1.0, 0.5, 0.5])
+    grouped = scores.view(2, 3)
+    expected = -(torch.log_softmax(grouped, 1)[:, 0]).mean()
+    assert torch.isclose(group_loss(scores, 3, "listwise"), expected)
+    labels = torch.tensor([[1.0, 0, 0], [1.0, 0, 0]])
+    bce = -(labels * torch.nn.functional.logsigmoid(grouped) + (1 - labels) * torch.nn.functional.logsigmoid(-grouped)).mean()
+    assert torch.isclose(group_loss(scores, 3, "bce"), bce)
+
+
+def test_hard_negatives_come_from_other_clusters_of_the_engines_hits(tmp_path, committed_encoder):
+    from conftest import _SUBJECTS, _TEMPLATES
+
+    from hybrid_qpr.training.hard_negatives import mine_cluster_examples
+
+    clusters = [[_TEMPLATES[0].format(s=s), _TEMPLATES[1].format(s=s)] for s in _SUBJECTS]
+    data = tmp_path / "clusters"
+    data.mkdir()
+    (data / "train.jsonl").write_text("".join(
+        json.dumps({"id": f"c{i}", "questions": [{"id": f"q{i}_{j}", "text": t} for j, t in enumerate(c)]}) + "\n"
+        for i, c in enumerate(clusters)))
+    examples = mine_cluster_examples(data, None, 0, depth=4, miner_model=str(committed_encoder.model_dir))
+    assert len(examples) == len(clusters)
+    owner = {t: i for i, c in enumerate(clusters) for t in c}
+    for question, positives, negatives in examples:
+        assert len(positives) == 1 and owner[positives[0]] == owner[question]
+        assert 1 <= len(negatives) <= 4 and all(owner[n] != owner[question] for n in negatives)
+        assert len(set(negatives)) == len(negatives)
+    # the same template with another subject shares most words: BM25 finds it
+    question, _, negatives = next(e for e in examples if e[0] == clusters[0][0])
+    assert any(n.startswith("how do i change my") for n in negatives)
+
+
+@pytest.mark.cluster
+@pytest.mark.engines("opensearch")
+def test_opensearch_rerank_processor_orders_like_the_client(exported, cluster_client, cluster_backend, question_bank,
+                                                            committed_encoder):
+    """The exported cross-encoder registered in ml-commons as a TEXT_SIMILARITY model and run by
+    a search pipeline's ``rerank`` response processor re-orders the hits as ``Reranker`` does."""
+    import os
+    import uuid
+
+    from hybrid_qpr.backends import mlcommons
+    from hybrid_qpr.errors import ClusterError
+    from hybrid_qpr.rerankers import Reranker
+
+    client, backend, index_name = cluster_client, cluster_backend, cluster_backend.index
+    name = f"hqpr-test-ce-{uuid.uuid4().hex[:8]}"
+    pipeline = f"{name}-rerank"
+    backend.ingest(question_bank[:60], committed_encoder, show_progress=False)
+    model_id = mlcommons.register_dir(client, exported[0], name, allow_local_upload=True)
+    try:
+        assert mlcommons.status(client, model_id)["algorithm"] == "TEXT_SIMILARITY"
+        try:
+            mlcommons.deploy(client, model_id, timeout=180)
+        except ClusterError as exc:
+            if "publish.djl.ai" in str(exc) and not os.environ.get("CI"):
+                pytest.skip(f"this node was started without DJL's PyTorch libraries: {exc}")
+            raise
+        mlcommons.put_rerank_pipeline(client, pipeline, model_id, field="text")
+        reranker = Reranker(exported[0])
+        for query in ("how do i change my password?", "who can see my phone number?", "i lost my credit card"):
+            body = {"size": 10, "query": {"match": {"text": query}}, "_source": ["text"]}
+            plain = client.search(index=index_name, body=body)["hits"]["hits"]
+            ranked = client.search(index=index_name, body={**body, "ext": mlcommons.rerank_ext(query)},
+                                   params={"search_pipeline": pipeline})["hits"]["hits"]
+            texts = [h["_source"]["text"] for h in plain]
+            scores = reranker.score(query, texts)
+            order = sorted(range(len(plain)), key=lambda i: -float(scores[i]))
+            assert len(plain) == 10
+            assert [h["_id"] for h in ranked] == [plain[i]["_id"] for i in order]
+            assert np.allclose([h["_score"] for h in ranked], [scores[i] for i in order], atol=1e-4)
+    finally:
+        client.transport.perform_request("DELETE", f"/_search/pipeline/{pipeline}", params={"ignore": 404})
+        mlcommons.delete(client, model_id, with_group=True)
+
+
+def test_reranker_train_cli_resumes_and_exports_a_run(tmp_path):
+    """``reranker train`` end to end on a synthetic answer set with the tiny BERT: dev MAP logged
+    at steps 0, 2, 4, resume to 6 steps, export of model/ and of best.pt."""
+    from click.testing import CliRunner
+
+    from hybrid_qpr.cli.main import cli
+    from hybrid_qpr.data.answer_dataset import build_answer_selection
+    from hybrid_qpr.rerankers import Reranker
+
+    rows = ["qid\tquestion\tsentence\tlabel"]
+    for i, subject in enumerate(["glacier", "volcano", "river", "desert", "forest", "island"]):
+        rows += [f"q{i}\twhat is a {subject} ?\ta {subject} is a natural feature .\t1",
+                 f"q{i}\twhat is a {subject} ?\tthe weather was fine that day .\t0",
+                 f"q{i}\twhat is a {subject} ?\tmany people like music .\t0"]
+    (tmp_path / "train.tsv").write_text("\n".join(rows) + "\n")
+    dev = [rows[0]] + ["dev-" + row for row in rows[1:7]]  # two questions, their own qids
+    (tmp_path / "dev.tsv").write_text("\n".join(dev) + "\n")
+    build_answer_selection(tmp_path / "train.tsv", tmp_path / "answers", extra={"val": tmp_path / "dev.tsv"})
+    base = _tiny_base(tmp_path / "tiny")
+    args = ["reranker", "train", str(tmp_path / "answers"), "--dev", str(tmp_path / "answers"), "--out",
+            str(tmp_path / "run"), "--base-model", str(base), "--max-length", "32", "--query-tokens", "8",
+            "--batch-size", "2", "--negatives", "2", "--eval-every", "2", "--checkpoint-every", "1", "--log-every", "1"]
+    runner = CliRunner()
+    first = runner.invoke(cli, [*args, "--steps", "4"])
+    assert first.exit_code == 0, first.output
+    again = runner.invoke(cli, [*args, "--steps", "6", "--resume"])
+    assert again.exit_code == 0, again.output
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["steps_done"] == 6 and [h["step"] for h in report["history"]] == [0, 2, 4, 6]
+    changed = runner.invoke(cli, [*args, "--steps", "6", "--resume", "--lr", "1e-3"])
+    assert changed.exit_code == 1 and "other settings" in changed.output
+    for extra in ([], ["--checkpoint", "best"]):
+        out = tmp_path / f"export{len(extra)}"
+        done = runner.invoke(cli, ["reranker", "export", str(tmp_path / "run"), "--out", str(out), *extra])
+        assert done.exit_code == 0, done.output
+        assert Reranker(out).score("what is a river ?", ["a river is a natural feature ."]).shape == (1,)
