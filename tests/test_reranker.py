@@ -343,11 +343,11 @@ def test_listwise_and_bce_losses_by_hand():
 
 
 def test_hard_negatives_come_from_other_clusters_of_the_engines_hits(tmp_path, committed_encoder):
-    from conftest import _SUBJECTS, _TEMPLATES
+    from hybrid_qpr.testing.corpora import PHRASINGS, SUBJECTS
 
     from hybrid_qpr.training.hard_negatives import mine_cluster_examples
 
-    clusters = [[_TEMPLATES[0].format(s=s), _TEMPLATES[1].format(s=s)] for s in _SUBJECTS]
+    clusters = [[PHRASINGS[0].format(s=s), PHRASINGS[1].format(s=s)] for s in SUBJECTS]
     data = tmp_path / "clusters"
     data.mkdir()
     (data / "train.jsonl").write_text("".join(
