@@ -354,3 +354,27 @@ def test_judgment_flow_tuned_hybrid_is_not_below_the_better_single_mode(tmp_path
           "untuned hybrid:", json.dumps(tuned["before"]["hybrid"]))
     assert metrics["hybrid"]["MRR@20"] >= max(metrics["bm25"]["MRR@20"], metrics["knn"]["MRR@20"]) - 1e-9
     assert metrics["hybrid"]["MRR@20"] == pytest.approx(tuned["after"]["hybrid"]["metrics"]["MRR@20"])
+
+
+def test_compare_adds_the_reranker_column_when_one_is_configured(tmp_path, committed_encoder):
+    """With a reranker (the committed cross-encoder), compare shows the four modes unreranked and
+    a fifth list: the reranker's order of the hybrid's top hits, each with its cross-encoder score."""
+    reranker_dir = REPO / "onnx" / "reranker-minilm-l6-int8"
+    backend = examples_local_index(tmp_path / "idx", committed_encoder)
+    with served(backend, committed_encoder, tmp_path / "judgments", index="idx", kind="local",
+                reranker=str(reranker_dir)) as url:
+        api = url + "/api"
+        status, health = get(api, "health")
+        assert status == 200 and health["modes"] == ["bm25", "knn", "hybrid", "rerank", "reranker"]
+        assert health["reranker"]["model"] == reranker_dir.name and health["reranker"]["depth"] == 20
+        status, body = get(api, "compare", q="i can't remember my netflix login", k=5)
+        assert status == 200 and body["modes"] == health["modes"]
+        lists = body["lists"]
+        assert all("cross_encoder" not in hit for hit in lists["hybrid"])  # the modes' own lists
+        reranked = lists["reranker"]
+        assert len(reranked) == 5 and [h["cross_encoder"]["rank"] for h in reranked] == [1, 2, 3, 4, 5]
+        scores = [h["cross_encoder"]["score"] for h in reranked]
+        assert scores == sorted(scores, reverse=True)
+        assert all(set(h["ranks"]) == {"bm25", "knn", "hybrid", "rerank"} for h in reranked)
+        status, spec = get(api, "openapi.json")
+        assert status == 200 and "reranker" in json.dumps(spec)

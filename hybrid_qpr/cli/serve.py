@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from hybrid_qpr.cli._common import chosen_engine, cluster_options, friendly_errors
-from hybrid_qpr.cli._backend import knn_search_options, model_option
+from hybrid_qpr.cli._backend import knn_search_options, model_option, reranker_options
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -32,10 +32,11 @@ def default_judgments_dir(index: str, engine: str | None) -> Path:
               help="Judged queries (with a relevant hit) needed before the page may tune.")
 @knn_search_options("for this server (overrides the value stored in the index)")
 @model_option
+@reranker_options
 @cluster_options(selects_backend=True)
 @friendly_errors
 def serve(index, host, port, server_api_key, judgments_dir, min_tune_queries, ef_search, nprobe, model,
-          **connection) -> None:
+          reranker_dir, reranker_depth, **connection) -> None:
     """Serve the relevance workbench: a page at http://HOST:PORT/ showing bm25, knn, hybrid and
     rerank side by side, with relevance buttons on every hit and a 'tune on my judgments'
     button, and its JSON API under /api/ (described at /api/openapi.json).
@@ -44,13 +45,14 @@ def serve(index, host, port, server_api_key, judgments_dir, min_tune_queries, ef
     Examples:
       hybrid-qpr serve --index ./qidx
       hybrid-qpr serve --index questions --opensearch http://127.0.0.1:9200 --port 8080
+      hybrid-qpr serve --index ./qidx --reranker onnx/reranker-minilm-l6-int8
     """
     from hybrid_qpr.errors import require
 
     require("starlette", feature="'hybrid-qpr serve'")
     uvicorn = require("uvicorn", feature="'hybrid-qpr serve'")
     from hybrid_qpr.backends.base import takes_knn_settings
-    from hybrid_qpr.cli._backend import load_encoder, open_backend, refuse_knn_options_on_a_cluster
+    from hybrid_qpr.cli._backend import load_encoder, load_reranker, open_backend, refuse_knn_options_on_a_cluster
     from hybrid_qpr.search import HybridSearcher
     from hybrid_qpr.workbench.app import create_app
     from hybrid_qpr.workbench.judgments import JudgmentStore
@@ -63,7 +65,8 @@ def serve(index, host, port, server_api_key, judgments_dir, min_tune_queries, ef
         raise click.ClickException(backend.empty_reason())
     if (ef_search or nprobe) and takes_knn_settings(backend):  # a cluster index was refused above
         backend.set_search_settings(nprobe=nprobe, ef_search=ef_search)
-    searcher = HybridSearcher(backend, load_encoder(model, backend))
+    reranker, reranker_depth = load_reranker(reranker_dir, reranker_depth, backend)
+    searcher = HybridSearcher(backend, load_encoder(model, backend), reranker=reranker, reranker_depth=reranker_depth)
     store = JudgmentStore(judgments_dir or default_judgments_dir(index, engine))
     workbench = Workbench(searcher, store, index=index, backend=engine or "local",
                           limits=Limits(min_tune_queries=min_tune_queries))

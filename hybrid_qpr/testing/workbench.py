@@ -32,14 +32,16 @@ def examples_local_index(path: Path, encoder):
 
 
 @contextmanager
-def served(backend, encoder, judgments_dir: Path, *, index: str, kind: str, api_key: str | None = None, **limits):
-    """The workbench over ``backend`` on a free local port; yields its base URL."""
+def served(backend, encoder, judgments_dir: Path, *, index: str, kind: str, api_key: str | None = None,
+           reranker=None, **limits):
+    """The workbench over ``backend`` (and ``reranker``, a cross-encoder directory, when given) on
+    a free local port; yields its base URL."""
     from hybrid_qpr.search import HybridSearcher
     from hybrid_qpr.workbench.app import BackgroundServer, create_app
     from hybrid_qpr.workbench.judgments import JudgmentStore
     from hybrid_qpr.workbench.service import Limits, Workbench
 
-    workbench = Workbench(HybridSearcher(backend, encoder), JudgmentStore(judgments_dir), index=index, backend=kind,
+    workbench = Workbench(HybridSearcher(backend, encoder, reranker=reranker), JudgmentStore(judgments_dir), index=index, backend=kind,
                           limits=Limits(**limits))
     workbench.warm_up()
     with BackgroundServer(create_app(workbench, api_key=api_key)) as server:

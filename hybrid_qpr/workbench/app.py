@@ -19,7 +19,7 @@ from typing import Any
 
 from hybrid_qpr.errors import BackendError, ConfigError, HybridQPRError, IndexLockedError, InputError
 from hybrid_qpr.workbench.openapi import openapi_spec
-from hybrid_qpr.workbench.service import RequestError, Workbench, parse_filters, parse_number
+from hybrid_qpr.workbench.service import COMPARE_MODES, RequestError, Workbench, parse_filters, parse_number
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def create_app(workbench: Workbench, *, api_key: str | None = None):
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 
-    spec = openapi_spec(workbench.limits, tuple(workbench.extra_lists))
+    spec = openapi_spec(workbench.limits, tuple(workbench.list_names[len(COMPARE_MODES):]))
 
     def error(status: int, message: str) -> JSONResponse:
         return JSONResponse({"error": message, "status": status}, status_code=status)

@@ -27,6 +27,7 @@ from hybrid_qpr.workbench.judgments import RELEVANCE_LEVELS, JudgmentStore, norm
 
 API_VERSION = "v1"
 COMPARE_MODES: tuple[str, ...] = ("bm25", "knn", "hybrid", "rerank")
+RERANKER_LIST = "reranker"  # the column of the searcher's cross-encoder over the hybrid's top hits, when it has one
 
 # One more column of /api/compare: (query, vector, k, filters) -> results, best first. The
 # reranker is added this way (``Workbench(..., extra_lists={"reranker": ...})``).
@@ -102,11 +103,16 @@ class Workbench:
         self.backend = backend
         self.limits = limits
         self.extra_lists = dict(extra_lists or {})
-        clash = set(self.extra_lists) & set(COMPARE_MODES)
+        clash = set(self.extra_lists) & {*COMPARE_MODES, RERANKER_LIST}
         if clash:
             raise ConfigError(f"extra compare lists {sorted(clash)} clash with the built-in modes")
         self._lock = ReadWriteLock()
         self._tuning = threading.Lock()
+
+    @property
+    def list_names(self) -> list[str]:
+        """The columns of compare: the four modes, the reranker's when configured, the extra lists."""
+        return [*COMPARE_MODES, *([RERANKER_LIST] if self.searcher.reranker is not None else []), *self.extra_lists]
 
     # ------------------------------------------------------------------ checks
     def check_query(self, text: str | None) -> str:
@@ -145,7 +151,9 @@ class Workbench:
         return {"status": "ok", "api": API_VERSION, "index": self.index, "backend": self.backend, "documents": count,
                 "model": Path(str(self.searcher.encoder.model_dir)).name,
                 "fusion_defaults": {k: defaults[k] for k in ("fusion", "alpha", "depth") if k in defaults},
-                "modes": [*COMPARE_MODES, *self.extra_lists], "judgments": judgments.count,
+                "modes": self.list_names, "judgments": judgments.count,
+                "reranker": None if self.searcher.reranker is None else {
+                    "model": Path(str(self.searcher.reranker.model_dir)).name, "depth": self.searcher.reranker_depth},
                 "judged_queries": len(judgments.judged_queries()), "min_tune_queries": self.limits.min_tune_queries,
                 "limits": {"max_query_chars": self.limits.max_query_chars, "max_k": self.limits.max_k,
                            "max_offset": self.limits.max_offset}}
@@ -175,9 +183,13 @@ class Workbench:
         self.check_filters(filters)
         with self._lock.reading():
             vector = self.searcher.encoder.encode([text])[0]  # once for every list that needs it
+            # the modes' own lists (reranker_depth 0), then the reranker's order of the hybrid's top hits
             lists = {mode: self.searcher.search(text, mode=mode, top_k=k, filters=filters, fusion=fusion,  # type: ignore[arg-type]
-                                                alpha=alpha, vector=None if mode == "bm25" else vector)
+                                                alpha=alpha, vector=None if mode == "bm25" else vector, reranker_depth=0)
                      for mode in COMPARE_MODES}
+            if self.searcher.reranker is not None:
+                lists[RERANKER_LIST] = self.searcher.search(text, mode="hybrid", top_k=k, filters=filters, fusion=fusion,
+                                                            alpha=alpha, vector=vector)
             for name, source in self.extra_lists.items():
                 lists[name] = source(text, vector, k, filters)
             settings = self._settings(fusion, alpha, k)

@@ -110,6 +110,9 @@ function hitNode(mode, hit) {
                   el("span", { title: "the score this list ranks by" }, `score ${hit.score.toFixed(3)}`),
                   el("span", { class: "bm25", title: "BM25 score and rank" }, scorePart("BM25", hit.bm25)),
                   el("span", { class: "knn", title: "kNN score and rank" }, scorePart("kNN", hit.knn)));
+  if (hit.cross_encoder !== undefined) {
+    meta.append(el("span", { class: "ce", title: "cross-encoder (reranker) score and rank" }, scorePart("CE", hit.cross_encoder)));
+  }
   for (const [field, value] of Object.entries(hit.metadata || {})) meta.append(el("span", { class: "chip" }, `${field}: ${value}`));
   node.append(meta);
   const moves = el("div", { class: "moves", "aria-label": "rank in the other lists" });
