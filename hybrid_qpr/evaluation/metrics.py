@@ -14,7 +14,7 @@ Conventions (shared by training validation, ``hybrid-qpr evaluate`` and the benc
 
 These are the measures of the SDML paper (Bonadiman et al., 2019, Tables 3-4: H@1, H@10,
 MRR@20) plus the usual BEIR set (nDCG@k, Recall@k, MAP). Results agree with
-``pytrec_eval`` (checked in ``tests/test_metrics.py`` when it is installed).
+``pytrec_eval`` (checked in ``tests/unit/test_metrics.py`` when it is installed).
 Inputs are never modified.
 """
 

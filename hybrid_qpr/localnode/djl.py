@@ -13,7 +13,7 @@ property, and Central has ``pytorch-native-cpu-precxx11:2.4.0`` (libtorch) and
 under the names DJL 0.31.1 looks for, they load without any download.
 
 Caveat: the JNI library comes from DJL 0.30.0 while the plugin runs DJL 0.31.1. The
-operations ml-commons' text-embedding path uses are checked by ``tests/test_mlcommons.py``
+operations ml-commons' text-embedding path uses are checked by ``tests/cluster/test_mlcommons.py``
 (cluster embeddings equal hybrid-qpr's within cosine 0.99); other DJL features are not.
 """
 

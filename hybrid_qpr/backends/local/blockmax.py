@@ -23,7 +23,7 @@ below the threshold by more than rounding could explain (``MARGIN``); the thresh
 always the score of a real live document, so it never exceeds the final ``depth``-th best.
 Every document tied with the final ``depth``-th best is therefore kept, and ties are broken
 by id later, as for the exhaustive path. Tested against ``score_segments`` on random
-corpora with ties, filters and deletions (``tests/test_bm25_pruning.py``).
+corpora with ties, filters and deletions (``tests/unit/test_bm25_pruning.py``).
 
 **Where the blocks come from.** A term weight ``tf / (tf + k1 * (1 - b + b * |d| / avgdl))``
 depends on ``avgdl``, which every commit changes, so the exact block maxima cannot be

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MAX_WHEEL_BYTES = 32 * 1024 * 1024  # the default CNN is ~21 MB; a transformer model would be far larger
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from hybrid_qpr.cli.main import cli
 
-PAIRS = Path(__file__).resolve().parents[1] / "examples" / "support" / "pairs.tsv"
+PAIRS = Path(__file__).resolve().parents[2] / "examples" / "support" / "pairs.tsv"
 SMALL_CNN = ["--vocab", "2000", "--hash-bins", "500", "--embedding-dim", "64", "--channels", "64", "--dim", "64",
              "--batch-size", "32", "--max-minutes", "1"]
 

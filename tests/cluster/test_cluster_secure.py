@@ -42,7 +42,7 @@ from hybrid_qpr.localnode.security import Access, Credentials, request_json
 
 pytestmark = [pytest.mark.cluster, pytest.mark.secure]
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FLAGS = {"opensearch": "--opensearch", "elasticsearch": "--elasticsearch"}
 
 

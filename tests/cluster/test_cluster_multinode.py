@@ -9,7 +9,7 @@
   query loop is running. The ingest ends with exactly the input: every id with its text, no
   more; every query answers, the BM25 ones with exactly the answers given before the kill.
 
-This file runs before tests/test_cluster_node.py, whose last test stops the cluster.
+This file runs before tests/cluster/test_cluster_node.py, whose last test stops the cluster.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from hybrid_qpr.data.clusters import text_id as clusters_text_id
 from hybrid_qpr.data.documents import iter_documents, text_id as documents_text_id
 from hybrid_qpr.text import text_id
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_one_rule_everywhere():

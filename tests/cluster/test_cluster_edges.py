@@ -252,7 +252,7 @@ def test_the_index_remembers_its_model(cluster_backend, question_bank):
     from hybrid_qpr.cli._backend import load_encoder
     from hybrid_qpr.encoders import Encoder
 
-    other = Path(__file__).resolve().parents[1] / "onnx" / "sdml-cnn-quora"  # not the default model
+    other = Path(__file__).resolve().parents[2] / "onnx" / "sdml-cnn-quora"  # not the default model
     encoder = Encoder.load(other)
     assert encoder.fingerprint != Encoder.load(None).fingerprint
     cluster_backend.ingest(question_bank[:20], encoder, show_progress=False)

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BENCHMARKS = sorted((REPO / "benchmarks").glob("*.py"))
-TEST_MODULES = {p.stem for p in (REPO / "tests").glob("*.py")}
+TEST_MODULES = {p.stem for p in (REPO / "tests").rglob("*.py")}
 
 
 def _problems(path: Path) -> list[str]:

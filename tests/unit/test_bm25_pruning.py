@@ -14,7 +14,7 @@ from hybrid_qpr.backends.local import blockmax
 from hybrid_qpr.backends.local import bm25 as bm25_lib
 
 pytestmark = pytest.mark.skipif(not blockmax.has_compiled_scorer(), reason="numba is a core dependency; "
-                                "tests/test_bm25_fallback.py covers the NumPy path")
+                                "tests/unit/test_bm25_fallback.py covers the NumPy path")
 
 
 def _expected(scores: np.ndarray, live: np.ndarray, depth: int) -> np.ndarray:

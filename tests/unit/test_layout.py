@@ -1,16 +1,18 @@
 """The house rules that a refactor could silently break: the package's import graph has no
 cycles (text and backends never reach into data), every bundled file is found through
-hybrid_qpr.resources, and committed benchmark results name no machine's absolute paths."""
+hybrid_qpr.resources, committed benchmark results name no machine's absolute paths, and
+tests/unit holds only tests that need no search node, browser or torch."""
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 from pathlib import Path
 
 from hybrid_qpr import resources
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "hybrid_qpr"
 
 
@@ -90,3 +92,17 @@ def test_committed_results_hold_no_absolute_paths():
         for text in _strings(json.loads(path.read_text(encoding="utf-8"))):
             words = text.split()
             assert not any(w.startswith(("/work/", "/tmp/", "/home/", "/root/")) for w in words), f"{path}: {text}"
+
+
+# What moves a test file out of tests/unit (the fast path: a core install, no node): a search
+# node (tests/cluster), a browser (tests/browser), torch or onnx (tests/training).
+HEAVY_NEED = re.compile(r"pytest\.mark\.(cluster|multinode|secure|browser|torch)\b"
+                        r"|importorskip\(\"(torch|onnx|transformers)\"\)|^\s*(import|from) (torch|onnx)\b", re.M)
+
+
+def test_unit_tests_need_no_node_browser_or_torch():
+    tests = REPO / "tests"
+    assert [p.name for p in tests.glob("*.py")] == ["conftest.py"], "a test file belongs in a folder of tests/"
+    for path in sorted((tests / "unit").glob("*.py")):
+        found = HEAVY_NEED.search(path.read_text(encoding="utf-8"))
+        assert not found, f"{path.name} needs {found.group(0).strip()!r}: move it to tests/cluster, browser or training"

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 MARKED_BLOCK = re.compile(r"<!-- readme-test: (\w+) -->\n```(\w+)\n(.*?)```", re.S)
 KINDS = ("local", "python", "slow", "cluster", "ci")
@@ -125,7 +125,7 @@ def test_cluster_block_runs(workdir, opensearch_url):
 def test_install_and_test_commands_are_what_ci_runs():
     setup = (ROOT / "scripts" / "setup").read_text(encoding="utf-8")
     ci_test = (ROOT / "scripts" / "test").read_text(encoding="utf-8")
-    wheel_test = (ROOT / "tests" / "test_wheel_install.py").read_text(encoding="utf-8")
+    wheel_test = (ROOT / "tests" / "install" / "test_wheel_install.py").read_text(encoding="utf-8")
     extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"])
     all_extras = set(re.search(r"^ALL_EXTRAS=(\S+)", setup, re.M).group(1).split(","))
     where = {  # README command -> (file that runs it, the text there)
@@ -135,6 +135,7 @@ def test_install_and_test_commands_are_what_ci_runs():
         "scripts/setup": (ci_test, "\nscripts/setup --all --node"),
         "scripts/setup --all --node": (ci_test, "\nscripts/setup --all --node"),
         'python -m pytest -m "not cluster and not slow"': (ci_test, 'python -m pytest -q "$@"'),
+        "python -m pytest tests/unit": (ci_test, 'python -m pytest -q "$@"'),
         "scripts/test": ((ROOT / ".ci" / "run").read_text(encoding="utf-8"), "exec scripts/test"),
     }
     shown = [line for block in blocks("ci") for line in commands(block)]

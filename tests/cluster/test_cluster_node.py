@@ -4,7 +4,7 @@ The multi-node tests use the three-node OpenSearch cluster of the ``three_nodes`
 (conftest.py: started from the installed 3.6.0 distribution, no extra download, on
 ``$HYBRID_QPR_MULTINODE_PORT``, default 9210, so 9210-9212 and transport 9310-9312), kill one
 node, restart it, and stop the cluster at the end (``test_stop_stops_every_node``, the last
-multi-node test: tests/test_cluster_multinode.py runs before this file).
+multi-node test: tests/cluster/test_cluster_multinode.py runs before this file).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from hybrid_qpr.cli.main import cli
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture()

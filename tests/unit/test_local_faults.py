@@ -22,7 +22,7 @@ from hybrid_qpr.backends.local import LOCK_FILE, LocalIndex
 from hybrid_qpr.cli.main import cli
 from hybrid_qpr.types import Document
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
 
 

@@ -60,7 +60,7 @@ def test_bm25_scores_equal_those_of_one_index(segmented, single):
 def test_compiled_bm25_top_list_equals_scoring_every_document(segmented):
     """The list comes from the compiled scorer (``blockmax.top_rows``); it must give the rows
     and bit-identical scores of ``score_segments`` over every document, and the same list
-    when numba is missing (the NumPy path). tests/test_bm25_pruning.py checks the scorer on
+    when numba is missing (the NumPy path). tests/unit/test_bm25_pruning.py checks the scorer on
     random corpora."""
     from hybrid_qpr.backends.local import blockmax
     from hybrid_qpr.backends.local.ranking import Candidates, merge_ranked

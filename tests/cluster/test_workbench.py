@@ -27,7 +27,7 @@ from hybrid_qpr.testing.workbench import call, examples_local_index, judge_bank,
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HIT_KEYS = {"id", "text", "score", "metadata", "bm25", "knn"}  # hybrid-qpr query --json's hit object
 
 

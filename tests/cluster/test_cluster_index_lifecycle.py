@@ -21,7 +21,7 @@ from hybrid_qpr.types import Document
 
 pytestmark = pytest.mark.cluster
 
-QUESTIONS = str(Path(__file__).resolve().parents[1] / "examples" / "questions.jsonl")
+QUESTIONS = str(Path(__file__).resolve().parents[2] / "examples" / "questions.jsonl")
 
 FLAGS = {"opensearch": "--opensearch", "elasticsearch": "--elasticsearch"}
 ENGINES = {"opensearch": "OpenSearch", "elasticsearch": "Elasticsearch"}

@@ -160,7 +160,7 @@ def test_the_cli_failing_mid_ingest_exits_with_its_one_line_error_never_a_native
     source = tmp_path / "questions.jsonl"
     source.write_text("".join(json.dumps({"id": f"m{i}", "text": f"how can i change setting {i} of my account?"})
                               + "\n" for i in range(4000)), encoding="utf-8")
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)}
     index = f"hqpr-fault-{uuid.uuid4().hex[:8]}"
     try:

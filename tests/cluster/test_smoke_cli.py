@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from hybrid_qpr.cli.main import cli
 
-QUESTIONS = Path(__file__).resolve().parents[1] / "examples" / "questions.jsonl"
+QUESTIONS = Path(__file__).resolve().parents[2] / "examples" / "questions.jsonl"
 
 
 def _run(*args: str) -> str:
