@@ -74,6 +74,20 @@ def load_pairs_slice(path: str, n_docs: int, n_queries: int, seed: int):
     return list(docs.values()), candidates[:n_queries]
 
 
+def index_query_parser(doc: str | None, *, depth: int, rounds: int):
+    """The command line of a benchmark over one local index and a query file: ``INDEX``,
+    ``--queries``, ``--depth``, ``--rounds``, ``--out``; the caller adds its own options."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("index", type=Path, help="a local index directory")
+    parser.add_argument("--queries", type=Path, required=True, help="one query per line (or a BEIR queries.jsonl)")
+    parser.add_argument("--depth", type=int, default=depth, help=f"list depth [default: {depth}]")
+    parser.add_argument("--rounds", type=int, default=rounds, help=f"timing rounds [default: {rounds}]")
+    parser.add_argument("--out", type=Path, default=None, help="write the results here as JSON")
+    return parser
+
+
 def read_queries(path: Path, limit: int, seed: int) -> list[str]:
     """Query texts from a documents JSONL file (its ``text``) or a plain file (one a line);
     ``limit`` of them sampled by ``seed`` when there are more, in file order."""

@@ -13,14 +13,12 @@ was chosen (docs/search.md).
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
-from pathlib import Path
 
 import numpy as np
 
-from _common import repo_relative
+from _common import index_query_parser, repo_relative
 from hybrid_qpr.artifacts import write_json
 from hybrid_qpr.backends.local import LocalIndex, blockmax
 from hybrid_qpr.backends.local import bm25 as bm25_lib
@@ -30,13 +28,7 @@ BANDS = ((1, 6), (7, 8), (9, 10), (11, 12), (13, 15), (16, 1000))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("index", type=Path)
-    parser.add_argument("--queries", type=Path, required=True, help="one query per line")
-    parser.add_argument("--depth", type=int, default=30)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
+    args = index_query_parser(__doc__, depth=30, rounds=3).parse_args()
 
     index = LocalIndex.open(args.index)
     queries = [tokenize(line) for line in args.queries.read_text(encoding="utf-8").splitlines() if line.strip()]

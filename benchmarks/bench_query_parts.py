@@ -28,7 +28,6 @@ p50 is what a user waits). Steps:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import time
@@ -36,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import read_queries, repo_relative
+from _common import index_query_parser, read_queries, repo_relative
 from hybrid_qpr.artifacts import write_json
 from hybrid_qpr.backends.local import LocalIndex, blockmax
 from hybrid_qpr.backends.local import bm25 as bm25_lib
@@ -94,16 +93,11 @@ def numpy_bm25(index: LocalIndex):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("index", type=Path)
-    parser.add_argument("--queries", type=Path, required=True)
+    parser = index_query_parser(__doc__, depth=DEFAULT_DEPTH, rounds=2)
     parser.add_argument("--corpus", type=Path, default=None,
                         help="the documents of the index (for bm25s; its order need not match) [default: skip bm25s]")
     parser.add_argument("--n", type=int, default=1000)
-    parser.add_argument("--depth", type=int, default=DEFAULT_DEPTH, help="list depth of the parts [default: the hybrid default]")
-    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seed", type=int, default=13)
-    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
     index = LocalIndex.open(args.index)

@@ -237,12 +237,20 @@ def _extra(val_file, test_file) -> dict:
     return {name: f for name, f in (("val", val_file), ("test", test_file)) if f}
 
 
-@dataset.command("from-answers")
-@click.argument("file", type=click.Path(allow_dash=True))
-@_answer_options
-@click.option("--split", "split", default="0.8,0.1,0.1", show_default=True,
-              help="Fractions of questions for train,val,test when FILE is split (no --split-name, --val, --test).")
-@friendly_errors
+def _answer_command(name: str, split: str, unit: str):
+    """``dataset NAME FILE`` with the answer datasets' options and ``--split`` (fractions of ``unit``)."""
+    def wrap(func):
+        func = friendly_errors(func)
+        func = click.option("--split", "split", default=split, show_default=True,
+                            help=f"Fractions of {unit} for train,val,test when FILE is split (no --split-name, --val, "
+                                 "--test).")(func)
+        func = _answer_options(func)
+        func = click.argument("file", type=click.Path(allow_dash=True))(func)
+        return dataset.command(name)(func)
+    return wrap
+
+
+@_answer_command("from-answers", "0.8,0.1,0.1", "questions")
 def from_answers(file, out, split_name, val_file, test_file, seed, on_bad_line, as_json, split) -> None:
     """Build an answer-selection dataset from FILE in the WikiQA/TrecQA layout.
 
@@ -266,12 +274,7 @@ def from_answers(file, out, split_name, val_file, test_file, seed, on_bad_line, 
     _print_answers(report, as_json)
 
 
-@dataset.command("from-squad")
-@click.argument("file", type=click.Path(allow_dash=True))
-@_answer_options
-@click.option("--split", "split", default="0.7,0.15,0.15", show_default=True,
-              help="Fractions of articles for train,val,test when FILE is split (no --split-name, --val, --test).")
-@friendly_errors
+@_answer_command("from-squad", "0.7,0.15,0.15", "articles")
 def from_squad(file, out, split_name, val_file, test_file, seed, on_bad_line, as_json, split) -> None:
     """Build a sentence-level answer-retrieval dataset (ReQA style) from a SQuAD 1.1 JSON FILE.
 

@@ -82,10 +82,16 @@ def deploy(model_id, wait_s, **connection) -> None:
     click.echo(f"{model_id}: {task.get('state')} on {', '.join(task.get('worker_node') or [])}")
 
 
-@mlcommons.command("ingest-pipeline")
-@opensearch_options
-@click.argument("model_id")
-@click.option("--name", required=True, help="Ingest pipeline name, e.g. hqpr-embed.")
+def _pipeline_command(name: str, kind: str, example: str):
+    """``mlcommons NAME MODEL_ID --name P``: a command that creates one pipeline around a model."""
+    def wrap(func):
+        func = click.option("--name", required=True, help=f"{kind} pipeline name, e.g. {example}.")(func)
+        func = click.argument("model_id")(func)
+        return mlcommons.command(name)(opensearch_options(func))
+    return wrap
+
+
+@_pipeline_command("ingest-pipeline", "Ingest", "hqpr-embed")
 @click.option("--source", default="text", show_default=True, help="Field holding the question text.")
 @click.option("--target", default="embedding", show_default=True, help="knn_vector field to fill.")
 @friendly_errors
@@ -102,10 +108,7 @@ def ingest_pipeline(model_id, name, source, target, **connection) -> None:
     click.echo(f"ingest pipeline {name}: {source} -> {target} with model {model_id}")
 
 
-@mlcommons.command("rerank-pipeline")
-@opensearch_options
-@click.argument("model_id")
-@click.option("--name", required=True, help="Search pipeline name, e.g. hqpr-rerank.")
+@_pipeline_command("rerank-pipeline", "Search", "hqpr-rerank")
 @click.option("--field", default="text", show_default=True, help="Document field the cross-encoder reads.")
 @friendly_errors
 def rerank_pipeline(model_id, name, field, **connection) -> None:

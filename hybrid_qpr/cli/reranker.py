@@ -9,6 +9,21 @@ import click
 from hybrid_qpr.cli._common import friendly_errors
 
 
+def mining_options(func):
+    """How hard negatives are mined for paraphrase datasets: ``--max-clusters``, ``--mine-depth``, ``--miner-model``."""
+    options = [
+        click.option("--max-clusters", type=int, default=2000, show_default=True,
+                     help="Paraphrase clusters taken from each paraphrase dataset (seeded sample)."),
+        click.option("--mine-depth", type=int, default=10, show_default=True,
+                     help="Paraphrase datasets: BM25 and kNN hits per cluster searched for hard negatives."),
+        click.option("--miner-model", type=click.Path(exists=True, file_okay=False), default=None,
+                     help="Encoder for mining kNN hard negatives. [default: the bundled model]"),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 @click.group()
 def reranker() -> None:
     """Train and export a cross-encoder reranker (the second stage of --reranker DIR)."""
@@ -31,12 +46,7 @@ def reranker() -> None:
               help="The question's share of --max-length; the candidate is cut first.")
 @click.option("--batch-size", type=int, default=4, show_default=True, help="Questions per step.")
 @click.option("--negatives", type=int, default=7, show_default=True, help="Wrong texts per question per step.")
-@click.option("--max-clusters", type=int, default=2000, show_default=True,
-              help="Question clusters taken from each paraphrase dataset (seeded sample).")
-@click.option("--mine-depth", type=int, default=10, show_default=True,
-              help="Paraphrase datasets: BM25 and kNN hits per cluster searched for hard negatives.")
-@click.option("--miner-model", type=click.Path(exists=True, file_okay=False), default=None,
-              help="Encoder for mining kNN hard negatives. [default: the bundled model]")
+@mining_options
 @click.option("--dev-max-questions", type=int, default=None, help="Evaluate on a seeded sample of the dev questions. [default: all]")
 @click.option("--steps", type=int, default=1000, show_default=True, help="Optimizer steps.")
 @click.option("--lr", type=float, default=2e-5, show_default=True, help="AdamW learning rate (linear warm-up then decay).")
