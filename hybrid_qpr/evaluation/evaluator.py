@@ -123,7 +123,7 @@ def evaluate(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[s
     filters = {q: merge_filters(shared, (query_filters or {}).get(q)) for q in queries}
     # With a reranker each mode is reported alone and as "<mode>+reranker" (its top
     # reranker_depth re-scored by the cross-encoder).
-    reranker = getattr(searcher, "reranker", None)
+    reranker = searcher.reranker
     stages = [(mode, 0) for mode in modes] if reranker is None else \
         [(mode, depth) for mode in modes for depth in (0, searcher.reranker_depth)]
     out: dict[str, dict[str, Any]] = {}

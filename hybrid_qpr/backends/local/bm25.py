@@ -274,23 +274,20 @@ def _scratch(n_docs: int) -> np.ndarray:
 def compile_once(cache: list, namespace: dict, kernel: str, helpers: Sequence[str]):
     """``namespace[kernel]`` compiled by numba on first use (cached on disk, the GIL released),
     its ``helpers`` compiled in ``namespace`` first (compiled code calls compiled functions
-    only); kept in ``cache``. ``None`` when numba is not installed. Under a lock: reader threads
-    may ask at once."""
-    with _KERNEL_LOCK:
-        return _compile(cache, namespace, kernel, helpers)
-
-
-def _compile(cache: list, namespace: dict, kernel: str, helpers: Sequence[str]):
+    only); kept in ``cache``. ``None`` when numba is not installed. Built once under a lock
+    (reader threads may ask at once); every later query reads ``cache`` without it."""
     if not cache:
-        try:
-            import numba
-        except ImportError:
-            cache.append(None)
-        else:
-            jit = numba.njit(cache=True, nogil=True)
-            for name in helpers:
-                namespace[name] = jit(namespace[name])
-            cache.append(jit(namespace[kernel]))
+        with _KERNEL_LOCK:
+            if not cache:
+                try:
+                    import numba
+                except ImportError:
+                    cache.append(None)
+                else:
+                    jit = numba.njit(cache=True, nogil=True)
+                    for name in helpers:
+                        namespace[name] = jit(namespace[name])
+                    cache.append(jit(namespace[kernel]))
     return cache[0]
 
 
