@@ -7,6 +7,7 @@ import click
 from hybrid_qpr.cli._common import cluster_options, friendly_errors
 from hybrid_qpr.cli._backend import model_option, reranker_options
 from hybrid_qpr.cli._tasks import task_options
+from hybrid_qpr.evaluation.evaluator import RERANKER_DEPTHS
 from hybrid_qpr.fusion import DEFAULT_DEPTH
 
 
@@ -19,7 +20,7 @@ from hybrid_qpr.fusion import DEFAULT_DEPTH
 @click.option("--depth", type=click.IntRange(min=1), default=None, help="Candidates per list before fusion (stored with the tuned fusion). "
               f"[default: {DEFAULT_DEPTH}, or the task's retrieve depth where larger (answer selection: 100)]")
 @click.option("--dry-run", is_flag=True, help="Print the result without storing it as the index default.")
-@click.option("--reranker-depths", default="10,20,50", show_default=True,
+@click.option("--reranker-depths", default=",".join(map(str, RERANKER_DEPTHS)), show_default=True,
               help="With --reranker: the depths tried (comma-separated).")
 @task_options
 @model_option
