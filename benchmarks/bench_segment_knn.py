@@ -11,8 +11,10 @@ Steps::
 ``query``   p50/p99 ms of ``knn(vector, --k)`` on each index (query vectors encoded
             beforehand, one query at a time), in ``--rounds`` rounds alternating between the
             indexes, and each index's recall@k against exact search over its live vectors.
-``add``     as ``bench_segments.py add``: opening the index and ingesting ``add.jsonl``
-            (1,000 documents), then deleting them again so the index can be measured again.
+
+Adding 1,000 documents to the 10-segment index is timed by ``bench_segments.py add`` (opening
+the index and ingesting ``add.jsonl``; the manifest's ``vector_base`` record shows whether the
+graph was touched).
 
 Usage (numbers in docs/search.md, "One vector index across segments")::
 
@@ -20,7 +22,7 @@ Usage (numbers in docs/search.md, "One vector index across segments")::
     python benchmarks/bench_segment_knn.py layout data/seg-bench/idx --out WORKDIR/merged --segments 1
     python benchmarks/bench_segment_knn.py layout data/seg-bench/idx --out WORKDIR/hnsw10 --segments 10 --faiss hnsw
     python benchmarks/bench_segment_knn.py query WORKDIR/base10 WORKDIR/merged WORKDIR/hnsw10 --queries data/seg-bench/queries.txt
-    python benchmarks/bench_segment_knn.py add WORKDIR/base10 --docs data/seg-bench/add.jsonl
+    python benchmarks/bench_segments.py add WORKDIR/base10 --docs data/seg-bench/add.jsonl
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ import numpy as np
 
 from hybrid_qpr.backends.local import LocalIndex
 from hybrid_qpr.backends.local.writer import read_live_rows
-from hybrid_qpr.data.documents import iter_documents
 from hybrid_qpr.distance import prepare_vectors, score_from_faiss
 from hybrid_qpr.encoders import Encoder
 from hybrid_qpr.errors import require
@@ -130,24 +131,6 @@ def bench_query(paths: list[Path], queries_path: Path, limit: int, k: int, round
     return out
 
 
-def bench_add(index_dir: Path, docs_path: Path) -> dict:
-    docs = [doc for _, doc in iter_documents(docs_path)]
-    start = time.perf_counter()
-    index = LocalIndex.open(index_dir)
-    encoder = Encoder.load(index.model_dir)
-    base_before = index.manifest.get("vector_base")
-    opened = time.perf_counter()
-    report = index.ingest(docs, encoder, show_progress=False)
-    done = time.perf_counter()
-    result = {"documents_before": index.count() - report.indexed, "added": report.indexed,
-              "open_and_model_s": round(opened - start, 3), "ingest_s": round(done - opened, 3),
-              "total_s": round(done - start, 3), "segments": len(index.segments),
-              "vector_base_unchanged": base_before == index.manifest.get("vector_base"),
-              "peak_rss_mb": peak_rss_mb()}
-    index.delete([doc.id for doc in docs])
-    return result
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="step", required=True)
@@ -162,16 +145,11 @@ def main() -> None:
     query.add_argument("--limit", type=int, default=300)
     query.add_argument("--k", type=int, default=10)
     query.add_argument("--rounds", type=int, default=3)
-    add = sub.add_parser("add")
-    add.add_argument("index", type=Path)
-    add.add_argument("--docs", type=Path, required=True)
     args = parser.parse_args()
     if args.step == "layout":
         result = build_layout(args.source, args.out, args.segments, args.faiss)
-    elif args.step == "query":
-        result = bench_query(args.indexes, args.queries, args.limit, args.k, args.rounds)
     else:
-        result = bench_add(args.index, args.docs)
+        result = bench_query(args.indexes, args.queries, args.limit, args.k, args.rounds)
     print(json.dumps(result, indent=2))
 
 
