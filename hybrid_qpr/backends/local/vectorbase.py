@@ -156,8 +156,8 @@ class VectorBase:
         self._bitmap = None if self.live == len(live) else np.packbits(live, bitorder="little")
         self._selector = None
         if self._bitmap is not None:  # keeps a pointer into ``_bitmap``, which lives as long as it
-            self._selector = require("faiss", feature="the local index").IDSelectorBitmap(
-                len(self._bitmap), require("faiss", feature="the local index").swig_ptr(self._bitmap))
+            faiss = require("faiss", feature="the local index")
+            self._selector = faiss.IDSelectorBitmap(len(self._bitmap), faiss.swig_ptr(self._bitmap))
         self._graph = graph or _Graph(index_path / SEGMENTS_DIR / self.name / GRAPH_FILE, record, index_path)
         self.index_path = index_path
 
