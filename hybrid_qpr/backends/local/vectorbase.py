@@ -270,13 +270,13 @@ def next_base(index_path: Path, old: dict[str, Any] | None, entries: Sequence[di
         graph = _committed_graph(index_path, old, dim)
     if graph is None:  # no graph yet, nothing of it live, dead nodes at least half, or the graph is unusable
         ranges, new = [], wanted
-    added = np.concatenate([_segment_vectors(index_path, e, dim) for e in new]).astype(np.float32, copy=False)
-    if graph is None:
-        graph = build_faiss(np.ascontiguousarray(added), distance, faiss_factory(len(added), "hnsw"))
-    else:
-        graph.hnsw.efConstruction = EF_CONSTRUCTION
-        graph.add(np.ascontiguousarray(added))
-    del added
+    for entry in new:  # one segment at a time: the graph holds the only full copy of the vectors
+        vectors = np.ascontiguousarray(_segment_vectors(index_path, entry, dim), dtype=np.float32)
+        if graph is None:
+            graph = build_faiss(vectors, distance, faiss_factory(len(vectors), "hnsw"))
+        else:
+            graph.hnsw.efConstruction = EF_CONSTRUCTION
+            graph.add(vectors)
     ranges += [[e["name"], int(e["count"])] for e in new]
     faiss = require("faiss", feature="the local index")
     storage = faiss.downcast_index(graph.storage)
