@@ -55,6 +55,8 @@ def test_base_segments_share_one_graph_and_lists_equal_exact_search(based, tmp_p
     vector = committed_encoder.encode([QUERIES[0]], show_progress=False)[0]
     assert based.bm25_and_knn(QUERIES[0], vector, 25)[1] == based.knn(vector, 25)
     assert check_index(based.path).problems == []
+    based.set_search_settings(ef_search=20)  # query --ef-search: the graph is searched with it
+    assert based.base.ef_search == 20 and record["ef_search"] >= 1  # the measured value stays stored
 
 
 def test_small_ingest_leaves_the_graph_alone_and_is_searched_exactly(based, committed_encoder):
