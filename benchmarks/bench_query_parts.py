@@ -41,6 +41,7 @@ from hybrid_qpr.backends.local import LocalIndex, blockmax
 from hybrid_qpr.backends.local import bm25 as bm25_lib
 from hybrid_qpr.backends.local.ranking import Candidates as SegmentRows
 from hybrid_qpr.backends.local.ranking import merge_ranked
+from hybrid_qpr.backends.local.vectorbase import knn_units
 from hybrid_qpr.backends.local.vectors import one_thread
 from hybrid_qpr.data.documents import iter_documents
 from hybrid_qpr.distance import prepare_vectors
@@ -140,8 +141,11 @@ def main() -> None:
 
     def vector_index(i: int) -> None:
         with one_thread():
-            for seg in index.segments:
-                seg.faiss.search(prepared[i:i + 1], depth)
+            for unit in knn_units(index.segments, index.base):  # the vector base is one search for its segments
+                if unit is index.base:
+                    unit.candidates(prepared[i:i + 1], depth, index.distance)
+                else:
+                    unit.faiss.search(prepared[i:i + 1], depth)
 
     steps.update({
         "vector index": vector_index,

@@ -37,6 +37,7 @@ import numpy as np
 from _common import read_queries, repo_relative
 from hybrid_qpr.artifacts import write_json
 from hybrid_qpr.backends.local import LocalIndex
+from hybrid_qpr.backends.local.segment import BASE_FACTORY
 from hybrid_qpr.backends.local.vectors import build_faiss, calibrate_ef
 from hybrid_qpr.distance import prepare_vectors
 from hybrid_qpr.encoders import Encoder
@@ -88,10 +89,12 @@ def engine_recall(index: LocalIndex, queries: np.ndarray, efs: list[int], calibr
            for h in seg.ids_at(np.arange(seg.count) if seg.deleted is None else np.flatnonzero(~seg.deleted))]
     truth_ids = [[ids[r] for r in row] for row in truth]
     default = index.search_settings.ef_search  # None: each segment's calibrated efSearch
-    calibrated = [seg.ef_search for seg in index.segments if hasattr(seg.faiss, "hnsw")]
+    # segments in the vector base have no graph of their own: the base's efSearch stands for them
+    graphs = [seg for seg in index.segments if seg.entry["factory"] != BASE_FACTORY and hasattr(seg.faiss, "hnsw")]
+    calibrated = [seg.ef_search for seg in graphs] + ([index.base.ef_search] if index.base else [])
     if calibrate:  # segments built before calibration: what calibrate_ef would choose for them
         calibrated = [calibrate_ef(seg.faiss, np.ascontiguousarray(seg.vectors, dtype=np.float32), index.distance)
-                      for seg in index.segments if hasattr(seg.faiss, "hnsw")]
+                      for seg in graphs]
         print(json.dumps({"calibrated_ef_search": calibrated}), flush=True)
     rows = []
     settings = [(default, True)] if not calibrate else [(max(calibrated, default=default), True)]

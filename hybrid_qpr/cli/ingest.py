@@ -23,9 +23,10 @@ SHOW_SKIPPED = 20
 @click.option("--id-column", default="id", show_default=True,
               help="Field or column holding the id (BEIR '_id' is found too). Records without one get an id derived from their text.")
 @click.option("--faiss", "faiss_kind", type=click.Choice(FAISS_KINDS), default=FAISS_KINDS[0], show_default=True,
-              help="Local vector index when the index is created, per segment: auto = exact Flat below 20,000 "
-                   "documents, else HNSW32 (both chosen by measured recall >= 0.95 of the exact top 10: "
-                   "docs/search.md); ivf = IVF{4*sqrt(N)},Flat.")
+              help="Local vector index when the index is created: auto = exact Flat for segments below 20,000 "
+                   "documents, the larger ones sharing one HNSW32 graph (the vector base; both chosen by measured "
+                   "recall >= 0.95 of the exact top 10: docs/search.md); hnsw = an HNSW32 graph per segment; "
+                   "ivf = IVF{4*sqrt(N)},Flat per segment.")
 @click.option("--bm25", "bm25_impl", type=click.Choice(BM25_IMPLS), default=BM25_IMPLS[0], show_default=True,
               help="Local BM25 scorer when the index is created: builtin (per-segment postings, corpus-wide "
                    "statistics) or rank-bm25 (a reference for benchmarks, much slower per query).")

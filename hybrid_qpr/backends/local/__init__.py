@@ -7,7 +7,8 @@ a metadata filter matches; ``commit.py`` the manifest commit (and
 its checksum), the writer lock and the cleanup of dead writers' leftovers; ``merge.py`` the
 size-tiered merge policy; ``bm25.py`` BM25 with
 corpus-wide statistics over per-segment postings; ``blockmax.py`` its compiled top-k (block-max
-MaxScore, exact); ``vectors.py`` the FAISS part;
+MaxScore, exact); ``vectors.py`` the FAISS part; ``vectorbase.py`` the one HNSW graph that the
+large segments of an ``auto`` index share;
 ``check.py`` the full verification behind ``hybrid-qpr index check``.
 """
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from hybrid_qpr.backends.local.commit import FORMAT, FORMAT_VERSION, MANIFEST, WriteLock, manifest_problem, referenced
 from hybrid_qpr.backends.local.storage import access_refusal
-from hybrid_qpr.backends.local.segment import DOCS_DB, SEGMENTS_DIR, Segment, file_problems, fix_for
+from hybrid_qpr.backends.local.segment import BASE_FACTORY, DOCS_DB, SEGMENTS_DIR, Segment, file_problems, fix_for
+from hybrid_qpr.backends.local.vectorbase import BASE_KEY, GRAPH_FILE, base_fix, base_problems, read_graph
 from hybrid_qpr.backends.local.vectors import SearchSettings
 from hybrid_qpr.errors import IndexDamagedError, IndexStorageError
 
@@ -91,7 +92,8 @@ def check_index(path: str | Path) -> CheckReport:
                 if quick != [("ok",)]:
                     report.problems.append(Problem(f"{seg.rel(DOCS_DB)} fails SQLite's integrity check "
                                                    f"({quick[0][0]})", fix_for(DOCS_DB, path)))
-                seg.faiss  # noqa: B018  (reading it checks vector count and dims)
+                if seg.entry.get("factory") != BASE_FACTORY:  # base segments: the base is checked below
+                    seg.faiss  # noqa: B018  (reading it checks vector count and dims)
                 _check_postings(seg, report, path)
                 rows = [r[0] for r in seg.sql("SELECT id FROM docs ORDER BY pos")]
                 live = rows if seg.deleted is None else [i for i, d in zip(rows, seg.deleted) if not d]
@@ -102,6 +104,7 @@ def check_index(path: str | Path) -> CheckReport:
                 seg.close()
         except (IndexDamagedError, IndexStorageError) as exc:
             report.problems.append(Problem(getattr(exc, "problem", str(exc)), getattr(exc, "fix", REBUILD)))
+    _check_base(path, manifest, report)
     if duplicates:
         report.problems.append(Problem(f"{duplicates} ids are live in more than one segment",
                                        f"run 'hybrid-qpr index optimize {path}'"))
@@ -110,6 +113,19 @@ def check_index(path: str | Path) -> CheckReport:
                                        f"{report.documents}", f"run 'hybrid-qpr index optimize {path}'"))
     _notes(path, manifest, report)
     return report
+
+
+def _check_base(path: Path, manifest: dict, report: CheckReport) -> None:
+    """The vector base: its record, file size and CRC32, then its node count and dims."""
+    problems = base_problems(path, manifest, checksums=True)
+    record = manifest.get(BASE_KEY)
+    if not problems and record:
+        try:
+            with open(path / SEGMENTS_DIR / record["name"] / GRAPH_FILE, "rb") as handle:
+                read_graph(handle, record, path, int(manifest["model"]["dim"]), sum(int(c) for _, c in record["ranges"]))
+        except IndexDamagedError as exc:
+            problems = [exc.problem]
+    report.problems.extend(Problem(problem, base_fix(path)) for problem in problems)
 
 
 def _check_postings(seg: Segment, report: CheckReport, path: Path) -> None:

@@ -161,8 +161,11 @@ def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
 
 
 def referenced(manifest: dict[str, Any]) -> set[str]:
-    """Paths (relative to the index) that ``manifest`` uses: segment directories and tombstone files."""
+    """Paths (relative to the index) that ``manifest`` uses: segment directories, tombstone
+    files and the vector base's directory."""
     out = set()
+    if manifest.get("vector_base"):
+        out.add(f"{SEGMENTS_DIR}/{manifest['vector_base']['name']}")
     for entry in manifest.get("segments", []):
         out.add(f"{SEGMENTS_DIR}/{entry['name']}")
         if entry.get("deletions"):

@@ -7,12 +7,13 @@ Layout::
                     of segments with each file's size and CRC32
     write.lock      the single-writer lock (holds the writer's pid)
     segments/<name>/  one immutable segment per ingest (or merge); see ``segment.py``
+    segments/v<gen>-<hex>/  the vector base: one HNSW graph over the large segments (``vectorbase.py``)
 
 An ingest appends a new segment (only new or changed texts are encoded; nothing existing is
 rewritten) and writes tombstones for the rows it replaces; a delete writes tombstones only.
 A search runs over every segment and merges the per-segment lists exactly: BM25 with
-corpus-wide statistics (``bm25.py``), kNN by FAISS per segment (exact ``Flat`` below 50,000
-vectors per segment), ties broken by id. Small segments are merged by size tier after each
+corpus-wide statistics (``bm25.py``), kNN by one search of the vector base plus an exact
+``Flat`` search of each small segment (``hnsw``/``ivf`` indexes: FAISS per segment), ties broken by id. Small segments are merged by size tier after each
 write (``merge.py``) and all at once by ``optimize``. See ``commit.py`` for how a write is
 made atomic and how concurrent writers are kept apart, and ``matching.py`` for what a
 metadata filter matches (filters select the rows first; BM25 and exact kNN rank only those).
@@ -41,13 +42,14 @@ from hybrid_qpr.backends.local.commit import (FORMAT, FORMAT_VERSION, LOCK_FILE,
 from hybrid_qpr.backends.local.matching import index_fields, matching_rows
 from hybrid_qpr.backends.local.merge import plan_merge
 from hybrid_qpr.backends.local.ranking import Candidates, SegmentQueue, faiss_candidates, knn_worker, merge_ranked, settled
-from hybrid_qpr.backends.local.segment import SEGMENTS_DIR, Segment, file_problems, write_segment
+from hybrid_qpr.backends.local.segment import BASE_FACTORY, SEGMENTS_DIR, Segment, file_problems, write_segment
 from hybrid_qpr.backends.local.storage import access_refusal
+from hybrid_qpr.backends.local.vectorbase import BASE_KEY, VectorBase, base_problems, knn_units, next_base
 from hybrid_qpr.backends.local.vectors import FAISS_KINDS, FLAT_THRESHOLD, FaissKind, SearchSettings, faiss_factory
 from hybrid_qpr.backends.local.writer import (IngestWriter, LiveRows, check_output_dim, knn_note, read_live_rows,
                                               with_deletions)
 from hybrid_qpr.distance import Distance, check_distance, prepare_vectors, similarity
-from hybrid_qpr.errors import ConfigError, IndexDamagedError, IndexStorageError, ModelMismatchError, require
+from hybrid_qpr.errors import ConfigError, IndexDamagedError, IndexStorageError, ModelMismatchError
 from hybrid_qpr.text import tokenize
 from hybrid_qpr.types import Document, Filters, Hit
 
@@ -88,6 +90,7 @@ class LocalIndex:
             raise ConfigError(f"bm25={self.bm25_impl!r}: allowed values are {', '.join(BM25_IMPLS)}")
         self._lock = WriteLock(self.path)
         self.segments: list[Segment] = []
+        self.base: VectorBase | None = None  # one HNSW graph over the large segments (vectorbase.py)
         self._search_override: SearchSettings | None = None
         if load:
             self._load_segments()
@@ -170,6 +173,8 @@ class LocalIndex:
         self._search_override = SearchSettings(nprobe or current.nprobe, ef_search or current.ef_search)
         for seg in self.segments:
             seg.set_search(self._search_override)
+        if self.base is not None:
+            self.base.search = self._search_override
 
     def _load_segments(self) -> None:
         """(Re)build the segment readers for ``self.manifest``, keeping unchanged ones."""
@@ -192,6 +197,7 @@ class LocalIndex:
             if fresh.get(seg.name) is not seg:
                 seg.close()
         self.segments = [fresh[e["name"]] for e in self.manifest["segments"]]
+        self.base = VectorBase.open(self.path, self.manifest, self.segments, self.dim, search, self.base)
         self._stats: bm25_lib.CorpusStats | None = None
         self._rank_bm25 = None
 
@@ -287,28 +293,10 @@ class LocalIndex:
 
     def _bm25_scores(self, tokens: list[str]) -> list[np.ndarray]:
         """BM25 score of every row of every segment (deleted rows 0)."""
-        if self.bm25_impl == "rank-bm25":
-            return self._rank_bm25_scores(tokens)
+        if self.bm25_impl == "rank-bm25":  # the reference for benchmarks: built once per commit
+            scores, self._rank_bm25 = bm25_lib.rank_bm25_scores(self.segments, tokens, self._rank_bm25)
+            return scores
         return bm25_lib.score_segments(self._bm25_parts(), tokens, self._stats, self._weights)
-
-    def _rank_bm25_scores(self, tokens: list[str]) -> list[np.ndarray]:
-        """rank-bm25 (for benchmarks): one BM25Okapi over the live texts, rebuilt on open."""
-        if self._rank_bm25 is None:
-            rank_bm25 = require("rank_bm25", extra="bench", feature="rank-bm25 search")
-            live = [np.flatnonzero(~s.deleted) if s.deleted is not None else np.arange(s.count) for s in self.segments]
-            texts = [t for s, rows in zip(self.segments, live)
-                     for t in np.asarray([r[0] for r in s.sql("SELECT text FROM docs ORDER BY pos")], dtype=object)[rows]]
-            model = rank_bm25.BM25Okapi([tokenize(t) or [""] for t in texts], k1=bm25_lib.BM25_K1, b=bm25_lib.BM25_B)
-            self._rank_bm25 = (model, live)
-        model, live = self._rank_bm25
-        flat = np.asarray(model.get_scores(tokens), dtype=np.float32) if sum(map(len, live)) else np.zeros(0, np.float32)
-        out, start = [], 0
-        for seg, rows in zip(self.segments, live):
-            scores = np.zeros(seg.count, dtype=np.float32)
-            scores[rows] = flat[start:start + len(rows)]
-            start += len(rows)
-            out.append(scores)
-        return out
 
     def _bounded(self, depth: int) -> int:
         """``depth`` clamped to the documents the index holds: a list is never longer, and
@@ -340,7 +328,8 @@ class LocalIndex:
         depth = self._bounded(depth)
         allowed = self.matching(filters)
         if allowed is None:
-            found = faiss_candidates(self.segments, query, depth, SegmentQueue(self.segments), self.distance)
+            units = knn_units(self.segments, self.base)
+            found = faiss_candidates(units, query, depth, SegmentQueue(units), self.distance)
             return merge_ranked(settled(found, query, depth, self.distance), depth)
         found = []
         for seg, rows in zip(self.segments, allowed):
@@ -370,19 +359,20 @@ class LocalIndex:
             return [], []
         if filters:  # filtered lists are exact scans over the matching rows: no FAISS call to overlap
             return self.bm25(query, depth, filters), self.knn(vector_of(), depth, filters)
-        segments = SegmentQueue(self.segments)
+        units = knn_units(self.segments, self.base)
+        segments = SegmentQueue(units)
         ready: list[np.ndarray] = []  # the prepared query vector, once the worker has it
 
         def knn_half() -> list[Candidates]:
             ready.append(self._knn_query(vector_of()))
-            return faiss_candidates(self.segments, ready[0], depth, segments, self.distance)
+            return faiss_candidates(units, ready[0], depth, segments, self.distance)
 
         pending = knn_worker().submit(knn_half)
         helped: list[Candidates] = []
         try:
             bm25_hits = self.bm25(query, depth)
             if ready:  # never wait for the encoding here: the worker searches whatever is left
-                helped = faiss_candidates(self.segments, ready[0], depth, segments, self.distance)
+                helped = faiss_candidates(units, ready[0], depth, segments, self.distance)
         finally:
             found = pending.result()
         return bm25_hits, merge_ranked(settled(found + helped, ready[0], depth, self.distance), depth)
@@ -410,6 +400,8 @@ class LocalIndex:
     def close(self) -> None:
         for seg in self.segments:
             seg.close()
+        if self.base is not None:
+            self.base.close()
 
     # ------------------------------------------------------------------ writes
     @contextlib.contextmanager
@@ -437,6 +429,7 @@ class LocalIndex:
             new["fusion"] = fusion
         if next_segment is not None:
             new["next_segment"] = next_segment
+        new[BASE_KEY] = next_base(self.path, old.get(BASE_KEY), new["segments"], self.dim, self.distance, new["generation"])
         new["versions"] = _versions()
         new["updated"] = _now()
         now_used = referenced(new)
@@ -451,6 +444,8 @@ class LocalIndex:
         """Write segment number ``counter`` of these rows, with the FAISS index the index's stored
         choice gives its size, and return its manifest entry (a later ``commit`` names it)."""
         factory = faiss_factory(len(ids), self.manifest["faiss"].get("kind", "auto"), self._flat_threshold)
+        if factory != "Flat" and self.manifest["faiss"].get("kind", "auto") == "auto":
+            factory = BASE_FACTORY  # searched through the index's vector base (vectorbase.py)
         return write_segment(self.path / SEGMENTS_DIR, f"s{counter:06d}-{secrets.token_hex(3)}", ids, texts, metadata,
                              vectors, self.distance, factory)
 
@@ -562,7 +557,8 @@ class LocalIndex:
                     logger.warning("dropping segment %s: %s", entry["name"], exc)
                     dropped.append(f"{entry['name']} ({int(entry['count']) - int(entry.get('deleted', 0))} documents)")
             untouched = (before == 1 and not dropped and not manifest["segments"][0].get("deleted")
-                         and not file_problems(self.path, manifest["segments"][0], checksums=True))
+                         and not file_problems(self.path, manifest["segments"][0], checksums=True)
+                         and not base_problems(self.path, manifest, checksums=True))
             self.close()
             self.segments = []  # the old readers may not open (damage); the commit reloads
             if before and not untouched:

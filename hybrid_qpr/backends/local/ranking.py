@@ -118,7 +118,7 @@ def faiss_candidates(segments: Sequence["Segment"], query: np.ndarray, depth: in
                      distance: Distance) -> list[Candidates]:
     """The live rows among each segment's FAISS hits, for the segments this thread takes
     from ``queue`` (several threads may share
-    it). With one segment it is asked for ``depth`` (plus its deleted rows). With several,
+    it; the index's vector base is one of them, searched once for all its segments). With one segment it is asked for ``depth`` (plus its deleted rows). With several,
     each is first asked only for its share (the optimistic per-segment k of Lucene 10's
     multi-segment kNN): twice ``depth`` times its fraction of the live documents, plus 10,
     with efSearch times (that k / the full k) ** ``SHARE_EF_POWER``. A segment whose whole
@@ -127,6 +127,9 @@ def faiss_candidates(segments: Sequence["Segment"], query: np.ndarray, depth: in
     found = []
     live_total = max(1, sum(seg.live for seg in segments))
     while (seg := queue.take()) is not None:
+        if getattr(seg, "is_base", False):  # the vector base (vectorbase.py): one graph over many segments
+            found.extend(seg.candidates(query, depth, distance))
+            continue
         full = full_k(seg, depth)
         k, ef = full, seg.ef_search
         if len(segments) > 1:

@@ -45,6 +45,9 @@ from hybrid_qpr.text import tokenize
 SEGMENTS_DIR = "segments"
 DOCS_DB, VECTORS, FAISS_FILE = "docs.sqlite", "vectors.npy", "vectors.faiss"
 SEGMENT_FILES: tuple[str, ...] = (DOCS_DB, VECTORS, FAISS_FILE, *bm25_lib.FILES)
+# the factory of a segment whose vectors are nodes of the index's vector base (``vectorbase.py``):
+# it has no FAISS file of its own
+BASE_FACTORY = "base"
 # checked against their CRC32 whenever a segment is opened for reading (docs/reliability.md:
 # their cost at 1M documents); vectors.npy and vectors.faiss are checked on first use
 OPEN_VERIFIED: tuple[str, ...] = (DOCS_DB, *bm25_lib.FILES)
@@ -146,13 +149,15 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         current = tmp / VECTORS
         np.save(tmp / VECTORS, vectors, allow_pickle=False)
-        graph = build_faiss(vectors, distance, factory)
-        current = tmp / FAISS_FILE
-        faiss.write_index(graph, str(tmp / FAISS_FILE))
-        times[factory] = lap()
-        ef_search = calibrate_ef(graph, vectors, distance) if hasattr(graph, "hnsw") else None
-        if ef_search is not None:
-            times["efSearch calibration"] = lap()
+        ef_search = None
+        if factory != BASE_FACTORY:
+            graph = build_faiss(vectors, distance, factory)
+            current = tmp / FAISS_FILE
+            faiss.write_index(graph, str(tmp / FAISS_FILE))
+            times[factory] = lap()
+            ef_search = calibrate_ef(graph, vectors, distance) if hasattr(graph, "hnsw") else None
+            if ef_search is not None:
+                times["efSearch calibration"] = lap()
         current = tmp / "bm25.*"
         bm25_lib.save_postings(bm25_lib.build_postings(tokenize(t) for t in texts), tmp)
         fields = sorted({key for m in metas if m != "{}" for key in json.loads(m)})
@@ -160,6 +165,8 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
         files = {}
         current = tmp
         for file in SEGMENT_FILES:
+            if file == FAISS_FILE and factory == BASE_FACTORY:
+                continue
             fsync_path(tmp / file)
             files[file] = file_record(tmp / file)
         fsync_path(tmp)
@@ -280,7 +287,8 @@ class Segment:
         # every file is opened (or mapped) now: an open file outlives its unlink on POSIX, so a
         # later commit or merge that removes this segment cannot pull it from under the reader
         self._first_use = threading.Lock()  # the files checked or loaded on first use
-        self._faiss_file = self._load(FAISS_FILE, lambda p: open(p, "rb"))
+        in_base = FAISS_FILE not in (entry.get("files") or {}) and entry.get("factory") == BASE_FACTORY
+        self._faiss_file = None if in_base else self._load(FAISS_FILE, lambda p: open(p, "rb"))
         self._db: sqlite3.Connection | None = None
         try:
             self._open_rest(entry, dim)
@@ -396,6 +404,9 @@ class Segment:
         faiss = require("faiss", feature="the local index")
         record = (self.entry.get("files") or {}).get(FAISS_FILE)
         handle = self._faiss_file  # opened with the segment: the path may be gone by now
+        if handle is None:
+            raise damaged(self.index_path, f"segment {self.name} is searched through the vector base, which the "
+                          "manifest does not name", f"run 'hybrid-qpr index optimize {self.index_path}'")
         if record and checksum(handle) != record["crc32"]:  # a corrupt file can crash FAISS
             raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} has changed since it was written (CRC32 "
                           "mismatch)", fix_for(FAISS_FILE, self.index_path))
@@ -434,6 +445,7 @@ class Segment:
     def close(self) -> None:
         if self._db is not None:
             self._db.close()
-        self._faiss_file.close()
+        if self._faiss_file is not None:
+            self._faiss_file.close()
         if hasattr(self, "_vectors_file"):
             self._vectors_file.close()

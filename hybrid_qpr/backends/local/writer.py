@@ -239,9 +239,15 @@ def knn_note(index: "LocalIndex") -> str | None:
     without HNSW graphs). Read from the manifest entries: loading each FAISS file (and its
     CRC check) only to say this would cost seconds."""
     graphs = [seg.ef_search for seg in index.segments if seg.entry["factory"].startswith("HNSW")]
-    if not graphs:
+    base = index.base
+    if not graphs and base is None:
         return None
     stored = index.search_settings.ef_search
+    if base is not None:
+        shared = sum(base.owns(seg) for seg in index.segments)
+        return (f"kNN: {shared} of {len(index.segments)} segments share one HNSW graph (the vector base, "
+                f"{base.live} live vectors) searched with efSearch {base.ef_search}"
+                + (" (stored)" if stored else ", measured on the graph") + "; the others are searched exactly")
     how = f"stored efSearch {stored}" if stored else f"efSearch {', '.join(map(str, sorted(set(graphs))))}, " \
           "measured on each graph (0.97 of the exact top 10)"
     return f"kNN: {len(graphs)} of {len(index.segments)} segments are HNSW graphs searched with {how}"
