@@ -54,8 +54,7 @@ def crossvae(datasets, out_dir, val_beir, export_dir, quantize, latent, vocab, d
     \b
     Example:
       hybrid-qpr crossvae data/squad data/wikiqa --val-beir data/squad/beir --out runs/crossvae --export models/crossvae
-      hybrid-qpr crossvae data/squad data/wikiqa data/trecqa --val-beir data/squad/beir --out runs/crossvae \
-        --train-encoder --batch-size 16 --lr 2e-5 --max-length 64 --epochs 1 --export models/crossvae --int8
+      hybrid-qpr crossvae data/squad data/wikiqa data/trecqa --val-beir data/squad/beir --out runs/cvae-enc --train-encoder --batch-size 16 --lr 2e-5 --max-length 64 --epochs 1 --export models/cvae-enc --int8
       hybrid-qpr ingest data/squad/beir/corpus.jsonl --index ./squad-cvae --model models/crossvae
     """
     from hybrid_qpr.training.crossvae import CrossVAESettings, train_crossvae
