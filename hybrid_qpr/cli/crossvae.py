@@ -24,36 +24,44 @@ from hybrid_qpr.cli._common import friendly_errors
 @click.option("--decoder-max-tokens", type=int, default=40, show_default=True, help="Tokens each decoder rebuilds per text.")
 @click.option("--epochs", type=int, default=20, show_default=True)
 @click.option("--batch-size", type=int, default=64, show_default=True, help="Pairs per batch (the others are the matching negatives).")
-@click.option("--lr", type=float, default=1e-3, show_default=True)
+@click.option("--lr", type=float, default=1e-5, show_default=True)
 @click.option("--beta", type=float, default=1.0, show_default=True, help="KL weight (reached after --kl-warmup steps).")
 @click.option("--kl-warmup", type=int, default=300, show_default=True, help="Steps of linear KL annealing from 0.")
 @click.option("--lam", type=float, default=1.0, show_default=True, help="Weight of the question-answer matching loss.")
-@click.option("--match-on", type=click.Choice(["samples", "means"]), default="samples", show_default=True,
-              help="Score the matching loss on sampled latents (the paper) or on the latent means.")
+@click.option("--match-on", type=click.Choice(["samples", "means"]), default="means", show_default=True,
+              help="Score the matching loss at the latent means or on sampled latents (the paper; stays near chance).")
+@click.option("--match-loss", type=click.Choice(["softmax", "bce"]), default="softmax", show_default=True,
+              help="Matching loss: softmax over the candidates (ranking) or the paper's binary predictor.")
+@click.option("--hard-negatives", type=int, default=1, show_default=True,
+              help="Labelled wrong sentences of each question added to the matching candidates per step.")
+@click.option("--train-encoder", is_flag=True, help="Fine-tune the pretrained encoder too (slower: no feature cache).")
+@click.option("--max-pairs", type=int, default=None, help="Train on a seeded sample of this many pairs (a time budget).")
 @click.option("--patience", type=int, default=4, show_default=True, help="Stop after this many epochs without a better val MRR.")
 @click.option("--max-minutes", type=float, default=None, help="Stop after the epoch that passes this time budget.")
 @click.option("--max-length", type=int, default=128, show_default=True, help="Backbone tokens per text.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @friendly_errors
 def crossvae(datasets, out_dir, val_beir, export_dir, quantize, latent, vocab, decoder_hidden, decoder_max_tokens, epochs, batch_size, lr, beta, kl_warmup, lam,
-             match_on, patience, max_minutes, max_length, seed) -> None:
+             match_on, match_loss, hard_negatives, train_encoder, max_pairs, patience, max_minutes, max_length, seed) -> None:
     """Train Cross-VAE (Yu et al. 2020) on the train questions of DATASETS (directories written
     by 'dataset from-squad' or 'from-answers') [needs torch and transformers].
 
     Question and answer VAEs whose decoders rebuild the other side, plus a matching loss that
     aligns their latents; answers are retrieved by the cosine of latent means. The encoder is
-    frozen MiniLM + a trainable head per side (see hybrid_qpr/model/crossvae.py for the loss
+    MiniLM (frozen unless --train-encoder) + a trainable head per side (see hybrid_qpr/model/crossvae.py for the loss
     terms, their weights and what is uncertain).
 
     \b
     Example:
       hybrid-qpr crossvae data/squad data/wikiqa --val-beir data/squad/beir --out runs/crossvae --export models/crossvae
+      hybrid-qpr crossvae data/squad data/wikiqa data/trecqa --val-beir data/squad/beir --out runs/cvae-enc --train-encoder --batch-size 16 --lr 2e-5 --max-length 64 --epochs 1 --export models/cvae-enc --int8
       hybrid-qpr ingest data/squad/beir/corpus.jsonl --index ./squad-cvae --model models/crossvae
     """
     from hybrid_qpr.training.crossvae import CrossVAESettings, train_crossvae
 
     settings = CrossVAESettings(latent=latent, vocab=vocab, decoder_hidden=decoder_hidden,
                                 decoder_max_tokens=decoder_max_tokens, epochs=epochs, batch_size=batch_size, lr=lr, beta=beta, kl_warmup=kl_warmup,
-                                lam=lam, match_on_means=match_on == "means", patience=patience, max_minutes=max_minutes, max_length=max_length, seed=seed)
+                                lam=lam, match_on_means=match_on == "means", match_loss=match_loss,
+                                hard_negatives=hard_negatives, train_encoder=train_encoder, max_pairs=max_pairs, patience=patience, max_minutes=max_minutes, max_length=max_length, seed=seed)
     report = train_crossvae(datasets, out_dir, settings, val_beir=val_beir, export_dir=export_dir, quantize=quantize)
     click.echo(json.dumps({k: v for k, v in report.items() if k != "history"}, indent=2))

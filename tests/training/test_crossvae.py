@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -167,3 +168,62 @@ def test_fit_resumes_from_its_checkpoint_and_may_train_longer(tmp_path, one_thre
     with pytest.raises(ConfigError, match="other settings"):
         fit(CrossVAE(12, 30, latent=4, hidden=8, embedding=4, decoder_hidden=8), *arrays,
             dataclasses.replace(longer, lr=1e-2), run_dir=tmp_path)
+
+
+def test_softmax_matching_loss_and_extra_negatives_by_hand():
+    zq = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    za = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])  # row 2: a hard negative, a copy of answer 0
+    loss = matching_loss(zq, za, torch.tensor(2.0), torch.tensor(0.0), "softmax")
+    # row 0: candidates cos (1, 0, 1) -> −log(e²/(2e² + 1)); row 1: cos (0, 1, 0) -> −log(e²/(e² + 2))
+    e2 = math.exp(2.0)
+    expected = 0.5 * (-math.log(e2 / (2 * e2 + 1)) - math.log(e2 / (e2 + 2)))
+    assert loss.item() == pytest.approx(expected, abs=1e-6)
+    bce = matching_loss(zq, za, torch.tensor(1.0), torch.tensor(0.0), "bce")  # 2 positives, 4 negatives
+    # negatives: cos 0 at (0,1), (1,0), (1,2) and 1 at (0,2), the copy
+    pos, neg = math.log1p(math.exp(-1.0)), (3 * math.log(2.0) + math.log1p(math.exp(1.0))) / 4
+    assert bce.item() == pytest.approx(pos + neg, abs=1e-6)
+
+
+def _match_accuracy_after(settings: CrossVAESettings) -> tuple[float, float]:
+    """Mean matching accuracy (top-1 among the batch) of the first and the last epoch on a toy set
+    whose answers are a rotation of their questions, with latent noise as wide as a prior's."""
+    torch.manual_seed(0)
+    qf, af, qt, at = _toy(n=32)
+    arrays = 0.3 * qf, 0.3 * af, qt, at  # |μ| ≈ 1 against noise of norm ≈ 3.5: SQuAD's 5 against 20, scaled down
+    model = CrossVAE(12, 30, latent=12, hidden=16, embedding=8, decoder_hidden=16, match_scale=settings.match_scale)
+    with torch.no_grad():  # σ = 1 per dimension (the prior's), as the KL term keeps it in real runs
+        for head in (model.question_head, model.answer_head):
+            head.logvar.weight.zero_()
+            head.logvar.bias.zero_()
+    history = fit(model, *arrays, settings, show_progress=False)["history"]
+    return history[0]["match_accuracy"], history[-1]["match_accuracy"]
+
+
+def test_matching_term_learns_at_the_means_and_stays_near_chance_on_noisy_samples(one_thread):
+    """The fix pinned: the matching term scored at the means (softmax over the batch) rises far
+    above chance (1/32) in ten epochs; scored on samples whose noise swamps the means (the
+    paper's reading with σ ≈ 1, |μ| small; the KL term keeps them so) it stays low."""
+    base = CrossVAESettings(latent=12, batch_size=32, epochs=10, lr=3e-2, kl_warmup=0, beta=1.0, lam=5.0, patience=1000)
+    first, last = _match_accuracy_after(base)
+    assert last > 0.8 and last > first + 0.3, (first, last)
+    noisy_first, noisy_last = _match_accuracy_after(dataclasses.replace(base, match_on_means=False))
+    assert noisy_last < 0.2, (noisy_first, noisy_last)  # chance: 1/32
+
+
+def test_fit_draws_hard_negatives_as_extra_candidates(one_thread):
+    qf, af, qt, at = _toy(n=8)
+    wrong = af[::-1].copy()  # one wrong answer per pair: another pair's answer
+    negatives = [[i] for i in range(8)]
+    model = CrossVAE(12, 30, latent=4, hidden=8, embedding=4, decoder_hidden=8)
+    settings = CrossVAESettings(latent=4, hidden=8, embedding=4, decoder_hidden=8, batch_size=8, epochs=1, hard_negatives=1)
+    seen = []
+    original = model.loss_terms
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["negative_features"])
+        return original(*args, **kwargs)
+
+    model.loss_terms = spy
+    fit(model, qf, af, qt, at, settings, negative_features=wrong, negatives=negatives, show_progress=False)
+    assert len(seen) == 1 and seen[0].shape == (8, 12)
+    assert sorted(map(tuple, seen[0].tolist())) == sorted(map(tuple, torch.as_tensor(wrong).tolist()))
