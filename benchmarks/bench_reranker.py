@@ -8,7 +8,7 @@ onnxruntime runs, i.e. exactly what ``--reranker`` adds to a search. Several rer
 settings: ``--threads``, ``--run-costs``) are timed *round-robin*, query by query, so a load that
 changes during the run weighs on all of them alike. One warm-up query per depth and variant is
 not counted. Reported: p50/p95/mean ms, the mean pair length and the mean padded tokens computed
-per pair, and the largest score difference from the first run-cost (length-sorted runs against
+per pair, the p50 CPU time, and the largest score difference from the first run-cost (length-sorted runs against
 one run per query).
 
 Example (numbers in docs/reranker.md)::
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import time
 from pathlib import Path
 
@@ -68,18 +69,22 @@ def padded_tokens(reranker, text: str, texts: list[str]) -> tuple[float, float]:
 def time_round_robin(variants: dict, lists, depth: int) -> dict:
     """Per variant: p50/p95/mean ms of ``rerank`` at ``depth``, the variants taking turns per query."""
     ms = {name: [] for name in variants}
+    cpu_ms = {name: [] for name in variants}  # CPU time of this process (all its threads): what the
+    # work costs whatever else shares the cores; with --threads 1, the latency of an idle core
     for name, reranker in variants.items():  # warm-up
         reranker.rerank(lists[0][0], lists[0][1], depth)
     for text, hits in lists:
         for name, reranker in variants.items():
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             reranker.rerank(text, hits, depth)
             ms[name].append((time.perf_counter() - start) * 1000)
+            cpu_ms[name].append((time.process_time() - cpu_start) * 1000)
     rows = {}
     for name, reranker in variants.items():
         tokens = [padded_tokens(reranker, text, [h.text for h in hits[:depth]]) for text, hits in lists]
         rows[name] = {"depth": depth, "queries": len(ms[name]), "p50_ms": float(np.percentile(ms[name], 50)),
                       "p95_ms": float(np.percentile(ms[name], 95)), "mean_ms": float(np.mean(ms[name])),
+                      "cpu_p50_ms": float(np.percentile(cpu_ms[name], 50)),
                       "mean_pair_tokens": float(np.mean([t[0] for t in tokens])),
                       "computed_tokens_per_pair": float(np.mean([t[1] for t in tokens]))}
     return rows
@@ -125,7 +130,7 @@ def main() -> None:
     for directory, threads, run_cost in itertools.product(args.rerankers, map(int, args.threads.split(",")), run_costs):
         name = f"{directory.name} threads={threads or 'default'} runs={'one' if run_cost == ONE_RUN else run_cost}"
         variants[name] = Reranker(directory, threads=threads or None, run_cost=run_cost)
-    results = {}
+    results, load_start = {}, os.getloadavg()  # the machine may be shared: say how busy it was
     for item in args.sets:
         set_name, _, beir = item.partition("=")
         beir_dir = Path(beir)
@@ -133,16 +138,19 @@ def main() -> None:
         lists, corpus = first_stage(beir_dir, args.work, set_name, args.model, split, args.max_queries, max(depths))
         by_depth = {d: time_round_robin(variants, lists, d) for d in depths}
         results[set_name] = {"beir": repo_relative(beir_dir), "split": split, "corpus": corpus,
-                             "score_differences_depth_20": score_differences(variants, lists, 20),
                              "by_variant": {name: [by_depth[d][name] for d in depths] for name in variants}}
+        if len(run_costs) > 1:
+            results[set_name]["score_differences_depth_20"] = score_differences(variants, lists, 20)
+            print(json.dumps(results[set_name]["score_differences_depth_20"]))
         for name in variants:
             for row in results[set_name]["by_variant"][name]:
                 print(f"{set_name:<10} {name:<50} depth {row['depth']:>3}: p50 {row['p50_ms']:6.1f} ms  "
-                      f"p95 {row['p95_ms']:6.1f} ms  ({row['queries']} queries, {row['mean_pair_tokens']:.0f} "
+                      f"p95 {row['p95_ms']:6.1f} ms  CPU p50 {row['cpu_p50_ms']:6.1f} ms  ({row['queries']} queries, {row['mean_pair_tokens']:.0f} "
                       f"tokens per pair, {row['computed_tokens_per_pair']:.0f} computed)")
-        print(json.dumps(results[set_name]["score_differences_depth_20"]))
     report = {"command": command_line(), "rerankers": [repo_relative(d) for d in args.rerankers],
-              "quantization": {name: r.config.get("quantization") for name, r in variants.items()}, "sets": results}
+              "quantization": {name: r.config.get("quantization") for name, r in variants.items()}, "sets": results,
+              "load_average_1_5_15_min": {"start": load_start, "end": os.getloadavg()}}
+    print(f"load average (1, 5, 15 min) at start {load_start}, at end {os.getloadavg()}")
     if args.out:
         write_json(args.out, report)
     else:

@@ -64,24 +64,27 @@ class RerankerSettings:
     max_clusters: int | None = 2000  # question clusters used per cluster dataset (seeded sample)
     mine_depth: int = 10  # hits per retriever searched for hard negatives of a cluster
     miner_model: str | None = None  # encoder for mining kNN negatives; None: the bundled default
-    dev_max_questions: int | None = None  # dev questions evaluated (seeded sample), None = all
     teacher: str | None = None  # a trained cross-encoder directory: distil it (module docstring)
     layers: tuple[int, ...] | None = None  # transformer layers of the teacher (or base) kept; None = all
     distill_weight: float = 1.0
     temperature: float = 1.0
+    dev_max_questions: int | None = None  # dev questions evaluated (seeded sample), None = all
 
     def check(self) -> None:
         if self.loss not in LOSSES:
             raise ConfigError(f"loss={self.loss!r}: allowed values are {', '.join(LOSSES)}")
         check_at_least(self, ("batch_size", "negatives", "max_length", "query_tokens", "mine_depth"))
+        self._check_student()
+
+    def _check_student(self) -> None:
         if self.teacher is not None and self.base_model is not None:
             raise ConfigError("give --teacher or --base-model, not both: a student starts from its teacher's layers")
         if self.temperature <= 0 or self.distill_weight < 0:
             raise ConfigError(f"temperature={self.temperature} must be > 0 and distill_weight="
                               f"{self.distill_weight} >= 0")
-        if self.layers is not None and (not self.layers or list(self.layers) != sorted(set(self.layers))
-                                        or self.layers[0] < 0):
-            raise ConfigError(f"layers={','.join(map(str, self.layers))}: give distinct layer numbers "
+        layers = self.layers
+        if layers is not None and (not layers or list(layers) != sorted(set(layers)) or layers[0] < 0):
+            raise ConfigError(f"layers={','.join(map(str, layers))}: give distinct layer numbers "
                               "in increasing order, from 0")
 
 
