@@ -32,8 +32,6 @@ import numpy as np
 from _common import command_line, repo_relative
 from hybrid_qpr.artifacts import write_json
 
-ONE_RUN = 10**9  # a run cost no split can beat: every query's pairs in one onnxruntime run
-
 
 def first_stage(beir_dir: Path, work: Path, name: str, model: str | None, split: str, max_queries: int, depth: int):
     """(query text, hybrid top ``depth`` results) for up to ``max_queries`` queries of ``split``."""
@@ -116,20 +114,21 @@ def main() -> None:
                                                        "[default: 0 = onnxruntime's default, all cores]")
     parser.add_argument("--run-costs", default=None,
                         help="Reranker run costs in padded tokens, comma-separated variants; 'one' = one run per "
-                             "query [default: the library's]")
+                             "query [default: the library's: one run for int8, 16 for fp32]")
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     from hybrid_qpr.rerankers import Reranker
-    from hybrid_qpr.rerankers.cross_encoder import RUN_COST_TOKENS
+    from hybrid_qpr.rerankers.cross_encoder import ONE_RUN
 
     depths = [int(d) for d in args.depths.split(",")]
-    run_costs = [RUN_COST_TOKENS] if args.run_costs is None else [
+    run_costs = [None] if args.run_costs is None else [  # None: the library's choice for the model
         ONE_RUN if c == "one" else int(c) for c in args.run_costs.split(",")]
     variants = {}
     for directory, threads, run_cost in itertools.product(args.rerankers, map(int, args.threads.split(",")), run_costs):
-        name = f"{directory.name} threads={threads or 'default'} runs={'one' if run_cost == ONE_RUN else run_cost}"
-        variants[name] = Reranker(directory, threads=threads or None, run_cost=run_cost)
+        reranker = Reranker(directory, threads=threads or None, run_cost=run_cost)
+        name = f"{directory.name} threads={threads or 'default'} runs={'one' if reranker.run_cost == ONE_RUN else reranker.run_cost}"
+        variants[name] = reranker
     results, load_start = {}, os.getloadavg()  # the machine may be shared: say how busy it was
     for item in args.sets:
         set_name, _, beir = item.partition("=")

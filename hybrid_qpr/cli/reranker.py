@@ -91,8 +91,9 @@ def distillation_options(func):
 @click.option("--seed", type=int, default=0, show_default=True)
 @friendly_errors
 def train(datasets, dev_dir, out_dir, loss, base_model, pooling, max_length, query_tokens, batch_size, negatives,
-          max_clusters, mine_depth, miner_model, teacher, layers, distill_weight, temperature, dev_max_questions, steps, lr, warmup, eval_every, patience,
-          checkpoint_every, log_every, max_minutes, resume, export_dir, quantize, seed) -> None:
+          max_clusters, mine_depth, miner_model, teacher, layers, distill_weight, temperature, dev_max_questions,
+          steps, lr, warmup, eval_every, patience, checkpoint_every, log_every, max_minutes, resume, export_dir,
+          quantize, seed) -> None:
     """Train a cross-encoder on DATASETS: answer datasets ('dataset from-answers', 'from-squad':
     each question's labelled wrong sentences are its negatives) and paraphrase datasets
     ('dataset build': hard negatives mined with BM25 and kNN outside each cluster) [needs torch].
@@ -102,7 +103,7 @@ def train(datasets, dev_dir, out_dir, loss, base_model, pooling, max_length, que
       hybrid-qpr reranker train data/wikiqa data/trecqa data/squad --dev data/wikiqa --out runs/reranker \\
           --export models/reranker-int8 --int8
       hybrid-qpr reranker train data/wikiqa data/trecqa data/squad --dev data/wikiqa --out runs/student \\
-          --teacher runs/reranker --layers 0,2,4 --export models/reranker-l3-int8 --int8
+          --teacher runs/reranker --layers 1,3,5 --export models/reranker-l3-int8 --int8
     """
     from hybrid_qpr.training.reranker import RerankerSettings, train_reranker
     from hybrid_qpr.training.trainer import TrainerSettings

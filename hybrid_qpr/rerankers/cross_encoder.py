@@ -7,11 +7,15 @@ settings and the sha256 of the tokenizer the model was trained with. Loading che
 a directory that is not a cross-encoder, or whose tokenizer is not the one recorded, is refused
 with a one-line ``ArtifactError``.
 
-The pairs of one query are sorted by length and scored in a few onnxruntime runs of similar
+An fp32 model scores a query's pairs sorted by length, in a few onnxruntime runs of similar
 lengths (:func:`length_runs`), so a short pair is not padded to the longest candidate of the
-query: answer sentences vary from a few words to a paragraph's worth. For an int8 model
-(dynamic quantization scales activations per run) a candidate's score depends slightly on the
-other candidates of its run; the same query over the same hits always gets the same scores.
+query (answer sentences vary from a few words to a paragraph's worth); padding is masked, so
+the scores are those of one run. An int8 model (dynamic quantization scales activations per
+run) scores all pairs of a query in **one** run: scores from runs with different scales rank
+less consistently against each other (measured, TrecQA dev MAP after BM25 / kNN: fp32 0.808 /
+0.831, int8 one run 0.803 / 0.822, int8 length-sorted runs 0.790 / 0.810; docs/reranker.md).
+A candidate's int8 score thus depends slightly on the other candidates of the query; the same
+query over the same hits always gets the same scores.
 """
 
 from __future__ import annotations
@@ -30,9 +34,10 @@ KIND = "cross-encoder"
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUT = "scores"
 DEFAULT_RERANK_DEPTH = 20
-# What one more onnxruntime run costs, in padded tokens (measured on the 3- and 6-layer MiniLM
-# rerankers: a run's fixed cost is about that of a dozen tokens); see length_runs.
+# What one more onnxruntime run is taken to cost, in padded tokens (see length_runs). 4, 16 and 64
+# timed alike on the 6-layer model (docs/reranker.md); 16 keeps the runs per query few.
 RUN_COST_TOKENS = 16
+ONE_RUN = 10**9  # a run cost no cut can beat: every pair of a query in one run (int8 models)
 
 
 def length_runs(lengths: Sequence[int], run_cost: int = RUN_COST_TOKENS) -> list[list[int]]:
@@ -91,12 +96,14 @@ def read_reranker_config(model_dir: str | Path) -> dict[str, Any]:
 class Reranker:
     """Scores (query, text) pairs with an exported cross-encoder; see the module docstring."""
 
-    def __init__(self, model_dir: str | Path, threads: int | None = None, run_cost: int = RUN_COST_TOKENS):
+    def __init__(self, model_dir: str | Path, threads: int | None = None, run_cost: int | None = None):
         from hybrid_qpr.encoders.base import fingerprint, onnx_session
 
         self.model_dir = Path(model_dir)
-        self.run_cost = run_cost  # a huge value scores each query's pairs in one run
         self.config = read_reranker_config(self.model_dir)
+        # None: length-sorted runs for an fp32 graph, one run for an int8 one (module docstring)
+        self.run_cost = run_cost if run_cost is not None else (
+            ONE_RUN if self.config.get("quantization") else RUN_COST_TOKENS)
         tokenizer_path = self.model_dir / ENCODER_TOKENIZER_FILE
         if tokenizer_sha256(tokenizer_path) != self.config["tokenizer_sha256"]:
             raise ArtifactError(f"{tokenizer_path}: not the tokenizer this cross-encoder was trained with (its sha256 "
