@@ -29,6 +29,34 @@ def reranker() -> None:
     """Train and export a cross-encoder reranker (the second stage of --reranker DIR)."""
 
 
+def layer_list(ctx, param, value):
+    """``--layers 0,2,4`` as a tuple of ints (``None`` when not given)."""
+    if value is None:
+        return None
+    try:
+        return tuple(int(part) for part in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: give layer numbers separated by commas, e.g. 0,2,4") from None
+
+
+def distillation_options(func):
+    """A student: ``--teacher``, ``--layers``, ``--distill-weight``, ``--temperature``."""
+    options = [
+        click.option("--teacher", type=click.Path(exists=True, file_okay=False), default=None,
+                     help="Distil this trained cross-encoder (a 'reranker train' run or its model/): the student "
+                          "starts as the teacher cut to --layers and learns its scores as well as the labels."),
+        click.option("--layers", callback=layer_list, default=None,
+                     help="Transformer layers kept, of the teacher (or base model), e.g. 0,2,4. [default: all]"),
+        click.option("--distill-weight", type=float, default=1.0, show_default=True,
+                     help="Weight of the KL loss to the teacher's softmax over each group (with --teacher)."),
+        click.option("--temperature", type=float, default=1.0, show_default=True,
+                     help="Softmax temperature of the distillation loss."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 @reranker.command("train")
 @click.argument("datasets", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
 @click.option("--dev", "dev_dir", type=click.Path(exists=True, file_okay=False), default=None,
@@ -47,6 +75,7 @@ def reranker() -> None:
 @click.option("--batch-size", type=int, default=4, show_default=True, help="Questions per step.")
 @click.option("--negatives", type=int, default=7, show_default=True, help="Wrong texts per question per step.")
 @mining_options
+@distillation_options
 @click.option("--dev-max-questions", type=int, default=None, help="Evaluate on a seeded sample of the dev questions. [default: all]")
 @click.option("--steps", type=int, default=1000, show_default=True, help="Optimizer steps.")
 @click.option("--lr", type=float, default=2e-5, show_default=True, help="AdamW learning rate (linear warm-up then decay).")
@@ -62,8 +91,9 @@ def reranker() -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 @friendly_errors
 def train(datasets, dev_dir, out_dir, loss, base_model, pooling, max_length, query_tokens, batch_size, negatives,
-          max_clusters, mine_depth, miner_model, dev_max_questions, steps, lr, warmup, eval_every, patience,
-          checkpoint_every, log_every, max_minutes, resume, export_dir, quantize, seed) -> None:
+          max_clusters, mine_depth, miner_model, teacher, layers, distill_weight, temperature, dev_max_questions,
+          steps, lr, warmup, eval_every, patience, checkpoint_every, log_every, max_minutes, resume, export_dir,
+          quantize, seed) -> None:
     """Train a cross-encoder on DATASETS: answer datasets ('dataset from-answers', 'from-squad':
     each question's labelled wrong sentences are its negatives) and paraphrase datasets
     ('dataset build': hard negatives mined with BM25 and kNN outside each cluster) [needs torch].
@@ -72,6 +102,8 @@ def train(datasets, dev_dir, out_dir, loss, base_model, pooling, max_length, que
     Example:
       hybrid-qpr reranker train data/wikiqa data/trecqa data/squad --dev data/wikiqa --out runs/reranker \\
           --export models/reranker-int8 --int8
+      hybrid-qpr reranker train data/wikiqa data/trecqa data/squad --dev data/wikiqa --out runs/student \\
+          --teacher runs/reranker --layers 1,3,5 --export models/reranker-l3-int8 --int8
     """
     from hybrid_qpr.training.reranker import RerankerSettings, train_reranker
     from hybrid_qpr.training.trainer import TrainerSettings
@@ -79,7 +111,8 @@ def train(datasets, dev_dir, out_dir, loss, base_model, pooling, max_length, que
     settings = RerankerSettings(loss=loss, base_model=base_model, pooling=pooling, max_length=max_length,
                                 query_tokens=query_tokens, batch_size=batch_size, negatives=negatives,
                                 max_clusters=max_clusters, mine_depth=mine_depth, miner_model=miner_model,
-                                dev_max_questions=dev_max_questions)
+                                dev_max_questions=dev_max_questions, teacher=teacher, layers=layers,
+                                distill_weight=distill_weight, temperature=temperature)
     trainer = TrainerSettings(steps=steps, lr=lr, warmup=warmup, eval_every=eval_every, patience=patience,
                               checkpoint_every=checkpoint_every, log_every=log_every, max_minutes=max_minutes, seed=seed)
     report = train_reranker(list(datasets), dev_dir, out_dir, settings, trainer, resume=resume,

@@ -18,6 +18,13 @@ texts when a question has fewer: a group of ``1 + negatives`` pairs per question
 * ``bce``: binary cross-entropy of every pair's logit against its 0/1 label (monoBERT,
   Nogueira and Cho 2019), on the same pairs.
 
+**Distillation** (``teacher``): the student starts as the teacher (a trained cross-encoder
+directory) cut to ``layers``, the teacher's transformer layers kept in order (e.g. 0,2,4 of 6),
+with its embeddings and scoring head. Each step adds to the label loss ``distill_weight`` x
+T^2 x KL(softmax(teacher / T) || softmax(student / T)) over each group (the listwise
+distillation of Hinton et al. 2015 on the groups above); the teacher scores the same batch in
+eval mode, without gradients. ``layers`` without a teacher cuts the base model the same way.
+
 Dev metric: MAP of each dev question's own candidates ranked by the model (an answer dataset's
 val split, e.g. WikiQA dev), computed by ``hybrid_qpr.evaluation.metrics``.
 """
@@ -57,12 +64,28 @@ class RerankerSettings:
     max_clusters: int | None = 2000  # question clusters used per cluster dataset (seeded sample)
     mine_depth: int = 10  # hits per retriever searched for hard negatives of a cluster
     miner_model: str | None = None  # encoder for mining kNN negatives; None: the bundled default
+    teacher: str | None = None  # a trained cross-encoder directory: distil it (module docstring)
+    layers: tuple[int, ...] | None = None  # transformer layers of the teacher (or base) kept; None = all
+    distill_weight: float = 1.0
+    temperature: float = 1.0
     dev_max_questions: int | None = None  # dev questions evaluated (seeded sample), None = all
 
     def check(self) -> None:
         if self.loss not in LOSSES:
             raise ConfigError(f"loss={self.loss!r}: allowed values are {', '.join(LOSSES)}")
         check_at_least(self, ("batch_size", "negatives", "max_length", "query_tokens", "mine_depth"))
+        self._check_student()
+
+    def _check_student(self) -> None:
+        if self.teacher is not None and self.base_model is not None:
+            raise ConfigError("give --teacher or --base-model, not both: a student starts from its teacher's layers")
+        if self.temperature <= 0 or self.distill_weight < 0:
+            raise ConfigError(f"temperature={self.temperature} must be > 0 and distill_weight="
+                              f"{self.distill_weight} >= 0")
+        layers = self.layers
+        if layers is not None and (not layers or list(layers) != sorted(set(layers)) or layers[0] < 0):
+            raise ConfigError(f"layers={','.join(map(str, layers))}: give distinct layer numbers "
+                              "in increasing order, from 0")
 
 
 @dataclass
@@ -129,6 +152,51 @@ def group_loss(scores: torch.Tensor, group: int, loss: RerankerLoss) -> torch.Te
     return torch.nn.functional.binary_cross_entropy_with_logits(grouped, labels)
 
 
+def distillation_loss(student: torch.Tensor, teacher: torch.Tensor, group: int, temperature: float) -> torch.Tensor:
+    """T^2 x KL(softmax(teacher / T) || softmax(student / T)), averaged over the groups of
+    ``group`` pairs (scores [groups * group]); T^2 keeps the gradient scale independent of T."""
+    log_student = torch.log_softmax(student.view(-1, group) / temperature, dim=-1)
+    log_teacher = torch.log_softmax(teacher.view(-1, group) / temperature, dim=-1)
+    kl = torch.nn.functional.kl_div(log_student, log_teacher, log_target=True, reduction="batchmean")
+    return kl * temperature**2
+
+
+def keep_layers(model, layers: Sequence[int] | None):
+    """Cut ``model``'s transformer (a BERT-like backbone) to ``layers``, in order; returns it."""
+    if layers is None:
+        return model
+    stack = model.backbone.encoder.layer
+    if max(layers) >= len(stack):
+        raise ConfigError(f"layers={','.join(map(str, layers))}: the model has {len(stack)} layers (0 to {len(stack) - 1})")
+    model.backbone.encoder.layer = torch.nn.ModuleList([stack[i] for i in layers])
+    model.backbone.config.num_hidden_layers = len(layers)
+    return model
+
+
+def teacher_dir(path: str | Path) -> Path:
+    """A cross-encoder directory: a saved model, or a 'reranker train' run (its ``model/``)."""
+    from hybrid_qpr.model.cross_encoder import SETTINGS_FILE
+
+    path = Path(path)
+    return path / MODEL_SUBDIR if (path / MODEL_SUBDIR / SETTINGS_FILE).is_file() else path
+
+
+def build_model(settings: RerankerSettings):
+    """The model a run trains: the teacher cut to ``layers`` (it keeps the teacher's head),
+    else the base model (cut to ``layers``) with a fresh head."""
+    from hybrid_qpr.errors import ArtifactError
+    from hybrid_qpr.model.cross_encoder import SETTINGS_FILE, CrossEncoder
+
+    source = None if settings.teacher is None else teacher_dir(settings.teacher)
+    if source is not None and not (source / SETTINGS_FILE).is_file():
+        raise ArtifactError(f"{settings.teacher}: not a trained cross-encoder (no {SETTINGS_FILE}); --teacher needs "
+                            "a 'reranker train' run directory or its model/")
+    model = CrossEncoder.from_dir(source if source is not None else settings.base_model,
+                                  max_length=settings.max_length, query_tokens=settings.query_tokens,
+                                  pooling=settings.pooling)  # type: ignore[arg-type]
+    return keep_layers(model, settings.layers)
+
+
 @torch.no_grad()
 def dev_map(model, records) -> float:
     """MAP of ranking each judged dev question's own candidates by the cross-encoder."""
@@ -169,13 +237,23 @@ def train_reranker(dataset_dirs: Sequence[str | Path], dev_dir: str | Path | Non
     torch.manual_seed(trainer.seed)
     examples = load_examples(dataset_dirs, settings, trainer.seed)
     dev = dev_records(dev_dir, settings.dev_max_questions, trainer.seed) if dev_dir is not None else None
-    model = CrossEncoder.from_dir(settings.base_model, max_length=settings.max_length,
-                                  query_tokens=settings.query_tokens, pooling=settings.pooling)  # type: ignore[arg-type]
+    model = build_model(settings)
+    teacher = None
+    if settings.teacher is not None:
+        teacher = CrossEncoder.from_dir(teacher_dir(settings.teacher), max_length=settings.max_length,
+                                        query_tokens=settings.query_tokens, pooling=settings.pooling)  # type: ignore[arg-type]
+        teacher.eval().requires_grad_(False)
     group = 1 + settings.negatives
 
     def step_loss(step: int) -> float:
         queries, texts = draw_groups(examples, settings, trainer.seed, step)
-        loss = group_loss(model(model.collate(queries, texts)), group, settings.loss)
+        batch = model.collate(queries, texts)
+        scores = model(batch)
+        loss = group_loss(scores, group, settings.loss)
+        if teacher is not None:
+            with torch.no_grad():
+                target = teacher(batch)
+            loss = loss + settings.distill_weight * distillation_loss(scores, target, group, settings.temperature)
         loss.backward()
         return float(loss.detach())
 
@@ -206,7 +284,6 @@ def export_run_checkpoint(run_dir: str | Path, out_dir: str | Path, which: str =
     from hybrid_qpr.artifacts import load_checkpoint
     from hybrid_qpr.errors import ArtifactError
     from hybrid_qpr.export.cross_encoder import export_cross_encoder
-    from hybrid_qpr.model.cross_encoder import CrossEncoder
     from hybrid_qpr.training.trainer import BEST_FILE, CHECKPOINT_FILE
 
     run_dir = Path(run_dir)
@@ -217,8 +294,9 @@ def export_run_checkpoint(run_dir: str | Path, out_dir: str | Path, which: str =
         raise ArtifactError(f"{run_dir / 'settings.json'}: missing or not JSON; is {run_dir} a "
                             "'hybrid-qpr reranker train' run directory?") from exc
     state = load_checkpoint(path, "train the run again with 'hybrid-qpr reranker train'")
-    model = CrossEncoder.from_dir(settings.get("base_model"), max_length=settings["max_length"],
-                                  query_tokens=settings["query_tokens"], pooling=settings["pooling"])
+    fields = {f.name for f in dataclasses.fields(RerankerSettings)}
+    run = RerankerSettings(**{k: v for k, v in settings.items() if k in fields})
+    model = build_model(dataclasses.replace(run, layers=None if run.layers is None else tuple(run.layers)))
     model.load_state_dict(state["model"])
     return export_cross_encoder(model, out_dir, quantize=quantize,
                                 training={**settings, "checkpoint": which, "step": int(state["step"])})

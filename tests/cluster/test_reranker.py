@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -65,12 +66,12 @@ pytest.importorskip("transformers")
 pytest.importorskip("onnxscript")
 
 
-def _tiny_base(directory: Path) -> Path:
-    """A randomly initialised 2-layer BERT (hidden 32) with MiniLM's tokenizer."""
+def _tiny_base(directory: Path, layers: int = 2) -> Path:
+    """A randomly initialised BERT (2 layers, hidden 32) with MiniLM's tokenizer."""
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=layers, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=128)
     BertModel(config).save_pretrained(str(directory), safe_serialization=True)
     shutil.copyfile(TOKENIZER, directory / "tokenizer.json")
@@ -151,9 +152,28 @@ def test_int8_export_is_smaller_and_close(tiny_model, exported, tmp_path):
 
     config = export_cross_encoder(tiny_model, tmp_path / "int8", quantize=True)
     assert config["quantization"] == "int8-dynamic"
+    from hybrid_qpr.rerankers.cross_encoder import ONE_RUN, RUN_COST_TOKENS
+
     fp32, int8 = Reranker(exported[0]), Reranker(tmp_path / "int8")
+    assert (fp32.run_cost, int8.run_cost) == (RUN_COST_TOKENS, ONE_RUN)  # int8: one run per query (one scale)
     texts = ["one answer", "another answer here", "a third"]
     assert np.abs(fp32.score("a question", texts) - int8.score("a question", texts)).max() < 0.1
+
+
+def test_length_sorted_runs_cover_every_pair_and_score_like_one_run(exported):
+    from hybrid_qpr.rerankers import Reranker
+    from hybrid_qpr.rerankers.cross_encoder import length_runs
+
+    lengths = [40, 9, 41, 10, 12, 90, 11, 39]
+    runs = length_runs(lengths, run_cost=16)
+    assert sorted(i for run in runs for i in run) == list(range(len(lengths)))
+    assert [sorted(lengths[i] for i in run) for run in runs] == [[9, 10, 11, 12], [39, 40, 41], [90]]
+    assert length_runs(lengths, run_cost=10**9) == [sorted(range(len(lengths)), key=lambda i: lengths[i])]
+    assert length_runs([]) == []
+    texts = ["short", "a " * 200, "a middling answer of a few more words", "", "x y", "b " * 30]
+    split, one = Reranker(exported[0], run_cost=0), Reranker(exported[0], run_cost=10**9)
+    assert len(length_runs(split.pairs.encode("a question", texts)[1].sum(1).tolist(), 0)) > 1
+    assert np.abs(split.score("a question", texts) - one.score("a question", texts)).max() <= 1e-5  # padding is masked
 
 
 def test_bad_reranker_directories_give_one_line_errors(exported, tmp_path):
@@ -342,6 +362,66 @@ def test_listwise_and_bce_losses_by_hand():
     assert torch.isclose(group_loss(scores, 3, "bce"), bce)
 
 
+@pytest.fixture(scope="module")
+def tiny_teacher(tmp_path_factory):
+    """A saved 4-layer tiny cross-encoder with a random head: a teacher to cut."""
+    from hybrid_qpr.model.cross_encoder import CrossEncoder
+
+    directory = tmp_path_factory.mktemp("teacher")
+    model = CrossEncoder.from_dir(_tiny_base(directory / "base", layers=4), max_length=48, query_tokens=16,
+                                  pooling="segments")
+    torch.nn.init.normal_(model.head.weight, std=1.0)
+    model.save(directory / "model")
+    return directory / "model", model.eval()
+
+
+def test_student_starts_as_the_chosen_teacher_layers(tiny_teacher, tmp_path):
+    from hybrid_qpr.export.cross_encoder import export_cross_encoder
+    from hybrid_qpr.model.cross_encoder import CrossEncoder
+    from hybrid_qpr.rerankers import Reranker
+    from hybrid_qpr.training.reranker import RerankerSettings, build_model
+
+    teacher_dir, teacher = tiny_teacher
+    settings = RerankerSettings(teacher=str(teacher_dir.parent), max_length=48, query_tokens=16)  # a run dir
+    student = build_model(replace(settings, layers=(1, 3))).eval()
+    assert len(student.backbone.encoder.layer) == student.backbone.config.num_hidden_layers == 2
+    for kept, source in zip(student.backbone.encoder.layer, (1, 3)):
+        for (name, value), expected in zip(kept.state_dict().items(), teacher.backbone.encoder.layer[source].state_dict().values()):
+            assert torch.equal(value, expected), name
+    assert torch.equal(student.head.weight, teacher.head.weight)
+    assert torch.equal(student.backbone.embeddings.word_embeddings.weight, teacher.backbone.embeddings.word_embeddings.weight)
+    q, t = ["what is a river"] * 2, ["a river flows", "music"]
+    whole = build_model(replace(settings, layers=(0, 1, 2, 3))).eval()
+    assert torch.allclose(whole.predict(q, t), teacher.predict(q, t))  # every layer kept = the teacher
+    assert not torch.allclose(student.predict(q, t), teacher.predict(q, t))
+    student.save(tmp_path / "student")
+    back = CrossEncoder.from_dir(tmp_path / "student").eval()
+    assert back.backbone.config.num_hidden_layers == 2 and torch.allclose(back.predict(q, t), student.predict(q, t))
+    config = export_cross_encoder(student, tmp_path / "onnx")
+    assert config["parity_max_abs_diff_fp32"] <= 1e-4
+    assert np.abs(Reranker(tmp_path / "onnx").score(q[0], t) - student.predict(q, t).numpy()).max() <= 1e-4
+    with pytest.raises(ConfigError, match="has 4 layers"):
+        build_model(replace(settings, layers=(1, 4)))
+    for bad in ((3, 1), (), (1, 1)):
+        with pytest.raises(ConfigError, match="increasing order"):
+            replace(settings, layers=bad).check()
+    with pytest.raises(ConfigError, match="not both"):
+        replace(settings, base_model="x").check()
+
+
+def test_distillation_loss_by_hand():
+    from hybrid_qpr.training.reranker import distillation_loss
+
+    student = torch.tensor([2.0, 0.0, 1.0, -1.0, 0.5, 0.5])
+    teacher = torch.tensor([3.0, 1.0, -2.0, 0.0, 0.0, 2.0])
+    for temperature in (1.0, 2.0):
+        p = torch.softmax(teacher.view(2, 3) / temperature, 1)
+        q = torch.softmax(student.view(2, 3) / temperature, 1)
+        expected = (p * (p.log() - q.log())).sum(1).mean() * temperature**2
+        assert torch.isclose(distillation_loss(student, teacher, 3, temperature), expected)
+    assert distillation_loss(teacher, teacher + 5.0, 3, 1.0).abs() < 1e-6  # a shift per group changes nothing
+
+
 def test_hard_negatives_come_from_other_clusters_of_the_engines_hits(tmp_path, committed_encoder):
     from hybrid_qpr.testing.corpora import PHRASINGS, SUBJECTS
 
@@ -445,3 +525,17 @@ def test_reranker_train_cli_resumes_and_exports_a_run(tmp_path):
         done = runner.invoke(cli, ["reranker", "export", str(tmp_path / "run"), "--out", str(out), *extra])
         assert done.exit_code == 0, done.output
         assert Reranker(out).score("what is a river ?", ["a river is a natural feature ."]).shape == (1,)
+    # a 1-layer student of that run: distilled, resumable, exported from its best.pt (rebuilt from the teacher)
+    student = [*args[:6], str(tmp_path / "student"), *args[9:], "--teacher", str(tmp_path / "run"), "--layers", "1",
+               "--temperature", "2"]
+    done = runner.invoke(cli, [*student, "--steps", "2"])
+    assert done.exit_code == 0, done.output
+    again = runner.invoke(cli, [*student, "--steps", "4", "--resume"])
+    assert again.exit_code == 0, again.output
+    report = json.loads((tmp_path / "student" / "report.json").read_text())
+    assert [h["step"] for h in report["history"]] == [0, 2, 4] and "dev_map" in report["history"][0]
+    done = runner.invoke(cli, ["reranker", "export", str(tmp_path / "student"), "--out", str(tmp_path / "s1"),
+                               "--checkpoint", "best", "--int8"])
+    assert done.exit_code == 0, done.output
+    assert json.loads((tmp_path / "student" / "model" / "config.json").read_text())["num_hidden_layers"] == 1
+    assert Reranker(tmp_path / "s1").score("what is a river ?", ["a river .", "music"]).shape == (2,)
