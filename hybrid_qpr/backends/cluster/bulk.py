@@ -31,6 +31,10 @@ answered request doubles it back, up to ``chunk_size``. (A few rejected actions 
 do not shrink it: they are retried on their own, and smaller requests would only mean more of
 them.)
 
+Several requests may be in flight at once (``in_flight``, each sent by a thread of its own);
+their answers are handled one by one in the order they were sent, so all of the above holds as
+with one: an action in two requests at once is impossible, and a retried one carries its version.
+
 After ``max_retries`` consecutive failed requests a ``ClusterError`` says how many actions
 were acknowledged and that re-running the same ingest resumes it. An action still rejected
 after ``max_retries`` tries, or rejected for a reason retrying cannot fix (a mapping
