@@ -7,7 +7,8 @@ Ingest threads: encoding runs ahead of the writer in one worker thread (``read_a
 thread spends its time inside onnxruntime, and a process that exits while it is there aborts
 natively ("terminate called without an active exception", exit 134). So on every way out of an
 ingest - success, an error, Ctrl-C - the worker is told to stop and joined before the error
-travels on.
+travels on. The ``_bulk`` requests in flight are sent by ``write_bulk``'s own threads, which it
+joins when it ends.
 """
 
 from __future__ import annotations
