@@ -191,8 +191,9 @@ def _plain(value: Any) -> Any:
 
 # One document's JSON. orjson (the [fast] extra) writes a float32 vector straight from its array
 # as the shortest text that reads back to the same float32: 4x faster than json.dumps of
-# tolist() and 40% fewer bytes for the node to read (docs/opensearch.md, "Bulk loading"); the
-# stdlib fallback writes each float32 as its exact double, which reads back to the same float32.
+# tolist() and 40% fewer bytes for the node to read (docs/opensearch.md, "Bulk loading against
+# the node's own rate"); the stdlib fallback writes each float32 as its exact double, which reads
+# back to the same float32.
 dumps: Callable[[Any], bytes] = _orjson_dumps() or _stdlib_dumps
 
 

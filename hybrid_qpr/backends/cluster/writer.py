@@ -40,7 +40,7 @@ T = TypeVar("T")
 READ_AHEAD_BATCHES = 4  # encoded batches an ingest keeps ready while it sends or waits
 # _bulk requests an ingest keeps in flight: one shard indexes one request per write thread, so a
 # second request keeps the node indexing while the first one's answer travels and the next is
-# assembled (measured in docs/opensearch.md, "Bulk loading")
+# assembled (measured in docs/opensearch.md, "Bulk loading against the node's own rate")
 BULK_IN_FLIGHT = 2
 # how long an ending ingest waits for the encoding thread to finish the batch it is on
 WORKER_JOIN_SECONDS = 120.0
