@@ -48,6 +48,7 @@ from hybrid_qpr.types import Filters, Hit
 logger = logging.getLogger(__name__)
 
 DEFAULT_PIPELINE = "hybrid-qpr-rrf"
+CONNECTIONS = 10  # kept open per node (elasticsearch-py's default connections_per_node)
 
 __all__ = ["OpenSearchBackend", "connect", "index_body", "pipeline_body", "install_pipelines", "filter_clauses",
            "redact", "load_body", "KNN_CANDIDATES", "TEXT_FIELD", "VECTOR_FIELD", "METADATA_FIELD"]
@@ -139,6 +140,8 @@ def connect(url: str | None = None, *, username: str | None = None, password: st
         "timeout": options.timeout, "max_retries": 0, "retry_on_timeout": False,
         "http_compress": compress_by_default(options.url) if compress is None else compress,
         "connection_class": _connection_class(),
+        # urllib3 keeps one connection per host unless told: an ingest's parallel _bulk requests need theirs
+        "pool_maxsize": CONNECTIONS,
     }
     if parts.scheme == "https":
         kwargs.update(use_ssl=True, verify_certs=options.verify_certs, ssl_show_warn=options.verify_certs)

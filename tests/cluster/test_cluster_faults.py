@@ -25,6 +25,7 @@ import pytest
 
 from hybrid_qpr.testing.faultproxy import FaultProxy, Faults
 from hybrid_qpr.backends.cluster.connection import HttpFailure
+from hybrid_qpr.backends.cluster.writer import BULK_IN_FLIGHT
 from hybrid_qpr.errors import BackendError, ClusterError
 from hybrid_qpr.localnode import LocalNode
 from hybrid_qpr.types import Document
@@ -144,8 +145,9 @@ def test_a_node_that_starts_refusing_mid_ingest_stops_it_with_its_own_error_and_
             with pytest.raises(BackendError, match="permission denied \\(403\\)"):
                 backend_at(engine_module, proxy.url, index).ingest(corpus, committed_encoder, batch_size=20,
                                                                    show_progress=False)
-        assert proxy.counts["refused_requests"] == 1
-        assert not [t for t in threading.enumerate() if t.name == "hybrid-qpr-read-ahead"]
+        # the requests in flight when the first refusal came are refused too, and nothing after them
+        assert 1 <= proxy.counts["refused_requests"] <= BULK_IN_FLIGHT
+        assert not [t for t in threading.enumerate() if t.name.startswith(("hybrid-qpr-read-ahead", "hybrid-qpr-bulk"))]
         direct._refresh()  # the failed ingest did not get to its refresh
         assert direct.count() == 40  # the two requests let through, nothing after the refusal
     finally:
@@ -173,7 +175,7 @@ def test_the_cli_failing_mid_ingest_exits_with_its_one_line_error_never_a_native
             assert "terminate called" not in done.stderr and "Traceback" not in done.stderr
             lines = done.stderr.strip().splitlines()
             assert lines[-1].startswith(f"Error: bulk request to '{index}': permission denied (403)"), done.stderr
-            assert proxy.counts["refused_requests"] == 1
+            assert 1 <= proxy.counts["refused_requests"] <= BULK_IN_FLIGHT
     finally:
         backend_at(importlib.import_module(f"hybrid_qpr.backends.{cluster_engine}"), cluster_url, index).drop()
 

@@ -213,3 +213,34 @@ def test_no_answer_tls_foreign_servers_and_clause_limits_are_named(failure, text
     assert failure.retryable is retryable
     error = error_for(failure, "searching", "elasticsearch", "q")
     assert re.search(text, str(error)) and "\n" not in str(error)
+
+
+def test_requests_in_flight_together_keep_every_outcome_and_the_retry_rules():
+    """Three requests at once: every action answered once, a request lost on the way sent again
+    whole, and no sender thread left when the writer ends."""
+    import threading
+
+    transport = ScriptedTransport([lambda i: 201, HttpFailure(None, None, "ConnectionError")])
+    stats = BulkStats()
+    outcomes = list(write_bulk(transport, "idx", actions(50), chunk_size=4, retry=FAST, stats=stats, in_flight=3))
+    assert sorted(o.action.id for o in outcomes) == sorted(f"d{i}" for i in range(50)) and all(o.ok for o in outcomes)
+    assert stats.retried_requests == 1 and stats.requests == len(transport.sent) == 14
+    assert not [t for t in threading.enumerate() if t.name.startswith("hybrid-qpr-bulk")]
+    with pytest.raises(ConfigError, match="in_flight=0"):
+        list(write_bulk(transport, "idx", actions(1), in_flight=0))
+
+
+def test_a_vector_is_written_as_text_that_reads_back_to_the_same_float32():
+    import numpy as np
+
+    from hybrid_qpr.backends.cluster.bulk import _stdlib_dumps, dumps
+
+    vector = np.random.default_rng(0).standard_normal(256).astype(np.float32)
+    for write in (dumps, _stdlib_dumps):
+        text = write({"embedding": vector, "text": "caf\u00e9 ?"})
+        back = json.loads(text)
+        assert np.array_equal(np.asarray(back["embedding"], dtype=np.float32), vector) and back["text"] == "caf\u00e9 ?"
+    assert len(dumps({"v": vector})) <= len(_stdlib_dumps({"v": vector}))
+    # what orjson refuses (a lone surrogate, an int over 64 bits) is written the stdlib's way
+    assert json.loads(dumps({"t": "x\ud800", "n": 2 ** 70}).decode("utf-8", "surrogatepass")) == {"t": "x\ud800",
+                                                                                                 "n": 2 ** 70}

@@ -8,6 +8,7 @@
 * ``names`` - what the engines accept as an index name and an id, and names sent encoded;
 * ``bodies`` - index layout from ``mappings/``, BM25, filter and ids request bodies;
 * ``bulk`` - bulk writing with the one retry layer (429 / 5xx / connection loss);
+* ``loading`` - bulk-load settings (refresh off, no replicas) while an ingest fills the index it created;
 * ``writer`` - the write side: ingest (encode ahead in a thread, bulk-write, read back), delete;
 * ``backend`` - ``ClusterBackend``: index facts, creation and drop, model check, fusion
   defaults, BM25, kNN, ``_msearch``, documents, count.

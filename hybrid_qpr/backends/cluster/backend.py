@@ -495,7 +495,8 @@ class ClusterBackend:
                rejects_path: str | Path | None = None, show_progress: bool = True, wait: bool | float = False,
                max_retries: int = 6,
                initial_backoff: float = 0.5, max_backoff: float = 30.0, shards: int | None = None,
-               replicas: int | None = None, bulk_timeout: float | None = None) -> IngestReport:
+               replicas: int | None = None, bulk_timeout: float | None = None,
+               in_flight: int = writer.BULK_IN_FLIGHT) -> IngestReport:
         """Encode and bulk-index ``documents`` (``Document`` or ``(line, Document)``) with ``_id`` =
         document id, so re-running replaces instead of duplicating.
 
@@ -504,8 +505,12 @@ class ClusterBackend:
         its line (a plain ``Document``: its position in ``documents``, from 1); the others are
         written. ``wait`` is the contract's: a cluster has no write lock to wait for.
 
-        Encoding runs up to ``writer.READ_AHEAD_BATCHES`` batches ahead in a thread, so it goes on while
-        a request is sent or a retry waits; that thread is stopped and joined on every way out.
+        Encoding (and writing each document's JSON) runs up to ``writer.READ_AHEAD_BATCHES`` batches ahead
+        in a thread, so it goes on while a request is sent or a retry waits; that thread is stopped
+        and joined on every way out. ``in_flight`` ``_bulk`` requests of ``batch_size`` documents are
+        sent at once (default ``writer.BULK_IN_FLIGHT``). An index the ingest creates is loaded with
+        refresh off and no replicas, its own settings restored at the end, on failure too
+        (``cluster.loading``).
         Writes are externally versioned and retried as ``cluster.bulk.write_bulk``
         says (capped exponential backoff ``min(max_backoff, initial_backoff * 2**(attempt - 1))`` or the
         server's ``Retry-After``, at most ``max_retries`` times; smaller requests while the
@@ -522,7 +527,8 @@ class ClusterBackend:
         """
         return writer.ingest(self, documents, encoder, batch_size=batch_size, rejects_path=rejects_path,
                              show_progress=show_progress, max_retries=max_retries, initial_backoff=initial_backoff,
-                             max_backoff=max_backoff, shards=shards, replicas=replicas, bulk_timeout=bulk_timeout)
+                             max_backoff=max_backoff, shards=shards, replicas=replicas, bulk_timeout=bulk_timeout,
+                             in_flight=in_flight)
 
     def delete(self, ids: Sequence[str], *, wait: bool | float = False) -> int:
         """Delete ``ids``; returns how many existed. Refreshes so counts and searches agree at

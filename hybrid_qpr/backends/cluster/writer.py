@@ -7,7 +7,8 @@ Ingest threads: encoding runs ahead of the writer in one worker thread (``read_a
 thread spends its time inside onnxruntime, and a process that exits while it is there aborts
 natively ("terminate called without an active exception", exit 134). So on every way out of an
 ingest - success, an error, Ctrl-C - the worker is told to stop and joined before the error
-travels on.
+travels on. The ``_bulk`` requests in flight are sent by ``write_bulk``'s own threads, which it
+joins when it ends.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from queue import Full, Queue
 from typing import TYPE_CHECKING, TypeVar
 
 from hybrid_qpr.backends.base import IngestReport
+from hybrid_qpr.backends.cluster import loading
 from hybrid_qpr.backends.cluster.bodies import METADATA_FIELD, TEXT_FIELD, VECTOR_FIELD, bm25_tokens
 from hybrid_qpr.backends.cluster.bulk import BulkAction, BulkStats, RetryPolicy, VersionClock, write_bulk
 from hybrid_qpr.backends.cluster.connection import missing_index
@@ -36,6 +38,10 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 READ_AHEAD_BATCHES = 4  # encoded batches an ingest keeps ready while it sends or waits
+# _bulk requests an ingest keeps in flight: one shard indexes one request per write thread, so a
+# second request keeps the node indexing while the first one's answer travels and the next is
+# assembled (measured in docs/opensearch.md, "Bulk loading against the node's own rate")
+BULK_IN_FLIGHT = 2
 # how long an ending ingest waits for the encoding thread to finish the batch it is on
 WORKER_JOIN_SECONDS = 120.0
 Written = Mapping[str, tuple[int, bytes, int | None]]  # id -> (version, text digest, line) of its newest write
@@ -44,7 +50,8 @@ Written = Mapping[str, tuple[int, bytes, int | None]]  # id -> (version, text di
 def ingest(backend: ClusterBackend, documents: Iterable[Document | tuple[int, Document]], encoder, *,
            batch_size: int = 256, rejects_path: str | Path | None = None, show_progress: bool = True,
            max_retries: int = 6, initial_backoff: float = 0.5, max_backoff: float = 30.0, shards: int | None = None,
-           replicas: int | None = None, bulk_timeout: float | None = None) -> IngestReport:
+           replicas: int | None = None, bulk_timeout: float | None = None,
+           in_flight: int = BULK_IN_FLIGHT) -> IngestReport:
     """What ``ClusterBackend.ingest`` does (its docstring says it)."""
     if batch_size < 1:
         raise ConfigError(f"batch_size={batch_size}: must be >= 1")
@@ -52,9 +59,14 @@ def ingest(backend: ClusterBackend, documents: Iterable[Document | tuple[int, Do
         raise ConfigError(f"bulk_timeout={bulk_timeout}: must be > 0 seconds")
     report = IngestReport(rejects_path=str(rejects_path) if rejects_path else None)
     start = time.monotonic()
-    backend.ensure_index(encoder, shards=shards, replicas=replicas)
-    backend._refresh()
-    count_before = backend.count()
+    created = backend.ensure_index(encoder, shards=shards, replicas=replicas)
+    restore = loading.begin(backend, created)
+    try:
+        backend._refresh()
+        count_before = backend.count()
+    except BaseException:
+        loading.end(backend, restore, failing=True)
+        raise
     total = len(documents) if hasattr(documents, "__len__") else None  # type: ignore[arg-type]
     clock = VersionClock()
     written: dict[str, tuple[int, bytes, int | None]] = {}
@@ -65,21 +77,23 @@ def ingest(backend: ClusterBackend, documents: Iterable[Document | tuple[int, Do
             vectors = prepare_vectors(encoder.encode([doc.text for _, doc in batch], batch_size=batch_size,
                                                      side="document"), encoder.distance)
             for (line, doc), vector in zip(batch, vectors):
-                source = {TEXT_FIELD: doc.text, VECTOR_FIELD: vector.tolist(), METADATA_FIELD: doc.metadata}
+                source = {TEXT_FIELD: doc.text, VECTOR_FIELD: vector, METADATA_FIELD: doc.metadata}
                 if backend.bm25_field != TEXT_FIELD:
                     source[backend.bm25_field] = bm25_tokens(doc.text)
-                yield BulkAction("index", doc.id, source, line, clock.next())
+                action = BulkAction("index", doc.id, source, line, clock.next())
+                action.ndjson(backend.index)  # serialized here, in the encoding thread, while the writer waits
+                yield action
 
     stats = BulkStats()
 
     def results() -> Iterator[None]:
         nonlocal lines_written
         retry = RetryPolicy(max_retries, initial_backoff, max_backoff)
-        encoded = read_ahead(actions(), READ_AHEAD_BATCHES * batch_size)
+        encoded = read_ahead(actions(), (READ_AHEAD_BATCHES + in_flight) * batch_size)
         timeout = bulk_timeout or max(60.0, backend.request_timeout or 0)
         try:
             for outcome in write_bulk(backend.transport, backend.index, encoded, chunk_size=batch_size, retry=retry,
-                                      timeout=timeout, stats=stats):
+                                      timeout=timeout, stats=stats, in_flight=in_flight):
                 action = outcome.action
                 if not outcome.ok:
                     report.failed.append({"id": action.id, "line": action.line, "status": outcome.status,
@@ -102,8 +116,12 @@ def ingest(backend: ClusterBackend, documents: Iterable[Document | tuple[int, Do
     try:
         for _ in progress:
             pass
-    finally:
+    except BaseException:
         writing.close()
+        loading.end(backend, restore, failing=True)
+        raise
+    writing.close()
+    loading.end(backend, restore)
 
     backend._refresh()
     unmatched = list(_unmatched(backend, written))
