@@ -199,36 +199,81 @@ def test_hnsw_segments_search_with_their_calibrated_ef(tmp_path, committed_encod
     assert reopened.segments[0].faiss.hnsw.efSearch == 300 == reopened.segments[0].ef_search
 
 
-@pytest.mark.parametrize("metric", ["L2", "IP"])
-def test_calibrate_ef_picks_the_smallest_ladder_step_that_reaches_the_target(metric):
-    """The chosen efSearch reaches the target recall on the sampled vectors (checked here by
-    hand against exact search) and the step below it does not."""
+def _hard_graph(metric: str):
+    """Random vectors without cluster structure in a small, sparsely built graph: hard to search."""
     import faiss
 
-    from hybrid_qpr.backends.local.vectors import EF_LADDER, calibrate_ef
-
     rng = np.random.default_rng(5)
-    vectors = rng.normal(size=(6000, 24)).astype(np.float32)  # hard for HNSW: no cluster structure
-    distance = "sqeuclidean" if metric == "L2" else "cosine"
+    vectors = rng.normal(size=(6000, 24)).astype(np.float32)
     if metric == "IP":
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     graph = faiss.index_factory(24, "HNSW8", faiss.METRIC_L2 if metric == "L2" else faiss.METRIC_INNER_PRODUCT)
     graph.hnsw.efConstruction = 16
     graph.add(vectors)
-    target = 0.9
-    ef = calibrate_ef(graph, vectors, distance, target=target, sample=100)
-    rows = np.sort(np.random.default_rng(13).choice(len(vectors), 100, replace=False))
-    exact = faiss.knn(vectors[rows], vectors, 11, graph.metric_type)[1]
+    return graph, vectors, "sqeuclidean" if metric == "L2" else "cosine"
 
-    def recall(ef_search: int) -> float:
+
+@pytest.mark.parametrize("metric", ["L2", "IP"])
+def test_calibrate_ef_picks_the_smallest_ladder_step_that_keeps_the_first_hit(metric):
+    """The chosen efSearch returns the exact first hit first for the target share of the probes
+    (checked here by hand against exact search) and the step below it does not."""
+    import faiss
+
+    from hybrid_qpr.backends.local.vectors import EF_LADDER, calibrate_ef, calibration_probes
+
+    graph, vectors, distance = _hard_graph(metric)
+    probes = calibration_probes(vectors, distance, sample=300)
+    assert len(probes) == 600
+    exact = faiss.knn(probes, vectors, 1, graph.metric_type)[0][:, 0]
+
+    def kept(ef_search: int) -> float:
         graph.hnsw.efSearch = ef_search
-        found = graph.search(vectors[rows], 11)[1]
-        own = lambda hits, r: set([int(h) for h in hits if h != r][:10])  # noqa: E731
-        return sum(len(own(f, r) & own(e, r)) for f, e, r in zip(found, exact, rows)) / (10 * len(rows))
+        found = graph.search(probes, 1)[0][:, 0]
+        near = found <= exact + 1e-4 if metric == "L2" else found >= exact - 1e-4
+        return float(np.mean(near))
 
-    assert ef in EF_LADDER and recall(ef) >= target
-    assert ef == EF_LADDER[0] or recall(EF_LADDER[EF_LADDER.index(ef) - 1]) < target
-    assert ef > EF_LADDER[0]  # this graph needs more than the smallest step
+    target = (kept(EF_LADDER[0]) + kept(EF_LADDER[-1])) / 2  # the smallest step misses it, the largest reaches it
+    ef = calibrate_ef(graph, vectors, distance, target=target, sample=300)
+    assert ef in EF_LADDER and ef > EF_LADDER[0]  # this graph needs more than the smallest step
+    assert kept(ef) >= target
+    assert kept(EF_LADDER[EF_LADDER.index(ef) - 1]) < target
+
+
+@pytest.mark.parametrize("distance", ["sqeuclidean", "cosine"])
+def test_calibration_probes_are_the_sampled_vectors_then_copies_one_neighbour_distance_away(distance):
+    """Seeded; the noisy copies lie EF_NOISE times the sample's median nearest-other distance
+    from their originals (cosine copies are renormalised, so only roughly there)."""
+    from hybrid_qpr.backends.local.vectors import EF_NOISE, calibration_probes
+
+    rng = np.random.default_rng(3)
+    vectors = rng.normal(size=(2000, 16)).astype(np.float32)
+    if distance == "cosine":
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    probes = calibration_probes(vectors, distance, sample=200, seed=4)
+    assert np.array_equal(probes, calibration_probes(vectors, distance, sample=200, seed=4))
+    stored, noisy = probes[:200], probes[200:]
+    rows = np.sort(np.random.default_rng(4).choice(len(vectors), 200, replace=False))
+    assert np.array_equal(stored, vectors[rows])
+    gaps = np.sqrt(((vectors[rows, None, :] - vectors[None, :, :]) ** 2).sum(-1))
+    gaps[np.arange(200), rows] = np.inf
+    moved = np.linalg.norm(noisy - stored, axis=1)
+    if distance == "cosine":
+        assert np.allclose(np.linalg.norm(noisy, axis=1), 1.0, atol=1e-5)
+        assert np.all(moved > 0.3 * EF_NOISE * np.median(gaps.min(1)))
+    else:
+        assert np.allclose(moved, EF_NOISE * np.median(gaps.min(1)), rtol=1e-4)
+
+
+def test_first_kept_counts_a_vector_exactly_as_near_as_the_exact_first():
+    """A stored duplicate of the exact first hit is as good as it; a farther vector is a loss."""
+    from hybrid_qpr.backends.local.vectors import first_kept
+
+    vectors = np.array([[0, 0], [1, 0], [1, 0], [3, 0]], dtype=np.float32)
+    queries = np.array([[1.1, 0], [1.1, 0], [1.1, 0], [0.1, 0]], dtype=np.float32)
+    exact = np.array([1, 1, 1, 0])
+    assert first_kept(queries, vectors, np.array([1, 2, 3, 0]), exact, "sqeuclidean") == 0.75
+    assert first_kept(queries, vectors, np.array([1, 2, -1, 0]), exact, "sqeuclidean") == 0.75
+    assert first_kept(queries, vectors, exact, exact, "cosine") == 1.0
 
 
 def test_bm25_and_knn_together_equal_the_two_lists(index, committed_encoder):
