@@ -47,7 +47,10 @@ FAISS_KINDS: tuple[str, ...] = ("auto", "flat", "ivf", "hnsw")
 FLAT_THRESHOLD = 20_000
 NPROBE = 10
 TRAIN_PER_LIST = 40
-HNSW_M, EF_SEARCH, EF_CONSTRUCTION = 32, 96, 40  # EF_SEARCH: segments built before calibration
+HNSW_M, EF_SEARCH = 32, 96  # EF_SEARCH: segments built before calibration
+# efConstruction 80, not 40 (below the 64 neighbours a level-0 node keeps): on Quora test the CNN
+# graph at 80 loses 0.0034 MRR@20 at efSearch 16 where 40 loses 0.0095, for 1.45x the build CPU
+EF_CONSTRUCTION = 80
 EF_LADDER: tuple[int, ...] = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 EF_TARGET_FIRST, EF_TARGET_RECALL, EF_SAMPLE = 0.9995, 0.9975, 2000
 
