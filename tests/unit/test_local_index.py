@@ -242,6 +242,21 @@ def test_calibrate_ef_picks_the_smallest_ladder_step_that_meets_both_targets(met
     assert measured(EF_LADDER[EF_LADDER.index(ef) - 1])[criterion] < target
 
 
+def test_calibrate_ef_does_not_count_swapped_duplicates_as_misses():
+    """Four stored copies of every vector (numbered variants of a question encode alike): which
+    copy comes first, and which copies fill the top 10, is a tie, not a loss, so an easy
+    graph calibrates to the smallest step instead of running off the ladder."""
+    import faiss
+
+    from hybrid_qpr.backends.local.vectors import EF_LADDER, calibrate_ef
+
+    base = np.random.default_rng(9).normal(size=(500, 8)).astype(np.float32)
+    vectors = np.ascontiguousarray(np.concatenate([base] * 4))
+    graph = faiss.index_factory(8, "HNSW32", faiss.METRIC_L2)
+    graph.add(vectors)
+    assert calibrate_ef(graph, vectors, "sqeuclidean", sample=200) == EF_LADDER[0]
+
+
 def test_first_kept_counts_a_vector_exactly_as_near_as_the_exact_first():
     """A stored duplicate of the exact first hit is as good as it; a farther vector is a loss."""
     from hybrid_qpr.backends.local.vectors import first_kept
