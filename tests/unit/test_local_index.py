@@ -199,36 +199,74 @@ def test_hnsw_segments_search_with_their_calibrated_ef(tmp_path, committed_encod
     assert reopened.segments[0].faiss.hnsw.efSearch == 300 == reopened.segments[0].ef_search
 
 
-@pytest.mark.parametrize("metric", ["L2", "IP"])
-def test_calibrate_ef_picks_the_smallest_ladder_step_that_reaches_the_target(metric):
-    """The chosen efSearch reaches the target recall on the sampled vectors (checked here by
-    hand against exact search) and the step below it does not."""
+def _hard_graph(metric: str):
+    """Random vectors without cluster structure in a small, sparsely built graph: hard to search."""
     import faiss
 
-    from hybrid_qpr.backends.local.vectors import EF_LADDER, calibrate_ef
-
     rng = np.random.default_rng(5)
-    vectors = rng.normal(size=(6000, 24)).astype(np.float32)  # hard for HNSW: no cluster structure
-    distance = "sqeuclidean" if metric == "L2" else "cosine"
+    vectors = rng.normal(size=(6000, 24)).astype(np.float32)
     if metric == "IP":
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     graph = faiss.index_factory(24, "HNSW8", faiss.METRIC_L2 if metric == "L2" else faiss.METRIC_INNER_PRODUCT)
     graph.hnsw.efConstruction = 16
     graph.add(vectors)
-    target = 0.9
-    ef = calibrate_ef(graph, vectors, distance, target=target, sample=100)
-    rows = np.sort(np.random.default_rng(13).choice(len(vectors), 100, replace=False))
-    exact = faiss.knn(vectors[rows], vectors, 11, graph.metric_type)[1]
+    return graph, vectors, "sqeuclidean" if metric == "L2" else "cosine"
 
-    def recall(ef_search: int) -> float:
+
+@pytest.mark.parametrize("criterion", ["first", "recall"])
+@pytest.mark.parametrize("metric", ["L2", "IP"])
+def test_calibrate_ef_picks_the_smallest_ladder_step_that_meets_both_targets(metric, criterion):
+    """The chosen efSearch returns the sampled vectors themselves first for the target share and
+    finds the target recall@10 of their neighbours (both checked here by hand against exact
+    search); the step below it misses the target that binds."""
+    import faiss
+
+    from hybrid_qpr.backends.local.vectors import EF_LADDER, calibrate_ef
+
+    graph, vectors, distance = _hard_graph(metric)
+    rows = np.sort(np.random.default_rng(13).choice(len(vectors), 300, replace=False))
+    exact = faiss.knn(vectors[rows], vectors, 11, graph.metric_type)[1]
+    own = lambda hits, r: set([int(h) for h in hits if h != r][:10])  # noqa: E731
+
+    def measured(ef_search: int) -> dict[str, float]:
         graph.hnsw.efSearch = ef_search
         found = graph.search(vectors[rows], 11)[1]
-        own = lambda hits, r: set([int(h) for h in hits if h != r][:10])  # noqa: E731
-        return sum(len(own(f, r) & own(e, r)) for f, e, r in zip(found, exact, rows)) / (10 * len(rows))
+        return {"first": float(np.mean(found[:, 0] == rows)),  # random vectors: no duplicates, no ties
+                "recall": sum(len(own(f, r) & own(e, r)) for f, e, r in zip(found, exact, rows)) / (10 * len(rows))}
 
-    assert ef in EF_LADDER and recall(ef) >= target
-    assert ef == EF_LADDER[0] or recall(EF_LADDER[EF_LADDER.index(ef) - 1]) < target
-    assert ef > EF_LADDER[0]  # this graph needs more than the smallest step
+    target = (measured(EF_LADDER[0])[criterion] + measured(EF_LADDER[-1])[criterion]) / 2
+    targets = {"target_first": 0.0, "target_recall": 0.0, f"target_{criterion}": target}
+    ef = calibrate_ef(graph, vectors, distance, sample=300, **targets)
+    assert ef in EF_LADDER and ef > EF_LADDER[0]  # the smallest step misses the target, the largest reaches it
+    assert measured(ef)[criterion] >= target
+    assert measured(EF_LADDER[EF_LADDER.index(ef) - 1])[criterion] < target
+
+
+def test_calibrate_ef_does_not_count_swapped_duplicates_as_misses():
+    """Four stored copies of every vector (numbered variants of a question encode alike): which
+    copy comes first, and which copies fill the top 10, is a tie, not a loss, so an easy
+    graph calibrates to the smallest step instead of running off the ladder."""
+    import faiss
+
+    from hybrid_qpr.backends.local.vectors import EF_LADDER, calibrate_ef
+
+    base = np.random.default_rng(9).normal(size=(500, 8)).astype(np.float32)
+    vectors = np.ascontiguousarray(np.concatenate([base] * 4))
+    graph = faiss.index_factory(8, "HNSW32", faiss.METRIC_L2)
+    graph.add(vectors)
+    assert calibrate_ef(graph, vectors, "sqeuclidean", sample=200) == EF_LADDER[0]
+
+
+def test_first_kept_counts_a_vector_exactly_as_near_as_the_exact_first():
+    """A stored duplicate of the exact first hit is as good as it; a farther vector is a loss."""
+    from hybrid_qpr.backends.local.vectors import first_kept
+
+    vectors = np.array([[0, 0], [1, 0], [1, 0], [3, 0]], dtype=np.float32)
+    queries = np.array([[1.1, 0], [1.1, 0], [1.1, 0], [0.1, 0]], dtype=np.float32)
+    exact = np.array([1, 1, 1, 0])
+    assert first_kept(queries, vectors, np.array([1, 2, 3, 0]), exact, "sqeuclidean") == 0.75
+    assert first_kept(queries, vectors, np.array([1, 2, -1, 0]), exact, "sqeuclidean") == 0.75
+    assert first_kept(queries, vectors, exact, exact, "cosine") == 1.0
 
 
 def test_bm25_and_knn_together_equal_the_two_lists(index, committed_encoder):
