@@ -10,7 +10,7 @@ from hybrid_qpr.cli._common import cnn_size_options, friendly_errors
 
 
 @click.command()
-@click.argument("corpus", type=click.Path(exists=True))
+@click.argument("corpus", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--teacher", "teacher_dir", required=True, type=click.Path(exists=True, file_okay=False),
               help="ONNX encoder directory of the teacher (e.g. 'hybrid-qpr export --out models/minilm --int8').")
 @click.option("--out", "run_dir", required=True, type=click.Path(file_okay=False), help="Run directory (checkpoints, best.pt).")
@@ -18,7 +18,10 @@ from hybrid_qpr.cli._common import cnn_size_options, friendly_errors
               help="Dataset directory ('hybrid-qpr dataset build'): its train pairs add the SDML loss, its val split validates.")
 @click.option("--pairs-weight", type=float, default=1.0, show_default=True, help="Weight of the SDML term on --pairs.")
 @click.option("--init", type=click.Path(exists=True, file_okay=False), default=None,
-              help="Start from this train/distill run's best model and vocabulary (domain adaptation).")
+              help="Start from this train/distill run's best model, or an exported CNN model directory (e.g. the "
+                   "default onnx/distilled-cnn-quora), and its vocabulary (domain adaptation).")
+@click.option("--max-per-source", type=int, default=None,
+              help="Keep a seeded random sample of at most this many distinct texts of each CORPUS source.")
 @click.option("--teacher-temperature", type=float, default=0.05, show_default=True,
               help="Teacher cosine / T before the softmax: lower = sharper targets.")
 @click.option("--group-size", type=int, default=8, show_default=True,
@@ -41,20 +44,24 @@ from hybrid_qpr.cli._common import cnn_size_options, friendly_errors
 @click.option("--seed", type=int, default=13, show_default=True)
 @click.option("--resume", is_flag=True, help="Continue from RUN/checkpoint.pt.")
 @friendly_errors
-def distill(corpus, teacher_dir, run_dir, pairs, pairs_weight, init, teacher_temperature, group_size, teacher_cache,
+def distill(corpus, teacher_dir, run_dir, pairs, pairs_weight, init, max_per_source, teacher_temperature, group_size, teacher_cache,
             teacher_words, held_out, vocab, hash_bins, embedding_dim, channels, dim, layers, batch_size, lr, epochs, patience,
             max_minutes, seed, resume) -> None:
-    """Distil TEACHER into a CNN on the questions of CORPUS; best model in RUN/best.pt.
+    """Distil TEACHER into a CNN on the questions of CORPUS...; best model in RUN/best.pt.
 
-    CORPUS needs no labels: a JSONL/TSV/CSV question file (as for 'ingest'), a BEIR
-    directory, or a dataset directory (its train questions). The teacher embeds CORPUS once
-    (cached, resumable); the student learns the teacher's in-batch similarity distribution.
+    CORPUS needs no labels: one or more JSONL/TSV/CSV question files (as for 'ingest'), BEIR
+    directories, dataset directories (their train questions) or answer sets ('dataset
+    from-answers'/'from-squad': their train questions and candidate sentences), mixed in the
+    order given. The teacher embeds the mix once (cached, resumable); the student learns the
+    teacher's in-batch similarity distribution.
 
     \b
     Examples:
       hybrid-qpr export --out models/minilm-int8 --int8
       hybrid-qpr distill data/quora --teacher models/minilm-int8 --out runs/distill --pairs data/quora
       hybrid-qpr distill my-questions.jsonl --teacher models/minilm-int8 --out runs/mine --init runs/distill
+      hybrid-qpr distill data/quora data/wikianswers data/wikiqa --teacher models/minilm-int8 --out runs/wide \\
+          --pairs data/quora --init onnx/distilled-cnn-quora --max-per-source 100000
       hybrid-qpr export runs/distill --kind cnn --out models/distilled-cnn
     """
     from hybrid_qpr.training.cnn import TrainConfig
@@ -66,6 +73,6 @@ def distill(corpus, teacher_dir, run_dir, pairs, pairs_weight, init, teacher_tem
     train_config = TrainConfig(batch_size=batch_size, lr=lr, epochs=epochs, patience=patience, seed=seed,
                                max_minutes=max_minutes)
     result = run_distillation(corpus, teacher_dir, run_dir, pairs=pairs, init=init, config=config,
-                              train_config=train_config, teacher_cache=teacher_cache, resume=resume,
+                              train_config=train_config, teacher_cache=teacher_cache, resume=resume, max_per_source=max_per_source,
                               on_epoch=lambda entry: click.echo(json.dumps(entry)))
     click.echo(json.dumps({"best_epoch": result.best_epoch, "best_val_mrr@20": result.best_val_mrr}))

@@ -19,6 +19,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -28,37 +29,65 @@ from hybrid_qpr.artifacts import recorded_path
 from hybrid_qpr.data.clusters import Cluster
 from hybrid_qpr.errors import ConfigError, InputError
 
+if TYPE_CHECKING:
+    from hybrid_qpr.text.tokenizer import Vocabulary
+
 log = logging.getLogger(__name__)
 
 
-def load_questions(path: str | Path, text_column: str = "text") -> list[str]:
-    """Distinct question texts, in file order, of a corpus to distil on.
+def _source_texts(path: Path, text_column: str):
+    """The texts of one corpus source, in file order (duplicates and blanks included)."""
+    import json
 
-    ``path`` is a JSONL/TSV/CSV corpus (read like ``hybrid-qpr ingest``), a BEIR directory (its
-    ``corpus.jsonl``), or a dataset directory of ``hybrid-qpr dataset build`` (its train split
-    only, so val/test questions stay unseen).
-    """
+    from hybrid_qpr.data.answer_dataset import FORMAT as ANSWERS_FORMAT, read_answer_records
     from hybrid_qpr.data.documents import iter_documents
     from hybrid_qpr.data.splits import load_split
 
-    path = Path(path)
-    if path.is_dir():
-        if (path / "manifest.json").is_file() and (path / "train.jsonl").is_file():
-            texts = (q.text for c in load_split(path, "train") for q in c.questions)
-        elif (path / "corpus.jsonl").is_file():
-            texts = (doc.text for _, doc in iter_documents(path / "corpus.jsonl", fmt="jsonl"))
-        else:
-            raise InputError(path, None, "directory is neither a dataset (manifest.json + train.jsonl) nor BEIR (corpus.jsonl)")
-    else:
-        texts = (doc.text for _, doc in iter_documents(path, text_column=text_column))
+    if not path.is_dir():
+        return (doc.text for _, doc in iter_documents(path, text_column=text_column))
+    manifest = path / "manifest.json"
+    if manifest.is_file() and (path / "train.jsonl").is_file():
+        if json.loads(manifest.read_text(encoding="utf-8")).get("format") == ANSWERS_FORMAT:
+            # an answer set: each train question and its candidate sentences (both are texts users search)
+            return (t for r in read_answer_records(path, "train") for t in [r.question, *r.positives, *r.negatives])
+        return (q.text for c in load_split(path, "train") for q in c.questions)
+    if (path / "corpus.jsonl").is_file():
+        return (doc.text for _, doc in iter_documents(path / "corpus.jsonl", fmt="jsonl"))
+    raise InputError(path, None, "directory is neither a dataset (manifest.json + train.jsonl) nor BEIR (corpus.jsonl)")
+
+
+def load_questions(paths: str | Path | Sequence[str | Path], text_column: str = "text", *,
+                   max_per_source: int | None = None, seed: int = 13) -> list[str]:
+    """Distinct texts, in source then file order, of the corpus (one source or several) to distil on.
+
+    A source is a JSONL/TSV/CSV corpus (read like ``hybrid-qpr ingest``), a BEIR directory (its
+    ``corpus.jsonl``), a dataset directory of ``hybrid-qpr dataset build`` (its train split
+    only, so val/test questions stay unseen) or an answer set of ``dataset from-answers`` /
+    ``from-squad`` (its train questions and their candidate sentences). ``max_per_source`` keeps a
+    seeded random sample of that many of each source's new distinct texts (in their file order),
+    so one large source does not crowd out the others.
+    """
+    sources = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    if not sources:
+        raise ConfigError("no corpus given")
+    rng = random.Random(seed)
     seen: set[str] = set()
-    out = []
-    for text in texts:
-        if text.strip() and text not in seen:
-            seen.add(text)
-            out.append(text)
+    out: list[str] = []
+    for path in sources:
+        new = []
+        for text in _source_texts(path, text_column):
+            if text.strip() and text not in seen:
+                seen.add(text)
+                new.append(text)
+        if max_per_source is not None and len(new) > max_per_source:
+            keep = sorted(rng.sample(range(len(new)), max_per_source))
+            seen.difference_update(new)  # texts left out may still come from a later source
+            new = [new[i] for i in keep]
+            seen.update(new)
+        out.extend(new)
     if len(out) < 2:
-        raise InputError(path, None, f"{len(out)} distinct non-empty questions; distillation needs at least 2")
+        where = sources[0] if len(sources) == 1 else ", ".join(map(str, sources))
+        raise InputError(where, None, f"{len(out)} distinct non-empty questions; distillation needs at least 2")
     return out
 
 
@@ -199,12 +228,49 @@ class DistillationSource:
         teacher = torch.from_numpy(np.asarray(self.teacher[rows], dtype=np.float32))
         eye = torch.eye(len(rows), dtype=torch.bool)
         t_top = (teacher @ teacher.T).masked_fill(eye, float("-inf")).topk(10, dim=1).indices
-        s_rank = (-squared_distances(student, student)).masked_fill(eye, float("-inf")).topk(20, dim=1).indices
+        depth = min(20, len(rows))  # fewer than 20 held-out rows: rank them all
+        s_rank = (-squared_distances(student, student)).masked_fill(eye, float("-inf")).topk(depth, dim=1).indices
         hit = s_rank == t_top[:, :1]
         first = torch.where(hit.any(1), hit.float().argmax(1) + 1, torch.zeros(len(rows), dtype=torch.long))
         mrr = torch.where(first > 0, 1.0 / first.clamp_min(1).float(), torch.zeros(len(rows))).mean()
         overlap = (s_rank[:, :10, None] == t_top[:, None, :]).any(2).float().sum(1) / 10
         return {"mrr@20": float(mrr), "teacher_recall@10": float(overlap.mean())}
+
+
+def _lends_val_split(path: Path) -> bool:
+    """A paraphrase dataset directory (not an answer set): its val split can validate."""
+    import json
+
+    from hybrid_qpr.data.answer_dataset import FORMAT as ANSWERS_FORMAT
+
+    manifest = path / "manifest.json"
+    return manifest.is_file() and json.loads(manifest.read_text(encoding="utf-8")).get("format") != ANSWERS_FORMAT
+
+
+def load_start(init: Path) -> tuple[dict, Vocabulary, dict]:
+    """Architecture, vocabulary and weights to start from: a ``train``/``distill`` run directory
+    (its best model) or an exported CNN model directory (``hybrid-qpr export --kind cnn``, e.g.
+    the default model, whose ONNX initializers carry the torch parameter names)."""
+    import json
+
+    from hybrid_qpr.artifacts import load_checkpoint
+    from hybrid_qpr.text.tokenizer import Vocabulary
+    from hybrid_qpr.training.cnn import BEST, RUN_META
+
+    if (init / RUN_META).is_file():
+        architecture = json.loads((init / RUN_META).read_text(encoding="utf-8"))["architecture"]
+        state = load_checkpoint(init / BEST, "is --init a 'hybrid-qpr train' or 'distill' run directory?")["model"]
+        return architecture, Vocabulary.load(init / "tokenizer.json"), state
+    config_file = init / "config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
+    if config.get("kind") != "cnn" or not (init / "model.onnx").is_file():
+        raise ConfigError(f"--init {init}: neither a train/distill run directory ({RUN_META}) "
+                          "nor an exported CNN model directory (config.json kind 'cnn' + model.onnx)")
+    import onnx
+    from onnx import numpy_helper
+
+    state = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in onnx.load(init / "model.onnx").graph.initializer}
+    return dict(config["architecture"]), Vocabulary.load(init / "tokenizer.json"), state
 
 
 @dataclass
@@ -226,43 +292,44 @@ class DistillConfig:
 DEFAULT_ARCHITECTURE = {"embedding_dim": 128, "channels": 256, "dim": 256, "layers": 1}  # the committed CNN's: ~13k questions/s
 
 
-def distill(corpus: str | Path, teacher_dir: str | Path, run_dir: str | Path, *, pairs: str | Path | None = None,
+def distill(corpus: str | Path | Sequence[str | Path], teacher_dir: str | Path, run_dir: str | Path, *, pairs: str | Path | None = None,
             init: str | Path | None = None, config: DistillConfig = DistillConfig(), train_config=None,
-            teacher_cache: str | Path | None = None, resume: bool = False, show_progress: bool = True, on_epoch=None):
+            teacher_cache: str | Path | None = None, resume: bool = False, show_progress: bool = True, on_epoch=None,
+            max_per_source: int | None = None):
     """Distil the teacher encoder in ``teacher_dir`` into a CNN trained in ``run_dir``.
 
-    ``corpus``: questions (see ``load_questions``); ``pairs``: a dataset directory whose train
+    ``corpus``: one source of questions or several (see ``load_questions``; ``max_per_source``
+    caps each); ``pairs``: a dataset directory whose train
     clusters add the SDML term and whose val split is used for validation (a dataset given as
-    ``corpus`` also lends its val split); with no labelled val split, ``config.held_out``
+    the only ``corpus`` also lends its val split); with no labelled val split, ``config.held_out``
     corpus questions are held out and validation measures agreement with the teacher.
-    ``init``: a run directory (``hybrid-qpr train``/``distill``) whose best model (and
-    vocabulary) the student starts from, e.g. to adapt a Quora model to your own questions.
+    ``init``: a run directory (``hybrid-qpr train``/``distill``) or an exported CNN model
+    directory whose model (and vocabulary) the student starts from (``load_start``), e.g. to
+    adapt the default Quora model to your own questions.
     Teacher vectors are cached in ``teacher_cache`` (default ``run_dir/teacher``).
     ``on_epoch`` gets each epoch's summary (as in the trainer). Returns the trainer's ``TrainResult``; export ``run_dir`` with ``hybrid-qpr export --kind cnn``.
     """
-    import json
-
-    from hybrid_qpr.artifacts import load_checkpoint
     from hybrid_qpr.data.splits import load_split
     from hybrid_qpr.encoders import Encoder
     from hybrid_qpr.model.cnn import CNNModel
     from hybrid_qpr.model.losses import SDMLLoss
     from hybrid_qpr.model.losses.distillation import InBatchDistillationLoss
     from hybrid_qpr.text.tokenizer import Vocabulary
-    from hybrid_qpr.training.cnn import BEST, CHECKPOINT, RUN_META, TrainConfig, train, write_run_meta
+    from hybrid_qpr.training.cnn import CHECKPOINT, TrainConfig, train, write_run_meta
     from hybrid_qpr.training.teacher import corpus_fingerprint, teacher_embeddings
     from hybrid_qpr.training.word_init import extend_vocabulary, init_word_embeddings, teacher_words
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     train_config = train_config or TrainConfig()
-    texts = load_questions(corpus)
+    sources = [Path(corpus)] if isinstance(corpus, (str, Path)) else [Path(c) for c in corpus]
+    texts = load_questions(sources, max_per_source=max_per_source, seed=train_config.seed)
     encoder = Encoder.load(teacher_dir)
     cache_dir = Path(teacher_cache) if teacher_cache else run_dir / "teacher"
     teacher = teacher_embeddings(encoder, texts, cache_dir, show_progress=show_progress)
 
     pair_clusters = load_split(pairs, "train") if pairs else None
-    labelled = pairs or (corpus if Path(corpus, "manifest.json").is_file() else None)
+    labelled = pairs or (sources[0] if len(sources) == 1 and _lends_val_split(sources[0]) else None)
     val_clusters = load_split(labelled, "val") if labelled else None
     rng = random.Random(train_config.seed)
     rows = list(range(len(texts)))
@@ -273,10 +340,10 @@ def distill(corpus: str | Path, teacher_dir: str | Path, run_dir: str | Path, *,
         rows = sorted(set(rows) - set(val_rows))
 
     vocab_path = run_dir / "tokenizer.json"
+    start = None
     if init is not None:
         init = Path(init)
-        architecture = json.loads((init / RUN_META).read_text(encoding="utf-8"))["architecture"]
-        vocabulary = Vocabulary.load(init / "tokenizer.json")
+        architecture, vocabulary, start = load_start(init)
     else:
         architecture = dict(config.architecture or DEFAULT_ARCHITECTURE)
         if resume and vocab_path.exists():
@@ -291,7 +358,7 @@ def distill(corpus: str | Path, teacher_dir: str | Path, run_dir: str | Path, *,
     model = CNNModel(vocabulary, **architecture)
     fresh = not (resume and (run_dir / CHECKPOINT).exists())
     if init is not None and fresh:
-        model.load_state_dict(load_checkpoint(init / BEST, "is --init a 'hybrid-qpr train' or 'distill' run directory?")["model"])
+        model.load_state_dict(start)
     elif config.teacher_words and fresh:
         log.info("teacher words: %d word embeddings start from the teacher", init_word_embeddings(model, encoder))
 
@@ -306,13 +373,14 @@ def distill(corpus: str | Path, teacher_dir: str | Path, run_dir: str | Path, *,
                                 pairs_loss=SDMLLoss(config.pairs_epsilon) if pair_clusters else None,
                                 pairs_weight=config.pairs_weight, val_rows=val_rows)
     options = {"teacher": recorded_path(teacher_dir), "teacher_fingerprint": encoder.fingerprint,
-               "corpus": recorded_path(corpus),
+               "corpus": recorded_path(sources[0]) if len(sources) == 1 else [recorded_path(c) for c in sources],
+               "max_per_source": max_per_source,
                "corpus_questions": len(texts), "teacher_temperature": config.teacher_temperature,
                "group_size": config.group_size, "pairs": recorded_path(pairs) if pairs else None,
                "pairs_weight": config.pairs_weight if pairs else 0.0, "init": recorded_path(init) if init else None,
                "teacher_words": config.teacher_words and init is None,
                "validation": "labelled val split" if val_clusters is not None else f"teacher agreement on {len(val_rows)} held-out questions"}
     write_run_meta(run_dir, architecture=architecture, loss="distill", loss_options=options, loss_fn=loss,
-                   dataset_dir=labelled or corpus)
+                   dataset_dir=labelled or sources[0])
     return train(model, loss, pair_clusters or [], val_clusters, run_dir, train_config, resume=resume,
                  show_progress=show_progress, on_epoch=on_epoch, source=source)

@@ -203,3 +203,83 @@ def test_tiny_distillation_with_teacher_words(tmp_path, tiny_teacher):
     words = Vocabulary.load(run / "tokenizer.json").words
     assert len(words) > 20 and set(teacher_words(tiny_teacher)) <= set(words)
     assert json.loads((run / "model.json").read_text())["loss_options"]["teacher_words"] is True
+
+
+def _write_answer_set(path, train: list[dict], test: list[dict]):
+    """An answer set as 'dataset from-answers' leaves it: manifest + one record per question."""
+    path.mkdir()
+    (path / "manifest.json").write_text(json.dumps({"format": "hybrid-qpr-answers"}))
+    for split, records in (("train", train), ("test", test)):
+        (path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_a_corpus_mix_reads_train_texts_of_every_source_once(tmp_path):
+    from hybrid_qpr.data.clusters import Cluster, Question
+    from hybrid_qpr.errors import InputError
+    from hybrid_qpr.testing.corpora import write_dataset_dir
+    from hybrid_qpr.training.distill import load_questions
+
+    pairs = write_dataset_dir(tmp_path / "pairs", {
+        "train": [Cluster("a", [Question("1", "how to cook rice ?"), Question("2", "cooking rice ?")])],
+        "val": [Cluster("b", [Question("3", "a val question ?"), Question("4", "another val question ?")])]}, "f0")
+    answers = _write_answer_set(tmp_path / "answers", [
+        {"id": "q1", "question": "who wrote emma ?", "positives": ["jane austen wrote it ."],
+         "negatives": ["emma is a novel .", "how to cook rice ?"]}],
+        [{"id": "q2", "question": "a test question ?", "positives": ["a test sentence ."], "negatives": []}])
+    bank = tmp_path / "bank.jsonl"
+    bank.write_text("".join(json.dumps({"id": str(i), "text": t}) + "\n"
+                            for i, t in enumerate(["cooking rice ?", "my own question ?"])))
+    mix = load_questions([pairs, answers, bank])
+    assert mix == ["how to cook rice ?", "cooking rice ?", "who wrote emma ?", "jane austen wrote it .",
+                   "emma is a novel .", "my own question ?"]  # source order, each text once, no val/test text
+    assert load_questions(answers) == mix[2:5] + ["how to cook rice ?"]
+
+    many = tmp_path / "many.jsonl"
+    texts = [f"question number {i} ?" for i in range(49)] + ["my own question ?"]
+    many.write_text("".join(json.dumps({"id": str(i), "text": t}) + "\n" for i, t in enumerate(texts)))
+    capped = load_questions([many, bank], max_per_source=10)
+    assert capped == load_questions([many, bank], max_per_source=10)  # seeded
+    assert len(capped) == len(set(capped)) and capped.count("my own question ?") == 1
+    first = capped[:10]
+    assert set(first) <= set(texts) and first == sorted(first, key=texts.index)  # a sample, in file order
+    assert capped[10:] == [t for t in ["cooking rice ?", "my own question ?"] if t not in first]
+
+    with pytest.raises(InputError, match="needs at least 2"):
+        load_questions([tmp_path / "pairs"], max_per_source=1)
+
+
+def test_distil_a_mix_from_an_exported_model(tmp_path, tiny_teacher):
+    """--init takes an exported CNN directory (the default model is one): the student starts from
+    its exact weights and vocabulary; CORPUS may be several sources."""
+    from click.testing import CliRunner
+
+    from hybrid_qpr.cli.main import cli
+    from hybrid_qpr.export.onnx import export_run
+    from hybrid_qpr.text.tokenizer import Vocabulary
+    from hybrid_qpr.training.distill import load_start
+
+    _, _, run, _ = _tiny_run(tmp_path, tiny_teacher, 30, batch_size=30, epochs=1, held_out=12, vocab=500,
+                             teacher_words=False)
+    exported = tmp_path / "exported"
+    export_run(run, exported)
+    architecture, vocabulary, state = load_start(exported)
+    trained = torch.load(run / "best.pt", weights_only=True)["model"]
+    assert state.keys() == trained.keys() and all(torch.equal(state[k], trained[k]) for k in state)
+    assert vocabulary.words == Vocabulary.load(run / "tokenizer.json").words
+    assert {k: architecture[k] for k in ("embedding_dim", "channels", "dim")} == {"embedding_dim": 16, "channels": 24, "dim": 8}
+
+    answers = _write_answer_set(tmp_path / "answers", [
+        {"id": f"q{i}", "question": f"w{i} w{i + 1} w{i + 2} ?", "positives": [f"w{i + 3} w{i} sentence ."],
+         "negatives": [f"w{i + 5} other sentence ."]} for i in range(30)], [])
+    out = tmp_path / "mixed"
+    result = CliRunner().invoke(cli, ["distill", str(tmp_path / "questions.jsonl"), str(answers), "--teacher", str(tiny_teacher),
+                                      "--out", str(out), "--init", str(exported), "--epochs", "1", "--batch-size", "30",
+                                      "--held-out", "24", "--group-size", "4", "--max-per-source", "60"])
+    assert result.exit_code == 0, result.output
+    options = json.loads((out / "model.json").read_text())["loss_options"]
+    assert options["corpus_questions"] == 60 + 60 and options["max_per_source"] == 60
+    assert len(options["corpus"]) == 2 and options["init"].endswith("exported")
+    bad = CliRunner().invoke(cli, ["distill", str(answers), "--teacher", str(tiny_teacher), "--out", str(tmp_path / "x"),
+                                   "--init", str(tmp_path / "answers")])
+    assert bad.exit_code != 0 and "neither a train/distill run directory" in bad.output
