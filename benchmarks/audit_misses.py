@@ -9,8 +9,8 @@ sample would have if those counted as hits.
 
 Step 1, list the misses (texts go to REVIEW, outside the repository: they are the data's text):
 
-    python benchmarks/audit_misses.py --dataset /work/data/quora --encoder onnx/minilm-l6-quora-int8 \\
-        --cache /work/data/quality-cache --queries 1000 --review /tmp/misses.jsonl
+    python benchmarks/audit_misses.py --dataset data/quora --encoder onnx/minilm-l6-quora-int8 \\
+        --cache WORKDIR/quality-cache --queries 1000 --review WORKDIR/misses.jsonl
 
 Step 2, judge them: a TSV with a header and rows ``query-id<TAB>top1-id<TAB>verdict``, verdict
 ``paraphrase`` (the top hit asks the same thing: one answer serves both) or ``different``; then
