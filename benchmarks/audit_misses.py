@@ -9,8 +9,8 @@ sample would have if those counted as hits.
 
 Step 1, list the misses (texts go to REVIEW, outside the repository: they are the data's text):
 
-    python benchmarks/audit_misses.py --dataset /work/data/quora --encoder onnx/minilm-l6-quora-int8 \\
-        --cache /work/data/quality-cache --queries 1000 --review /tmp/misses.jsonl
+    python benchmarks/audit_misses.py --dataset data/quora --encoder onnx/minilm-l6-quora-int8 \\
+        --cache WORKDIR/quality-cache --queries 1000 --review WORKDIR/misses.jsonl
 
 Step 2, judge them: a TSV with a header and rows ``query-id<TAB>top1-id<TAB>verdict``, verdict
 ``paraphrase`` (the top hit asks the same thing: one answer serves both) or ``different``; then
@@ -20,6 +20,13 @@ Step 2, judge them: a TSV with a header and rows ``query-id<TAB>top1-id<TAB>verd
 
 Vectors are the cached corpus vectors of ``bench_quality.py`` (same cache, same key), so a model
 measured there is not encoded again. The labels file holds ids only.
+
+With ``--index IDX`` the top hit is the one a user gets instead: the index's hybrid search (its
+tuned fusion), and with ``--reranker DIR`` that hybrid's top ``--reranker-depth`` re-ranked by the
+cross-encoder (no --encoder or --cache then):
+
+    python benchmarks/audit_misses.py --dataset data/quora --index IDX --reranker RERANKER \
+        --reranker-depth 20 --queries 1000 --review WORKDIR/misses.jsonl
 """
 
 from __future__ import annotations
@@ -66,11 +73,25 @@ def read_labels(path: str) -> dict[tuple[str, str], str]:
     return labels
 
 
+def searched_lists(args, texts: list[str]) -> list:
+    """The top hits of the index's hybrid search for each text (re-ranked with --reranker)."""
+    from hybrid_qpr.backends.local import LocalIndex
+    from hybrid_qpr.search import HybridSearcher
+
+    index = LocalIndex.open(args.index)
+    searcher = HybridSearcher(index, Encoder.load(index.model_dir), reranker=args.reranker,
+                              reranker_depth=args.reranker_depth)
+    return [searcher.search(text, mode="hybrid", top_k=2) for text in texts]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dataset", required=True, help="dataset directory (its beir/ is read)")
-    ap.add_argument("--encoder", required=True, help="model directory")
-    ap.add_argument("--cache", required=True, help="bench_quality.py's vector cache directory")
+    ap.add_argument("--encoder", help="model directory (exact kNN; without --index)")
+    ap.add_argument("--cache", help="bench_quality.py's vector cache directory (with --encoder)")
+    ap.add_argument("--index", help="local index of the corpus: audit its tuned hybrid search instead of exact kNN")
+    ap.add_argument("--reranker", help="with --index: cross-encoder re-ranking the hybrid's top hits")
+    ap.add_argument("--reranker-depth", type=int, default=20)
     ap.add_argument("--split", default="test")
     ap.add_argument("--queries", type=int, default=1000, help="seeded sample of queries")
     ap.add_argument("--seed", type=int, default=1)
@@ -78,15 +99,20 @@ def main() -> None:
     ap.add_argument("--labels", help="TSV of judgments (query-id, top1-id, verdict)")
     ap.add_argument("--out", help="JSON summary (with --labels)")
     args = ap.parse_args()
+    if (args.index is None) == (args.encoder is None or args.cache is None):
+        ap.error("give --encoder and --cache (exact kNN), or --index (the index's hybrid search)")
 
     corpus, queries, qrels = load_beir(f"{args.dataset}/beir", args.split)
-    ids, texts = list(corpus), list(corpus.values())
-    row_of = {doc_id: i for i, doc_id in enumerate(ids)}
-    enc = Encoder.load(args.encoder, threads=2)
-    vectors, _ = encoded_corpus(enc, ids, texts, Path(args.cache), {}, workers=1, threads=2)
     judged = sorted(q for q in queries if qrels.get(q))
     sample = random.Random(args.seed).sample(judged, min(args.queries, len(judged)))
-    lists = knn_lists(np.array([row_of[q] for q in sample]), vectors, ids, enc.distance, depth=2)
+    if args.index:
+        lists = searched_lists(args, [queries[q] for q in sample])
+    else:
+        ids, texts = list(corpus), list(corpus.values())
+        row_of = {doc_id: i for i, doc_id in enumerate(ids)}
+        enc = Encoder.load(args.encoder, threads=2)
+        vectors, _ = encoded_corpus(enc, ids, texts, Path(args.cache), {}, workers=1, threads=2)
+        lists = knn_lists(np.array([row_of[q] for q in sample]), vectors, ids, enc.distance, depth=2)
     misses = []
     for qid, hits in zip(sample, lists):
         top = next(h for h in hits if h.id != qid)  # the query is a corpus question: drop its own row
@@ -108,7 +134,10 @@ def main() -> None:
     paraphrases = verdicts.count("paraphrase")
     low, high = wilson(paraphrases, len(verdicts))
     summary = {
-        "dataset": repo_relative(args.dataset), "encoder": repo_relative(args.encoder), "split": args.split,
+        "dataset": repo_relative(args.dataset), "split": args.split,
+        **({"encoder": repo_relative(args.encoder)} if args.encoder else
+           {"index": repo_relative(args.index), "search": "hybrid (the index's tuned fusion)",
+            **({"reranker": repo_relative(args.reranker), "reranker_depth": args.reranker_depth} if args.reranker else {})}),
         "queries": len(sample), "seed": args.seed, "misses": len(misses), "judged": len(verdicts),
         "paraphrase": paraphrases, "paraphrase_share": round(paraphrases / max(1, len(verdicts)), 3),
         "paraphrase_share_95ci": [round(low, 3), round(high, 3)],

@@ -60,7 +60,9 @@ def distillation_options(func):
 @reranker.command("train")
 @click.argument("datasets", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
 @click.option("--dev", "dev_dir", type=click.Path(exists=True, file_okay=False), default=None,
-              help="Answer dataset whose val split gives the dev MAP for model selection and early stopping (e.g. data/wikiqa).")
+              help="Dataset whose val split selects the model and stops early: an answer dataset (MAP of each question's "
+                   "candidates, e.g. data/wikiqa) or a paraphrase dataset (MRR@20 of re-ranking BM25 and kNN's top 20 "
+                   "over the val questions, e.g. data/quora; --dev-max-questions samples it).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Run directory (checkpoint.pt, best.pt, log.jsonl, report.json, model/).")
 @click.option("--loss", type=click.Choice(["listwise", "bce"]), default="listwise", show_default=True,

@@ -25,8 +25,11 @@ T^2 x KL(softmax(teacher / T) || softmax(student / T)) over each group (the list
 distillation of Hinton et al. 2015 on the groups above); the teacher scores the same batch in
 eval mode, without gradients. ``layers`` without a teacher cuts the base model the same way.
 
-Dev metric: MAP of each dev question's own candidates ranked by the model (an answer dataset's
-val split, e.g. WikiQA dev), computed by ``hybrid_qpr.evaluation.metrics``.
+Dev metric (``--dev``), computed by ``hybrid_qpr.evaluation.metrics``: for an answer dataset's val
+split (e.g. WikiQA dev), MAP of each dev question's own candidates ranked by the model; for a
+paraphrase dataset's val split, MRR@20 of re-ranking a first stage's top 20 for each sampled
+cluster's first question (BM25 and kNN hits over all the split's questions, interleaved, by
+``hybrid_qpr.training.hard_negatives``; the question's own cluster is relevant).
 """
 
 from __future__ import annotations
@@ -195,32 +198,50 @@ def build_model(settings: RerankerSettings):
                                   max_length=settings.max_length, query_tokens=settings.query_tokens,
                                   pooling=settings.pooling)  # type: ignore[arg-type]
     return keep_layers(model, settings.layers)
+DEV_DEPTH = 20  # first-stage candidates per question of a paraphrase dev set (MRR@20)
+
+
+@dataclass
+class DevSet:
+    """What the dev metric ranks: each question's candidates, with the positions of the correct
+    ones; ``metric`` is ``dev_map`` (answer sets: all of a question's own candidates) or
+    ``dev_mrr20`` (question clusters: a first stage's top 20, module docstring)."""
+
+    metric: str
+    items: list[tuple[str, list[str], list[int]]]
 
 
 @torch.no_grad()
-def dev_map(model, records) -> float:
-    """MAP of ranking each judged dev question's own candidates by the cross-encoder."""
-    from hybrid_qpr.evaluation.metrics import average_precision
+def dev_score(model, dev: DevSet) -> float:
+    """The dev metric of ranking each dev question's candidates by the cross-encoder."""
+    from hybrid_qpr.evaluation.metrics import average_precision, mrr_at_k
 
     run, qrels = {}, {}
-    for r in records:
-        candidates = r.positives + r.negatives
-        scores = model.predict([r.question] * len(candidates), candidates).tolist()
-        order = sorted(range(len(candidates)), key=lambda i: (-scores[i], i))
-        run[r.id] = [f"c{i}" for i in order]
-        qrels[r.id] = {f"c{i}": 1 for i in range(len(r.positives))}
-    return average_precision(run, qrels)
+    for n, (question, candidates, correct) in enumerate(dev.items):
+        scores = model.predict([question] * len(candidates), candidates).tolist() if candidates else []
+        run[f"q{n}"] = [f"c{i}" for i in sorted(range(len(candidates)), key=lambda i: (-scores[i], i))]
+        # a question whose first stage found none of its paraphrases still counts (reciprocal rank 0)
+        qrels[f"q{n}"] = {f"c{i}": 1 for i in correct} or {"absent": 1}
+    return average_precision(run, qrels) if dev.metric == "dev_map" else mrr_at_k(run, qrels, DEV_DEPTH)
 
 
-def dev_records(dev_dir: str | Path, max_questions: int | None, seed: int):
-    from hybrid_qpr.data.answer_dataset import read_answer_records
+def dev_set(dev_dir: str | Path, settings: RerankerSettings, seed: int) -> DevSet:
+    """The val split of an answer dataset (each question's own candidates, MAP) or of a
+    paraphrase dataset (a seeded sample of its clusters' first questions, each with the top
+    ``DEV_DEPTH`` BM25 and kNN hits over the split's questions, MRR@20)."""
+    from hybrid_qpr.data.answer_dataset import FORMAT as ANSWERS_FORMAT, read_answer_records
 
+    if _manifest_format(Path(dev_dir)) != ANSWERS_FORMAT:
+        from hybrid_qpr.training.hard_negatives import cluster_candidates
+
+        return DevSet("dev_mrr20", cluster_candidates(dev_dir, "val", settings.dev_max_questions, seed, DEV_DEPTH,
+                                                      settings.miner_model))
     records = [r for r in read_answer_records(dev_dir, "val") if r.positives]
     if not records:
         raise ConfigError(f"{dev_dir}: the val split has no question with a correct sentence to evaluate on")
-    if max_questions is not None and max_questions < len(records):
-        records = random.Random(seed).sample(records, max_questions)
-    return records
+    if settings.dev_max_questions is not None and settings.dev_max_questions < len(records):
+        records = random.Random(seed).sample(records, settings.dev_max_questions)
+    return DevSet("dev_map", [(r.question, r.positives + r.negatives, list(range(len(r.positives)))) for r in records])
 
 
 def train_reranker(dataset_dirs: Sequence[str | Path], dev_dir: str | Path | None, out_dir: str | Path,
@@ -236,7 +257,7 @@ def train_reranker(dataset_dirs: Sequence[str | Path], dev_dir: str | Path | Non
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(trainer.seed)
     examples = load_examples(dataset_dirs, settings, trainer.seed)
-    dev = dev_records(dev_dir, settings.dev_max_questions, trainer.seed) if dev_dir is not None else None
+    dev = dev_set(dev_dir, settings, trainer.seed) if dev_dir is not None else None
     model = build_model(settings)
     teacher = None
     if settings.teacher is not None:
@@ -261,11 +282,11 @@ def train_reranker(dataset_dirs: Sequence[str | Path], dev_dir: str | Path | Non
                     "datasets": [str(d) for d in dataset_dirs], "dev": None if dev_dir is None else str(dev_dir)}
     (out_dir / "settings.json").write_text(json.dumps(run_settings, indent=2) + "\n")
     loop = Trainer(model, trainer, out_dir, step_loss=step_loss,
-                   evaluate=None if dev is None else (lambda: dev_map(model, dev)), run_settings=run_settings,
+                   evaluate=None if dev is None else (lambda: dev_score(model, dev)), run_settings=run_settings,
                    defaults={**dataclasses.asdict(RerankerSettings()), **dataclasses.asdict(TrainerSettings())},
-                   description=f"reranker {settings.loss}", metric="dev_map")
+                   description=f"reranker {settings.loss}", metric=dev.metric if dev else "dev_map")
     result = loop.run(resume=resume, show_progress=show_progress)
-    report = {**result.to_dict(), "train_examples": len(examples), "dev_questions": len(dev) if dev else 0}
+    report = {**result.to_dict(), "train_examples": len(examples), "dev_questions": len(dev.items) if dev else 0}
     training = {**run_settings, "report": {k: v for k, v in report.items() if k != "history"}}
     model.save(out_dir / MODEL_SUBDIR, extra={"training": training})
     if export_dir is not None:

@@ -141,17 +141,17 @@ def run_model_dir(path: str | Path) -> Path:
     return path / MODEL_SUBDIR if (path / MODEL_SUBDIR).is_dir() else path
 
 
-def pair_groups(dataset_dir: str | Path, max_clusters: int | None, seed: int) -> list[list[str]]:
-    """Question texts of each train cluster with at least two distinct texts."""
+def pair_groups(dataset_dir: str | Path, max_clusters: int | None, seed: int, split: str = "train") -> list[list[str]]:
+    """Question texts of each cluster of ``split`` with at least two distinct texts."""
     from hybrid_qpr.data.splits import load_split
 
     groups = []
-    for cluster in load_split(dataset_dir, "train"):
+    for cluster in load_split(dataset_dir, split):  # type: ignore[arg-type]
         texts = list(dict.fromkeys(q.text for q in cluster.questions))
         if len(texts) >= 2:
             groups.append(texts)
     if not groups:
-        raise ConfigError(f"{dataset_dir}: the train split has no cluster with two different questions")
+        raise ConfigError(f"{dataset_dir}: the {split} split has no cluster with two different questions")
     if max_clusters is not None and max_clusters < len(groups):
         random.Random(seed).shuffle(groups)
         groups = groups[:max_clusters]

@@ -422,18 +422,25 @@ def test_distillation_loss_by_hand():
     assert distillation_loss(teacher, teacher + 5.0, 3, 1.0).abs() < 1e-6  # a shift per group changes nothing
 
 
-def test_hard_negatives_come_from_other_clusters_of_the_engines_hits(tmp_path, committed_encoder):
+def _cluster_dataset(directory: Path, splits=("train",)) -> list[list[str]]:
+    """A 'dataset build'-layout directory whose every split holds the same clusters: two
+    phrasings of each subject of the synthetic question bank."""
     from hybrid_qpr.testing.corpora import PHRASINGS, SUBJECTS
 
+    clusters = [[PHRASINGS[0].format(s=s), PHRASINGS[1].format(s=s)] for s in SUBJECTS]
+    directory.mkdir()
+    for split in splits:
+        (directory / f"{split}.jsonl").write_text("".join(
+            json.dumps({"id": f"c{i}", "questions": [{"id": f"q{i}_{j}", "text": t} for j, t in enumerate(c)]}) + "\n"
+            for i, c in enumerate(clusters)))
+    return clusters
+
+
+def test_hard_negatives_come_from_other_clusters_of_the_engines_hits(tmp_path, committed_encoder):
     from hybrid_qpr.training.hard_negatives import mine_cluster_examples
 
-    clusters = [[PHRASINGS[0].format(s=s), PHRASINGS[1].format(s=s)] for s in SUBJECTS]
-    data = tmp_path / "clusters"
-    data.mkdir()
-    (data / "train.jsonl").write_text("".join(
-        json.dumps({"id": f"c{i}", "questions": [{"id": f"q{i}_{j}", "text": t} for j, t in enumerate(c)]}) + "\n"
-        for i, c in enumerate(clusters)))
-    examples = mine_cluster_examples(data, None, 0, depth=4, miner_model=str(committed_encoder.model_dir))
+    clusters = _cluster_dataset(tmp_path / "clusters")
+    examples = mine_cluster_examples(tmp_path / "clusters", None, 0, depth=4, miner_model=str(committed_encoder.model_dir))
     assert len(examples) == len(clusters)
     owner = {t: i for i, c in enumerate(clusters) for t in c}
     for question, positives, negatives in examples:
@@ -443,6 +450,46 @@ def test_hard_negatives_come_from_other_clusters_of_the_engines_hits(tmp_path, c
     # the same template with another subject shares most words: BM25 finds it
     question, _, negatives = next(e for e in examples if e[0] == clusters[0][0])
     assert any(n.startswith("how do i change my") for n in negatives)
+
+
+def test_paraphrase_dev_set_is_a_first_stage_top_20_with_the_cluster_marked(tmp_path, committed_encoder):
+    from hybrid_qpr.training.reranker import DEV_DEPTH, RerankerSettings, dev_set
+
+    clusters = _cluster_dataset(tmp_path / "clusters", ("train", "val"))
+    owner = {t: i for i, c in enumerate(clusters) for t in c}
+    settings = RerankerSettings(dev_max_questions=8, miner_model=str(committed_encoder.model_dir))
+    dev = dev_set(tmp_path / "clusters", settings, seed=0)
+    assert dev.metric == "dev_mrr20" and len(dev.items) == 8
+    assert len({question for question, _, _ in dev.items}) == 8  # a seeded sample of distinct clusters
+    for question, candidates, correct in dev.items:
+        assert question == clusters[owner[question]][0] and question not in candidates
+        assert len(candidates) == DEV_DEPTH == len(set(candidates))
+        assert correct == [i for i, text in enumerate(candidates) if owner[text] == owner[question]]
+    assert dev_set(tmp_path / "clusters", settings, seed=0).items == dev.items
+
+
+class _ListedScores:
+    """A stand-in cross-encoder that scores each text by its place in a fixed list (earlier
+    is better), so the dev metric can be checked by hand."""
+
+    def __init__(self, order):
+        self.order = order
+
+    def predict(self, queries, texts):
+        return torch.tensor([-float(self.order.index(t)) for t in texts])
+
+
+def test_dev_score_is_mrr20_for_questions_and_map_for_answers():
+    from hybrid_qpr.training.reranker import DevSet, dev_score
+
+    model = _ListedScores(["a", "b", "c", "d", "e"])
+    items = [("q1", ["c", "a", "b"], [2]),  # correct "b" ranked 2nd by the model: 1/2
+             ("q2", ["e", "d"], [1]),  # correct "d" ranked 1st: 1
+             ("q3", ["b", "a"], [])]  # the first stage found no paraphrase: 0
+    assert dev_score(model, DevSet("dev_mrr20", items)) == pytest.approx((0.5 + 1 + 0) / 3)
+    # MAP over all of a question's candidates: correct "c" and "e" at ranks 2 and 4 of "a c d e"
+    answers = [("q", ["e", "a", "c", "d"], [0, 2])]
+    assert dev_score(model, DevSet("dev_map", answers)) == pytest.approx((1 / 2 + 2 / 4) / 2)
 
 
 @pytest.mark.cluster
@@ -539,3 +586,23 @@ def test_reranker_train_cli_resumes_and_exports_a_run(tmp_path):
     assert done.exit_code == 0, done.output
     assert json.loads((tmp_path / "student" / "model" / "config.json").read_text())["num_hidden_layers"] == 1
     assert Reranker(tmp_path / "s1").score("what is a river ?", ["a river .", "music"]).shape == (2,)
+
+
+def test_reranker_train_takes_a_paraphrase_dataset_as_dev(tmp_path, committed_encoder):
+    """``reranker train data/clusters --dev data/clusters``: mined negatives for training and the
+    dev MRR@20 of re-ranking the val questions' first stage, logged and reported as best."""
+    from click.testing import CliRunner
+
+    from hybrid_qpr.cli.main import cli
+
+    _cluster_dataset(tmp_path / "clusters", ("train", "val"))
+    args = ["reranker", "train", str(tmp_path / "clusters"), "--dev", str(tmp_path / "clusters"), "--out",
+            str(tmp_path / "run"), "--base-model", str(_tiny_base(tmp_path / "tiny")), "--max-length", "32",
+            "--query-tokens", "12", "--batch-size", "2", "--negatives", "3", "--dev-max-questions", "6",
+            "--miner-model", str(committed_encoder.model_dir), "--eval-every", "2", "--steps", "2"]
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code == 0, done.output
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["dev_questions"] == 6 and [h["step"] for h in report["history"]] == [0, 2]
+    assert all(0 <= h["dev_mrr20"] <= 1 for h in report["history"])
+    assert report["best_metric"] == max(h["dev_mrr20"] for h in report["history"])
