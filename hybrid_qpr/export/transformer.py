@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hybrid_qpr.artifacts import atomic_directory, library_versions, write_encoder_config
+from hybrid_qpr.artifacts import atomic_directory, library_versions, recorded_path, write_encoder_config
 from hybrid_qpr.encoders import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE
 from hybrid_qpr.errors import ArtifactError
 from hybrid_qpr.model.transformer import TransformerEmbedder, read_settings
@@ -171,7 +171,7 @@ def export_transformer(
             "max_length": embedder.max_length,
             "pooling": "mean",
             "normalize": embedder.normalize,
-            "base_model": embedder.source,
+            "base_model": recorded_path(embedder.source) if embedder.source else "",  # never this machine's path
             **export_record(quantize, diff, training, metrics, per_channel),
         }
         config = write_encoder_config(work, config)
