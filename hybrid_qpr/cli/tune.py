@@ -31,8 +31,8 @@ from hybrid_qpr.fusion import DEFAULT_DEPTH
 @reranker_options
 @cluster_options(selects_backend=True)
 @friendly_errors
-def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, reranker_depths, task, filter_field, model, reranker_dir,
-         reranker_depth, **connection) -> None:
+def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, reranker_depths, task, filter_field, model,
+         reranker_dir, reranker_depth, **connection) -> None:
     """Grid-search fusion (rrf, minmax, zscore, l2) x alpha (0, 0.1, ..., 1) for the best
     MRR@20 (retrieve 20, drop the query's own id) and store the winner as the index's
     default for 'query --mode hybrid'. The grid contains the pure BM25 and pure kNN
