@@ -346,11 +346,24 @@ ENCODER_FORMAT_VERSION = 1  # what write_encoder_config writes for a single mode
 ENCODER_READABLE_VERSIONS = (1, 2)  # 2 added kind "asymmetric" (a question side and an answer side)
 EncoderSide = Literal["query", "document"]
 ENCODER_SIDES: tuple[str, ...] = ("query", "document")
+# The fusion (and reranker depth) tuned on the model's own validation data ('tune --save-to-model'),
+# which 'ingest' gives an index that has none (hybrid_qpr.backends.base.adopt_model_fusion_defaults).
+ENCODER_FUSION_DEFAULTS = "fusion_defaults"
 
 
 def write_encoder_config(model_dir: str | Path, config: dict[str, Any]) -> dict[str, Any]:
     """Write ``model_dir/config.json`` with the format and version stamped in; return what was written."""
     written = {"format": ENCODER_FORMAT, "format_version": ENCODER_FORMAT_VERSION, **config}
+    write_json(Path(model_dir) / ENCODER_CONFIG_FILE, written)
+    return written
+
+
+def update_encoder_config(model_dir: str | Path, **fields: Any) -> dict[str, Any]:
+    """Set ``fields`` in an encoder directory's config.json (checked first; every other field
+    kept, atomically); return what was written. The fingerprint covers model.onnx and
+    tokenizer.json only, so an index built with the model still accepts it."""
+    config = read_encoder_config(model_dir)
+    written = {**config, **fields}
     write_json(Path(model_dir) / ENCODER_CONFIG_FILE, written)
     return written
 
@@ -362,6 +375,7 @@ def read_encoder_config(model_dir: str | Path) -> dict[str, Any]:
     2 added ``kind: "asymmetric"`` (``hybrid_qpr.encoders.asymmetric``). Raises
     ``ArtifactError`` naming the missing or bad file."""
     from hybrid_qpr.distance import check_distance
+    from hybrid_qpr.fusion import check_fusion_defaults
 
     model_dir = Path(model_dir)
     config_path = model_dir / ENCODER_CONFIG_FILE
@@ -382,6 +396,8 @@ def read_encoder_config(model_dir: str | Path) -> dict[str, Any]:
         if key not in config:
             raise ArtifactError(f"{config_path}: the field {key!r} is missing")
     check_distance(config["distance"])
+    if ENCODER_FUSION_DEFAULTS in config:
+        check_fusion_defaults(config[ENCODER_FUSION_DEFAULTS], str(config_path))
     version = config.get("format_version", ENCODER_FORMAT_VERSION)
     if version not in ENCODER_READABLE_VERSIONS:
         raise ArtifactError(f"{config_path}: format_version {version} is not supported (this hybrid-qpr reads "

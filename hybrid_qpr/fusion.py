@@ -213,3 +213,23 @@ def fuse(first: Sequence[Hit], second: Sequence[Hit], *, fusion: FusionMethod = 
     if fusion == "rrf":
         return rrf([first, second], rrf_k=rrf_k, weights=weights, depth=depth, top_k=top_k)
     return weighted_sum([first, second], normalisation=fusion, weights=weights, depth=depth, top_k=top_k)
+
+
+def check_fusion_defaults(defaults: object, where: str) -> dict:
+    """Tuned fusion defaults as ``tune`` stores them with an index and a model directory carries
+    them in its config.json (``{"fusion", "alpha", "depth"?, "tuned"?, "reranker"?: {"depth", "model"}}``),
+    checked; ``where`` names their file in the one-line error."""
+    if not isinstance(defaults, dict):
+        raise ConfigError(f"{where}: fusion_defaults must be an object with fusion and alpha, found {defaults!r}")
+    try:
+        check_fusion(defaults.get("fusion"))  # type: ignore[arg-type]
+        check_alpha(defaults.get("alpha"))  # type: ignore[arg-type]
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: fusion_defaults: {exc}") from None
+    reranker = defaults.get("reranker", {})
+    if not isinstance(reranker, dict):
+        raise ConfigError(f"{where}: fusion_defaults.reranker must be an object with depth and model, found {reranker!r}")
+    for name, value in (("depth", defaults.get("depth")), ("reranker.depth", reranker.get("depth"))):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"{where}: fusion_defaults.{name}={value!r}: must be a whole number >= 1")
+    return dict(defaults)

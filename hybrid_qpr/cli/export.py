@@ -21,8 +21,11 @@ from hybrid_qpr.errors import ConfigError
 @click.option("--normalize/--no-normalize", default=None,
               help="L2-normalise in the graph (cosine). [default: the fine-tuned model's, else on]")
 @click.option("--int8", is_flag=True, help="Dynamic int8 quantization (4x smaller, faster; quality measured in docs/transformer.md).")
+@click.option("--per-channel", is_flag=True, help="With --int8: one scale per output channel instead of per weight "
+                                                   "tensor (same size; closer to fp32, measured in docs/answers.md).")
 @friendly_errors
-def export(model_dir: str | None, out_dir: str, kind: str, max_length: int | None, normalize: bool | None, int8: bool) -> None:
+def export(model_dir: str | None, out_dir: str, kind: str, max_length: int | None, normalize: bool | None, int8: bool,
+           per_channel: bool) -> None:
     """Export MODEL_DIR to ONNX so it runs on onnxruntime (+ tokenizers) without torch.
 
     \b
@@ -36,6 +39,8 @@ def export(model_dir: str | None, out_dir: str, kind: str, max_length: int | Non
       hybrid-qpr export --out models/minilm --max-length 64           # off-the-shelf MiniLM
       hybrid-qpr export runs/minilm-sdml --out models/minilm-sdml --int8
     """
+    if per_channel and not int8:
+        raise click.UsageError("--per-channel chooses how --int8 quantizes: give --int8 too")
     if kind == "cnn":
         if not model_dir:
             raise ConfigError("--kind cnn needs MODEL_DIR: a 'hybrid-qpr train' run directory")
@@ -48,6 +53,7 @@ def export(model_dir: str | None, out_dir: str, kind: str, max_length: int | Non
     from hybrid_qpr.training.transformer import run_model_dir
 
     source = run_model_dir(model_dir) if model_dir else None
-    config = export_transformer_dir(source, out_dir, max_length=max_length, normalize=normalize, quantize=int8)
+    config = export_transformer_dir(source, out_dir, max_length=max_length, normalize=normalize, quantize=int8,
+                                    per_channel=per_channel)
     click.echo(json.dumps({k: config[k] for k in ("kind", "dim", "distance", "max_length", "quantization",
                                                   "parity_max_abs_diff_fp32")}, indent=2))

@@ -58,6 +58,10 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
     reads every id back: it succeeds only if each one holds this file's text. The summary says
     what the retries cost. Exit status 1 when any document was not written.
 
+    An index without tuned fusion takes the defaults its model directory carries ('tune
+    --save-to-model': fusion, alpha, depth and reranker depth tuned on the model's own
+    validation data); the summary says where the index's defaults come from.
+
     \b
     Examples:
       hybrid-qpr ingest questions.jsonl --index ./qidx
@@ -66,6 +70,7 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
       hybrid-qpr ingest corpus.jsonl --index questions --elasticsearch --shards 3
     """
     from hybrid_qpr.artifacts import display_name
+    from hybrid_qpr.backends.base import adopt_model_fusion_defaults
     from hybrid_qpr.cli._backend import open_for_ingest, refuse_knn_options_on_a_cluster
     from hybrid_qpr.data.documents import iter_documents, require_documents
     from hybrid_qpr.errors import BadLines
@@ -79,6 +84,7 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
     if strict:
         documents = _stop_at_a_refused_document(documents, backend, input_path, bad_lines)
     report = backend.ingest(documents, encoder, batch_size=batch_size, wait=wait, rejects_path=rejects)
+    report.notes.append(adopt_model_fusion_defaults(backend, encoder))
     # the backend knows the line of a document it skipped, not the file
     all_skipped = sorted(bad_lines.skipped + [s.in_file(display_name(input_path)) for s in report.skipped],
                          key=lambda s: s.line or 0)

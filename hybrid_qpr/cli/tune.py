@@ -20,6 +20,10 @@ from hybrid_qpr.fusion import DEFAULT_DEPTH
 @click.option("--depth", type=click.IntRange(min=1), default=None, help="Candidates per list before fusion (stored with the tuned fusion). "
               f"[default: {DEFAULT_DEPTH}, or the task's retrieve depth where larger (answer selection: 100)]")
 @click.option("--dry-run", is_flag=True, help="Print the result without storing it as the index default.")
+@click.option("--save-to-model", is_flag=True,
+              help="Also write the result into the config.json of the index's model (its fusion_defaults), so "
+                   "'ingest' gives every new index built with that model these defaults. Tune on the model's own "
+                   "validation data.")
 @click.option("--reranker-depths", default=",".join(map(str, RERANKER_DEPTHS)), show_default=True,
               help="With --reranker: the depths tried (comma-separated).")
 @task_options
@@ -27,8 +31,8 @@ from hybrid_qpr.fusion import DEFAULT_DEPTH
 @reranker_options
 @cluster_options(selects_backend=True)
 @friendly_errors
-def tune(beir_dir, split, index, max_queries, depth, dry_run, reranker_depths, task, filter_field, model, reranker_dir,
-         reranker_depth, **connection) -> None:
+def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, reranker_depths, task, filter_field, model,
+         reranker_dir, reranker_depth, **connection) -> None:
     """Grid-search fusion (rrf, minmax, zscore, l2) x alpha (0, 0.1, ..., 1) for the best
     MRR@20 (retrieve 20, drop the query's own id) and store the winner as the index's
     default for 'query --mode hybrid'. The grid contains the pure BM25 and pure kNN
@@ -41,10 +45,15 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, reranker_depths, t
     fusion, and 'query --reranker DIR' uses it for this reranker.
 
     \b
+    --save-to-model also writes the result into the model's config.json: tuned on the model's
+    own validation data, it becomes the fusion of every new index 'ingest' builds with the model.
+
+    \b
     Example:
       hybrid-qpr ingest data/quora/beir/corpus.jsonl --index ./quora-idx
       hybrid-qpr tune --beir data/quora/beir --split val --index ./quora-idx
     """
+    from hybrid_qpr.artifacts import ENCODER_FUSION_DEFAULTS, recorded_path, update_encoder_config
     from hybrid_qpr.cli._backend import load_encoder, load_reranker, open_backend
     from hybrid_qpr.data.beir import load_beir
     from hybrid_qpr.evaluation.evaluator import sample_queries, tune as run_tune, tune_reranker
@@ -55,6 +64,8 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, reranker_depths, t
     from hybrid_qpr.evaluation.tasks import get_task
 
     retrieve = get_task(task).retrieve
+    if dry_run and save_to_model:
+        raise click.UsageError("--dry-run stores nothing, --save-to-model stores into the model: give one of them")
     if depth is not None and depth < retrieve:
         raise click.BadParameter(f"{depth} is fewer than the {retrieve} results each {task} query retrieves; "
                                  f"fusion must see them all: give {retrieve} or more", param_hint="--depth")
@@ -79,7 +90,7 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, reranker_depths, t
         click.echo(f"  {g['fusion']:<7} alpha={g['alpha']:.1f}  {metric} {g[metric]:.4f}{below}")
     click.echo(f"best: fusion={result.fusion} alpha={result.alpha:.1f} {metric} {result.mrr:.4f} "
                f"({result.mrr - max(result.bm25_mrr, result.knn_mrr):+.4f} vs the better single mode)")
-    defaults = result.defaults
+    defaults = {**result.defaults, "tuned": {**result.defaults["tuned"], "on": f"{recorded_path(beir_dir)} {split}"}}
     if reranker is not None:
         chosen = tune_reranker(searcher, sample, qrels, result, depths=depths, task=task, query_filters=own_filters)
         click.echo(f"reranker {reranker_dir} on the tuned hybrid ({metric} without it {chosen.without[metric]:.4f}):")
@@ -91,3 +102,7 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, reranker_depths, t
     if not dry_run:
         backend.set_fusion_defaults(defaults)
         click.echo(f"stored as the default fusion of {index}")
+    if save_to_model:
+        update_encoder_config(searcher.encoder.model_dir, **{ENCODER_FUSION_DEFAULTS: defaults})
+        click.echo(f"stored in {searcher.encoder.model_dir / 'config.json'}: an index built with this model starts "
+                   "from these defaults")
