@@ -1,5 +1,5 @@
 """Bulk-load settings of a cluster ingest (``hybrid_qpr.backends.cluster.loading``), once per engine
-on the real node: refresh off and no replicas while an ingest fills the index it created, the
+on the real node: refresh off while an ingest fills the index it created, the
 index's own settings back afterwards - after a failed ingest too -, an index left marked by an
 ingest that died restored by the next one, and an existing index's settings never touched."""
 
@@ -77,7 +77,7 @@ def test_an_index_left_marked_by_a_dead_ingest_is_loaded_and_restored_by_the_nex
                                                                                   question_bank):
     cluster_backend.ingest(question_bank[:10], committed_encoder, show_progress=False)
     # what an ingest killed after begin() leaves: the mark and the load settings
-    assert loading.begin(cluster_backend, created=True) == {"refresh_interval": None, "number_of_replicas": 0}
+    assert loading.begin(cluster_backend, created=True) == {"refresh_interval": None}
     assert settings(cluster_backend)["refresh_interval"] == "-1"
     seen: list = []
     documents = [Document(f"more-{d.id}", d.text, d.metadata) for d in question_bank]

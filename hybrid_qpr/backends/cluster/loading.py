@@ -2,10 +2,11 @@
 
 Both engines' tuning guides advise, for a first load, ``refresh_interval: -1`` (no refresh
 every second: no small segments to write and merge again, and for vectors no small HNSW
-graphs built and rebuilt) and ``number_of_replicas: 0`` (each document indexed once; the
-replicas are copied afterwards from the primaries' finished segments). ``begin`` switches an
-index the ingest created to these settings and ``end`` restores its own values - on every way
-out, an error or Ctrl-C included.
+graphs built and rebuilt). They also advise ``number_of_replicas: 0`` during the load; we do
+not take that one: an index asked for with replicas must not lose acknowledged documents when a
+node dies mid-load (``test_cluster_multinode``), and on a one-node cluster there are no
+replicas to drop. ``begin`` switches an index the ingest created to these settings and ``end``
+restores its own values - on every way out, an error or Ctrl-C included.
 
 An ingest that dies without reaching ``end`` (kill -9, the machine lost) must not leave the
 index without refreshes for good: the values to restore are written into the mapping ``_meta``
@@ -14,7 +15,7 @@ goes on loading with the same settings (it resumes the first load) and restores 
 ends. Until then, searches see only what the last refresh showed.
 
 An ingest into an index that already existed (and is not marked) changes no settings: readers
-of a live index keep their refreshes and replicas.
+of a live index keep their refreshes.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-LOAD_SETTINGS = {"refresh_interval": "-1", "number_of_replicas": 0}
+LOAD_SETTINGS = {"refresh_interval": "-1"}
 MARK = "bulk_load"  # the mapping _meta key holding the settings to restore
 
 
@@ -39,15 +40,14 @@ def begin(backend: ClusterBackend, created: bool) -> dict[str, Any] | None:
         return None
     if restore is None:
         answer = backend.request("GET", backend.path("_settings"), None, {
-            "filter_path": "*.settings.index.refresh_interval,*.settings.index.number_of_replicas"},
+            "filter_path": "*.settings.index.refresh_interval"},
             what="reading the index settings")
         current = next(iter(answer.values()), {}).get("settings", {}).get("index", {})
         # refresh_interval None restores the engine's default (it was not set at creation)
-        restore = {"refresh_interval": current.get("refresh_interval"),
-                   "number_of_replicas": int(current.get("number_of_replicas", 0))}
+        restore = {"refresh_interval": current.get("refresh_interval")}
         _mark(backend, restore)
     backend.request("PUT", backend.path("_settings"), {"index": LOAD_SETTINGS}, what="switching to bulk-load settings")
-    logger.info("index %s: refresh off and no replicas while loading (restored afterwards: %s)", backend.index, restore)
+    logger.info("index %s: refresh off while loading (restored afterwards: %s)", backend.index, restore)
     return dict(restore)
 
 
@@ -62,7 +62,7 @@ def end(backend: ClusterBackend, restore: dict[str, Any] | None, *, failing: boo
     except Exception as exc:
         if not failing:
             raise
-        logger.warning("index %s keeps its bulk-load settings (refresh off, no replicas) after the failed ingest: "
+        logger.warning("index %s keeps its bulk-load settings (refresh off) after the failed ingest: "
                        "restoring them failed too (%s). Re-run the ingest: it restores them when it ends", backend.index,
                        exc)
 
