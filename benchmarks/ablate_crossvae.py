@@ -31,7 +31,7 @@ from hybrid_qpr.data.answer_dataset import read_answer_records
 from hybrid_qpr.data.beir import load_beir
 from hybrid_qpr.model.crossvae import CrossVAE, gaussian_kl, match_accuracy, matching_loss, reparameterize
 from hybrid_qpr.text.tokenizer import Vocabulary
-from hybrid_qpr.training.crossvae import _trim, retrieval_validator, sentence_features
+from hybrid_qpr.training.crossvae import retrieval_validator, sentence_features, trim_padding
 
 HARD = dict(match_on="means", loss="softmax", rec=0, beta=0)
 RUNS = {
@@ -104,7 +104,7 @@ def run(name: str, data: Path, features: dict[str, np.ndarray], *, limit: int = 
         mu_a, lv_a = model.answer_head(af[idx])
         zq, za = reparameterize(mu_q, lv_q), reparameterize(mu_a, lv_a)
         zero = torch.zeros(())
-        rec_terms = (model.question_decoder.nll(za, _trim(qt[idx])).mean() + model.answer_decoder.nll(zq, _trim(at[idx])).mean()
+        rec_terms = (model.question_decoder.nll(za, trim_padding(qt[idx])).mean() + model.answer_decoder.nll(zq, trim_padding(at[idx])).mean()
                      if rec else zero)
         kl = gaussian_kl(mu_q, lv_q).mean() + gaussian_kl(mu_a, lv_a).mean()
         mq, ma = (mu_q, mu_a) if match_on == "means" else (zq, za)

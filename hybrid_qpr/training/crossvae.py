@@ -160,8 +160,8 @@ def fit(model: CrossVAE, q_features, a_features, q_tokens: np.ndarray, a_tokens:
         draw = random.Random(f"{settings.seed}:negatives:{trainer.step}")
         hard = [j for i in idx_list for j in draw.sample(list(negatives[i]), min(settings.hard_negatives, len(negatives[i])))
                 ] if negatives is not None and sources[2] is not None else []
-        terms: LossTerms = model.loss_terms(rows(sources[0], idx_list), rows(sources[1], idx_list), _trim(q_tokens[idx]),
-                                            _trim(a_tokens[idx]), match_on_means=settings.match_on_means,
+        terms: LossTerms = model.loss_terms(rows(sources[0], idx_list), rows(sources[1], idx_list), trim_padding(q_tokens[idx]),
+                                            trim_padding(a_tokens[idx]), match_on_means=settings.match_on_means,
                                             match_loss=settings.match_loss,
                                             negative_features=rows(sources[2], hard) if hard else None)
         beta = kl_weight(trainer.step, settings.beta, settings.kl_warmup)  # the steps done before this one
@@ -179,7 +179,7 @@ def fit(model: CrossVAE, q_features, a_features, q_tokens: np.ndarray, a_tokens:
             "stopped": result.stopped}
 
 
-def _trim(tokens: torch.Tensor) -> torch.Tensor:
+def trim_padding(tokens: torch.Tensor) -> torch.Tensor:
     """Drop the all-padding columns at the right of a batch (shorter GRU runs)."""
     width = int((tokens > 0).sum(1).max().clamp(min=1))
     return tokens[:, :width]
