@@ -362,10 +362,7 @@ def update_encoder_config(model_dir: str | Path, **fields: Any) -> dict[str, Any
     """Set ``fields`` in an encoder directory's config.json (checked first; every other field
     kept, atomically); return what was written. The fingerprint covers model.onnx and
     tokenizer.json only, so an index built with the model still accepts it."""
-    config = read_encoder_config(model_dir)
-    written = {**config, **fields}
-    write_json(Path(model_dir) / ENCODER_CONFIG_FILE, written)
-    return written
+    return write_encoder_config(model_dir, {**read_encoder_config(model_dir), **fields})
 
 
 def read_encoder_config(model_dir: str | Path) -> dict[str, Any]:
