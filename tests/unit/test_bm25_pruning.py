@@ -99,3 +99,4 @@ def test_block_maxima_bound_every_posting():
             assert tops[i] == weights[lo:min(lo + 8, end)].max()
             assert lasts[i] == postings.rows[min(lo + 8, end) - 1]
         assert b.token_max[col] == weights[start:end].max()
+

@@ -98,16 +98,15 @@ def exhaustive_top_rows(parts, tokens, stats, weights, depth, dense, monkeypatch
     return blockmax.top_rows(parts, tokens, stats, weights, depth, dense, blocks)
 
 
-@pytest.mark.parametrize("sample_size", [1, 3, 64, 4096])
-def test_compiled_scorer_cut_and_dense_columns_keep_the_exact_list(sample_size, monkeypatch):
-    """The compiled scorer guesses its cut from a sample of scores and falls back to an exact
-    histogram cut when the guess keeps too few; common tokens are added as dense columns.
-    Over a Zipf vocabulary with deletions, every sample size (1: one sampled score, so the
-    guess is often far too high) and both layouts give the NumPy path's rows and scores."""
+@pytest.mark.parametrize("seed", [3, 4])
+def test_compiled_scorer_and_dense_columns_keep_the_exact_list(seed, monkeypatch):
+    """The compiled full pass keeps, in one pass in row order, each score that reaches the
+    depth-th best seen so far; common tokens are added as dense columns. Over a Zipf
+    vocabulary with deletions, both layouts give the NumPy path's rows and scores."""
     from hybrid_qpr.backends.local import bm25 as bm25_lib
 
     assert bm25_lib._top_kernel() is not None
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(seed)
     vocab = [f"w{i}" for i in range(300)]
     zipf = 1.0 / np.arange(1, 301)
     docs = [list(rng.choice(vocab, size=rng.integers(3, 15), p=zipf / zipf.sum())) for _ in range(3000)]
@@ -118,7 +117,6 @@ def test_compiled_scorer_cut_and_dense_columns_keep_the_exact_list(sample_size, 
     weights = bm25_lib.term_weights(parts, stats)
     dense = bm25_lib.dense_columns(parts, weights)
     assert 1 <= len(dense[0].matrix) <= bm25_lib.DENSE_MAX_COLUMNS  # the commonest tokens are dense
-    monkeypatch.setattr(bm25_lib, "CUT_SAMPLE", sample_size)
     for q in range(60):
         tokens = list(rng.choice(vocab[:40], size=rng.integers(1, 8))) + ["w0"]
         depth = int(rng.choice([1, 5, 50, 400]))
@@ -132,10 +130,12 @@ def test_compiled_scorer_cut_and_dense_columns_keep_the_exact_list(sample_size, 
             assert np.array_equal(got_scores, scores[expected]), (q, depth)  # bit-identical
 
 
-def test_compiled_scorer_falls_back_when_the_sampled_cut_keeps_too_few(monkeypatch):
-    """Every 50th document (exactly the sampled ones at CUT_SAMPLE 20) holds the rare token:
-    the guessed cut keeps those 20 only, fewer than depth 40, so the exact cut must be used
-    (the 40th best is tied with every other document: all 1,000 come back)."""
+@pytest.mark.parametrize("dense", [False, True])
+def test_compiled_scorer_keeps_every_tie_with_the_last(dense, monkeypatch):
+    """The 20 documents holding the rare token score best, the 980 others tie with each other:
+    at depth 40 the 40th best is one of the tied ones, so all 1,000 come back; at depth 20
+    only the 20. With ``common`` a dense column, the rare token is added first and the tied
+    documents, which hold only the dense token, are found by adding the whole query again."""
     from hybrid_qpr.backends.local import bm25 as bm25_lib
 
     assert bm25_lib._top_kernel() is not None
@@ -143,11 +143,13 @@ def test_compiled_scorer_falls_back_when_the_sampled_cut_keeps_too_few(monkeypat
     parts = [(bm25_lib.build_postings(docs), None)]
     stats = bm25_lib.corpus_stats(parts)
     weights = bm25_lib.term_weights(parts, stats)
-    monkeypatch.setattr(bm25_lib, "CUT_SAMPLE", 20)
-    scores, rows = exhaustive_top_rows(parts, ["common", "rare"], stats, weights, 40, None, monkeypatch)[0]
+    layout = bm25_lib.dense_columns(parts, weights) if dense else None
+    assert layout is None or layout[0].slot[parts[0][0].column("common")] >= 0
+    scores, rows = exhaustive_top_rows(parts, ["common", "rare"], stats, weights, 40, layout, monkeypatch)[0]
     assert np.array_equal(rows, np.arange(1000))
     assert np.array_equal(scores, bm25_lib.score_segments(parts, ["common", "rare"], stats, weights)[0])
-    assert len(exhaustive_top_rows(parts, ["common", "rare"], stats, weights, 20, None, monkeypatch)[0][1]) == 20  # no fallback needed
+    assert np.array_equal(exhaustive_top_rows(parts, ["common", "rare"], stats, weights, 20, layout, monkeypatch)[0][1],
+                          np.arange(0, 1000, 50))
 
 
 def test_bm25_matches_the_bm25s_library(single, question_bank):

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hybrid_qpr.backends.local import bm25 as bm25_lib
-from hybrid_qpr.backends.local.bm25 import CorpusStats, DenseColumns, Postings, query_idfs
+from hybrid_qpr.backends.local.bm25 import CorpusStats, DenseColumns, Postings, heap_push, query_idfs, scoring_order
 
 BLOCK = 64  # postings per block (PISA's default block size for its block-max indexes)
 # Queries with more distinct tokens than this (in a segment) are scored exhaustively
@@ -106,9 +106,9 @@ def top_rows(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: Sequen
     no_dense = np.zeros((0, 0), dtype=np.float32)
     for seg, (postings, deleted) in enumerate(parts):
         columns: dict[int, int] = {}  # vocabulary column -> distinct query token number
-        order = []  # the query's tokens in order (repeats included), as distinct token numbers
-        for token in tokens:
-            if token in idfs and (col := postings.column(token)) is not None:
+        order = []  # the query's tokens in scoring order (repeats included), as distinct token numbers
+        for token in scoring_order(tokens, idfs):
+            if (col := postings.column(token)) is not None:
                 order.append(columns.setdefault(col, len(columns)))
         if not order or (allowed is not None and len(allowed[seg]) == 0):
             continue
@@ -161,7 +161,7 @@ def has_compiled_scorer() -> bool:
 def _top_kernel():
     """The compiled ``_pruned_top``, or ``None``."""
     return bm25_lib.compile_once(_KERNEL, globals(), "_pruned_top",
-                                 ("_lower_bound", "_seek", "_weight_of", "_score_doc", "_heap_push", "_best_partials"))
+                                 ("_lower_bound", "_seek", "_weight_of", "_score_doc", "heap_push", "_best_partials"))
 
 
 def _lower_bound(values, lo, hi, target):  # pragma: no cover - compiled
@@ -207,34 +207,6 @@ def _score_doc(token_idfs, order, found):  # pragma: no cover - compiled
     return np.float32(total)
 
 
-def _heap_push(heap, labels, size, value, label):  # pragma: no cover - compiled
-    """Add ``value`` (with ``label``) to the min-heap ``heap[:size]`` of capacity ``len(heap)``,
-    dropping the smallest when full; return the new size."""
-    if size < len(heap):
-        i = size
-        while i > 0 and heap[(i - 1) >> 1] > value:
-            parent = (i - 1) >> 1
-            heap[i], labels[i] = heap[parent], labels[parent]
-            i = parent
-        heap[i], labels[i] = value, label
-        return size + 1
-    if value <= heap[0]:
-        return size
-    i = 0
-    while True:
-        child = 2 * i + 1
-        if child >= size:
-            break
-        if child + 1 < size and heap[child + 1] < heap[child]:
-            child += 1
-        if heap[child] >= value:
-            break
-        heap[i], labels[i] = heap[child], labels[child]
-        i = child
-    heap[i], labels[i] = value, label
-    return size
-
-
 def _best_partials(acc, touched, n_touched, heap, labels):  # pragma: no cover - compiled
     """The ``len(heap)`` largest partial sums of the touched rows into the min-heap ``heap``
     (their rows in ``labels``): one pass, a comparison per row once the heap is full."""
@@ -242,7 +214,7 @@ def _best_partials(acc, touched, n_touched, heap, labels):  # pragma: no cover -
     for i in range(n_touched):
         row = touched[i]
         if size < len(heap) or acc[row] > heap[0]:
-            size = _heap_push(heap, labels, size, acc[row], row)
+            size = heap_push(heap, labels, size, acc[row], row)
     return size
 
 
@@ -385,7 +357,7 @@ def _pruned_top(rows, weights, block_top, block_last, starts, ends, first_block,
             out_rows, out_scores = grown_rows, grown_scores
         out_rows[n_out], out_scores[n_out] = row, score
         n_out += 1
-        size = _heap_push(heap, heap_rows, size, score, row)
+        size = heap_push(heap, heap_rows, size, score, row)
         if size == depth and heap[0] > threshold:
             threshold = np.float64(heap[0])
             skip_below = threshold * (1.0 - margin)

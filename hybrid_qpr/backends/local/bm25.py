@@ -36,7 +36,6 @@ from typing import Any
 import numpy as np
 
 from hybrid_qpr.artifacts import load_npy
-from hybrid_qpr.backends.local.ranking import best_rows
 from hybrid_qpr.errors import require
 from hybrid_qpr.text import tokenize
 
@@ -46,8 +45,8 @@ FILES: tuple[str, ...] = (VOCAB, PTR, ROWS, TF, DOCLEN)
 # Tokens in at least this share of a segment's documents are also kept as dense columns
 # (``dense_columns``), at most this many per segment (each costs 4 bytes per document).
 DENSE_MIN_SHARE, DENSE_MAX_COLUMNS = 0.25, 8
-# The compiled scorer guesses its cut from about this many documents' scores (``_score_top``).
-CUT_SAMPLE = 4096
+# The compiled scorer's pass over the sums starts from a floor scored on up to this many documents (``_seed_floor``).
+SEED_ROWS = 2048
 
 
 @dataclass
@@ -166,6 +165,7 @@ class DenseColumns:
 
     slot: np.ndarray  # int64, one per vocabulary column
     matrix: np.ndarray  # float32, (tokens, n_docs)
+    top: np.ndarray  # float32, each column's largest weight
 
 
 def dense_columns(parts: Sequence[tuple[Postings, np.ndarray | None]], weights: Sequence[np.ndarray],
@@ -186,7 +186,7 @@ def dense_columns(parts: Sequence[tuple[Postings, np.ndarray | None]], weights: 
         for i, col in enumerate(common):
             start, end = int(postings.ptr[col]), int(postings.ptr[col + 1])
             matrix[i, postings.rows[start:end]] = values[start:end]
-        out.append(DenseColumns(slot, matrix))
+        out.append(DenseColumns(slot, matrix, matrix.max(axis=1, initial=0.0)))
     return out
 
 
@@ -207,13 +207,22 @@ def query_idfs(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: Sequ
     return idfs
 
 
+def scoring_order(tokens: Sequence[str], idfs: dict[str, float]) -> list[str]:
+    """The query's tokens that score (those in ``idfs``), repeats included, in the order every
+    scorer adds their contributions: rarest first (idf descending, then the token). Float sums
+    depend on their order, and a fixed one lets the compiled scorers add the rare tokens of a
+    document first and stop before the common ones when the document cannot make the list,
+    with the same bits as adding everything (``exhaustive_top``)."""
+    return sorted((token for token in tokens if token in idfs), key=lambda token: (-idfs[token], token))
+
+
 def score_segments(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: Sequence[str],
                    stats: CorpusStats, weights: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
     """BM25 score of every document of every segment (deleted ones score 0) for the query
     ``tokens``; one float32 array per segment, aligned with its rows. ``weights``: the
     ``term_weights`` of ``parts`` (computed here when not given).
 
-    Each document's contributions are summed in query-token order (``np.bincount`` adds in
+    Each document's contributions are summed in ``scoring_order`` (``np.bincount`` adds in
     input order), so the score is the same whichever segment holds the document."""
     scores = [np.zeros(len(p.doc_len), dtype=np.float32) for p, _ in parts]
     if stats.n_docs == 0 or not tokens:
@@ -225,8 +234,8 @@ def score_segments(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: 
         weights = term_weights(parts, stats)
     for seg, (postings, deleted) in enumerate(parts):
         rows, values = [], []
-        for token in tokens:  # query order, repeats included
-            col = postings.column(token) if token in idfs else None
+        for token in scoring_order(tokens, idfs):  # repeats included
+            col = postings.column(token)
             if col is None:
                 continue
             start, end = int(postings.ptr[col]), int(postings.ptr[col + 1])
@@ -246,17 +255,21 @@ def exhaustive_top(postings: Postings, weights: np.ndarray, starts: np.ndarray, 
     """``(scores, rows)`` of one segment's live documents (``excluded``: a mask of the others,
     or ``None``) with a positive score that are among its ``depth`` best or tied with the last
     of them: the rows and the bit-identical scores that ``score_segments`` followed by a
-    top-``depth`` selection gives, in one compiled pass over every posting of the query
-    (numba). One entry per query token in query order (repeats included): postings
-    ``starts:ends``, float32 ``token_idfs``, ``slots`` in ``dense`` (its columns are added
-    whole; the same sums) or -1. ``blockmax.top_rows`` calls it for the queries that dynamic
-    pruning does not speed up; numba must be installed (``has_compiled_scorer``)."""
+    top-``depth`` selection gives, from one compiled pass over the query's postings (numba).
+    One entry per query token in ``scoring_order`` (repeats included): postings
+    ``starts:ends``, float32 ``token_idfs``, ``slots`` in ``dense`` or -1. ``blockmax.top_rows``
+    calls it for the queries that block-max MaxScore does not speed up; numba must be
+    installed (``has_compiled_scorer``)."""
     kernel = _top_kernel()
-    scores, rows = kernel(postings.rows, weights, starts, ends, token_idfs, slots,
-                          np.zeros((0, 0), dtype=np.float32) if dense is None else dense.matrix,
-                          np.zeros(0, dtype=np.bool_) if excluded is None else excluded, depth,
-                          _scratch(len(postings.doc_len))[:len(postings.doc_len)], CUT_SAMPLE)
-    return best_rows(scores, rows, depth)  # the cut may keep more than needed: the exact cut, ties kept
+    total, kept_rows, kept_scores = _scratch(len(postings.doc_len))
+    no_dense = dense is None
+    n_kept, final = kernel(postings.rows, weights, starts, ends, token_idfs, slots,
+                           np.zeros((0, 0), dtype=np.float32) if no_dense else dense.matrix,
+                           np.zeros(0, dtype=np.float32) if no_dense else dense.top,
+                           np.zeros(0, dtype=np.bool_) if excluded is None else excluded, max(depth, 1),
+                           total[:len(postings.doc_len)], kept_rows, kept_scores)
+    chosen = np.flatnonzero(kept_scores[:n_kept] >= final)  # rows ascending: kept in row order
+    return kept_scores[chosen], kept_rows[chosen].astype(np.int64)
 
 
 _KERNEL: list = []
@@ -264,14 +277,15 @@ _SCRATCH = threading.local()
 _KERNEL_LOCK = threading.Lock()
 
 
-def _scratch(n_docs: int) -> np.ndarray:
-    """This thread's score accumulator, at least ``n_docs`` long and all zeros between calls
-    (the kernel zeroes what it used). Reused across queries: a fresh ``n_docs`` array per
-    query costs its page faults (1M documents: 8 MB)."""
-    total = getattr(_SCRATCH, "total", None)
-    if total is None or len(total) < n_docs:
-        _SCRATCH.total = total = np.zeros(n_docs, dtype=np.float64)
-    return total
+def _scratch(n_docs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """This thread's score accumulator (float64, all zeros between calls: the kernel zeroes
+    what it used) and its buffers of kept rows and scores, at least ``n_docs`` long. Reused
+    across queries: fresh arrays per query cost their page faults (1M documents: 16 MB)."""
+    arrays = getattr(_SCRATCH, "arrays", None)
+    if arrays is None or len(arrays[0]) < n_docs:
+        _SCRATCH.arrays = arrays = (np.zeros(n_docs, dtype=np.float64), np.empty(n_docs, dtype=np.int32),
+                                    np.empty(n_docs, dtype=np.float32))
+    return arrays
 
 
 def compile_once(cache: list, namespace: dict, kernel: str, helpers: Sequence[str]):
@@ -288,100 +302,151 @@ def compile_once(cache: list, namespace: dict, kernel: str, helpers: Sequence[st
                     cache.append(None)
                 else:
                     jit = numba.njit(cache=True, nogil=True)
-                    for name in helpers:
-                        namespace[name] = jit(namespace[name])
+                    for name in helpers:  # a helper shared by two modules' kernels is compiled once
+                        helper = namespace[name]
+                        namespace[name] = helper if hasattr(helper, "py_func") else jit(helper)
                     cache.append(jit(namespace[kernel]))
     return cache[0]
 
 
 def _top_kernel():
     """The compiled scorer of ``exhaustive_top``, or ``None``."""
-    return compile_once(_KERNEL, globals(), "_score_top", ("_histogram_cut", "_collect"))
+    return compile_once(_KERNEL, globals(), "_score_top", ("heap_push", "_add_tokens", "_seed_floor", "_keep_best"))
 
 
-def _score_top(rows, weights, starts, ends, token_idfs, slots, dense, deleted, depth, total,
-               sample_size):  # pragma: no cover - compiled
-    """Sum ``token_idf * weight`` (float32 products, float64 sums in query-token order: what
-    ``np.bincount`` does in ``score_segments``) into every document, then return the live
-    positive scores at or above a cut that keeps at least the ``depth`` best, in row order,
-    and zero ``total`` again (a per-thread scratch reused across queries).
+def heap_push(heap, labels, size, value, label):  # pragma: no cover - compiled
+    """Add ``value`` (with ``label``) to the min-heap ``heap[:size]`` of capacity ``len(heap)``,
+    dropping the smallest when full; return the new size. (Compiled by the kernels that call it.)"""
+    if size < len(heap):
+        i = size
+        while i > 0 and heap[(i - 1) >> 1] > value:
+            parent = (i - 1) >> 1
+            heap[i], labels[i] = heap[parent], labels[parent]
+            i = parent
+        heap[i], labels[i] = value, label
+        return size + 1
+    if value <= heap[0]:
+        return size
+    i = 0
+    while True:
+        child = 2 * i + 1
+        if child >= size:
+            break
+        if child + 1 < size and heap[child + 1] < heap[child]:
+            child += 1
+        if heap[child] >= value:
+            break
+        heap[i], labels[i] = heap[child], labels[child]
+        i = child
+    heap[i], labels[i] = value, label
+    return size
 
-    A token with a dense column (``slots[t] >= 0``) is added as the whole column (adding 0.0
-    leaves a sum unchanged, so the sums are the same). The cut is guessed from a strided
-    sample of about ``sample_size`` scores (the sample's score at the rank that predicts about
-    three times ``depth`` documents above it): one pass then collects the documents at or
-    above it. When fewer than ``depth`` come back, the exact cut of a 4,096-bin histogram over
-    every score is used instead. (A list of touched documents instead of full passes was
-    measured slower: Quora queries' postings reach most documents.)"""
-    n_docs = len(total)
-    bound = 0.0
-    for t in range(len(starts)):
+
+def _score_top(rows, weights, starts, ends, token_idfs, slots, dense, dense_top, deleted, depth, total, kept_rows,
+               kept_scores):  # pragma: no cover - compiled
+    """Sum ``token_idf * weight`` (float32 products, float64 sums in scoring order: what
+    ``np.bincount`` does in ``score_segments``) into the documents, then one pass in row order
+    keeps each live positive score that reaches the ``depth``-th best seen so far (a min-heap;
+    a float64 floor a little under it skips the rest with one comparison) in ``kept_rows`` /
+    ``kept_scores``, and zeroes ``total`` again (a per-thread scratch). Returns how many were
+    kept and the final ``depth``-th best (0: fewer live positive scores): the kept scores at
+    or above it are the list, ties included.
+
+    The common tokens come last in scoring order and have dense columns (``slots[t] >= 0``).
+    When the query has rarer tokens too, only those are added first; the pass then adds the
+    dense tail to a document only if its partial sum plus the most the tail can add
+    (``tail_bound``) reaches the floor: the same sum, in the same order, for the documents
+    that can make the list. A document with none of the rarer tokens scores at most
+    ``tail_bound``; if the list's last score is not above it, the whole query is added to
+    every document instead (adding a dense column's zeros leaves sums unchanged)."""
+    m = len(starts)
+    tail = m  # the dense tail of the scoring order: tokens tail..m-1
+    while tail > 0 and slots[tail - 1] >= 0:
+        tail -= 1
+    tail_bound = 0.0
+    for t in range(tail, m):
+        tail_bound += np.float64(np.float32(token_idfs[t] * dense_top[slots[t]]))
+    heap = np.empty(depth, dtype=np.float32)
+    if 0 < tail < m:
+        _add_tokens(rows, weights, starts, ends, token_idfs, slots, dense, total, tail)
+        seed = _seed_floor(rows, starts, ends, token_idfs, slots, dense, deleted, total, tail, m, depth)
+        n_kept, size = _keep_best(token_idfs, slots, dense, deleted, total, kept_rows, kept_scores, heap, tail, m,
+                                  tail_bound, seed)
+        if size == depth and np.float64(heap[0]) > tail_bound * (1.0 + 1e-6):
+            return n_kept, heap[0]
+    _add_tokens(rows, weights, starts, ends, token_idfs, slots, dense, total, m)
+    seed = _seed_floor(rows, starts, ends, token_idfs, slots, dense, deleted, total, m, m, depth)
+    n_kept, size = _keep_best(token_idfs, slots, dense, deleted, total, kept_rows, kept_scores, heap, m, m, 0.0, seed)
+    return n_kept, heap[0] if size == depth else np.float32(0.0)
+
+
+def _add_tokens(rows, weights, starts, ends, token_idfs, slots, dense, total, added):  # pragma: no cover - compiled
+    """Add the first ``added`` tokens (scoring order) into ``total``: dense columns whole, postings one by one."""
+    for t in range(added):
         idf32 = token_idfs[t]
-        bound += idf32
         if slots[t] >= 0:
             column = dense[slots[t]]
-            for row in range(n_docs):
+            for row in range(len(total)):
                 total[row] += np.float32(idf32 * column[row])
         else:
             for j in range(starts[t], ends[t]):
                 total[rows[j]] += np.float32(idf32 * weights[j])
+
+
+def _seed_floor(rows, starts, ends, token_idfs, slots, dense, deleted, total, tail, m, depth):  # pragma: no cover - compiled
+    """A score the list's last one is sure to reach: the ``depth``-th best exact score among
+    up to ``SEED_ROWS`` documents of the rarest token with at least ``depth`` postings (a
+    token's rows are distinct, so these are ``depth`` different documents), or 0."""
     check_deleted = len(deleted) > 0
-    stride = max(1, n_docs // sample_size)
-    want = -(-3 * depth // stride) + 4  # sample ranks above the guessed cut
-    best = np.zeros(want, dtype=np.float64)  # the sample's best ``want`` scores, unordered (0: empty)
-    low, low_at, m = 0.0, 0, 0
-    for row in range(0, n_docs, stride):
-        score = total[row]
-        if score > 0 and not (check_deleted and deleted[row]):
-            m += 1
-            if score > low:  # replace the lowest kept score; rare once the buffer holds high ones
-                best[low_at] = score
-                low, low_at = best[0], 0
-                for i in range(1, want):
-                    if best[i] < low:
-                        low, low_at = best[i], i
-    cut = low if m >= want else 0.0  # the want-th best sampled score; 0: every positive score
-    out_scores, out_rows = _collect(total, deleted, cut)
-    if len(out_scores) < depth and cut > 0:  # the guess was too high: the exact histogram cut
-        out_scores, out_rows = _collect(total, deleted, _histogram_cut(total, deleted, depth, bound))
-    for row in range(n_docs):
-        total[row] = 0.0
-    return out_scores, out_rows
-
-
-def _collect(total, deleted, cut):  # pragma: no cover - compiled
-    """Rows (ascending) and float32 scores of the live documents scoring above 0 and at least ``cut``."""
-    check_deleted = len(deleted) > 0
-    n = 0
-    rows = np.empty(len(total), dtype=np.int64)
-    for row in range(len(total)):
-        score = total[row]
-        rows[n] = row
-        n += score > 0 and score >= cut and not (check_deleted and deleted[row])
-    out_scores = np.empty(n, dtype=np.float32)
-    for i in range(n):
-        out_scores[i] = np.float32(total[rows[i]])
-    return out_scores, rows[:n].copy()
-
-
-def _histogram_cut(total, deleted, depth, bound):  # pragma: no cover - compiled
-    """A cut at or below the ``depth``-th best live score: the floor of the highest of 4,096
-    bins over [0, ``bound``] (the sum of the query's idfs; weights are below 1, so no score
-    reaches it) at which the count of scores reaches ``depth``."""
-    bins = 4096
-    counts = np.zeros(bins, dtype=np.int64)
-    scale = bins / (bound * 1.001) if bound > 0 else 0.0
-    check_deleted = len(deleted) > 0
-    for row in range(len(total)):
-        score = total[row]
-        if score > 0 and not (check_deleted and deleted[row]):
-            counts[int(score * scale)] += 1
-    seen = 0
-    for b in range(bins - 1, -1, -1):
-        seen += counts[b]
-        if seen >= depth:
-            return (b - 1) / scale if b > 0 else 0.0  # one bin lower: never above the bin floor after rounding
+    for t in range(tail):
+        if slots[t] < 0 and ends[t] - starts[t] >= depth:
+            heap = np.empty(depth, dtype=np.float32)
+            labels = np.empty(depth, dtype=np.int64)
+            size = 0
+            for j in range(starts[t], min(ends[t], starts[t] + SEED_ROWS)):
+                row = rows[j]
+                if check_deleted and deleted[row]:
+                    continue
+                value = total[row]
+                for u in range(tail, m):
+                    value += np.float32(token_idfs[u] * dense[slots[u], row])
+                size = heap_push(heap, labels, size, np.float32(value), row)
+            return np.float64(heap[0]) if size == depth else 0.0
     return 0.0
+
+
+def _keep_best(token_idfs, slots, dense, deleted, total, kept_rows, kept_scores, heap, tail, m, tail_bound,
+               seed):  # pragma: no cover - compiled
+    """One pass in row order over the sums of the tokens before ``tail``, zeroing them: a
+    document whose sum plus ``tail_bound`` can reach the floor gets the dense tail
+    ``tail..m-1`` added (in order), and its score is kept if it reaches the heap's least.
+    ``seed``: a score the list's last one reaches (``_seed_floor``; 0: none). Returns (kept,
+    heap size). Once the floor is high, a row costs one well-predicted comparison."""
+    check_deleted = len(deleted) > 0
+    depth = len(heap)
+    heap_rows = np.empty(depth, dtype=np.int64)
+    size = 0
+    n_kept = 0
+    # a float64 sum below floor (a little under heap[0]) cannot round to a float32 at or above
+    # heap[0]; rows are tested against floor - tail_bound (measured 7x faster than adding
+    # tail_bound to every row's sum, when the sums are zero for half the rows)
+    limit = seed * (1.0 - 1e-6) - tail_bound if seed > 0.0 else -tail_bound
+    for row in range(len(total)):
+        value = total[row]
+        total[row] = 0.0
+        if value > limit:
+            if value <= 0.0 or (check_deleted and deleted[row]):
+                continue
+            for t in range(tail, m):
+                value += np.float32(token_idfs[t] * dense[slots[t], row])
+            score = np.float32(value)
+            if size < depth or score >= heap[0]:
+                kept_rows[n_kept], kept_scores[n_kept] = row, score
+                n_kept += 1
+                size = heap_push(heap, heap_rows, size, score, row)
+                if size == depth:
+                    limit = max(limit, np.float64(heap[0]) * (1.0 - 1e-6) - tail_bound)
+    return n_kept, size
 
 
 def rank_bm25_scores(segments: Sequence[Any], tokens: list[str], built: tuple | None) -> tuple[list[np.ndarray], tuple]:
