@@ -36,7 +36,7 @@ earlier version gets them too).
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -89,22 +89,28 @@ def block_maxima(postings: Postings, weights: np.ndarray, size: int = BLOCK) -> 
 def top_rows(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: Sequence[str], stats: CorpusStats,
              weights: Sequence[np.ndarray], depth: int, dense: Sequence[DenseColumns | None],
              blocks: Sequence[BlockMaxima], allowed: Sequence[np.ndarray] | None = None,
-             ) -> list[tuple[np.ndarray, np.ndarray]] | None:
+             take: Callable[[], int | None] | None = None) -> list[tuple[np.ndarray, np.ndarray] | None] | None:
     """Per segment ``(scores, rows)``, rows ascending, of the live documents with a positive
     score that are among the segment's ``depth`` best or tied with the last of them: the rows
     and bit-identical scores that ``bm25.score_segments`` followed by a top-``depth``
     selection gives. ``allowed``: per segment the rows a filter matches (``None``: all).
-    ``None`` when numba is not installed (the caller then uses ``score_segments``)."""
+    ``take``: the next segment number this thread scores (``None``: no more), when threads
+    share the segments; the others are ``None`` in the list. ``None`` when numba is not
+    installed (the caller then uses ``score_segments``)."""
     kernel = _top_kernel()
     if kernel is None:
         return None
     empty = (np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64))
-    out = [empty for _ in parts]
-    idfs = query_idfs(parts, tokens, stats) if tokens else {}
-    if not idfs or depth <= 0:
-        return out
+    out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(parts)
+    idfs: dict[str, float] | None = None
     no_dense = np.zeros((0, 0), dtype=np.float32)
-    for seg, (postings, deleted) in enumerate(parts):
+    for seg in range(len(parts)) if take is None else iter(take, None):  # one at a time: threads may share them
+        out[seg] = empty
+        if idfs is None:
+            idfs = query_idfs(parts, tokens, stats) if tokens and depth > 0 else {}
+        if not idfs:
+            continue
+        postings, deleted = parts[seg]
         columns: dict[int, int] = {}  # vocabulary column -> distinct query token number
         order = []  # the query's tokens in scoring order (repeats included), as distinct token numbers
         for token in scoring_order(tokens, idfs):

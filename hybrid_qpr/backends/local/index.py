@@ -62,6 +62,9 @@ Bm25Impl = Literal["builtin", "rank-bm25"]
 BM25_IMPLS: tuple[str, ...] = ("builtin", "rank-bm25")
 OLD_BM25_NAMES = {"bm25s": "builtin"}
 OPEN_ATTEMPTS = 50  # commits a reader may see replaced while it opens one (each open takes milliseconds)
+# From this many documents in several segments, a BM25 list's segments are shared with the
+# worker thread when it is free (docs/search.md: below it the hand-off costs what it saves).
+PARALLEL_BM25_DOCS = 200_000
 SEGMENT_DOCS = 250_000  # an ingest flushes a segment every this many documents (bounds its memory; fewer segments, cheaper kNN)
 
 
@@ -309,12 +312,22 @@ class LocalIndex:
         allowed = self.matching(filters)
         if not self.segments:
             return []
-        if self.bm25_impl == "builtin":
+        if self.bm25_impl == "builtin" and blockmax.has_compiled_scorer():
             parts = self._bm25_parts()
-            best = blockmax.top_rows(parts, tokenize(query), self._stats, self._weights, depth, self._dense,
-                                     self._blocks, allowed)
-            if best is not None:
-                return merge_ranked([Candidates(seg, *found) for seg, found in zip(self.segments, best)], depth)
+            tokens = tokenize(query)
+            queue = SegmentQueue(range(len(parts)))
+
+            def lists() -> list:
+                return blockmax.top_rows(parts, tokens, self._stats, self._weights, depth, self._dense, self._blocks,
+                                         allowed, queue.take)
+
+            # a large index's segments are shared with the worker thread when it is free (a
+            # hybrid query's worker is busy with kNN first: it then takes what is left, if any)
+            helper = knn_worker().submit(lists) if len(parts) > 1 and self.count() >= PARALLEL_BM25_DOCS else None
+            best = lists()
+            if helper is not None and not helper.cancel():
+                best = [mine if mine is not None else theirs for mine, theirs in zip(best, helper.result())]
+            return merge_ranked([Candidates(seg, *found) for seg, found in zip(self.segments, best)], depth)
         found = []
         for i, (seg, scores) in enumerate(zip(self.segments, self._bm25_scores(tokenize(query)))):
             rows = np.flatnonzero(scores > 0) if allowed is None else allowed[i][scores[allowed[i]] > 0]

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -89,14 +89,15 @@ def full_k(seg: "Segment", depth: int) -> int:
 
 
 class SegmentQueue:
-    """Segments handed out one at a time to the threads that search them (a hybrid query's
-    kNN worker and, once its BM25 list is done, the calling thread)."""
+    """Segments (or segment numbers) handed out one at a time to the threads that search
+    them: a hybrid query's kNN worker and, once its BM25 list is done, the calling thread; a
+    large index's BM25 list and the worker."""
 
-    def __init__(self, segments: Sequence["Segment"]):
+    def __init__(self, segments: Iterable[Any]):
         self._left = iter(segments)
         self._lock = threading.Lock()
 
-    def take(self) -> "Segment | None":
+    def take(self) -> Any:
         with self._lock:
             return next(self._left, None)
 
