@@ -31,7 +31,8 @@ SHOW_SKIPPED = 20
               help="Local BM25 scorer when the index is created: builtin (per-segment postings, corpus-wide "
                    "statistics) or rank-bm25 (a reference for benchmarks, much slower per query).")
 @knn_search_options("stored in the index when it is created ('query' can override it)")
-@click.option("--batch-size", type=int, default=256, show_default=True, help="Texts per encoder batch (and per bulk request).")
+@click.option("--batch-size", type=int, default=None,
+              help="Texts per encoder batch (and per bulk request on a cluster) [default: 256; on a cluster 1000].")
 @click.option("--strict", is_flag=True, help="Stop at the first bad input line instead of skipping and reporting it.")
 @click.option("--wait", is_flag=True, help="Local index: if another process is writing it, wait for it instead of failing.")
 @click.option("--rejects", type=click.Path(dir_okay=False), default=None,
@@ -83,7 +84,8 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
                                        ef_search=ef_search, nprobe=nprobe, shards=shards, replicas=replicas)
     if strict:
         documents = _stop_at_a_refused_document(documents, backend, input_path, bad_lines)
-    report = backend.ingest(documents, encoder, batch_size=batch_size, wait=wait, rejects_path=rejects)
+    sizes = {} if batch_size is None else {"batch_size": batch_size}  # None: the backend's own default
+    report = backend.ingest(documents, encoder, wait=wait, rejects_path=rejects, **sizes)
     report.notes.append(adopt_model_fusion_defaults(backend, encoder))
     # the backend knows the line of a document it skipped, not the file
     all_skipped = sorted(bad_lines.skipped + [s.in_file(display_name(input_path)) for s in report.skipped],

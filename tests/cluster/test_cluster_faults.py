@@ -144,7 +144,7 @@ def test_a_node_that_starts_refusing_mid_ingest_stops_it_with_its_own_error_and_
         with FaultProxy(cluster_url, Faults(refuse_after=2)) as proxy:
             with pytest.raises(BackendError, match="permission denied \\(403\\)"):
                 backend_at(engine_module, proxy.url, index).ingest(corpus, committed_encoder, batch_size=20,
-                                                                   show_progress=False)
+                                                                   show_progress=False, in_flight=BULK_IN_FLIGHT)
         # the requests in flight when the first refusal came are refused too, and nothing after them
         assert 1 <= proxy.counts["refused_requests"] <= BULK_IN_FLIGHT
         assert not [t for t in threading.enumerate() if t.name.startswith(("hybrid-qpr-read-ahead", "hybrid-qpr-bulk"))]
@@ -165,6 +165,7 @@ def test_the_cli_failing_mid_ingest_exits_with_its_one_line_error_never_a_native
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)}
     index = f"hqpr-fault-{uuid.uuid4().hex[:8]}"
+    backend = backend_at(importlib.import_module(f"hybrid_qpr.backends.{cluster_engine}"), cluster_url, index)
     try:
         for run in range(3):
             with FaultProxy(cluster_url, Faults(refuse_after=3)) as proxy:
@@ -175,9 +176,9 @@ def test_the_cli_failing_mid_ingest_exits_with_its_one_line_error_never_a_native
             assert "terminate called" not in done.stderr and "Traceback" not in done.stderr
             lines = done.stderr.strip().splitlines()
             assert lines[-1].startswith(f"Error: bulk request to '{index}': permission denied (403)"), done.stderr
-            assert 1 <= proxy.counts["refused_requests"] <= BULK_IN_FLIGHT
+            assert 1 <= proxy.counts["refused_requests"] <= backend.bulk_in_flight  # the engine's default
     finally:
-        backend_at(importlib.import_module(f"hybrid_qpr.backends.{cluster_engine}"), cluster_url, index).drop()
+        backend.drop()
 
 
 @pytest.mark.slow
@@ -211,7 +212,7 @@ def test_node_killed_mid_ingest_then_rerun_is_exact(cluster_local_node, cluster_
     try:
         with pytest.raises(ClusterError, match="re-run the same ingest once the cluster is back to resume"):
             cluster_backend.ingest(reading(), committed_encoder, batch_size=50, show_progress=False,
-                                   max_retries=2, initial_backoff=0.2, max_backoff=0.5)
+                                   max_retries=2, initial_backoff=0.2, max_backoff=0.5, in_flight=BULK_IN_FLIGHT)
     finally:
         same.start()
     assert killed

@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from queue import Full, Queue
 from typing import TYPE_CHECKING, TypeVar
@@ -42,6 +43,9 @@ READ_AHEAD_BATCHES = 4  # encoded batches an ingest keeps ready while it sends o
 # second request keeps the node indexing while the first one's answer travels and the next is
 # assembled (measured in docs/opensearch.md, "Bulk loading against the node's own rate")
 BULK_IN_FLIGHT = 2
+# _mget requests of an ingest's read-back at once: one at a time was 15-18% of a 120,000-document
+# ingest on an idle machine (docs/opensearch.md)
+READ_BACK_IN_FLIGHT = 4
 # how long an ending ingest waits for the encoding thread to finish the batch it is on
 WORKER_JOIN_SECONDS = 120.0
 Written = Mapping[str, tuple[int, bytes, int | None]]  # id -> (version, text digest, line) of its newest write
@@ -147,20 +151,25 @@ def ingest(backend: ClusterBackend, documents: Iterable[Document | tuple[int, Do
     return report
 
 
-def _unmatched(backend: ClusterBackend, written: Written, batch: int = 1000) -> Iterator[tuple[str, str]]:
+def _unmatched(backend: ClusterBackend, written: Written, batch: int = 1000,
+               in_flight: int = READ_BACK_IN_FLIGHT) -> Iterator[tuple[str, str]]:
     """``(id, problem)`` for each id of ``written`` that the index does not hold with the
-    text whose digest is recorded (read back with ``_mget``, ``batch`` ids at a time)."""
+    text whose digest is recorded (read back with ``_mget``, ``batch`` ids at a time,
+    ``in_flight`` requests at once)."""
     ids = list(written)
-    for start in range(0, len(ids), batch):
-        chunk = ids[start:start + batch]
-        response = backend.request("POST", backend.path("_mget"), {"ids": chunk}, {"_source_includes": TEXT_FIELD},
-                                   what="reading back the documents written")
-        for doc in response["docs"]:
-            if not doc.get("found"):
-                yield doc["_id"], "acknowledged but missing from the index after the ingest; re-run the ingest"
-            elif text_digest(doc.get("_source", {}).get(TEXT_FIELD, "")) != written[doc["_id"]][1]:
-                yield doc["_id"], ("the index holds another text for this id (another writer changed it during "
-                                   "the ingest); re-run the ingest to write this file's version")
+
+    def read(chunk: list[str]) -> dict:
+        return backend.request("POST", backend.path("_mget"), {"ids": chunk}, {"_source_includes": TEXT_FIELD},
+                               what="reading back the documents written")
+
+    with ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="hybrid-qpr-read-back") as pool:
+        for response in pool.map(read, [ids[start:start + batch] for start in range(0, len(ids), batch)]):
+            for doc in response["docs"]:
+                if not doc.get("found"):
+                    yield doc["_id"], "acknowledged but missing from the index after the ingest; re-run the ingest"
+                elif text_digest(doc.get("_source", {}).get(TEXT_FIELD, "")) != written[doc["_id"]][1]:
+                    yield doc["_id"], ("the index holds another text for this id (another writer changed it during "
+                                       "the ingest); re-run the ingest to write this file's version")
 
 
 def delete(backend: ClusterBackend, ids: Sequence[str]) -> int:

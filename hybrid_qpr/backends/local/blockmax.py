@@ -17,8 +17,8 @@ documents in the best blocks of the query's highest-bound token (scored first), 
 starts at once instead of after the first ``depth`` documents in row order.
 
 **Exact.** Every document that is scored gets the bit-identical score of
-``bm25.score_segments`` (float32 products ``idf * weight`` summed as float64 in query-token
-order, repeats included). A document is skipped only when an upper bound of its score is
+``bm25.score_segments`` (float32 products ``idf * weight`` summed as float64 in the scoring
+order of ``bm25.scoring_order``, repeats included). A document is skipped only when an upper bound of its score is
 below the threshold by more than rounding could explain (``MARGIN``); the threshold is
 always the score of a real live document, so it never exceeds the final ``depth``-th best.
 Every document tied with the final ``depth``-th best is therefore kept, and ties are broken
@@ -205,7 +205,7 @@ def _weight_of(rows, weights, block_last, start, end, first, block, row):  # pra
 
 def _score_doc(token_idfs, order, found):  # pragma: no cover - compiled
     """The exact score from each distinct token's weight ``found`` in the document: float32
-    products summed as float64 in query-token order, as ``score_segments`` sums them."""
+    products summed as float64 in scoring order (``bm25.scoring_order``), as ``score_segments`` sums them."""
     total = 0.0
     for t in order:
         if found[t] > 0:

@@ -41,7 +41,8 @@ from hybrid_qpr.backends.local.commit import (FORMAT, FORMAT_VERSION, LOCK_FILE,
                                               referenced, remove_paths, remove_unreferenced, write_manifest)
 from hybrid_qpr.backends.local.matching import index_fields, matching_rows
 from hybrid_qpr.backends.local.merge import plan_merge
-from hybrid_qpr.backends.local.ranking import Candidates, SegmentQueue, faiss_candidates, knn_worker, merge_ranked, settled
+from hybrid_qpr.backends.local.ranking import (Candidates, SegmentQueue, faiss_candidates, knn_worker, merge_ranked, settled,
+                                               shared_with_worker)
 from hybrid_qpr.backends.local.segment import BASE_FACTORY, SEGMENTS_DIR, Segment, file_problems, write_segment
 from hybrid_qpr.backends.local.storage import access_refusal
 from hybrid_qpr.backends.local.vectorbase import BASE_KEY, VectorBase, base_problems, knn_units, next_base
@@ -63,7 +64,7 @@ BM25_IMPLS: tuple[str, ...] = ("builtin", "rank-bm25")
 OLD_BM25_NAMES = {"bm25s": "builtin"}
 OPEN_ATTEMPTS = 50  # commits a reader may see replaced while it opens one (each open takes milliseconds)
 # From this many documents in several segments, a BM25 list's segments are shared with the
-# worker thread when it is free (docs/search.md: below it the hand-off costs what it saves).
+# worker thread when it is free (smaller lists take a few hundred microseconds on one thread).
 PARALLEL_BM25_DOCS = 200_000
 SEGMENT_DOCS = 250_000  # an ingest flushes a segment every this many documents (bounds its memory; fewer segments, cheaper kNN)
 
@@ -313,20 +314,10 @@ class LocalIndex:
         if not self.segments:
             return []
         if self.bm25_impl == "builtin" and blockmax.has_compiled_scorer():
-            parts = self._bm25_parts()
-            tokens = tokenize(query)
-            queue = SegmentQueue(range(len(parts)))
-
-            def lists() -> list:
-                return blockmax.top_rows(parts, tokens, self._stats, self._weights, depth, self._dense, self._blocks,
-                                         allowed, queue.take)
-
-            # a large index's segments are shared with the worker thread when it is free (a
-            # hybrid query's worker is busy with kNN first: it then takes what is left, if any)
-            helper = knn_worker().submit(lists) if len(parts) > 1 and self.count() >= PARALLEL_BM25_DOCS else None
-            best = lists()
-            if helper is not None and not helper.cancel():
-                best = [mine if mine is not None else theirs for mine, theirs in zip(best, helper.result())]
+            parts, tokens = self._bm25_parts(), tokenize(query)
+            best = shared_with_worker(lambda take: blockmax.top_rows(
+                parts, tokens, self._stats, self._weights, depth, self._dense, self._blocks, allowed, take),
+                len(parts), share=len(parts) > 1 and self.count() >= PARALLEL_BM25_DOCS)
             return merge_ranked([Candidates(seg, *found) for seg, found in zip(self.segments, best)], depth)
         found = []
         for i, (seg, scores) in enumerate(zip(self.segments, self._bm25_scores(tokenize(query)))):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -100,6 +100,19 @@ class SegmentQueue:
     def take(self) -> Any:
         with self._lock:
             return next(self._left, None)
+
+
+def shared_with_worker(score: Callable[[Callable[[], Any]], list], count: int, share: bool) -> list:
+    """``score(take)`` over items ``0..count-1`` handed out by ``take`` one at a time: on this
+    thread and, when ``share``, on the worker thread too once it is free (a hybrid query's
+    worker does its kNN half first, then takes what is left, if any). ``score`` returns one
+    entry per item, ``None`` for the items it did not take; the two lists are merged."""
+    queue = SegmentQueue(range(count))
+    helper = knn_worker().submit(score, queue.take) if share else None
+    mine = score(queue.take)
+    if helper is not None and not helper.cancel():  # cancelled: it never started, so took nothing
+        mine = [own if own is not None else theirs for own, theirs in zip(mine, helper.result())]
+    return mine
 
 
 _KNN_WORKER: list[ThreadPoolExecutor] = []
