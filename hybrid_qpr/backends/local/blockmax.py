@@ -45,12 +45,13 @@ from hybrid_qpr.backends.local import bm25 as bm25_lib
 from hybrid_qpr.backends.local.bm25 import CorpusStats, DenseColumns, Postings, heap_push, query_idfs, scoring_order
 
 BLOCK = 64  # postings per block (PISA's default block size for its block-max indexes)
-# Queries with more distinct tokens than this (in a segment) are scored exhaustively
+# Queries with more distinct tokens than this (in a segment) go to the full compiled pass
 # (``bm25.exhaustive_top``): pruning reads postings at random, and with many mid-frequency
-# tokens (all essential) that costs more than it saves. Measured per query (CPU time, 300 Quora
-# questions, 1M documents in 4 segments; docs/search.md): pruning 3.1x faster at up to 6
-# distinct tokens, 1.6x at 7-8, 1.1x at 9-10, 0.8x at 11-12 and 0.45x from 16.
-PRUNE_MAX_TOKENS = 8
+# tokens (all essential) that costs more than it saves. Measured per query against the full
+# pass (CPU time, 300 Quora questions, 1M documents in 4 segments; docs/search.md): pruning
+# 2.3x faster at up to 6 distinct tokens, 1.1x at 7-8, 0.8x at 9-10, 0.35x from 16; the
+# planner's p50 and mean are best at 6 at 124k and at 1M.
+PRUNE_MAX_TOKENS = 6
 BUCKETS = 256  # candidates are visited in this many bands of partial sums, best first
 MARGIN = 1e-5  # a bound must be this share below the threshold to skip: rounding (float32 partial sums) is below 2e-6
 
