@@ -33,6 +33,8 @@ from hybrid_qpr.types import Document
 pytestmark = pytest.mark.cluster
 
 QUICK = {"max_retries": 8, "initial_backoff": 0.05, "max_backoff": 0.2}
+# the tests that count requests in flight pin it (the default, writer.BULK_IN_FLIGHT, may change)
+PINNED_IN_FLIGHT = 2
 
 
 @pytest.fixture(scope="module")
@@ -144,9 +146,9 @@ def test_a_node_that_starts_refusing_mid_ingest_stops_it_with_its_own_error_and_
         with FaultProxy(cluster_url, Faults(refuse_after=2)) as proxy:
             with pytest.raises(BackendError, match="permission denied \\(403\\)"):
                 backend_at(engine_module, proxy.url, index).ingest(corpus, committed_encoder, batch_size=20,
-                                                                   show_progress=False, in_flight=BULK_IN_FLIGHT)
+                                                                   show_progress=False, in_flight=PINNED_IN_FLIGHT)
         # the requests in flight when the first refusal came are refused too, and nothing after them
-        assert 1 <= proxy.counts["refused_requests"] <= BULK_IN_FLIGHT
+        assert 1 <= proxy.counts["refused_requests"] <= PINNED_IN_FLIGHT
         assert not [t for t in threading.enumerate() if t.name.startswith(("hybrid-qpr-read-ahead", "hybrid-qpr-bulk"))]
         direct._refresh()  # the failed ingest did not get to its refresh
         assert direct.count() == 40  # the two requests let through, nothing after the refusal
@@ -165,7 +167,6 @@ def test_the_cli_failing_mid_ingest_exits_with_its_one_line_error_never_a_native
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)}
     index = f"hqpr-fault-{uuid.uuid4().hex[:8]}"
-    backend = backend_at(importlib.import_module(f"hybrid_qpr.backends.{cluster_engine}"), cluster_url, index)
     try:
         for run in range(3):
             with FaultProxy(cluster_url, Faults(refuse_after=3)) as proxy:
@@ -176,9 +177,9 @@ def test_the_cli_failing_mid_ingest_exits_with_its_one_line_error_never_a_native
             assert "terminate called" not in done.stderr and "Traceback" not in done.stderr
             lines = done.stderr.strip().splitlines()
             assert lines[-1].startswith(f"Error: bulk request to '{index}': permission denied (403)"), done.stderr
-            assert 1 <= proxy.counts["refused_requests"] <= backend.bulk_in_flight  # the engine's default
+            assert 1 <= proxy.counts["refused_requests"] <= BULK_IN_FLIGHT  # the CLI's ingest: the default
     finally:
-        backend.drop()
+        backend_at(importlib.import_module(f"hybrid_qpr.backends.{cluster_engine}"), cluster_url, index).drop()
 
 
 @pytest.mark.slow
@@ -192,10 +193,10 @@ def test_node_killed_mid_ingest_then_rerun_is_exact(cluster_local_node, cluster_
             pytest.fail(message + " (CI is set, so this test must not skip)")
         pytest.skip(message)
     documents = corpus[:600]
-    # before any answer, the reader can be READ_AHEAD_BATCHES + BULK_IN_FLIGHT batches of 50 ahead
-    # (the queue), plus BULK_IN_FLIGHT batches sent and one in hand: reading past that (and one
+    # before any answer, the reader can be READ_AHEAD_BATCHES + PINNED_IN_FLIGHT batches of 50 ahead
+    # (the queue), plus PINNED_IN_FLIGHT batches sent and one in hand: reading past that (and one
     # batch more) means a request has been acknowledged
-    kill_at = (READ_AHEAD_BATCHES + 2 * BULK_IN_FLIGHT + 2) * 50
+    kill_at = (READ_AHEAD_BATCHES + 2 * PINNED_IN_FLIGHT + 2) * 50
     assert kill_at < len(documents)
     killed = []
 
@@ -212,7 +213,7 @@ def test_node_killed_mid_ingest_then_rerun_is_exact(cluster_local_node, cluster_
     try:
         with pytest.raises(ClusterError, match="re-run the same ingest once the cluster is back to resume"):
             cluster_backend.ingest(reading(), committed_encoder, batch_size=50, show_progress=False,
-                                   max_retries=2, initial_backoff=0.2, max_backoff=0.5, in_flight=BULK_IN_FLIGHT)
+                                   max_retries=2, initial_backoff=0.2, max_backoff=0.5, in_flight=PINNED_IN_FLIGHT)
     finally:
         same.start()
     assert killed

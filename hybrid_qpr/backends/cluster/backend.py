@@ -69,8 +69,6 @@ class ClusterBackend:
     engine: Engine
     capabilities = Capabilities(batched_bm25_and_knn=True)
     default_knn_candidates = KNN_CANDIDATES
-    bulk_batch_size = 1000  # an ingest's documents per _bulk request and requests in flight: both
-    bulk_in_flight = 4  # engines' best against their bare _bulk rate, idle (docs/opensearch.md)
     vector_type: str  # the mapping type of the vector field
     bm25_field: str = TEXT_FIELD  # the field BM25 searches (bodies.TOKENS_FIELD where the client tokenizes)
     bm25_analyzer: str  # its analyzer in the mapping, which yields hybrid_qpr.text.tokenize's tokens
@@ -493,12 +491,13 @@ class ClusterBackend:
         self.client.close()
 
     # ---- write side (hybrid_qpr.backends.cluster.writer)
-    def ingest(self, documents: Iterable[Document | tuple[int, Document]], encoder, *, batch_size: int | None = None,
+    def ingest(self, documents: Iterable[Document | tuple[int, Document]], encoder, *,
+               batch_size: int = writer.BULK_BATCH_SIZE,
                rejects_path: str | Path | None = None, show_progress: bool = True, wait: bool | float = False,
                max_retries: int = 6,
                initial_backoff: float = 0.5, max_backoff: float = 30.0, shards: int | None = None,
                replicas: int | None = None, bulk_timeout: float | None = None,
-               in_flight: int | None = None) -> IngestReport:
+               in_flight: int = writer.BULK_IN_FLIGHT) -> IngestReport:
         """Encode and bulk-index ``documents`` (``Document`` or ``(line, Document)``) with ``_id`` =
         document id, so re-running replaces instead of duplicating.
 
@@ -510,7 +509,7 @@ class ClusterBackend:
         Encoding (and writing each document's JSON) runs up to ``writer.READ_AHEAD_BATCHES`` batches ahead
         in a thread, so it goes on while a request is sent or a retry waits; that thread is stopped
         and joined on every way out. ``in_flight`` ``_bulk`` requests of ``batch_size`` documents are
-        sent at once (default: ``bulk_in_flight`` and ``bulk_batch_size``, 4 and 1,000). An index the
+        sent at once (default ``writer.BULK_IN_FLIGHT`` and ``BULK_BATCH_SIZE``, 4 and 1,000). An index the
         ingest creates is loaded with refresh off (replicas kept: a node lost mid-load must not take
         the only copy of a shard), its settings restored at the end, on failure too (``cluster.loading``).
         Writes are externally versioned and retried as ``cluster.bulk.write_bulk`` says (capped
@@ -526,8 +525,6 @@ class ClusterBackend:
         lines written. Failures are listed in the report and written as JSON lines to ``rejects_path``.
         ``shards``/``replicas`` apply when the index is created (see ``ensure_index``).
         """
-        batch_size = self.bulk_batch_size if batch_size is None else batch_size
-        in_flight = self.bulk_in_flight if in_flight is None else in_flight
         return writer.ingest(self, documents, encoder, batch_size=batch_size, rejects_path=rejects_path,
                              show_progress=show_progress, max_retries=max_retries, initial_backoff=initial_backoff,
                              max_backoff=max_backoff, shards=shards, replicas=replicas, bulk_timeout=bulk_timeout,

@@ -39,10 +39,11 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 READ_AHEAD_BATCHES = 4  # encoded batches an ingest keeps ready while it sends or waits
-# _bulk requests an ingest keeps in flight: one shard indexes one request per write thread, so a
-# second request keeps the node indexing while the first one's answer travels and the next is
-# assembled (measured in docs/opensearch.md, "Bulk loading against the node's own rate")
-BULK_IN_FLIGHT = 2
+# An ingest's documents per _bulk request and requests in flight: one shard indexes one request
+# per write thread, so more requests keep the node indexing while an answer travels and the next
+# request is assembled; 1,000 and 4 were both engines' best against their bare _bulk rate on an
+# idle machine (docs/opensearch.md, "Bulk loading against the node's own rate")
+BULK_BATCH_SIZE, BULK_IN_FLIGHT = 1000, 4
 # _mget requests of an ingest's read-back at once: one at a time was 15-18% of a 120,000-document
 # ingest on an idle machine (docs/opensearch.md)
 READ_BACK_IN_FLIGHT = 4
@@ -52,7 +53,7 @@ Written = Mapping[str, tuple[int, bytes, int | None]]  # id -> (version, text di
 
 
 def ingest(backend: ClusterBackend, documents: Iterable[Document | tuple[int, Document]], encoder, *,
-           batch_size: int = 256, rejects_path: str | Path | None = None, show_progress: bool = True,
+           batch_size: int = BULK_BATCH_SIZE, rejects_path: str | Path | None = None, show_progress: bool = True,
            max_retries: int = 6, initial_backoff: float = 0.5, max_backoff: float = 30.0, shards: int | None = None,
            replicas: int | None = None, bulk_timeout: float | None = None,
            in_flight: int = BULK_IN_FLIGHT) -> IngestReport:

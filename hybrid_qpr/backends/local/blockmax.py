@@ -90,26 +90,27 @@ def block_maxima(postings: Postings, weights: np.ndarray, size: int = BLOCK) -> 
 def top_rows(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: Sequence[str], stats: CorpusStats,
              weights: Sequence[np.ndarray], depth: int, dense: Sequence[DenseColumns | None],
              blocks: Sequence[BlockMaxima], allowed: Sequence[np.ndarray] | None = None,
-             take: Callable[[], int | None] | None = None) -> list[tuple[np.ndarray, np.ndarray] | None] | None:
+             take: Callable[[], int | None] | None = None, idfs: dict[str, float] | None = None,
+             ) -> list[tuple[np.ndarray, np.ndarray] | None] | None:
     """Per segment ``(scores, rows)``, rows ascending, of the live documents with a positive
     score that are among the segment's ``depth`` best or tied with the last of them: the rows
     and bit-identical scores that ``bm25.score_segments`` followed by a top-``depth``
     selection gives. ``allowed``: per segment the rows a filter matches (``None``: all).
     ``take``: the next segment number this thread scores (``None``: no more), when threads
-    share the segments; the others are ``None`` in the list. ``None`` when numba is not
-    installed (the caller then uses ``score_segments``)."""
+    share the segments; the others are ``None`` in the list. ``idfs``: the query's
+    ``query_idfs``, when threads sharing the segments had them computed once. ``None`` when
+    numba is not installed (the caller then uses ``score_segments``)."""
     kernel = _top_kernel()
     if kernel is None:
         return None
     empty = (np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64))
     out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(parts)
-    idfs: dict[str, float] | None = None
+    if idfs is None:
+        idfs = query_idfs(parts, tokens, stats) if tokens and depth > 0 else {}
     no_dense = np.zeros((0, 0), dtype=np.float32)
     for seg in range(len(parts)) if take is None else iter(take, None):  # one at a time: threads may share them
         out[seg] = empty
-        if idfs is None:
-            idfs = query_idfs(parts, tokens, stats) if tokens and depth > 0 else {}
-        if not idfs:
+        if not idfs or depth <= 0:
             continue
         postings, deleted = parts[seg]
         columns: dict[int, int] = {}  # vocabulary column -> distinct query token number

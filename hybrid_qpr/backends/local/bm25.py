@@ -408,6 +408,7 @@ def _seed_floor(rows, starts, ends, token_idfs, slots, dense, deleted, total, ta
                 if check_deleted and deleted[row]:
                     continue
                 value = total[row]
+                # the tail inline, as in _keep_best: a shared compiled helper made the 1M full pass ~20% slower
                 for u in range(tail, m):
                     value += np.float32(token_idfs[u] * dense[slots[u], row])
                 size = heap_push(heap, labels, size, np.float32(value), row)

@@ -315,8 +315,9 @@ class LocalIndex:
             return []
         if self.bm25_impl == "builtin" and blockmax.has_compiled_scorer():
             parts, tokens = self._bm25_parts(), tokenize(query)
+            idfs = bm25_lib.query_idfs(parts, tokens, self._stats) if tokens else {}  # once for both threads
             best = shared_with_worker(lambda take: blockmax.top_rows(
-                parts, tokens, self._stats, self._weights, depth, self._dense, self._blocks, allowed, take),
+                parts, tokens, self._stats, self._weights, depth, self._dense, self._blocks, allowed, take, idfs),
                 len(parts), share=len(parts) > 1 and self.count() >= PARALLEL_BM25_DOCS)
             return merge_ranked([Candidates(seg, *found) for seg, found in zip(self.segments, best)], depth)
         found = []
