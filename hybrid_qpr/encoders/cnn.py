@@ -21,7 +21,7 @@ class CNNEncoder(Encoder):
         self.vocabulary = Vocabulary.load(Path(model_dir) / TOKENIZER_FILE)
         self.session = onnx_session(Path(model_dir) / MODEL_FILE, threads)
 
-    def _encode_batch(self, texts: list[str]) -> np.ndarray:
+    def _encode_batch(self, texts: list[str], one_thread: bool = False) -> np.ndarray:
         ids = self.vocabulary.encode_batch(texts)
-        (vectors,) = self.session.run(["embeddings"], {"input_ids": ids})
+        (vectors,) = self.session.run(["embeddings"], {"input_ids": ids}, one_thread=one_thread)
         return vectors.astype(np.float32, copy=False)

@@ -78,12 +78,12 @@ class TransformerEncoder(Encoder):
         # (short texts need no padding then; measured under load: 14 texts/s either way).
         self.one_text_per_run = str(config.get("quantization", "")).startswith("int8-dynamic")
 
-    def _encode_batch(self, texts: list[str]) -> np.ndarray:
+    def _encode_batch(self, texts: list[str], one_thread: bool = False) -> np.ndarray:
         if self.one_text_per_run and len(texts) > 1:
             return np.concatenate([self._run([text]) for text in texts])
-        return self._run(texts)
+        return self._run(texts, one_thread)
 
-    def _run(self, texts: list[str]) -> np.ndarray:
+    def _run(self, texts: list[str], one_thread: bool = False) -> np.ndarray:
         ids, mask = tokenize_batch(self.tokenizer, texts)
-        (vectors,) = self.session.run(["embeddings"], {"input_ids": ids, "attention_mask": mask})
+        (vectors,) = self.session.run(["embeddings"], {"input_ids": ids, "attention_mask": mask}, one_thread=one_thread)
         return vectors.astype(np.float32, copy=False)

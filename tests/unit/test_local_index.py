@@ -277,22 +277,37 @@ def test_bm25_and_knn_together_equal_the_two_lists(index, committed_encoder):
         assert index.bm25_and_knn(query, vec, 5, filters) == (index.bm25(query, 5, filters), index.knn(vec, 5, filters))
 
 
-def test_query_vector_as_function_is_encoded_on_the_knn_worker(index, committed_encoder):
+def test_bm25_list_is_scored_on_the_worker_while_the_query_is_encoded(index, committed_encoder, monkeypatch):
     """A hybrid query's encoding overlaps the BM25 list: ``bm25_and_knn`` takes the vector as a
-    function and calls it on the kNN worker; lists and search results are unchanged."""
+    function and calls it on the calling thread while the worker scores BM25 (the encoding here
+    waits until the worker has scored it); lists and search results are unchanged."""
+    from hybrid_qpr.backends.local import blockmax
     from hybrid_qpr.search import HybridSearcher
 
+    scored_on, scored = [], threading.Event()
+    score = blockmax.top_rows
+
+    def recorded(*args, **kwargs):
+        found = score(*args, **kwargs)
+        if any(f is not None for f in found):
+            scored_on.append(threading.current_thread().name)
+            scored.set()
+        return found
+
+    monkeypatch.setattr(blockmax, "top_rows", recorded)
     searcher = HybridSearcher(index, committed_encoder)
     for query in ("how do i change my password", "delete my account"):
         vec = committed_encoder.encode([query])[0]
-        threads = []
+        threads, scored_on[:] = [], []
+        scored.clear()
 
         def vector_of():
             threads.append(threading.current_thread().name)
+            assert scored.wait(10), "the worker did not score BM25 while the query was encoded"
             return vec
 
         assert index.bm25_and_knn(query, vector_of, 20) == index.bm25_and_knn(query, vec, 20)
-        assert len(threads) == 1 and threads[0].startswith("hybrid-qpr-knn")
+        assert threads == [threading.current_thread().name] and scored_on[0].startswith("hybrid-qpr-knn")
         assert searcher.search(query, mode="hybrid") == searcher.search(query, mode="hybrid", vector=vec)
     assert index.bm25_and_knn("delete my account", vector_of, 5, {"topic": "password"}) == \
         (index.bm25("delete my account", 5, {"topic": "password"}), index.knn(vec, 5, {"topic": "password"}))
@@ -311,3 +326,21 @@ def test_an_index_that_records_the_old_scorer_name_still_opens(index):
     reopened = LocalIndex.open(index.path)
     assert reopened.bm25_impl == "builtin"
     assert [h.id for h in reopened.bm25("when does my invoice expire", 5)] == before
+
+
+def test_documents_of_listed_hits_are_read_by_row_and_stay_current(index, committed_encoder, question_bank):
+    """``documents`` reads the hits of this thread's last lists by segment row: the same
+    documents as a lookup by id (a fresh reader, which remembers no rows), and after a delete
+    or a re-ingest of a listed id, what the index now holds."""
+    query = "how do i change my password"
+    ids = [h.id for h in index.bm25(query, 5)] + [h.id for h in index.knn(committed_encoder.encode([query])[0], 5)]
+    located = index._located()
+    assert all(doc_id in located for doc_id in ids)
+    fresh = LocalIndex.open(index.path)
+    assert index.documents(ids) == fresh.documents(ids) and set(fresh.documents(ids)) == set(ids)
+    index.delete([ids[0]])
+    changed = Document(ids[1], "a new text for a listed question", {"topic": "changed"})
+    index.ingest([changed], committed_encoder, show_progress=False)
+    now = index.documents(ids)
+    assert ids[0] not in now and now[ids[1]] == changed
+    assert now == LocalIndex.open(index.path).documents(ids)

@@ -22,11 +22,11 @@ metadata filter matches (filters select the rows first; BM25 and exact kNN rank 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import secrets
+import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -35,24 +35,21 @@ import numpy as np
 
 from hybrid_qpr.artifacts import library_versions
 from hybrid_qpr.backends.base import Capabilities, IngestReport, document_problem
-from hybrid_qpr.backends.local import blockmax
 from hybrid_qpr.backends.local import bm25 as bm25_lib
 from hybrid_qpr.backends.local.commit import (FORMAT, FORMAT_VERSION, LOCK_FILE, MANIFEST, WriteLock, read_manifest,
                                               referenced, remove_paths, remove_unreferenced, write_manifest)
-from hybrid_qpr.backends.local.matching import index_fields, matching_rows
+from hybrid_qpr.backends.local.matching import index_fields
 from hybrid_qpr.backends.local.merge import plan_merge
-from hybrid_qpr.backends.local.ranking import (Candidates, SegmentQueue, faiss_candidates, knn_worker, merge_ranked, settled,
-                                               shared_with_worker)
+from hybrid_qpr.backends.local.reading import IndexReading
 from hybrid_qpr.backends.local.segment import BASE_FACTORY, SEGMENTS_DIR, Segment, file_problems, write_segment
 from hybrid_qpr.backends.local.storage import access_refusal
-from hybrid_qpr.backends.local.vectorbase import BASE_KEY, VectorBase, base_problems, knn_units, next_base
+from hybrid_qpr.backends.local.vectorbase import BASE_KEY, VectorBase, base_problems, next_base
 from hybrid_qpr.backends.local.vectors import FAISS_KINDS, FLAT_THRESHOLD, FaissKind, SearchSettings, faiss_factory
 from hybrid_qpr.backends.local.writer import (IngestWriter, LiveRows, check_output_dim, knn_note, read_live_rows,
                                               with_deletions)
-from hybrid_qpr.distance import Distance, check_distance, prepare_vectors, similarity
+from hybrid_qpr.distance import Distance, check_distance
 from hybrid_qpr.errors import ConfigError, IndexDamagedError, IndexStorageError, ModelMismatchError
-from hybrid_qpr.text import tokenize
-from hybrid_qpr.types import Document, Filters, Hit
+from hybrid_qpr.types import Document
 
 logger = logging.getLogger(__name__)
 
@@ -63,9 +60,6 @@ Bm25Impl = Literal["builtin", "rank-bm25"]
 BM25_IMPLS: tuple[str, ...] = ("builtin", "rank-bm25")
 OLD_BM25_NAMES = {"bm25s": "builtin"}
 OPEN_ATTEMPTS = 50  # commits a reader may see replaced while it opens one (each open takes milliseconds)
-# From this many documents in several segments, a BM25 list's segments are shared with the
-# worker thread when it is free (smaller lists take a few hundred microseconds on one thread).
-PARALLEL_BM25_DOCS = 200_000
 SEGMENT_DOCS = 250_000  # an ingest flushes a segment every this many documents (bounds its memory; fewer segments, cheaper kNN)
 
 
@@ -77,7 +71,7 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-class LocalIndex:
+class LocalIndex(IndexReading):
     """``hybrid_qpr.backends.base.Backend`` over a local index directory (see the module docstring)."""
 
     # bm25_and_knn runs the two lists on two threads (both release the GIL while they score)
@@ -96,6 +90,7 @@ class LocalIndex:
         self.segments: list[Segment] = []
         self.base: VectorBase | None = None  # one HNSW graph over the large segments (vectorbase.py)
         self._search_override: SearchSettings | None = None
+        self._locations = threading.local()  # per reader thread: where its last lists' ids live (reading.py)
         if load:
             self._load_segments()
 
@@ -277,130 +272,6 @@ class LocalIndex:
     def fields(self) -> list[str]:
         """Metadata fields present in the index (what filters can name)."""
         return index_fields(self.segments)
-
-    def matching(self, filters: Filters | None) -> list[np.ndarray] | None:
-        """Per segment, the live rows matching ``filters`` (``None`` = no filter; ``matching.py``)."""
-        return matching_rows(self.segments, filters, self.path) if filters else None
-
-    def _bm25_parts(self) -> list[tuple[Any, np.ndarray | None]]:
-        """(postings, deleted mask) per segment, with the corpus statistics and term weights
-        computed once per commit."""
-        parts = [(s.postings, s.deleted) for s in self.segments]
-        if self._stats is None:
-            self._stats = bm25_lib.corpus_stats(parts)
-            self._weights = bm25_lib.term_weights(parts, self._stats)
-            # only the compiled scorer reads them (up to 8 columns of 4 bytes per document; 9 bytes per 64 postings)
-            compiled = blockmax.has_compiled_scorer()
-            self._dense = bm25_lib.dense_columns(parts, self._weights) if compiled else None
-            self._blocks = [blockmax.block_maxima(p, w) for (p, _), w in zip(parts, self._weights)] if compiled else None
-        return parts
-
-    def _bm25_scores(self, tokens: list[str]) -> list[np.ndarray]:
-        """BM25 score of every row of every segment (deleted rows 0)."""
-        if self.bm25_impl == "rank-bm25":  # the reference for benchmarks: built once per commit
-            scores, self._rank_bm25 = bm25_lib.rank_bm25_scores(self.segments, tokens, self._rank_bm25)
-            return scores
-        return bm25_lib.score_segments(self._bm25_parts(), tokens, self._stats, self._weights)
-
-    def _bounded(self, depth: int) -> int:
-        """``depth`` clamped to the documents the index holds: a list is never longer, and
-        asking FAISS or a partition for a billion hits would allocate for them."""
-        return max(0, min(int(depth), self.count()))
-
-    def bm25(self, query: str, depth: int, filters: Filters | None = None) -> list[Hit]:
-        """Top ``depth`` documents with a positive BM25 score, filters applied before ranking."""
-        depth = self._bounded(depth)
-        allowed = self.matching(filters)
-        if not self.segments:
-            return []
-        if self.bm25_impl == "builtin" and blockmax.has_compiled_scorer():
-            parts, tokens = self._bm25_parts(), tokenize(query)
-            idfs = bm25_lib.query_idfs(parts, tokens, self._stats) if tokens else {}  # once for both threads
-            best = shared_with_worker(lambda take: blockmax.top_rows(
-                parts, tokens, self._stats, self._weights, depth, self._dense, self._blocks, allowed, take, idfs),
-                len(parts), share=len(parts) > 1 and self.count() >= PARALLEL_BM25_DOCS)
-            return merge_ranked([Candidates(seg, *found) for seg, found in zip(self.segments, best)], depth)
-        found = []
-        for i, (seg, scores) in enumerate(zip(self.segments, self._bm25_scores(tokenize(query)))):
-            rows = np.flatnonzero(scores > 0) if allowed is None else allowed[i][scores[allowed[i]] > 0]
-            found.append(Candidates.best(seg, scores[rows], rows, depth))
-        return merge_ranked(found, depth)
-
-    def knn(self, vector: np.ndarray, depth: int, filters: Filters | None = None) -> list[Hit]:
-        """Top ``depth`` by similarity: FAISS per segment without filters; exact over the
-        matching rows with them."""
-        query = self._knn_query(vector)
-        depth = self._bounded(depth)
-        allowed = self.matching(filters)
-        if allowed is None:
-            units = knn_units(self.segments, self.base)
-            found = faiss_candidates(units, query, depth, SegmentQueue(units), self.distance)
-            return merge_ranked(settled(found, query, depth, self.distance), depth)
-        found = []
-        for seg, rows in zip(self.segments, allowed):
-            if len(rows):
-                scores = similarity(query, np.asarray(seg.vectors[rows]), self.distance)[0]
-                found.append(Candidates.best(seg, scores, rows, depth))
-        return merge_ranked(found, depth)
-
-    def _knn_query(self, vector: np.ndarray) -> np.ndarray:
-        query = prepare_vectors(np.asarray(vector, dtype=np.float32).reshape(1, -1), self.distance)
-        if query.shape[1] != self.dim:
-            raise ModelMismatchError(f"query vector has {query.shape[1]} dims; index {self.path} has {self.dim}")
-        return query
-
-    def bm25_and_knn(self, query: str, vector: np.ndarray | Callable[[], np.ndarray], depth: int,
-                     filters: Filters | None = None) -> tuple[list[Hit], list[Hit]]:
-        """``bm25`` and ``knn`` at once: kNN on a worker thread while BM25 runs here. FAISS, the
-        compiled BM25 scorer and onnxruntime release the GIL, so on two cores a hybrid query
-        costs about the slower of the two lists instead of their sum. ``vector`` may be a
-        function that returns it (the query's encoding): it is then called on the worker, so
-        encoding overlaps the BM25 list too. With several segments, this thread takes the
-        segments' FAISS searches the worker has not started once its BM25 list is done (one
-        HNSW search per segment would otherwise all wait on the worker)."""
-        vector_of = vector if callable(vector) else (lambda: vector)
-        depth = self._bounded(depth)
-        if not self.segments or depth == 0:
-            return [], []
-        if filters:  # filtered lists are exact scans over the matching rows: no FAISS call to overlap
-            return self.bm25(query, depth, filters), self.knn(vector_of(), depth, filters)
-        units = knn_units(self.segments, self.base)
-        segments = SegmentQueue(units)
-        ready: list[np.ndarray] = []  # the prepared query vector, once the worker has it
-
-        def knn_half() -> list[Candidates]:
-            ready.append(self._knn_query(vector_of()))
-            return faiss_candidates(units, ready[0], depth, segments, self.distance)
-
-        pending = knn_worker().submit(knn_half)
-        helped: list[Candidates] = []
-        try:
-            bm25_hits = self.bm25(query, depth)
-            if ready:  # never wait for the encoding here: the worker searches whatever is left
-                helped = faiss_candidates(units, ready[0], depth, segments, self.distance)
-        finally:
-            found = pending.result()
-        return bm25_hits, merge_ranked(settled(found + helped, ready[0], depth, self.distance), depth)
-
-    def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
-        """Exact similarity of ``vector`` to the stored vectors of ``ids`` (MSEM rerank)."""
-        wanted = list(dict.fromkeys(ids))
-        query = np.asarray(vector, dtype=np.float32).reshape(1, -1)
-        out: dict[str, float] = {}
-        for seg in self.segments:
-            rows = seg.lookup(wanted)
-            if rows:
-                scores = similarity(query, np.asarray(seg.vectors[[pos for _, pos in rows]]), self.distance)[0]
-                out.update((doc_id, float(s)) for (doc_id, _), s in zip(rows, scores))
-        return out
-
-    def documents(self, ids: Sequence[str]) -> dict[str, Document]:
-        wanted = list(dict.fromkeys(ids))
-        out: dict[str, Document] = {}
-        for seg in self.segments:
-            for doc_id, text, metadata in seg.lookup(wanted, "id, text, metadata"):
-                out[doc_id] = Document(doc_id, text, json.loads(metadata) if metadata else {})
-        return out
 
     def close(self) -> None:
         for seg in self.segments:

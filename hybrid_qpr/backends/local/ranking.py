@@ -9,6 +9,8 @@ import math
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from itertools import repeat
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -54,25 +56,27 @@ def best_rows(scores: np.ndarray, rows: np.ndarray, depth: int) -> tuple[np.ndar
     return scores, rows
 
 
-def merge_ranked(found: Sequence[Candidates], depth: int) -> list[Hit]:
+def merge_ranked(found: Sequence[Candidates], depth: int,
+                 located: dict[str, tuple["Segment", int]] | None = None) -> list[Hit]:
     """Best ``depth`` over every segment's candidates, ties broken by id. Exact: each segment
     contributes its own best ``depth`` and all ties with them. Ids are read only for the
-    candidates that can still make the list."""
+    candidates that can still make the list. ``located`` (optional) gets each listed id's
+    segment and row."""
     if depth <= 0 or not found:
         return []
-    all_scores = np.concatenate([c.scores for c in found])
-    if len(all_scores) == 0:
-        return []
-    cutoff = kth_best(all_scores, depth)
-    kept_scores, kept_ids = [], []
+    cutoff = kth_best(found[0].scores if len(found) == 1 else np.concatenate([c.scores for c in found]), depth)
+    entries: list[tuple[float, str, int, "Segment"]] = []  # (-score, id, row, segment)
     for candidates in found:
-        keep = candidates.scores >= cutoff
-        if keep.any():
-            kept_scores.append(candidates.scores[keep])
-            kept_ids.extend(candidates.segment.ids_at(candidates.rows[keep]))
-    scores, ids = np.concatenate(kept_scores), np.asarray(kept_ids, dtype=object)
-    order = np.lexsort((ids, -scores))[:depth]  # score descending, then id
-    return Hit.many(ids[order].tolist(), scores[order].astype(np.float64).tolist())
+        keep = np.flatnonzero(candidates.scores >= cutoff)
+        if len(keep):
+            rows = candidates.rows[keep]
+            entries.extend(zip((-candidates.scores[keep].astype(np.float64)).tolist(),
+                               candidates.segment.ids_at(rows), rows.tolist(), repeat(candidates.segment)))
+    entries.sort(key=itemgetter(0, 1))  # score descending, then id (a live id is in one segment only)
+    del entries[depth:]
+    if located is not None:
+        located.update((doc_id, (segment, row)) for _, doc_id, row, segment in entries)
+    return Hit.many([e[1] for e in entries], [-e[0] for e in entries])
 
 
 # efSearch of a segment asked for its share k of a multi-segment kNN list: efSearch * (k / full

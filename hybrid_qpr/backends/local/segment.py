@@ -52,6 +52,7 @@ BASE_FACTORY = "base"
 # their cost at 1M documents); vectors.npy and vectors.faiss are checked on first use
 OPEN_VERIFIED: tuple[str, ...] = (DOCS_DB, *bm25_lib.FILES)
 SQL_CHUNK = 900  # parameters per IN (...) clause, below SQLite's oldest limit of 999
+MMAP_BYTES = 1 << 30  # the most of a document store read through a memory map (SQLite caps it at 2 GB)
 
 logger = logging.getLogger(__name__)
 
@@ -355,6 +356,9 @@ class Segment:
         uri = f"file:{self.dir / DOCS_DB}?mode=ro&immutable=1"
         try:
             db = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            # pages read through a memory map, not a read() call each: fetching a result page's
+            # documents at 1M documents in four segments 0.14-0.16 -> 0.10-0.11 ms (docs/search.md)
+            db.execute(f"PRAGMA mmap_size={MMAP_BYTES}")
             rows = db.execute("SELECT count(*) FROM docs").fetchone()[0]
         except sqlite3.Error as exc:
             if unreadable(self.dir / DOCS_DB):
@@ -434,10 +438,17 @@ class Segment:
 
     def lookup(self, ids: Sequence[str], columns: str = "id, pos") -> list[tuple]:
         """Rows of ``ids`` that are live in this segment (``columns`` selected)."""
+        return self._live_rows("id", ids, columns)
+
+    def rows_at(self, rows: Sequence[int], columns: str) -> list[tuple]:
+        """``columns`` of the live ``rows`` (read by SQLite rowid: cheaper than by id)."""
+        return self._live_rows("pos", rows, columns)
+
+    def _live_rows(self, key: str, values: Sequence[Any], columns: str) -> list[tuple]:
         out: list[tuple] = []
-        for start in range(0, len(ids), SQL_CHUNK):
-            chunk = list(ids[start:start + SQL_CHUNK])
-            out.extend(self.sql(f"SELECT {columns}, pos FROM docs WHERE id IN ({', '.join('?' * len(chunk))})", chunk))
+        for start in range(0, len(values), SQL_CHUNK):
+            chunk = list(values[start:start + SQL_CHUNK])
+            out.extend(self.sql(f"SELECT {columns}, pos FROM docs WHERE {key} IN ({', '.join('?' * len(chunk))})", chunk))
         if self.deleted is not None:
             out = [r for r in out if not self.deleted[r[-1]]]
         return [r[:-1] for r in out]

@@ -1,0 +1,211 @@
+"""The read side of ``LocalIndex``: BM25 and kNN lists over the segments, both at once on two
+threads for a hybrid query, and the stored documents of the hits.
+
+Every list is merged exactly across segments (``ranking.merge_ranked``, ties broken by id).
+The merge also notes, per thread, which segment row each listed id came from, so fetching the
+documents of a result page reads those rows by position (SQLite's rowid) instead of looking
+every id up in every segment: at one million documents in four segments that fetch was a
+sixth of a BM25 query (docs/search.md)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from itertools import islice
+from typing import Any
+
+import numpy as np
+
+from hybrid_qpr.backends.local import blockmax
+from hybrid_qpr.backends.local import bm25 as bm25_lib
+from hybrid_qpr.backends.local.matching import matching_rows
+from hybrid_qpr.backends.local.ranking import (Candidates, SegmentQueue, faiss_candidates, knn_worker, merge_ranked, settled,
+                                               shared_with_worker)
+from hybrid_qpr.backends.local.segment import Segment
+from hybrid_qpr.backends.local.vectorbase import knn_units
+from hybrid_qpr.distance import prepare_vectors, similarity
+from hybrid_qpr.errors import ModelMismatchError
+from hybrid_qpr.text import tokenize
+from hybrid_qpr.types import Document, Filters, Hit
+
+
+# From this many documents in several segments, a BM25 list's segments are shared with the
+# worker thread when it is free (smaller lists take a few hundred microseconds on one thread).
+PARALLEL_BM25_DOCS = 200_000
+# Ids whose segment row a thread remembers for the documents fetch (a few dozen queries' lists;
+# a forgotten id is looked up by id, as any other).
+LOCATED_IDS = 4096
+
+
+class IndexReading:
+    """Queries over ``self.segments`` (mixed into ``LocalIndex``, which opens them and keeps the
+    corpus statistics: ``_stats``, ``_weights``, ``_dense``, ``_blocks``, ``_rank_bm25``)."""
+
+    def _located(self) -> dict[str, tuple[Segment, int]]:
+        """This thread's memory of where the ids of its last lists live (id -> segment, row).
+        An old entry is still right while its segment is current and its row live (segments
+        are immutable and an id is live in one place), so ``documents`` checks just that; past
+        ``LOCATED_IDS`` the oldest half is forgotten."""
+        memory = self._locations.__dict__.setdefault("rows", {})
+        if len(memory) > LOCATED_IDS:
+            for doc_id in list(islice(memory, len(memory) - LOCATED_IDS // 2)):
+                del memory[doc_id]
+        return memory
+
+    def matching(self, filters: Filters | None) -> list[np.ndarray] | None:
+        """Per segment, the live rows matching ``filters`` (``None`` = no filter; ``matching.py``)."""
+        return matching_rows(self.segments, filters, self.path) if filters else None
+
+    def _bm25_parts(self) -> list[tuple[Any, np.ndarray | None]]:
+        """(postings, deleted mask) per segment, with the corpus statistics and term weights
+        computed once per commit."""
+        parts = [(s.postings, s.deleted) for s in self.segments]
+        if self._stats is None:
+            self._stats = bm25_lib.corpus_stats(parts)
+            self._weights = bm25_lib.term_weights(parts, self._stats)
+            # only the compiled scorer reads them (up to 8 columns of 4 bytes per document; 9 bytes per 64 postings)
+            compiled = blockmax.has_compiled_scorer()
+            self._dense = bm25_lib.dense_columns(parts, self._weights) if compiled else None
+            self._blocks = [blockmax.block_maxima(p, w) for (p, _), w in zip(parts, self._weights)] if compiled else None
+        return parts
+
+    def _bm25_scores(self, tokens: list[str]) -> list[np.ndarray]:
+        """BM25 score of every row of every segment (deleted rows 0)."""
+        if self.bm25_impl == "rank-bm25":  # the reference for benchmarks: built once per commit
+            scores, self._rank_bm25 = bm25_lib.rank_bm25_scores(self.segments, tokens, self._rank_bm25)
+            return scores
+        return bm25_lib.score_segments(self._bm25_parts(), tokens, self._stats, self._weights)
+
+    def _bounded(self, depth: int) -> int:
+        """``depth`` clamped to the documents the index holds: a list is never longer, and
+        asking FAISS or a partition for a billion hits would allocate for them."""
+        return max(0, min(int(depth), self.count()))
+
+    def bm25(self, query: str, depth: int, filters: Filters | None = None) -> list[Hit]:
+        """Top ``depth`` documents with a positive BM25 score, filters applied before ranking."""
+        depth = self._bounded(depth)
+        allowed = self.matching(filters)
+        if not self.segments:
+            return []
+        if self._compiled_bm25():
+            best = shared_with_worker(self._bm25_scorer(query, depth, allowed), len(self.segments),
+                                      share=len(self.segments) > 1 and self.count() >= PARALLEL_BM25_DOCS)
+            return self._bm25_merged(best, depth)
+        found = []
+        for i, (seg, scores) in enumerate(zip(self.segments, self._bm25_scores(tokenize(query)))):
+            rows = np.flatnonzero(scores > 0) if allowed is None else allowed[i][scores[allowed[i]] > 0]
+            found.append(Candidates.best(seg, scores[rows], rows, depth))
+        return merge_ranked(found, depth, self._located())
+
+    def _compiled_bm25(self) -> bool:
+        return self.bm25_impl == "builtin" and blockmax.has_compiled_scorer()
+
+    def _bm25_scorer(self, query: str, depth: int, allowed: list[np.ndarray] | None) -> Callable[[Callable[[], Any]], list]:
+        """``score(take)``: the best rows of each segment number ``take`` hands out (``None``
+        for the others), by the compiled scorer; two threads may share one ``take``."""
+        parts, tokens = self._bm25_parts(), tokenize(query)
+        idfs = bm25_lib.query_idfs(parts, tokens, self._stats) if tokens else {}  # once for both threads
+        return lambda take: blockmax.top_rows(parts, tokens, self._stats, self._weights, depth, self._dense,
+                                              self._blocks, allowed, take, idfs)
+
+    def _bm25_merged(self, best: list, depth: int) -> list[Hit]:
+        return merge_ranked([Candidates(seg, *found) for seg, found in zip(self.segments, best)], depth, self._located())
+
+    def knn(self, vector: np.ndarray, depth: int, filters: Filters | None = None) -> list[Hit]:
+        """Top ``depth`` by similarity: FAISS per segment without filters; exact over the
+        matching rows with them."""
+        query = self._knn_query(vector)
+        depth = self._bounded(depth)
+        allowed = self.matching(filters)
+        if allowed is None:
+            units = knn_units(self.segments, self.base)
+            found = faiss_candidates(units, query, depth, SegmentQueue(units), self.distance)
+            return merge_ranked(settled(found, query, depth, self.distance), depth, self._located())
+        found = []
+        for seg, rows in zip(self.segments, allowed):
+            if len(rows):
+                scores = similarity(query, np.asarray(seg.vectors[rows]), self.distance)[0]
+                found.append(Candidates.best(seg, scores, rows, depth))
+        return merge_ranked(found, depth, self._located())
+
+    def _knn_query(self, vector: np.ndarray) -> np.ndarray:
+        query = prepare_vectors(np.asarray(vector, dtype=np.float32).reshape(1, -1), self.distance)
+        if query.shape[1] != self.dim:
+            raise ModelMismatchError(f"query vector has {query.shape[1]} dims; index {self.path} has {self.dim}")
+        return query
+
+    def bm25_and_knn(self, query: str, vector: np.ndarray | Callable[[], np.ndarray], depth: int,
+                     filters: Filters | None = None) -> tuple[list[Hit], list[Hit]]:
+        """``bm25`` and ``knn`` at once: the BM25 list on the worker thread while this thread
+        encodes the query (``vector`` may be a function that returns it) and searches the
+        vectors. FAISS, the compiled BM25 scorer and onnxruntime release the GIL, so on two
+        cores a hybrid query costs about the slower half instead of their sum. The kNN half
+        stays here because it starts with the encoding: the worker wakes up a tenth of a
+        millisecond after it is asked (measured), which BM25 can better afford. Each thread then
+        takes what the other has not started: this one BM25 segments, the worker FAISS searches
+        (several segments without a vector base)."""
+        vector_of = vector if callable(vector) else (lambda: vector)
+        depth = self._bounded(depth)
+        if not self.segments or depth == 0:
+            return [], []
+        if filters:  # filtered lists are exact scans over the matching rows: no FAISS call to overlap
+            return self.bm25(query, depth, filters), self.knn(vector_of(), depth, filters)
+        units = knn_units(self.segments, self.base)
+        vector_units = SegmentQueue(units)
+        ready: list[np.ndarray] = []  # the prepared query vector, once this thread has it
+        if self._compiled_bm25():
+            score, segment_numbers = self._bm25_scorer(query, depth, None), SegmentQueue(range(len(self.segments)))
+            bm25_part = lambda: score(segment_numbers.take)  # noqa: E731
+        else:  # the NumPy or reference scorer: the whole list on the worker
+            score, bm25_part = None, lambda: self.bm25(query, depth)
+
+        def bm25_half() -> tuple[list, list[Candidates]]:
+            rows = bm25_part()
+            return rows, (faiss_candidates(units, ready[0], depth, vector_units, self.distance) if ready else [])
+
+        pending = knn_worker().submit(bm25_half)
+        mine: list = []
+        try:
+            ready.append(self._knn_query(vector_of()))
+            found = faiss_candidates(units, ready[0], depth, vector_units, self.distance)
+            if score is not None:
+                mine = score(segment_numbers.take)
+        finally:
+            theirs, helped = pending.result()
+        if score is None:
+            bm25_hits = theirs
+        else:
+            bm25_hits = self._bm25_merged([own if own is not None else other for own, other in zip(mine, theirs)], depth)
+        return bm25_hits, merge_ranked(settled(found + helped, ready[0], depth, self.distance), depth, self._located())
+
+    def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
+        """Exact similarity of ``vector`` to the stored vectors of ``ids`` (MSEM rerank)."""
+        wanted = list(dict.fromkeys(ids))
+        query = np.asarray(vector, dtype=np.float32).reshape(1, -1)
+        out: dict[str, float] = {}
+        for seg in self.segments:
+            rows = seg.lookup(wanted)
+            if rows:
+                scores = similarity(query, np.asarray(seg.vectors[[pos for _, pos in rows]]), self.distance)[0]
+                out.update((doc_id, float(s)) for (doc_id, _), s in zip(rows, scores))
+        return out
+
+    def documents(self, ids: Sequence[str]) -> dict[str, Document]:
+        """The live documents of ``ids``: those this thread's last lists returned are read by
+        segment row, the others looked up by id in every segment."""
+        wanted = list(dict.fromkeys(ids))
+        located, current = self._located(), {id(seg): seg for seg in self.segments}
+        by_row: dict[Segment, list[int]] = {}
+        for doc_id in wanted:
+            seg, row = located.get(doc_id, (None, 0))
+            if seg is not None and current.get(id(seg)) is seg:  # still this snapshot's segment
+                by_row.setdefault(seg, []).append(row)
+        out: dict[str, Document] = {}
+        for seg, rows in by_row.items():
+            for doc_id, text, metadata in seg.rows_at(rows, "id, text, metadata"):
+                out[doc_id] = Document(doc_id, text, json.loads(metadata) if metadata else {})
+        rest = [doc_id for doc_id in wanted if doc_id not in out]
+        for seg in self.segments if rest else ():
+            for doc_id, text, metadata in seg.lookup(rest, "id, text, metadata"):
+                out[doc_id] = Document(doc_id, text, json.loads(metadata) if metadata else {})
+        return out
