@@ -344,3 +344,14 @@ def test_documents_of_listed_hits_are_read_by_row_and_stay_current(index, commit
     now = index.documents(ids)
     assert ids[0] not in now and now[ids[1]] == changed
     assert now == LocalIndex.open(index.path).documents(ids)
+
+
+def test_remembered_idfs_follow_each_commit(index, committed_encoder, question_bank, tmp_path):
+    """A commit that changes a token's document frequency changes its idf: the BM25 list of an
+    index that has answered the query before equals that of a fresh reader."""
+    query = "how do i change my password"
+    before = index.bm25(query, 10)
+    more = [Document(f"extra{i}", f"change my password please {i}") for i in range(30)]
+    index.ingest(more, committed_encoder, show_progress=False)
+    after = index.bm25(query, 10)
+    assert after == LocalIndex.open(index.path).bm25(query, 10) and after != before

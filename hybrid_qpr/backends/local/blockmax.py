@@ -108,21 +108,25 @@ def top_rows(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: Sequen
     if idfs is None:
         idfs = query_idfs(parts, tokens, stats) if tokens and depth > 0 else {}
     no_dense = np.zeros((0, 0), dtype=np.float32)
+    ordered = scoring_order(tokens, idfs)  # the query's tokens in scoring order, repeats included
     for seg in range(len(parts)) if take is None else iter(take, None):  # one at a time: threads may share them
         out[seg] = empty
         if not idfs or depth <= 0:
             continue
         postings, deleted = parts[seg]
         columns: dict[int, int] = {}  # vocabulary column -> distinct query token number
-        order = []  # the query's tokens in scoring order (repeats included), as distinct token numbers
-        for token in scoring_order(tokens, idfs):
+        present: list[str] = []  # those distinct tokens, in the same order
+        order = []  # the tokens in scoring order (repeats included), as distinct token numbers
+        for token in ordered:
             if (col := postings.column(token)) is not None:
-                order.append(columns.setdefault(col, len(columns)))
+                if col not in columns:
+                    columns[col] = len(columns)
+                    present.append(token)
+                order.append(columns[col])
         if not order or (allowed is not None and len(allowed[seg]) == 0):
             continue
         cols = np.fromiter(columns, dtype=np.int64, count=len(columns))
-        by_col = {col: token for token in idfs if (col := postings.column(token)) is not None}
-        token_idfs = np.asarray([idfs[by_col[c]] for c in cols], dtype=np.float32)
+        token_idfs = np.asarray([idfs[token] for token in present], dtype=np.float32)
         layout = dense[seg] if dense is not None else None
         slots = layout.slot[cols] if layout is not None else np.full(len(cols), -1, dtype=np.int64)
         excluded = deleted

@@ -91,6 +91,7 @@ class LocalIndex(IndexReading):
         self.base: VectorBase | None = None  # one HNSW graph over the large segments (vectorbase.py)
         self._search_override: SearchSettings | None = None
         self._locations = threading.local()  # per reader thread: where its last lists' ids live (reading.py)
+        self._idf_cache: tuple[Any, dict[str, float | None]] = (None, {})  # (corpus statistics, idfs): reading.py
         if load:
             self._load_segments()
 

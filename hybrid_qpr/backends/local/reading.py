@@ -32,6 +32,7 @@ from hybrid_qpr.types import Document, Filters, Hit
 # From this many documents in several segments, a BM25 list's segments are shared with the
 # worker thread when it is free (smaller lists take a few hundred microseconds on one thread).
 PARALLEL_BM25_DOCS = 200_000
+IDF_CACHE_TOKENS = 100_000  # distinct query tokens whose idf a commit remembers
 # Ids whose segment row a thread remembers for the documents fetch (a few dozen queries' lists;
 # a forgotten id is looked up by id, as any other).
 LOCATED_IDS = 4096
@@ -104,9 +105,25 @@ class IndexReading:
         """``score(take)``: the best rows of each segment number ``take`` hands out (``None``
         for the others), by the compiled scorer; two threads may share one ``take``."""
         parts, tokens = self._bm25_parts(), tokenize(query)
-        idfs = bm25_lib.query_idfs(parts, tokens, self._stats) if tokens else {}  # once for both threads
+        idfs = self._query_idfs(parts, tokens) if tokens else {}  # once for both threads
         return lambda take: blockmax.top_rows(parts, tokens, self._stats, self._weights, depth, self._dense,
                                               self._blocks, allowed, take, idfs)
+
+    def _query_idfs(self, parts: list, tokens: list[str]) -> dict[str, float]:
+        """``bm25.query_idfs``, remembered per commit (its corpus statistics): summing a
+        token's document frequency over the segments was 40 us of a query at 1M documents."""
+        stats = self._stats
+        owner, cache = self._idf_cache
+        if owner is not stats or len(cache) > IDF_CACHE_TOKENS:  # a new dict: a reader may hold the old one
+            cache = {}
+            self._idf_cache = (stats, cache)
+        known = {token: cache.get(token, False) for token in dict.fromkeys(tokens)}  # False: not looked up yet
+        missing = [token for token, value in known.items() if value is False]
+        if missing:
+            found = bm25_lib.query_idfs(parts, missing, stats)
+            for token in missing:
+                known[token] = cache[token] = found.get(token)  # None: in no live document
+        return {token: value for token, value in known.items() if value is not None}
 
     def _bm25_merged(self, best: list, depth: int) -> list[Hit]:
         return merge_ranked([Candidates(seg, *found) for seg, found in zip(self.segments, best)], depth, self._located())
