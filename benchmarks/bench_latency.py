@@ -1,0 +1,63 @@
+"""Query latency of existing local indexes: ``bench_scale.py``'s measurement without the ingest.
+
+For each index: p50/p99 ms of ``HybridSearcher.search`` in bm25, knn and hybrid mode, one
+query at a time, encoding included (the index's model), the modes alternating query by query
+so that a burst of load falls on all three alike. Each run is appended to ``--out`` under its
+``--label``, with the commit of the ``hybrid_qpr`` it imported and the load average.
+
+To compare two commits, run this script from one checkout with ``PYTHONPATH`` pointing at
+each package in turn, alternating, on an idle machine, and compare the medians of the runs::
+
+    for round in 1 2 3; do
+      for co in OLD_CHECKOUT NEW_CHECKOUT; do
+        PYTHONPATH=$co python benchmarks/bench_latency.py IDX-124k IDX-1m --queries queries.txt \\
+            --label $(git -C $co rev-parse --short HEAD) --out benchmarks/results/latency.json
+      done
+    done
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import hybrid_qpr
+from _common import command_line, read_queries
+from bench_scale import MODES, query_latency
+from hybrid_qpr.artifacts import write_json
+
+
+def package_commit() -> str | None:
+    """The git commit of the imported ``hybrid_qpr`` checkout (``None`` outside git)."""
+    where = Path(hybrid_qpr.__file__).resolve().parent
+    done = subprocess.run(["git", "-C", str(where), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() or None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("indexes", type=Path, nargs="+", help="local index directories")
+    parser.add_argument("--queries", type=Path, required=True, help="one query per line")
+    parser.add_argument("--n", type=int, default=300, help="queries per mode (seeded sample)")
+    parser.add_argument("--label", default="", help="name of this run in --out (e.g. the commit)")
+    parser.add_argument("--out", type=Path, required=True, help="JSON file the run is appended to")
+    args = parser.parse_args()
+
+    queries = read_queries(args.queries, args.n, seed=0)
+    runs = json.loads(args.out.read_text(encoding="utf-8"))["runs"] if args.out.exists() else []
+    run = {"label": args.label, "commit": package_commit(), "command": command_line(), "indexes": {}}
+    before = os.getloadavg()
+    for index in args.indexes:
+        latency = query_latency(index, queries)
+        run["indexes"][index.name] = latency
+        print(f"{args.label} {index}: " + " | ".join(
+            f"{m} p50 {latency[m]['p50_ms']:.3f} p99 {latency[m]['p99_ms']:.3f} ms" for m in MODES), flush=True)
+    run["load_average"] = [before, os.getloadavg()]
+    write_json(args.out, {"runs": runs + [run]})
+
+
+if __name__ == "__main__":
+    main()
