@@ -91,14 +91,16 @@ def top_rows(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: Sequen
              weights: Sequence[np.ndarray], depth: int, dense: Sequence[DenseColumns | None],
              blocks: Sequence[BlockMaxima], allowed: Sequence[np.ndarray] | None = None,
              take: Callable[[], int | None] | None = None, idfs: dict[str, float] | None = None,
-             ) -> list[tuple[np.ndarray, np.ndarray] | None] | None:
+             plans: dict[int, tuple | None] | None = None) -> list[tuple[np.ndarray, np.ndarray] | None] | None:
     """Per segment ``(scores, rows)``, rows ascending, of the live documents with a positive
     score that are among the segment's ``depth`` best or tied with the last of them: the rows
     and bit-identical scores that ``bm25.score_segments`` followed by a top-``depth``
     selection gives. ``allowed``: per segment the rows a filter matches (``None``: all).
     ``take``: the next segment number this thread scores (``None``: no more), when threads
     share the segments; the others are ``None`` in the list. ``idfs``: the query's
-    ``query_idfs``, when threads sharing the segments had them computed once. ``None`` when
+    ``query_idfs``, when threads sharing the segments had them computed once. ``plans``: a
+    dict those threads share; the first to start plans every segment (the Python part) while
+    the other is still waking up, so both then go straight to compiled code. ``None`` when
     numba is not installed (the caller then uses ``score_segments``)."""
     kernel = _top_kernel()
     if kernel is None:
@@ -107,47 +109,62 @@ def top_rows(parts: Sequence[tuple[Postings, np.ndarray | None]], tokens: Sequen
     out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(parts)
     if idfs is None:
         idfs = query_idfs(parts, tokens, stats) if tokens and depth > 0 else {}
-    no_dense = np.zeros((0, 0), dtype=np.float32)
-    ordered = scoring_order(tokens, idfs)  # the query's tokens in scoring order, repeats included
+    plans = {} if plans is None else plans
+    if len(plans) < len(parts) and idfs and depth > 0:
+        ordered = scoring_order(tokens, idfs)  # the query's tokens in scoring order, repeats included
+        for seg in range(len(parts)):
+            if seg not in plans:
+                plans[seg] = _plan(parts[seg], weights[seg], ordered, idfs, depth, dense[seg] if dense is not None else None,
+                                   blocks[seg], None if allowed is None else allowed[seg])
     for seg in range(len(parts)) if take is None else iter(take, None):  # one at a time: threads may share them
-        out[seg] = empty
-        if not idfs or depth <= 0:
-            continue
-        postings, deleted = parts[seg]
-        columns: dict[int, int] = {}  # vocabulary column -> distinct query token number
-        present: list[str] = []  # those distinct tokens, in the same order
-        order = []  # the tokens in scoring order (repeats included), as distinct token numbers
-        for token in ordered:
-            if (col := postings.column(token)) is not None:
-                if col not in columns:
-                    columns[col] = len(columns)
-                    present.append(token)
-                order.append(columns[col])
-        if not order or (allowed is not None and len(allowed[seg]) == 0):
-            continue
-        cols = np.fromiter(columns, dtype=np.int64, count=len(columns))
-        token_idfs = np.asarray([idfs[token] for token in present], dtype=np.float32)
-        layout = dense[seg] if dense is not None else None
-        slots = layout.slot[cols] if layout is not None else np.full(len(cols), -1, dtype=np.int64)
-        excluded = deleted
-        if allowed is not None:
-            excluded = np.ones(len(postings.doc_len), dtype=np.bool_)
-            excluded[allowed[seg]] = False
-            if deleted is not None:
-                excluded |= deleted
-        if len(cols) > PRUNE_MAX_TOKENS:  # many tokens: pruning saves less than its random accesses cost
-            order_array = np.asarray(order, dtype=np.int64)
-            out[seg] = bm25_lib.exhaustive_top(postings, weights[seg], postings.ptr[cols][order_array],
-                                               postings.ptr[cols + 1][order_array], token_idfs[order_array],
-                                               slots[order_array].astype(np.int64), layout, excluded, depth)
-            continue
-        b = blocks[seg]
-        out[seg] = kernel(postings.rows, weights[seg], b.top, b.last_row, postings.ptr[cols], postings.ptr[cols + 1],
-                          b.first[cols], b.token_max[cols], token_idfs, np.asarray(order, dtype=np.int64),
-                          slots.astype(np.int64), no_dense if layout is None else layout.matrix,
-                          np.zeros(0, dtype=np.bool_) if excluded is None else excluded, depth, b.size, MARGIN,
-                          *_scratch(len(postings.doc_len)))
+        plan = plans.get(seg)
+        if plan is None:
+            out[seg] = empty
+        elif plan[0]:  # the full pass
+            out[seg] = bm25_lib.exhaustive_top(*plan[1])
+        else:  # MaxScore, with this thread's scratch arrays
+            out[seg] = kernel(*plan[1], *_scratch(len(parts[seg][0].doc_len)))
     return out
+
+
+_NO_DENSE = np.zeros((0, 0), dtype=np.float32)
+
+
+def _plan(part: tuple[Postings, np.ndarray | None], weights: np.ndarray, ordered: Sequence[str],
+          idfs: dict[str, float], depth: int, layout: DenseColumns | None, blocks: BlockMaxima,
+          allowed: np.ndarray | None) -> tuple[bool, tuple] | None:
+    """How one segment scores the query: ``(True, exhaustive_top's arguments)`` or ``(False,
+    MaxScore kernel's arguments but its scratch)``; ``None`` when nothing of it can score.
+    ``ordered``: the query's tokens in scoring order, repeats included."""
+    postings, deleted = part
+    columns: dict[int, int] = {}  # vocabulary column -> distinct query token number
+    present: list[str] = []  # those distinct tokens, in the same order
+    order = []  # the tokens in scoring order (repeats included), as distinct token numbers
+    for token in ordered:
+        if (col := postings.column(token)) is not None:
+            if col not in columns:
+                columns[col] = len(columns)
+                present.append(token)
+            order.append(columns[col])
+    if not order or (allowed is not None and len(allowed) == 0):
+        return None
+    cols = np.fromiter(columns, dtype=np.int64, count=len(columns))
+    token_idfs = np.asarray([idfs[token] for token in present], dtype=np.float32)
+    slots = layout.slot[cols] if layout is not None else np.full(len(cols), -1, dtype=np.int64)
+    excluded = deleted
+    if allowed is not None:
+        excluded = np.ones(len(postings.doc_len), dtype=np.bool_)
+        excluded[allowed] = False
+        if deleted is not None:
+            excluded |= deleted
+    order_array = np.asarray(order, dtype=np.int64)
+    if len(cols) > PRUNE_MAX_TOKENS:  # many tokens: pruning saves less than its random accesses cost
+        return True, (postings, weights, postings.ptr[cols][order_array], postings.ptr[cols + 1][order_array],
+                      token_idfs[order_array], slots[order_array].astype(np.int64), layout, excluded, depth)
+    return False, (postings.rows, weights, blocks.top, blocks.last_row, postings.ptr[cols], postings.ptr[cols + 1],
+                   blocks.first[cols], blocks.token_max[cols], token_idfs, order_array, slots.astype(np.int64),
+                   _NO_DENSE if layout is None else layout.matrix,
+                   np.zeros(0, dtype=np.bool_) if excluded is None else excluded, depth, blocks.size, MARGIN)
 
 
 _KERNEL: list = []

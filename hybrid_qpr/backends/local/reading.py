@@ -106,8 +106,9 @@ class IndexReading:
         for the others), by the compiled scorer; two threads may share one ``take``."""
         parts, tokens = self._bm25_parts(), tokenize(query)
         idfs = self._query_idfs(parts, tokens) if tokens else {}  # once for both threads
+        plans: dict = {}  # shared by the threads that score this list (blockmax.top_rows)
         return lambda take: blockmax.top_rows(parts, tokens, self._stats, self._weights, depth, self._dense,
-                                              self._blocks, allowed, take, idfs)
+                                              self._blocks, allowed, take, idfs, plans)
 
     def _query_idfs(self, parts: list, tokens: list[str]) -> dict[str, float]:
         """``bm25.query_idfs``, remembered per commit (its corpus statistics): summing a
