@@ -87,12 +87,11 @@ class OnnxModel:
     """One model on onnxruntime: ``run`` and ``get_inputs`` as on an ``InferenceSession``.
     ``run(..., one_thread=True)`` (a search's one query) runs on a second, single-threaded
     session, made on first use: for one short text, waking the intra-op threads costs more than they save
-    (distilled CNN 0.139 -> 0.115 ms, MiniLM int8 3.04 -> 2.84 ms per query, and the embedded
-    hybrid query, whose other core is busy with BM25, 0.1 ms faster at 124k; docs/search.md).
+    (distilled CNN 0.139 -> 0.115 ms, MiniLM int8 3.04 -> 2.84 ms per query; docs/search.md).
     It holds a second copy of the weights (20-50 MB for the committed models)."""
 
     def __init__(self, model_path: Path, threads: int | None = None):
-        self.model_path, self.threads = Path(model_path), threads
+        self.model_path = Path(model_path)
         self.session = _new_session(self.model_path, threads)
         self._one_row = self.session if threads == 1 else None
         self._one_row_lock = threading.Lock()

@@ -108,15 +108,20 @@ class SegmentQueue:
 
 def shared_with_worker(score: Callable[[Callable[[], Any]], list], count: int, share: bool) -> list:
     """``score(take)`` over items ``0..count-1`` handed out by ``take`` one at a time: on this
-    thread and, when ``share``, on the worker thread too once it is free (a hybrid query's
-    worker does its kNN half first, then takes what is left, if any). ``score`` returns one
-    entry per item, ``None`` for the items it did not take; the two lists are merged."""
+    thread and, when ``share``, on the worker thread too once it is free (a bm25 query on a
+    large index). ``score`` returns one entry per item, ``None`` for the items it did not take;
+    the two lists are merged (``either``)."""
     queue = SegmentQueue(range(count))
     helper = knn_worker().submit(score, queue.take) if share else None
     mine = score(queue.take)
     if helper is not None and not helper.cancel():  # cancelled: it never started, so took nothing
-        mine = [own if own is not None else theirs for own, theirs in zip(mine, helper.result())]
+        mine = either(mine, helper.result())
     return mine
+
+
+def either(mine: list, theirs: list) -> list:
+    """Two threads' entries for the same items, each ``None`` where the other thread took the item."""
+    return [own if own is not None else other for own, other in zip(mine, theirs)]
 
 
 _KNN_WORKER: list[ThreadPoolExecutor] = []

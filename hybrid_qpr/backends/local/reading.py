@@ -19,8 +19,8 @@ import numpy as np
 from hybrid_qpr.backends.local import blockmax
 from hybrid_qpr.backends.local import bm25 as bm25_lib
 from hybrid_qpr.backends.local.matching import matching_rows
-from hybrid_qpr.backends.local.ranking import (Candidates, SegmentQueue, faiss_candidates, knn_worker, merge_ranked, settled,
-                                               shared_with_worker)
+from hybrid_qpr.backends.local.ranking import (Candidates, SegmentQueue, either, faiss_candidates, knn_worker, merge_ranked,
+                                               settled, shared_with_worker)
 from hybrid_qpr.backends.local.segment import Segment
 from hybrid_qpr.backends.local.vectorbase import knn_units
 from hybrid_qpr.distance import prepare_vectors, similarity
@@ -193,7 +193,7 @@ class IndexReading:
         if score is None:
             bm25_hits = theirs
         else:
-            bm25_hits = self._bm25_merged([own if own is not None else other for own, other in zip(mine, theirs)], depth)
+            bm25_hits = self._bm25_merged(either(mine, theirs), depth)
         return bm25_hits, merge_ranked(settled(found + helped, ready[0], depth, self.distance), depth, self._located())
 
     def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
@@ -218,12 +218,8 @@ class IndexReading:
             seg, row = located.get(doc_id, (None, 0))
             if seg is not None and current.get(id(seg)) is seg:  # still this snapshot's segment
                 by_row.setdefault(seg, []).append(row)
-        out: dict[str, Document] = {}
-        for seg, rows in by_row.items():
-            for doc_id, text, metadata in seg.rows_at(rows, "id, text, metadata"):
-                out[doc_id] = Document(doc_id, text, json.loads(metadata) if metadata else {})
-        rest = [doc_id for doc_id in wanted if doc_id not in out]
-        for seg in self.segments if rest else ():
-            for doc_id, text, metadata in seg.lookup(rest, "id, text, metadata"):
-                out[doc_id] = Document(doc_id, text, json.loads(metadata) if metadata else {})
-        return out
+        found = [row for seg, rows in by_row.items() for row in seg.rows_at(rows, "id, text, metadata")]
+        read = {row[0] for row in found}
+        rest = [doc_id for doc_id in wanted if doc_id not in read]
+        found += [row for seg in (self.segments if rest else ()) for row in seg.lookup(rest, "id, text, metadata")]
+        return {doc_id: Document(doc_id, text, json.loads(metadata) if metadata else {}) for doc_id, text, metadata in found}
