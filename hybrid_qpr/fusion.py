@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from hybrid_qpr.types import Hit
+from hybrid_qpr.types import Hit, built
 from hybrid_qpr.errors import ConfigError
 
 FusionMethod = Literal["rrf", "minmax", "zscore", "l2"]
@@ -155,12 +155,12 @@ def _finish(totals: dict[str, float], lists: list[list[Hit]], top_k: int | None)
         order = sorted(((doc_id, score) for doc_id, score in totals.items() if score >= cut), key=_fused_order)[:top_k]
     else:
         order = sorted(totals.items(), key=_fused_order)
-    positions = [{hit.id: rank for rank, hit in enumerate(hits)} for hits in lists]
+    positions = [{hit.id: (rank, hit.score) for rank, hit in enumerate(hits, start=1)} for hits in lists]
+    missing = (None, None)
     fused = []
     for doc_id, score in order:
-        found = [(hits, where.get(doc_id)) for hits, where in zip(lists, positions)]
-        fused.append(Fused(doc_id, score, tuple(None if i is None else hits[i].score for hits, i in found),
-                           tuple(None if i is None else i + 1 for _, i in found)))
+        ranks, scores = zip(*[where.get(doc_id, missing) for where in positions])
+        fused.append(built(Fused, id=doc_id, score=score, scores=scores, ranks=ranks))
     return fused
 
 

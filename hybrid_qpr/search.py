@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from hybrid_qpr.backends.base import Backend, batches_lists, runs_in_engine
-from hybrid_qpr.types import Filters, Hit
+from hybrid_qpr.types import Filters, Hit, built
 from hybrid_qpr import fusion as fusion_lib
 from hybrid_qpr.errors import ConfigError
 
@@ -256,8 +256,9 @@ class HybridSearcher:
         out = []
         for doc_id, score, bm25, knn in rows:
             doc = docs.get(doc_id)
-            out.append(SearchResult(doc_id, doc.text if doc else "", float(score), dict(doc.metadata) if doc else {},
-                                    bm25, knn))
+            out.append(built(SearchResult, id=doc_id, text=doc.text if doc else "", score=float(score),
+                             metadata=dict(doc.metadata) if doc else {}, bm25=bm25, knn=knn, first_stage_rank=None,
+                             cross_encoder=None))
         return out
 
     def search_many(self, queries: Iterable[str], *, query_filters: Sequence[Filters | None] | None = None,

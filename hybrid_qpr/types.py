@@ -9,6 +9,15 @@ from typing import Any
 Filters = Mapping[str, Any]  # field -> value (or list of values): exact match on metadata
 
 
+def built(cls: type, **fields: Any) -> Any:
+    """An instance of the frozen dataclass ``cls`` with ``fields`` (all of them), equal to
+    ``cls(**fields)`` at about half the cost: a frozen dataclass's ``__init__`` sets each field
+    through ``object.__setattr__``, and a query builds dozens of these records."""
+    item = object.__new__(cls)
+    item.__dict__.update(fields)
+    return item
+
+
 @dataclass(frozen=True)
 class Document:
     id: str
@@ -28,9 +37,8 @@ class Hit:
 
     @classmethod
     def many(cls, ids: Iterable[str], scores: Iterable[float]) -> list["Hit"]:
-        """Hits without a document, equal to ``[Hit(i, s) ...]``, built at about half the cost:
-        the frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``,
-        and a hybrid query builds both of its candidate lists this way."""
+        """Hits without a document, equal to ``[Hit(i, s) ...]``: ``built`` inlined (a call
+        per hit costs a third more, and a hybrid query builds both of its candidate lists this way)."""
         new = object.__new__
         out = []
         for doc_id, score in zip(ids, scores):

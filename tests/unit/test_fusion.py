@@ -104,3 +104,20 @@ def test_hits_built_in_bulk_equal_hits_built_one_by_one():
     assert hash(bulk[1]) == hash(Hit("b", 1.5)) and repr(bulk[0]) == "Hit(id='a', score=2.0)"
     with pytest.raises(AttributeError):
         bulk[0].score = 3.0  # still frozen
+
+
+def test_records_built_cheaply_equal_records_built_by_their_constructor():
+    from hybrid_qpr.fusion import Fused
+    from hybrid_qpr.search import RankedScore, SearchResult
+    from hybrid_qpr.types import Document, built
+
+    cases = [(Document, {"id": "d1", "text": "how do i learn python ?", "metadata": {"lang": "en"}}),
+             (Fused, {"id": "d1", "score": 0.03, "scores": (2.5, None), "ranks": (1, None)}),
+             (SearchResult, {"id": "d1", "text": "t", "score": 0.03, "metadata": {}, "bm25": RankedScore(2.5, 1),
+                             "knn": None, "first_stage_rank": None, "cross_encoder": None})]
+    for cls, fields in cases:
+        cheap, usual = built(cls, **fields), cls(**fields)
+        assert cheap == usual and repr(cheap) == repr(usual) and type(cheap) is cls
+        with pytest.raises(AttributeError):
+            cheap.id = "d2"  # still frozen
+    assert hash(built(Fused, **cases[1][1])) == hash(Fused(**cases[1][1]))

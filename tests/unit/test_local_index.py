@@ -257,6 +257,37 @@ def test_calibrate_ef_does_not_count_swapped_duplicates_as_misses():
     assert calibrate_ef(graph, vectors, "sqeuclidean", sample=200) == EF_LADDER[0]
 
 
+def test_calibrate_ef_does_not_climb_the_ladder_for_a_node_no_search_reaches():
+    """A node that lost every edge into it is found by no efSearch: it must not push every query
+    to the ladder's last step. The chosen step is the smallest at which the other probes are
+    all found first and the recall target is met, as without that node."""
+    import faiss
+
+    from hybrid_qpr.backends.local.vectors import EF_LADDER, calibrate_ef
+
+    vectors = np.ascontiguousarray(np.random.default_rng(3).normal(size=(2000, 8)), dtype=np.float32)
+    graph = faiss.index_factory(8, "HNSW32", faiss.METRIC_L2)
+    graph.add(vectors)
+    healthy = calibrate_ef(graph, vectors, "sqeuclidean", sample=len(vectors))  # every probe found: no lowering
+    lost = next(n for n in range(1, len(vectors)) if n != graph.hnsw.entry_point)
+    neighbors = faiss.vector_to_array(graph.hnsw.neighbors)
+    neighbors[neighbors == lost] = lost - 1  # every edge into the node now leads to its neighbour row
+    faiss.copy_array_to_vector(neighbors, graph.hnsw.neighbors)
+    graph.hnsw.efSearch = EF_LADDER[-1]
+    assert graph.search(vectors[lost:lost + 1], 1)[1][0, 0] != lost  # no search finds it
+    assert calibrate_ef(graph, vectors, "sqeuclidean", sample=len(vectors)) == healthy < EF_LADDER[-1]
+
+
+def test_chosen_ef_lowers_a_target_no_step_of_the_ladder_meets_to_the_best_reached():
+    from hybrid_qpr.backends.local.vectors import chosen_ef
+
+    ladder = [(16, 0.990, 0.990), (32, 0.998, 0.996), (64, 0.9995, 0.998), (128, 0.9995, 0.999)]
+    assert chosen_ef(ladder, 1.0, 0.997) == (64, 0.9995, 0.998)  # one probe lost at every step
+    assert chosen_ef(ladder, 0.998, 0.995) == (32, 0.998, 0.996)  # both met: the first step that does
+    assert chosen_ef(ladder, 1.0, 0.9995) == (128, 0.9995, 0.999)  # neither met anywhere: the best of both
+    assert chosen_ef([(16, 1.0, 0.99), (32, 0.999, 0.995)], 1.0, 0.997) == (32, 0.999, 0.995)  # bests apart
+
+
 def test_first_kept_counts_a_vector_exactly_as_near_as_the_exact_first():
     """A stored duplicate of the exact first hit is as good as it; a farther vector is a loss."""
     from hybrid_qpr.backends.local.vectors import first_kept

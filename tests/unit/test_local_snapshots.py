@@ -108,3 +108,22 @@ def test_readers_never_fail_while_writers_commit_and_merge(tmp_path, committed_e
     ids = [i for seg in final.segments for i, live in zip(seg.ids_at(np.arange(seg.count)), ~(
         seg.deleted if seg.deleted is not None else np.zeros(seg.count, bool))) if live]
     assert len(ids) == len(set(ids)) == final.count()
+
+
+def test_a_file_removed_between_its_size_check_and_its_checksum_is_a_replaced_commit(tmp_path, committed_encoder,
+                                                                                      question_bank, monkeypatch):
+    """The window the test above once hit: a commit removed a segment's BM25 file after the
+    opening reader had checked its size but before it read it for the CRC32. That is the race
+    ``refresh`` retries on (a newer commit exists), never a bare FileNotFoundError."""
+    import pytest
+
+    from hybrid_qpr.backends.local import segment as segment_mod
+    from hybrid_qpr.errors import IndexDamagedError
+
+    index = LocalIndex.create(tmp_path / "idx", committed_encoder)
+    index.ingest(question_bank[:20], committed_encoder, show_progress=False)
+    entry = index.manifest["segments"][0]
+    monkeypatch.setattr(segment_mod, "file_problems", lambda *args, **kwargs: [])  # the sizes were fine a moment ago
+    (index.path / "segments" / entry["name"] / "bm25.tf.npy").unlink()
+    with pytest.raises(IndexDamagedError, match="bm25.tf.npy is missing"):
+        segment_mod.Segment(index.path, entry, index.dim, index.search_settings)

@@ -67,16 +67,20 @@ def merge_ranked(found: Sequence[Candidates], depth: int,
     cutoff = kth_best(found[0].scores if len(found) == 1 else np.concatenate([c.scores for c in found]), depth)
     entries: list[tuple[float, str, int, "Segment"]] = []  # (-score, id, row, segment)
     for candidates in found:
-        keep = np.flatnonzero(candidates.scores >= cutoff)
-        if len(keep):
-            rows = candidates.rows[keep]
-            entries.extend(zip((-candidates.scores[keep].astype(np.float64)).tolist(),
-                               candidates.segment.ids_at(rows), rows.tolist(), repeat(candidates.segment)))
+        scores, rows = candidates.scores, candidates.rows
+        if cutoff > -np.inf:  # else every candidate makes the list
+            keep = np.flatnonzero(scores >= cutoff)
+            scores, rows = scores[keep], rows[keep]
+        if len(rows):
+            entries.extend(zip((-scores.astype(np.float64)).tolist(), candidates.segment.ids_at(rows), rows.tolist(),
+                               repeat(candidates.segment)))
+    if not entries:
+        return []
     entries.sort(key=itemgetter(0, 1))  # score descending, then id (a live id is in one segment only)
-    del entries[depth:]
+    negated, ids, rows_kept, segments = zip(*entries[:depth])
     if located is not None:
-        located.update((doc_id, (segment, row)) for _, doc_id, row, segment in entries)
-    return Hit.many([e[1] for e in entries], [-e[0] for e in entries])
+        located.update(zip(ids, zip(segments, rows_kept)))
+    return Hit.many(ids, [-value for value in negated])
 
 
 # efSearch of a segment asked for its share k of a multi-segment kNN list: efSearch * (k / full

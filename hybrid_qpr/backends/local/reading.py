@@ -26,7 +26,7 @@ from hybrid_qpr.backends.local.vectorbase import knn_units
 from hybrid_qpr.distance import prepare_vectors, similarity
 from hybrid_qpr.errors import ModelMismatchError
 from hybrid_qpr.text import tokenize
-from hybrid_qpr.types import Document, Filters, Hit
+from hybrid_qpr.types import Document, Filters, Hit, built
 
 
 # From this many documents in several segments, a BM25 list's segments are shared with the
@@ -222,4 +222,5 @@ class IndexReading:
         read = {row[0] for row in found}
         rest = [doc_id for doc_id in wanted if doc_id not in read]
         found += [row for seg in (self.segments if rest else ()) for row in seg.lookup(rest, "id, text, metadata")]
-        return {doc_id: Document(doc_id, text, json.loads(metadata) if metadata else {}) for doc_id, text, metadata in found}
+        return {doc_id: built(Document, id=doc_id, text=text, metadata=json.loads(metadata) if metadata and metadata != "{}" else {})
+                for doc_id, text, metadata in found}
