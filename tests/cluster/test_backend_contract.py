@@ -147,14 +147,27 @@ def test_a_backend_without_batched_lists_is_searched_list_by_list(filled, commit
     try:
         assert not batches_lists(backend)
         separate = searcher.candidates(QUERY, vector, 20, filters)
-        assert separate == batched
-        assert (separate.bm25, separate.knn) == (backend.bm25(QUERY, 20, filters), backend.knn(vector, 20, filters))
+        _assert_same_hits(separate.bm25, batched.bm25)
+        _assert_same_hits(separate.knn, batched.knn)
+        _assert_same_hits(separate.bm25, backend.bm25(QUERY, 20, filters))
+        _assert_same_hits(separate.knn, backend.knn(vector, 20, filters))
         # hybrid search through the fallback: the encoding is a function where vector_beside_bm25 is set
-        assert searcher.search(QUERY, top_k=10, fusion="rrf", alpha=0.5) == batched_results
+        results = searcher.search(QUERY, top_k=10, fusion="rrf", alpha=0.5)
+        assert [(r.id, r.text, r.bm25 and r.bm25.rank, r.knn and r.knn.rank) for r in results] == \
+            [(r.id, r.text, r.bm25 and r.bm25.rank, r.knn and r.knn.rank) for r in batched_results]
+        assert [r.score for r in results] == pytest.approx([r.score for r in batched_results], rel=1e-6)
     finally:
         del backend.bm25_and_knn
         del backend.capabilities  # the class's capabilities again
     assert batches_lists(backend)
+
+
+def _assert_same_hits(got, expected) -> None:
+    """The same ids in the same order, scores equal up to float rounding: a cluster's kNN score
+    of one document moved in its seventh digit between two identical calls (OpenSearch 3.6,
+    with a filter; its segments may merge in between and score on another code path)."""
+    assert [h.id for h in got] == [h.id for h in expected]
+    assert [h.score for h in got] == pytest.approx([h.score for h in expected], rel=1e-5)
 
 
 def test_the_commands_treat_every_backend_alike(request, empty_backend, committed_encoder, tmp_path):

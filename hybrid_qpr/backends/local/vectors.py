@@ -21,7 +21,7 @@ ladder brings back: that node is lost to every search (no edge leads to it; one 
 of a one-pass CNN graph over the 1M Quora copies corpus), so the target is lowered to the best
 the ladder reached instead of sending every query to efSearch 512 (``chosen_ef``). Recall@10
 0.997 is where the CNN's kNN MRR@20 came within 0.002 of exact search at efConstruction 80
-(efSearch 96); at efConstruction 160 it asks for 48 (CNN) and 24-32 (MiniLM, 192 before) at
+(efSearch 96); at efConstruction 160 it asks for 32-48 (CNN) and 24 (MiniLM, 192 before) at
 124k, where both are within 0.0005 of exact. The earlier target, 0.97 on 256 vectors,
 chose efSearch 16, where the CNN lost 0.0095 MRR@20 and 0.35% of queries their own text
 from the first place. Noisy copies of stored vectors and held-out documents were measured
@@ -58,8 +58,8 @@ TRAIN_PER_LIST = 40
 HNSW_M, EF_SEARCH = 32, 96  # EF_SEARCH: segments built before calibration
 # efConstruction 160 (80 before, 40 before that): a level-0 node keeps 64 neighbours chosen among
 # efConstruction candidates. On Quora test (123,725 questions) the CNN graph at 160 is 0.0005 MRR@20
-# short of exact at efSearch 32 where 80 is 0.0027 short, and calibrates to efSearch 48 instead of
-# 96; MiniLM's to 24-32 instead of 192. It costs 2.5x the graph's build CPU (docs/search.md)
+# short of exact at efSearch 32 where 80 is 0.0027 short, and calibrates to efSearch 32-48 instead
+# of 96; MiniLM's to 24 instead of 192. It costs 2.5x the graph's build CPU (docs/search.md)
 EF_CONSTRUCTION = 160
 EF_LADDER: tuple[int, ...] = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 EF_TARGET_FIRST, EF_TARGET_RECALL, EF_SAMPLE = 1.0, 0.997, 2000
