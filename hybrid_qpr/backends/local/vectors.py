@@ -120,7 +120,8 @@ def calibrate_ef(index, vectors: np.ndarray, distance: Distance, sample: int = E
     """The smallest efSearch of ``EF_LADDER`` at which the HNSW ``index`` over ``vectors``,
     searched with ``sample`` of its own vectors (seeded), returns each one first for
     ``target_first`` of them and finds ``target_recall`` of their exact top 10 with their
-    own row left out; the ladder's last step if none does."""
+    own row left out; when no step does, the first that does as well as the ladder can
+    (``chosen_ef``)."""
     faiss = require("faiss", feature="the local index")
     n = len(vectors)
     if n <= 11:
