@@ -125,5 +125,5 @@ def test_a_file_removed_between_its_size_check_and_its_checksum_is_a_replaced_co
     entry = index.manifest["segments"][0]
     monkeypatch.setattr(segment_mod, "file_problems", lambda *args, **kwargs: [])  # the sizes were fine a moment ago
     (index.path / "segments" / entry["name"] / "bm25.tf.npy").unlink()
-    with pytest.raises(IndexDamagedError, match="bm25.tf.npy is missing"):
+    with pytest.raises(IndexDamagedError, match="bm25.tf.npy cannot be read"):
         segment_mod.Segment(index.path, entry, index.dim, index.search_settings)

@@ -328,13 +328,9 @@ class Segment:
     def _verify(self, files: Sequence[str]) -> None:
         """Compare ``files``' CRC32 with the manifest's (a same-size edit passes the size check)."""
         for file, record in expected_files(self.entry).items():
-            if file not in files:
-                continue
-            try:
-                crc = checksum(self.dir / file)
-            except FileNotFoundError:  # removed since its size was checked: a commit replaced this one
-                raise damaged(self.index_path, f"{self.rel(file)} is missing", fix_for(file, self.index_path)) from None
-            if crc != record["crc32"]:
+            # read through _load: a file a commit removed since its size was checked is then
+            # IndexDamagedError, which refresh retries, not a bare FileNotFoundError
+            if file in files and self._load(file, checksum) != record["crc32"]:
                 raise damaged(self.index_path, f"{self.rel(file)} has changed since it was written (CRC32 mismatch)",
                               fix_for(file, self.index_path))
 
