@@ -87,7 +87,7 @@ def main() -> None:
         print(json.dumps({"loss": name, **{k: quality[k] for k in ("H@1", "H@10", "MRR@20")},
                           "best_epoch": result.best_epoch, "epochs": len(result.history)}), flush=True)
         write_json(args.out, report)
-    print(f"\n| loss | test H@1 | test H@10 | test MRR@20 | best val MRR@20 | epochs (best) | s/epoch |")
+    print("\n| loss | test H@1 | test H@10 | test MRR@20 | best val MRR@20 | epochs (best) | s/epoch |")
     print("|---|---|---|---|---|---|---|")
     for name, r in report["results"].items():
         t = r["test"]

@@ -76,11 +76,22 @@ def directory_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
+def settle_huge_pages() -> None:
+    """Wait until the loaded HNSW arrays sit on 2 MB pages (``hugepages.settle``), so every
+    timed query sees them; a checkout from before 2026-11-26 has none to wait for."""
+    try:
+        from hybrid_qpr.backends.local.hugepages import settle
+    except ImportError:
+        return
+    settle()
+
+
 def query_latency(index_dir: Path, queries: list[str]) -> dict:
     index = LocalIndex.open(index_dir)
     searcher = HybridSearcher(index, Encoder.load(index.model_dir))
     for mode in MODES:  # warm-up: vocabularies, FAISS parts and compiled kernels load on first use
         searcher.search(queries[0], mode=mode, top_k=10)
+    settle_huge_pages()
     times: dict[str, list[float]] = {mode: [] for mode in MODES}
     for i, query in enumerate(queries):
         order = MODES[i % 3:] + MODES[:i % 3]

@@ -33,13 +33,13 @@ import numpy as np
 
 from hybrid_qpr.backends.base import Capabilities
 from hybrid_qpr.backends.cluster.backend import MAX_KNN_K, ClusterBackend
-from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, TOKENS_FIELD, VECTOR_FIELD, bm25_query, bm25_values,
+from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, TOKENS_FIELD, VECTOR_FIELD, bm25_values,
                                                 check_shards, filter_clauses, load_body, source_param)
 from hybrid_qpr.backends.cluster.connection import HttpFailure, Transport, compress_by_default, resolve_options
 from hybrid_qpr.backends.cluster.probe import probe
 from hybrid_qpr.distance import check_distance, elasticsearch_similarity
 from hybrid_qpr.errors import require
-from hybrid_qpr.types import Filters, Hit
+from hybrid_qpr.types import Filters
 
 # Measured on 20,000 Quora questions with the committed CNN (docs/elasticsearch.md): plain
 # float HNSW; int8_hnsw (Elasticsearch's default for new dense_vector fields) is chosen or

@@ -5,6 +5,7 @@ workbench tests and ``benchmarks/screenshot_workbench.py``."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -93,9 +94,7 @@ def chromium_problem() -> str | None:
         if shutil.which(tool) is None:
             return (f"{tool} is not on PATH: install Debian's chromium and chromium-driver "
                     "(scripts/setup does it when run as root)")
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("selenium") is None:
         return "selenium is not installed: pip install -e '.[test]'"
     return None
 

@@ -36,6 +36,7 @@ import numpy as np
 
 from hybrid_qpr.artifacts import NPY_HEADER_LOCK, load_npy
 from hybrid_qpr.backends.local import bm25 as bm25_lib
+from hybrid_qpr.backends.local.hugepages import back_with_huge_pages
 from hybrid_qpr.backends.local.storage import access_refusal, unreadable, write_refusal
 from hybrid_qpr.backends.local.vectors import SearchSettings, build_faiss, calibrate_ef
 from hybrid_qpr.distance import Distance
@@ -425,6 +426,7 @@ class Segment:
             raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} holds {index.ntotal} vectors of {index.d} "
                           f"dims, expected {self.count} of {self.dim}", fix_for(FAISS_FILE, self.index_path))
         self.search.apply(index, self.entry.get("ef_search"))
+        back_with_huge_pages(index)
         return index
 
     def set_search(self, search: SearchSettings) -> None:

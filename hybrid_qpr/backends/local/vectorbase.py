@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from hybrid_qpr.artifacts import load_npy
+from hybrid_qpr.backends.local.hugepages import back_with_huge_pages
 from hybrid_qpr.backends.local.ranking import Candidates
 from hybrid_qpr.backends.local.segment import (BASE_FACTORY, SEGMENTS_DIR, VECTORS, Segment, _PositionalReader,
                                                checksum, damaged, file_record, fsync_path)
@@ -128,6 +129,7 @@ def read_graph(handle, record: dict[str, Any], index_path: Path, dim: int, nodes
     if graph.ntotal != nodes or graph.d != dim:
         raise damaged(index_path, f"{rel} holds {graph.ntotal} vectors of {graph.d} dims, expected {nodes} of {dim}",
                       base_fix(index_path))
+    back_with_huge_pages(graph)
     return graph
 
 

@@ -1,0 +1,93 @@
+"""The HNSW graph search of a local index on 4 KB pages against 2 MB pages (``hugepages.py``).
+
+Each round runs two child processes one after the other, one per page size (the order swapped
+every other round): each opens the index, encodes ``--n`` queries with the index's model, and
+times one search per query of the vector base (one thread, top ``--k``, its calibrated
+efSearch), ``--passes`` times over the queries; it prints the median. ``4k`` keeps FAISS's heap
+pages (``back_with_huge_pages`` is skipped); ``2m`` waits for the collapse first. The searches
+alone, without encoding, BM25 or Python around them: ``bench_latency.py`` measures the queries.
+
+    python benchmarks/bench_graph_pages.py IDX-124k IDX-1m --queries queries.txt --rounds 3 --out OUT.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _common import command_line, read_queries
+
+PAGES = ("4k", "2m")
+
+
+def child(index_dir: Path, queries: list[str], pages: str, k: int, passes: int) -> dict:
+    import faiss
+
+    from hybrid_qpr.backends.local import hugepages, segment, vectorbase
+    from hybrid_qpr.backends.local import LocalIndex
+    from hybrid_qpr.encoders import Encoder
+
+    if pages == "4k":
+        segment.back_with_huge_pages = vectorbase.back_with_huge_pages = lambda index: False
+    index = LocalIndex.open(index_dir)
+    if index.base is None:
+        raise SystemExit(f"{index_dir}: no vector base (one HNSW graph over the segments) to search")
+    vectors = [index._knn_query(v) for v in Encoder.load(index.model_dir).encode(queries)]
+    base = index.base
+    graph = base._graph.index(index.dim, int(base.starts[-1]))  # loads it (and starts the collapse)
+    hugepages.settle()
+    params = faiss.SearchParametersHNSW()
+    params.efSearch = max(k, base.ef_search)
+    faiss.omp_set_num_threads(1)
+    times = []
+    for _ in range(passes):
+        for vector in vectors:
+            start = time.perf_counter()
+            graph.search(vector, k, params=params)
+            times.append(time.perf_counter() - start)
+    huge_kb = next(int(line.split()[1]) for line in open("/proc/self/smaps_rollup") if line.startswith("AnonHugePages"))
+    return {"pages": pages, "p50_us": statistics.median(times) * 1e6, "ef_search": int(params.efSearch),
+            "vectors": int(graph.ntotal), "anon_huge_pages_mb": huge_kb // 1024}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("indexes", type=Path, nargs="+", help="local index directories with a vector base")
+    parser.add_argument("--queries", type=Path, required=True, help="one query per line")
+    parser.add_argument("--n", type=int, default=300, help="queries (seeded sample)")
+    parser.add_argument("--k", type=int, default=30, help="hits per search (a hybrid query's depth)")
+    parser.add_argument("--passes", type=int, default=2, help="times over the queries in each process")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, help="JSON file for the runs")
+    parser.add_argument("--child", choices=PAGES, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    queries = read_queries(args.queries, args.n, seed=0)
+    if args.child:
+        print(json.dumps(child(args.indexes[0], queries, args.child, args.k, args.passes)))
+        return
+    runs = []
+    for round_number in range(args.rounds):
+        for pages in PAGES if round_number % 2 == 0 else PAGES[::-1]:
+            for index in args.indexes:
+                done = subprocess.run([sys.executable, __file__, str(index), "--queries", str(args.queries), "--n",
+                                       str(args.n), "--k", str(args.k), "--passes", str(args.passes), "--child", pages],
+                                      capture_output=True, text=True, check=True)
+                run = {"round": round_number + 1, "index": index.name, **json.loads(done.stdout.splitlines()[-1])}
+                runs.append(run)
+                print(json.dumps(run), flush=True)
+    for index in args.indexes:
+        medians = {p: statistics.median(r["p50_us"] for r in runs if r["index"] == index.name and r["pages"] == p)
+                   for p in PAGES}
+        print(f"{index.name}: graph search p50, median of {args.rounds} rounds: 4 KB pages {medians['4k']:.1f} us, "
+              f"2 MB pages {medians['2m']:.1f} us")
+    if args.out:
+        args.out.write_text(json.dumps({"command": command_line(), "runs": runs}, indent=1) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
