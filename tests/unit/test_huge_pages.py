@@ -1,6 +1,7 @@
 """2 MB pages under a loaded HNSW graph (hybrid_qpr.backends.local.hugepages)."""
 
 import sys
+import threading
 from pathlib import Path
 
 import faiss
@@ -52,3 +53,20 @@ def test_the_graph_searches_the_same_after_its_pages_are_collapsed():
 def test_a_graph_too_small_for_one_page_is_left_alone():
     graph, _ = _graph(n=500)
     assert hugepages.back_with_huge_pages(graph) is False
+
+
+def test_the_collapse_goes_in_steps_an_exiting_process_can_wait_for():
+    calls = []
+
+    class Libc:
+        def madvise(self, start, length, advice):
+            calls.append((start, length, advice))
+            return 0
+
+    step = hugepages.COLLAPSE_STEP
+    spans = [(10 * step, 2 * step + hugepages.HUGE_PAGE), (100 * step, step)]
+    thread = threading.Thread(target=hugepages._collapse, args=(Libc(), spans, None))  # it lowers its thread's priority
+    thread.start()
+    thread.join()
+    assert calls == [(10 * step, step, hugepages.MADV_COLLAPSE), (11 * step, step, hugepages.MADV_COLLAPSE),
+                     (12 * step, hugepages.HUGE_PAGE, hugepages.MADV_COLLAPSE), (100 * step, step, hugepages.MADV_COLLAPSE)]
