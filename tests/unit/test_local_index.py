@@ -4,6 +4,7 @@ or $HYBRID_QPR_TEST_MODEL) on questions the tests write."""
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import threading
 
@@ -257,7 +258,7 @@ def test_calibrate_ef_does_not_count_swapped_duplicates_as_misses():
     assert calibrate_ef(graph, vectors, "sqeuclidean", sample=200) == EF_LADDER[0]
 
 
-def test_calibrate_ef_does_not_climb_the_ladder_for_a_node_no_search_reaches():
+def test_calibrate_ef_does_not_climb_the_ladder_for_a_node_no_search_reaches(caplog):
     """A node that lost every edge into it is found by no efSearch: it must not push every query
     to the ladder's last step. The chosen step is the smallest at which the other probes are
     all found first and the recall target is met, as without that node."""
@@ -275,7 +276,9 @@ def test_calibrate_ef_does_not_climb_the_ladder_for_a_node_no_search_reaches():
     faiss.copy_array_to_vector(neighbors, graph.hnsw.neighbors)
     graph.hnsw.efSearch = EF_LADDER[-1]
     assert graph.search(vectors[lost:lost + 1], 1)[1][0, 0] != lost  # no search finds it
-    assert calibrate_ef(graph, vectors, "sqeuclidean", sample=len(vectors)) == healthy < EF_LADDER[-1]
+    with caplog.at_level(logging.INFO, logger="hybrid_qpr.backends.local.vectors"):
+        assert calibrate_ef(graph, vectors, "sqeuclidean", sample=len(vectors)) == healthy < EF_LADDER[-1]
+    assert f"no efSearch up to {EF_LADDER[-1]} met the targets" in caplog.text  # the log tells why
 
 
 def test_chosen_ef_lowers_a_target_no_step_of_the_ladder_meets_to_the_best_reached():

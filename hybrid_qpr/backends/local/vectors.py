@@ -158,6 +158,10 @@ def calibrate_ef(index, vectors: np.ndarray, distance: Distance, sample: int = E
             index.hnsw.efSearch = before
     ef, first, recall = chosen_ef(measured, target_first, target_recall)
     logger.info("efSearch %d: %d of the graph's own vectors found first %.4f, recall@10 %.4f", ef, len(rows), first, recall)
+    if first < target_first or recall < target_recall:  # what an operator needs to tell a lost node from a slow graph
+        logger.info("no efSearch up to %d met the targets (found first %.4f, recall@10 %.4f); they were lowered to "
+                    "the best the ladder reached: the graph has nodes no search reaches", measured[-1][0],
+                    target_first, target_recall)
     return ef
 
 
