@@ -55,7 +55,8 @@ def write_prefix(corpus: Path, n: int, out: Path) -> int:
 def timed_ingest(docs: Path, index_dir: Path, model: str | None) -> dict:
     """Run ``hybrid-qpr ingest`` as a child process: its wall seconds and its own peak RSS."""
     # the console script installed beside this interpreter (the package has no __main__)
-    command = [str(Path(sys.executable).with_name("hybrid-qpr")), "ingest", str(docs), "--index", str(index_dir)]
+    # -v: the log keeps each segment's and the vector base's timings and efSearch calibration
+    command = [str(Path(sys.executable).with_name("hybrid-qpr")), "-v", "ingest", str(docs), "--index", str(index_dir)]
     if model:
         command += ["--model", model]
     log = index_dir.with_name(index_dir.name + ".log")
