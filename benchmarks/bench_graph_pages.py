@@ -30,6 +30,7 @@ def child(index_dir: Path, queries: list[str], pages: str, k: int, passes: int) 
 
     from hybrid_qpr.backends.local import hugepages, segment, vectorbase
     from hybrid_qpr.backends.local import LocalIndex
+    from hybrid_qpr.distance import prepare_vectors
     from hybrid_qpr.encoders import Encoder
 
     if pages == "4k":
@@ -37,9 +38,9 @@ def child(index_dir: Path, queries: list[str], pages: str, k: int, passes: int) 
     index = LocalIndex.open(index_dir)
     if index.base is None:
         raise SystemExit(f"{index_dir}: no vector base (one HNSW graph over the segments) to search")
-    vectors = [index._knn_query(v) for v in Encoder.load(index.model_dir).encode(queries)]
+    vectors = prepare_vectors(Encoder.load(index.model_dir).encode(queries), index.distance)
     base = index.base
-    graph = base._graph.index(index.dim, int(base.starts[-1]))  # loads it (and starts the collapse)
+    graph = base.graph()  # read now (and the collapse started)
     hugepages.settle()
     params = faiss.SearchParametersHNSW()
     params.efSearch = max(k, base.ef_search)
@@ -48,7 +49,7 @@ def child(index_dir: Path, queries: list[str], pages: str, k: int, passes: int) 
     for _ in range(passes):
         for vector in vectors:
             start = time.perf_counter()
-            graph.search(vector, k, params=params)
+            graph.search(vector[None], k, params=params)
             times.append(time.perf_counter() - start)
     huge_kb = next(int(line.split()[1]) for line in open("/proc/self/smaps_rollup") if line.startswith("AnonHugePages"))
     return {"pages": pages, "p50_us": statistics.median(times) * 1e6, "ef_search": int(params.efSearch),

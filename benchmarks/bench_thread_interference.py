@@ -28,6 +28,7 @@ from _common import read_queries
 from hybrid_qpr.backends.local import LocalIndex
 from hybrid_qpr.backends.local.ranking import SegmentQueue, faiss_candidates
 from hybrid_qpr.backends.local.vectorbase import knn_units
+from hybrid_qpr.distance import prepare_vectors
 from hybrid_qpr.encoders import Encoder
 
 SLICE = 500_000  # float64: 4 MB
@@ -63,7 +64,7 @@ def main() -> None:
         return index.bm25(query, args.depth)
 
     def knn_half(query: str) -> list:
-        vector = index._knn_query(encoder.encode([query])[0])
+        vector = prepare_vectors(encoder.encode([query]), index.distance)
         return faiss_candidates(units, vector, args.depth, SegmentQueue(units), index.distance)
 
     worker = ThreadPoolExecutor(max_workers=1)

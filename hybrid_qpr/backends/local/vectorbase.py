@@ -190,6 +190,10 @@ class VectorBase:
     def ef_search(self) -> int:
         return self.search.ef_for(self.record.get("ef_search"))
 
+    def graph(self):
+        """The FAISS graph, read (and checked) on first use."""
+        return self._graph.index(self.dim, int(self.starts[-1]))
+
     def candidates(self, query: np.ndarray, depth: int, distance: Distance) -> list[Candidates]:
         """The live rows among the graph's top ``depth`` (tombstoned rows and dead nodes never
         returned), as one ``Candidates`` per segment."""
@@ -197,7 +201,7 @@ class VectorBase:
         if k <= 0:
             return []
         faiss = require("faiss", feature="the local index")
-        graph = self._graph.index(self.dim, int(self.starts[-1]))
+        graph = self.graph()
         params = faiss.SearchParametersHNSW()
         params.efSearch = max(k, self.ef_search)
         if self._selector is not None:
