@@ -37,6 +37,7 @@ COLLAPSE_STEP = 16 * HUGE_PAGE  # 32 MB a system call: what an exiting process m
 
 _LIBC: list[Any] = []
 _PENDING: list[threading.Thread] = []
+_PENDING_LOCK = threading.Lock()  # reader threads may load graphs at once
 
 
 def _libc() -> Any | None:
@@ -80,7 +81,8 @@ def back_with_huge_pages(index: Any) -> bool:
         return False
     # the thread's arguments hold ``index`` until it is done, so the memory stays allocated
     thread = threading.Thread(target=_collapse, args=(libc, marked, index), name="hybrid-qpr-huge-pages", daemon=True)
-    _PENDING[:] = [t for t in _PENDING if t.is_alive()] + [thread]
+    with _PENDING_LOCK:
+        _PENDING[:] = [t for t in _PENDING if t.is_alive()] + [thread]
     thread.start()
     return True
 
@@ -99,5 +101,7 @@ def _collapse(libc: Any, spans: list[tuple[int, int]], index: Any) -> None:
 
 def settle(timeout: float | None = None) -> None:
     """Wait for the collapses started so far (a benchmark measures searches after them)."""
-    for thread in list(_PENDING):
+    with _PENDING_LOCK:
+        pending = list(_PENDING)
+    for thread in pending:
         thread.join(timeout)
