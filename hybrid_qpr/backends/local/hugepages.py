@@ -81,9 +81,9 @@ def back_with_huge_pages(index: Any) -> bool:
         return False
     # the thread's arguments hold ``index`` until it is done, so the memory stays allocated
     thread = threading.Thread(target=_collapse, args=(libc, marked, index), name="hybrid-qpr-huge-pages", daemon=True)
-    with _PENDING_LOCK:
+    with _PENDING_LOCK:  # started before it is listed: ``settle`` cannot join a thread not started
+        thread.start()
         _PENDING[:] = [t for t in _PENDING if t.is_alive()] + [thread]
-    thread.start()
     return True
 
 
