@@ -289,6 +289,10 @@ def test_chosen_ef_lowers_a_target_no_step_of_the_ladder_meets_to_the_best_reach
     assert chosen_ef(ladder, 0.998, 0.995) == (32, 0.998, 0.996)  # both met: the first step that does
     assert chosen_ef(ladder, 1.0, 0.9995) == (128, 0.9995, 0.999)  # neither met anywhere: the best of both
     assert chosen_ef([(16, 1.0, 0.99), (32, 0.999, 0.995)], 1.0, 0.997) == (32, 0.999, 0.995)  # bests apart
+    # the 5M Quora copies graph: first reaches its best at 256, recall only creeps on after it
+    five_million = [(192, 0.9990, 0.9930), (256, 0.9995, 0.9950), (384, 0.9995, 0.9953), (512, 0.9995, 0.9953)]
+    assert chosen_ef(five_million, 1.0, 0.997) == (256, 0.9995, 0.9950)
+    assert chosen_ef(five_million, 0.999, 0.993) == (192, 0.9990, 0.9930)  # met targets keep their exact rule
 
 
 def test_first_kept_counts_a_vector_exactly_as_near_as_the_exact_first():

@@ -9,8 +9,8 @@ reads an index into ordinary heap memory, so ``back_with_huge_pages`` asks for t
 ``MADV_HUGEPAGE`` marks the ranges, and ``MADV_COLLAPSE`` (Linux 6.1) moves them to 2 MB pages
 at once instead of waiting for the kernel's background scan (16 MB per 10 s by default).
 Measured on the 2-vCPU build machine (``benchmarks/bench_graph_pages.py``, docs/search.md): the
-graph search at 1M vectors 214 -> 194 us, at 124k 199 -> 194 us (efSearch 48, top 30, one
-thread); a 1M kNN query 0.647 -> 0.597 ms.
+graph search at 5M vectors 1,001 -> 786 us (efSearch 384), at 1M 214 -> 194 us, at 124k
+199 -> 194 us (efSearch 48; top 30, one thread); a 1M kNN query 0.647 -> 0.597 ms.
 
 The collapse copies the memory (0.03-0.3 s at 124k, 0.2-2.6 s at 1M measured), so it runs on a
 background thread at the lowest CPU priority, 32 MB a call: a one-shot ``hybrid-qpr query``
