@@ -212,6 +212,24 @@ def write_deletions(segment_dir: Path, generation: int, deleted: np.ndarray) -> 
     return {"file": name, **file_record(segment_dir / name)}
 
 
+def read_faiss(handle: BinaryIO, crc32: int | None, index_path: Path, rel: str, fix: str, count: int, dim: int):
+    """The FAISS index in the open file ``handle`` (a segment's or the vector base's), checked
+    against ``crc32`` first (``None``: not recorded; a corrupt file can crash FAISS) and its
+    vector count and dims after. ``rel`` names the file and ``fix`` the recovery in the
+    one-line error."""
+    faiss = require("faiss", feature="the local index")
+    if crc32 is not None and checksum(handle) != crc32:
+        raise damaged(index_path, f"{rel} has changed since it was written (CRC32 mismatch)", fix)
+    try:
+        index = faiss.read_index(faiss.PyCallbackIOReader(_PositionalReader(handle), 1 << 20))
+    except (RuntimeError, OSError) as exc:
+        raise damaged(index_path, f"{rel} cannot be read ({str(exc).splitlines()[0]})", fix) from None
+    if index.ntotal != count or index.d != dim:
+        raise damaged(index_path, f"{rel} holds {index.ntotal} vectors of {index.d} dims, expected {count} of {dim}",
+                      fix)
+    return index
+
+
 def damaged(index_path: Path, problem: str, fix: str) -> IndexDamagedError:
     """The one-line error for a damaged index: what is wrong, how to see all, how to recover.
     ``problem`` and ``fix`` stay available as attributes (``index check`` lists them)."""
@@ -408,25 +426,15 @@ class Segment:
 
     def _load_faiss(self):
         """Check ``vectors.faiss`` against its CRC32, then read it through the handle held since open."""
-        faiss = require("faiss", feature="the local index")
         record = (self.entry.get("files") or {}).get(FAISS_FILE)
         handle = self._faiss_file  # opened with the segment: the path may be gone by now
         if handle is None:
             raise damaged(self.index_path, f"segment {self.name} is searched through the vector base, which the "
                           "manifest does not name", f"run 'hybrid-qpr index optimize {self.index_path}'")
-        if record and checksum(handle) != record["crc32"]:  # a corrupt file can crash FAISS
-            raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} has changed since it was written (CRC32 "
-                          "mismatch)", fix_for(FAISS_FILE, self.index_path))
-        try:
-            index = faiss.read_index(faiss.PyCallbackIOReader(_PositionalReader(handle), 1 << 20))
-        except (RuntimeError, OSError) as exc:
-            raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} cannot be read ({str(exc).splitlines()[0]})",
-                          fix_for(FAISS_FILE, self.index_path)) from None
-        if index.ntotal != self.count or index.d != self.dim:
-            raise damaged(self.index_path, f"{self.rel(FAISS_FILE)} holds {index.ntotal} vectors of {index.d} "
-                          f"dims, expected {self.count} of {self.dim}", fix_for(FAISS_FILE, self.index_path))
+        index = read_faiss(handle, record["crc32"] if record else None, self.index_path, self.rel(FAISS_FILE),
+                           fix_for(FAISS_FILE, self.index_path), self.count, self.dim)
         self.search.apply(index, self.entry.get("ef_search"))
-        back_with_huge_pages(index)
+        back_with_huge_pages(index)  # read to be searched (hugepages.py)
         return index
 
     def set_search(self, search: SearchSettings) -> None:

@@ -51,8 +51,8 @@ import numpy as np
 from hybrid_qpr.artifacts import load_npy
 from hybrid_qpr.backends.local.hugepages import back_with_huge_pages
 from hybrid_qpr.backends.local.ranking import Candidates
-from hybrid_qpr.backends.local.segment import (BASE_FACTORY, SEGMENTS_DIR, VECTORS, Segment, _PositionalReader,
-                                               checksum, damaged, file_record, fsync_path)
+from hybrid_qpr.backends.local.segment import (BASE_FACTORY, SEGMENTS_DIR, VECTORS, Segment,
+                                               checksum, damaged, file_record, fsync_path, read_faiss)
 from hybrid_qpr.backends.local.storage import write_refusal
 from hybrid_qpr.backends.local.vectors import (EF_CONSTRUCTION, SearchSettings, build_faiss, calibrate_ef, faiss_factory,
                                                one_thread)
@@ -108,7 +108,10 @@ class _Graph:
         if self._index is None:
             with self._lock:
                 if self._index is None:
-                    self._index = read_graph(self.handle, self.record, self.index_path, dim, nodes)
+                    graph = read_graph(self.handle, self.record, self.index_path, dim, nodes)
+                    # the reader's graph only: the writer's copy is grown and check's dropped
+                    back_with_huge_pages(graph)
+                    self._index = graph
         return self._index
 
     def close(self) -> None:
@@ -116,21 +119,9 @@ class _Graph:
 
 
 def read_graph(handle, record: dict[str, Any], index_path: Path, dim: int, nodes: int):
-    """The FAISS graph in the open file ``handle``, checked against the record's CRC32 first (a
-    corrupt file can crash FAISS) and its node count and dims after."""
-    faiss = require("faiss", feature="the local index")
-    rel = f"{SEGMENTS_DIR}/{record['name']}/{GRAPH_FILE}"
-    if checksum(handle) != record["files"][GRAPH_FILE]["crc32"]:
-        raise damaged(index_path, f"{rel} has changed since it was written (CRC32 mismatch)", base_fix(index_path))
-    try:
-        graph = faiss.read_index(faiss.PyCallbackIOReader(_PositionalReader(handle), 1 << 20))
-    except (RuntimeError, OSError) as exc:
-        raise damaged(index_path, f"{rel} cannot be read ({str(exc).splitlines()[0]})", base_fix(index_path)) from None
-    if graph.ntotal != nodes or graph.d != dim:
-        raise damaged(index_path, f"{rel} holds {graph.ntotal} vectors of {graph.d} dims, expected {nodes} of {dim}",
-                      base_fix(index_path))
-    back_with_huge_pages(graph)
-    return graph
+    """The FAISS graph in the open file ``handle``, checked as a segment's index is (``read_faiss``)."""
+    return read_faiss(handle, record["files"][GRAPH_FILE]["crc32"], index_path,
+                      f"{SEGMENTS_DIR}/{record['name']}/{GRAPH_FILE}", base_fix(index_path), nodes, dim)
 
 
 class VectorBase:

@@ -163,7 +163,7 @@ def calibrate_ef(index, vectors: np.ndarray, distance: Distance, sample: int = E
     logger.info("efSearch %d: %d of the graph's own vectors found first %.4f, recall@10 %.4f", ef, len(rows), first, recall)
     if first < target_first or recall < target_recall:  # what an operator needs to tell a lost node from a slow graph
         logger.info("no efSearch up to %d met the targets (found first %.4f, recall@10 %.4f); they were lowered to "
-                    "the best the ladder reached: the graph has nodes no search reaches", measured[-1][0],
+                    "the best the ladder reached: the graph has nodes (or neighbours) no search reaches", measured[-1][0],
                     target_first, target_recall)
     return ef
 
