@@ -110,6 +110,21 @@ class SegmentQueue:
             return next(self._left, None)
 
 
+class OnFirstCall:
+    """``make()``'s result, made by the first thread that asks; a thread asking meanwhile
+    waits for it (a hybrid query's BM25 scorer, which either thread may need first)."""
+
+    def __init__(self, make: Callable[[], Any]):
+        self._make, self._made, self._lock = make, [], threading.Lock()
+
+    def __call__(self) -> Any:
+        if not self._made:
+            with self._lock:
+                if not self._made:
+                    self._made.append(self._make())
+        return self._made[0]
+
+
 def shared_with_worker(score: Callable[[Callable[[], Any]], list], count: int, share: bool) -> list:
     """``score(take)`` over items ``0..count-1`` handed out by ``take`` one at a time: on this
     thread and, when ``share``, on the worker thread too once it is free (a bm25 query on a
