@@ -315,18 +315,6 @@ def test_bm25_and_knn_together_equal_the_two_lists(index, committed_encoder):
         assert index.bm25_and_knn(query, vec, 5, filters) == (index.bm25(query, 5, filters), index.knn(vec, 5, filters))
 
 
-def test_on_first_call_makes_its_value_once_for_every_thread():
-    from concurrent.futures import ThreadPoolExecutor
-
-    from hybrid_qpr.backends.local.ranking import OnFirstCall
-
-    made = []
-    once = OnFirstCall(lambda: made.append(object()) or made[-1])
-    with ThreadPoolExecutor(4) as pool:
-        got = list(pool.map(lambda _: once(), range(16)))
-    assert len(made) == 1 and all(value is made[0] for value in got)
-
-
 def test_bm25_list_is_scored_on_the_worker_while_the_query_is_encoded(index, committed_encoder, monkeypatch):
     """A hybrid query's encoding overlaps the BM25 list: ``bm25_and_knn`` takes the vector as a
     function and calls it on the calling thread while the worker scores BM25 (the encoding here

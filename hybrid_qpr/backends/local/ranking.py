@@ -110,21 +110,6 @@ class SegmentQueue:
             return next(self._left, None)
 
 
-class OnFirstCall:
-    """``make()``'s result, made by the first thread that asks; a thread asking meanwhile
-    waits for it (a hybrid query's BM25 scorer, which either thread may need first)."""
-
-    def __init__(self, make: Callable[[], Any]):
-        self._make, self._made, self._lock = make, [], threading.Lock()
-
-    def __call__(self) -> Any:
-        if not self._made:
-            with self._lock:
-                if not self._made:
-                    self._made.append(self._make())
-        return self._made[0]
-
-
 def shared_with_worker(score: Callable[[Callable[[], Any]], list], count: int, share: bool) -> list:
     """``score(take)`` over items ``0..count-1`` handed out by ``take`` one at a time: on this
     thread and, when ``share``, on the worker thread too once it is free (a bm25 query on a
@@ -207,7 +192,11 @@ def search_segment(seg: "Segment", query: np.ndarray, k: int, distance: Distance
 def settled(found: list[Candidates], query: np.ndarray, depth: int, distance: Distance) -> list[Candidates]:
     """``found`` with every partial answer that reaches the merged top ``depth`` whole
     (all its scores at or above the ``depth``-th best) replaced by a full search of its
-    segment: only then could the segment hold more documents that belong in the list."""
+    segment: only then could the segment hold more documents that belong in the list.
+    Every answer whole (one vector base, single-segment searches): ``found`` as it is, which
+    ``merge_ranked`` cuts to the list."""
+    if all(candidates.complete for candidates in found):
+        return found
     cutoff = kth_best(np.concatenate([c.scores for c in found]) if found else np.zeros(0, np.float32), depth)
     out = []
     for candidates in found:

@@ -19,8 +19,8 @@ import numpy as np
 from hybrid_qpr.backends.local import blockmax
 from hybrid_qpr.backends.local import bm25 as bm25_lib
 from hybrid_qpr.backends.local.matching import matching_rows
-from hybrid_qpr.backends.local.ranking import (Candidates, OnFirstCall, SegmentQueue, either, faiss_candidates, knn_worker,
-                                               merge_ranked, settled, shared_with_worker)
+from hybrid_qpr.backends.local.ranking import (Candidates, SegmentQueue, either, faiss_candidates, knn_worker, merge_ranked,
+                                               settled, shared_with_worker)
 from hybrid_qpr.backends.local.segment import Segment
 from hybrid_qpr.backends.local.vectorbase import knn_units
 from hybrid_qpr.distance import prepare_vectors, similarity
@@ -126,9 +126,8 @@ class IndexReading:
                 known[token] = cache[token] = found.get(token)  # None: in no live document
         return {token: value for token, value in known.items() if value is not None}
 
-    def _bm25_merged(self, best: list, depth: int, located: dict | None = None) -> list[Hit]:
-        located = self._located() if located is None else located
-        return merge_ranked([Candidates(seg, *found) for seg, found in zip(self.segments, best)], depth, located)
+    def _bm25_merged(self, best: list, depth: int) -> list[Hit]:
+        return merge_ranked([Candidates(seg, *found) for seg, found in zip(self.segments, best)], depth, self._located())
 
     def knn(self, vector: np.ndarray, depth: int, filters: Filters | None = None) -> list[Hit]:
         """Top ``depth`` by similarity: FAISS per segment without filters; exact over the
@@ -160,11 +159,9 @@ class IndexReading:
         vectors. FAISS, the compiled BM25 scorer and onnxruntime release the GIL, so on two
         cores a hybrid query costs about the slower half instead of their sum. The kNN half
         stays here because it starts with the encoding: the worker wakes up a tenth of a
-        millisecond after it is asked (measured), which BM25 can better afford. The worker
-        also tokenizes the query and, when it scored every segment, merges the BM25 list,
-        both while this thread is still in FAISS (measured: 20-25 us off a 124k query's lists). Each
-        thread then takes what the other has not started: this one BM25 segments, the worker
-        FAISS searches (several segments without a vector base)."""
+        millisecond after it is asked (measured), which BM25 can better afford. Each thread then
+        takes what the other has not started: this one BM25 segments, the worker FAISS searches
+        (several segments without a vector base)."""
         vector_of = vector if callable(vector) else (lambda: vector)
         depth = self._bounded(depth)
         if not self.segments or depth == 0:
@@ -174,37 +171,30 @@ class IndexReading:
         units = knn_units(self.segments, self.base)
         vector_units = SegmentQueue(units)
         ready: list[np.ndarray] = []  # the prepared query vector, once this thread has it
-        bm25_located: dict[str, tuple[Segment, int]] = {}  # the worker's merge notes rows here, not in its own thread's memory
         if self._compiled_bm25():
-            scorer, segment_numbers = OnFirstCall(lambda: self._bm25_scorer(query, depth, None)), \
-                SegmentQueue(range(len(self.segments)))
-            bm25_part = lambda: scorer()(segment_numbers.take)  # noqa: E731
+            score, segment_numbers = self._bm25_scorer(query, depth, None), SegmentQueue(range(len(self.segments)))
+            bm25_part = lambda: score(segment_numbers.take)  # noqa: E731
         else:  # the NumPy or reference scorer: the whole list on the worker
-            scorer, bm25_part = None, lambda: self.bm25(query, depth)
+            score, bm25_part = None, lambda: self.bm25(query, depth)
 
-        def bm25_half() -> tuple[list, list[Candidates], bool]:
+        def bm25_half() -> tuple[list, list[Candidates]]:
             rows = bm25_part()
-            helped = faiss_candidates(units, ready[0], depth, vector_units, self.distance) if ready else []
-            if scorer is not None and None not in rows:  # every segment scored here: the list is whole
-                return self._bm25_merged(rows, depth, bm25_located), helped, True
-            return rows, helped, scorer is None
+            return rows, (faiss_candidates(units, ready[0], depth, vector_units, self.distance) if ready else [])
 
         pending = knn_worker().submit(bm25_half)
         mine: list = []
         try:
             ready.append(self._knn_query(vector_of()))
             found = faiss_candidates(units, ready[0], depth, vector_units, self.distance)
-            if scorer is not None:
-                mine = scorer()(segment_numbers.take)
+            if score is not None:
+                mine = score(segment_numbers.take)
         finally:
-            theirs, helped, final = pending.result()
-        located = self._located()
-        if final:  # the worker's list is the BM25 list
+            theirs, helped = pending.result()
+        if score is None:
             bm25_hits = theirs
-            located.update(bm25_located)
         else:
-            bm25_hits = self._bm25_merged(either(mine, theirs), depth, located)
-        return bm25_hits, merge_ranked(settled(found + helped, ready[0], depth, self.distance), depth, located)
+            bm25_hits = self._bm25_merged(either(mine, theirs), depth)
+        return bm25_hits, merge_ranked(settled(found + helped, ready[0], depth, self.distance), depth, self._located())
 
     def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
         """Exact similarity of ``vector`` to the stored vectors of ``ids`` (MSEM rerank)."""

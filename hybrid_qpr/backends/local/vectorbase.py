@@ -57,7 +57,7 @@ from hybrid_qpr.backends.local.segment import (BASE_FACTORY, SEGMENTS_DIR, VECTO
 from hybrid_qpr.backends.local.storage import write_refusal
 from hybrid_qpr.backends.local.vectors import (BASE_GRAPH_FACTORY, EF_CONSTRUCTION, GraphNodes, SearchSettings, build_faiss,
                                                calibrate_ef, exact_scores, one_thread)
-from hybrid_qpr.distance import Distance
+from hybrid_qpr.distance import Distance, score_from_faiss
 from hybrid_qpr.errors import require
 
 logger = logging.getLogger(__name__)
@@ -105,6 +105,7 @@ class _Graph:
         self.handle = open(path, "rb")
         self._index = None
         self._lock = threading.Lock()
+        self.exact = False  # its distances are exact (float32 vectors: a graph written before float16)
 
     def index(self, dim: int, nodes: int):
         if self._index is None:
@@ -113,6 +114,8 @@ class _Graph:
                     graph = read_graph(self.handle, self.record, self.index_path, dim, nodes)
                     # the reader's graph only: the writer's copy is grown and check's dropped
                     back_with_huge_pages(graph)
+                    faiss = require("faiss", feature="the local index")
+                    self.exact = isinstance(faiss.downcast_index(graph.storage), faiss.IndexFlat)
                     self._index = graph
         return self._index
 
@@ -189,27 +192,30 @@ class VectorBase:
 
     def candidates(self, query: np.ndarray, depth: int, distance: Distance) -> list[Candidates]:
         """The live rows among the graph's top ``depth`` (tombstoned rows and dead nodes never
-        returned), as one ``Candidates`` per segment, scored exactly. The graph is asked for
-        ``REFINE_EXTRA`` more hits: its float16 distances may order near-ties at the end of the
-        list differently from the exact ones."""
+        returned), as one ``Candidates`` per segment, scored exactly. A float16 graph is asked
+        for ``REFINE_EXTRA`` more hits, re-scored from the segments' float32 vectors: its
+        distances may order near-ties at the end of the list differently from the exact ones.
+        A float32 graph's distances are the exact ones already."""
         if min(depth, self.live) <= 0:
             return []
-        k = min(depth + REFINE_EXTRA, self.live)
         faiss = require("faiss", feature="the local index")
         graph = self.graph()
+        exact = self._graph.exact
+        k = min(depth if exact else depth + REFINE_EXTRA, self.live)
         params = faiss.SearchParametersHNSW()
         params.efSearch = max(k, self.ef_search)
         if self._selector is not None:
             params.sel = self._selector
         with one_thread():
-            _, hits = graph.search(query, k, params=params)
-        nodes = hits[0][hits[0] >= 0].astype(np.int64)
+            raw, hits = graph.search(query, k, params=params)
+        valid = hits[0] >= 0
+        nodes, scores = hits[0][valid].astype(np.int64), score_from_faiss(raw[0][valid], distance)
         owner = np.searchsorted(self.starts, nodes, side="right") - 1
         out = []
         for part in np.unique(owner):
-            seg, rows = self.segments[part], nodes[owner == part] - self.starts[part]
-            # exact scores from the segment's float32 vectors (the graph's are float16)
-            out.append(Candidates(seg, exact_scores(query, seg.vectors[rows], distance), rows))
+            mine = owner == part
+            seg, rows = self.segments[part], nodes[mine] - self.starts[part]
+            out.append(Candidates(seg, scores[mine] if exact else exact_scores(query, seg.vectors[rows], distance), rows))
         return out
 
     def close(self) -> None:
