@@ -1,6 +1,6 @@
-"""How an HNSW graph stores its vectors: float32 (``HNSW32``), float16 (``HNSW32,SQfp16``, the
-vector base's since issue 24's seventh session) and 8-bit (``HNSW32,SQ8``), on one index's
-stored vectors.
+"""How an HNSW graph stores its vectors: float32 (``HNSW32``, the vector base's), float16
+(``HNSW32,SQfp16``) and 8-bit (``HNSW32,SQ8``), on one index's stored vectors (issue 24's
+seventh session tried float16 for the vector base; docs/search.md says why it was not kept).
 
 Builds the three graphs (efConstruction ``EF_CONSTRUCTION``, two threads) over the vectors of
 the index's segments, encodes ``--n`` queries with the index's model, and for each ``--ef``

@@ -54,9 +54,6 @@ def test_base_segments_share_one_graph_and_lists_equal_exact_search(based, tmp_p
     assert _lists(based, committed_encoder) == _lists(exact, committed_encoder)
     vector = committed_encoder.encode([QUERIES[0]], show_progress=False)[0]
     assert based.bm25_and_knn(QUERIES[0], vector, 25)[1] == based.knn(vector, 25)
-    # the graph keeps float16 vectors; the lists' scores are the exact index's, bit for bit
-    assert type(based.base.graph()).__name__ == "IndexHNSWSQ"
-    assert [h.score for h in based.knn(vector, 25)] == [h.score for h in exact.knn(vector, 25)]
     assert check_index(based.path).problems == []
     based.set_search_settings(ef_search=20)  # query --ef-search: the graph is searched with it
     assert based.base.ef_search == 20 and record["ef_search"] >= 1  # the measured value stays stored
@@ -155,42 +152,3 @@ def test_hnsw_and_small_indexes_keep_one_faiss_index_per_segment(tmp_path, commi
         assert idx.manifest["vector_base"] is None and idx.base is None
         assert idx.manifest["segments"][0]["factory"] == factory
     assert np.isfinite(hnsw.knn(committed_encoder.encode(["x"], show_progress=False)[0], 3)[0].score)
-
-
-def test_a_graph_written_with_float32_vectors_is_still_read_and_extended(tmp_path, committed_encoder, question_bank,
-                                                                        monkeypatch):
-    """Indexes written before the float16 graph keep their ``IndexHNSWFlat``: it is searched
-    (scores exact) and extended as it is, and lists still equal exact search."""
-    monkeypatch.setattr(vectorbase, "BASE_GRAPH_FACTORY", "HNSW32")
-    idx = _index(tmp_path / "idx", committed_encoder)
-    idx.ingest(question_bank[:100], committed_encoder, show_progress=False)
-    monkeypatch.undo()
-    idx = LocalIndex.open(idx.path)
-    idx.ingest(question_bank[100:200], committed_encoder, show_progress=False)
-    assert type(idx.base.graph()).__name__ == "IndexHNSWFlat" and idx.base.graph().ntotal == 200
-    exact = LocalIndex.create(tmp_path / "flat", committed_encoder, faiss="flat")
-    exact.ingest(question_bank[:200], committed_encoder, show_progress=False)
-    assert _lists(idx, committed_encoder) == _lists(exact, committed_encoder)
-
-
-def test_graph_nodes_and_blockwise_exact_search_match_faiss(monkeypatch):
-    """``calibrate_ef`` reads a float16 graph's nodes decoded block by block: the blocks'
-    merged exact top k equals one FAISS exact search, and the nodes read by slice or by rows
-    are the decoded vectors."""
-    import faiss
-
-    from hybrid_qpr.backends.local import vectors as vectors_lib
-
-    data = np.random.default_rng(3).normal(size=(1000, 16)).astype(np.float32)
-    graph = faiss.index_factory(16, vectors_lib.BASE_GRAPH_FACTORY, faiss.METRIC_L2)
-    graph.add(data)
-    nodes = vectors_lib.GraphNodes(graph)
-    assert len(nodes) == 1000
-    assert np.allclose(nodes[10:20], data[10:20], atol=1e-2)
-    assert np.array_equal(nodes[np.array([15, 3])], np.concatenate([nodes[15:16], nodes[3:4]]))
-    queries = data[:50] + 0.01
-    for metric in (faiss.METRIC_L2, faiss.METRIC_INNER_PRODUCT):
-        expected = faiss.knn(queries, data, 11, metric)
-        monkeypatch.setattr(vectors_lib, "EXACT_BLOCK", 128)
-        scores, rows = vectors_lib.exact_top(queries, data, 11, metric)
-        assert np.array_equal(rows, expected[1]) and np.allclose(scores, expected[0])

@@ -12,9 +12,8 @@ policy keeps them under 20,000 documents together), so adding 1,000 documents wr
 segment and never touches the base. ``hnsw``, ``ivf`` and ``flat`` indexes keep one FAISS index
 per segment, as before.
 
-Files and record: ``segments/v<generation>-<hex>/graph.faiss``, a FAISS ``IndexHNSWSQ`` with
-its nodes' vectors as float16 (``vectors.BASE_GRAPH_FACTORY``; graphs written before are
-``IndexHNSWFlat`` and read as they are), named by the manifest's ``vector_base``::
+Files and record: ``segments/v<generation>-<hex>/graph.faiss``, a FAISS ``IndexHNSWFlat``
+(vectors included), named by the manifest's ``vector_base``::
 
     {"name": ..., "ranges": [[segment name or null, rows], ...], "ef_search": N,
      "files": {"graph.faiss": {"bytes": ..., "crc32": ...}}}
@@ -55,8 +54,8 @@ from hybrid_qpr.backends.local.ranking import Candidates
 from hybrid_qpr.backends.local.segment import (BASE_FACTORY, SEGMENTS_DIR, VECTORS, Segment,
                                                checksum, damaged, file_record, fsync_path, read_faiss)
 from hybrid_qpr.backends.local.storage import write_refusal
-from hybrid_qpr.backends.local.vectors import (BASE_GRAPH_FACTORY, EF_CONSTRUCTION, GraphNodes, SearchSettings, build_faiss,
-                                               calibrate_ef, exact_scores, one_thread)
+from hybrid_qpr.backends.local.vectors import (EF_CONSTRUCTION, SearchSettings, build_faiss, calibrate_ef, faiss_factory,
+                                               one_thread)
 from hybrid_qpr.distance import Distance, score_from_faiss
 from hybrid_qpr.errors import require
 
@@ -64,7 +63,6 @@ logger = logging.getLogger(__name__)
 
 GRAPH_FILE = "graph.faiss"
 BASE_KEY = "vector_base"  # the manifest's record
-REFINE_EXTRA = 10  # hits beyond a list's depth re-scored exactly (``VectorBase.candidates``)
 
 
 def base_fix(index_path: Path) -> str:
@@ -105,7 +103,6 @@ class _Graph:
         self.handle = open(path, "rb")
         self._index = None
         self._lock = threading.Lock()
-        self.exact = False  # its distances are exact (float32 vectors: a graph written before float16)
 
     def index(self, dim: int, nodes: int):
         if self._index is None:
@@ -114,8 +111,6 @@ class _Graph:
                     graph = read_graph(self.handle, self.record, self.index_path, dim, nodes)
                     # the reader's graph only: the writer's copy is grown and check's dropped
                     back_with_huge_pages(graph)
-                    faiss = require("faiss", feature="the local index")
-                    self.exact = isinstance(faiss.downcast_index(graph.storage), faiss.IndexFlat)
                     self._index = graph
         return self._index
 
@@ -192,16 +187,12 @@ class VectorBase:
 
     def candidates(self, query: np.ndarray, depth: int, distance: Distance) -> list[Candidates]:
         """The live rows among the graph's top ``depth`` (tombstoned rows and dead nodes never
-        returned), as one ``Candidates`` per segment, scored exactly. A float16 graph is asked
-        for ``REFINE_EXTRA`` more hits, re-scored from the segments' float32 vectors: its
-        distances may order near-ties at the end of the list differently from the exact ones.
-        A float32 graph's distances are the exact ones already."""
-        if min(depth, self.live) <= 0:
+        returned), as one ``Candidates`` per segment."""
+        k = min(depth, self.live)
+        if k <= 0:
             return []
         faiss = require("faiss", feature="the local index")
         graph = self.graph()
-        exact = self._graph.exact
-        k = min(depth if exact else depth + REFINE_EXTRA, self.live)
         params = faiss.SearchParametersHNSW()
         params.efSearch = max(k, self.ef_search)
         if self._selector is not None:
@@ -214,8 +205,7 @@ class VectorBase:
         out = []
         for part in np.unique(owner):
             mine = owner == part
-            seg, rows = self.segments[part], nodes[mine] - self.starts[part]
-            out.append(Candidates(seg, scores[mine] if exact else exact_scores(query, seg.vectors[rows], distance), rows))
+            out.append(Candidates(self.segments[part], scores[mine], nodes[mine] - self.starts[part]))
         return out
 
     def close(self) -> None:
@@ -280,12 +270,15 @@ def next_base(index_path: Path, old: dict[str, Any] | None, entries: Sequence[di
     for entry in new:  # one segment at a time: the graph holds the only full copy of the vectors
         vectors = np.ascontiguousarray(_segment_vectors(index_path, entry, dim), dtype=np.float32)
         if graph is None:
-            graph = build_faiss(vectors, distance, BASE_GRAPH_FACTORY)
+            graph = build_faiss(vectors, distance, faiss_factory(len(vectors), "hnsw"))
         else:
             graph.hnsw.efConstruction = EF_CONSTRUCTION
             graph.add(vectors)
     ranges += [[e["name"], int(e["count"])] for e in new]
-    ef_search = calibrate_ef(graph, GraphNodes(graph), distance)
+    faiss = require("faiss", feature="the local index")
+    storage = faiss.downcast_index(graph.storage)
+    nodes = faiss.rev_swig_ptr(storage.get_xb(), graph.ntotal * graph.d).reshape(graph.ntotal, graph.d)
+    ef_search = calibrate_ef(graph, nodes, distance)
     name = f"v{generation:06d}-{secrets.token_hex(3)}"
     files = {GRAPH_FILE: _write_graph(index_path / SEGMENTS_DIR, name, graph)}
     logger.info("vector base %s: %d nodes (%d dead), %d added in %.1f s, efSearch %d", name, graph.ntotal,
@@ -310,7 +303,7 @@ def _write_graph(segments_dir: Path, name: str, graph) -> dict[str, int]:
         os.replace(tmp, segments_dir / name)
         fsync_path(segments_dir)
     except BaseException as exc:
-        refusal = write_refusal(exc, tmp / GRAPH_FILE, graph.ntotal * (graph.d * 2 + graph.hnsw.nb_neighbors(0) * 4))
+        refusal = write_refusal(exc, tmp / GRAPH_FILE, graph.ntotal * graph.d * 4)
         shutil.rmtree(tmp, ignore_errors=True)
         if refusal is not None:
             raise refusal from exc

@@ -46,7 +46,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from hybrid_qpr.distance import Distance, faiss_metric, score_from_faiss
+from hybrid_qpr.distance import Distance, faiss_metric
 from hybrid_qpr.errors import ConfigError, require
 
 logger = logging.getLogger(__name__)
@@ -57,13 +57,6 @@ FLAT_THRESHOLD = 20_000
 NPROBE = 10
 TRAIN_PER_LIST = 40
 HNSW_M, EF_SEARCH = 32, 96  # EF_SEARCH: segments built before calibration
-# The vector base's graph (vectorbase.py) keeps its nodes' vectors as float16: half the bytes
-# its search reads at random. Measured on the CNN's 124k Quora vectors, one thread, efSearch
-# 48: 209 -> 155 us a search with the same recall@10 (0.9970) and top 1; the base re-scores
-# its hits from the segments' float32 vectors, so the scores a list shows stay exact.
-# SQ8 was 141 us at recall@10 0.9910: not kept (docs/search.md).
-BASE_GRAPH_FACTORY = f"HNSW{HNSW_M},SQfp16"
-EXACT_BLOCK = 262_144  # vectors per exact-search block in calibrate_ef (a float32 copy of each)
 # efConstruction 160 (80 before, 40 before that): a level-0 node keeps 64 neighbours chosen among
 # efConstruction candidates. On Quora test (123,725 questions) the CNN graph at 160 is 0.0005 MRR@20
 # short of exact at efSearch 32 where 80 is 0.0027 short, and calibrates to efSearch 32-48 instead
@@ -130,8 +123,7 @@ def calibrate_ef(index, vectors: np.ndarray, distance: Distance, sample: int = E
     searched with ``sample`` of its own vectors (seeded), returns each one first for
     ``target_first`` of them and finds ``target_recall`` of their exact top 10 with their
     own row left out; when no step does, the first that does as well as the ladder can
-    (``chosen_ef``). ``vectors``: the graph's nodes, an array or ``GraphNodes`` (anything
-    that slices and takes rows as float32 arrays)."""
+    (``chosen_ef``)."""
     faiss = require("faiss", feature="the local index")
     n = len(vectors)
     if n <= 11:
@@ -152,7 +144,7 @@ def calibrate_ef(index, vectors: np.ndarray, distance: Distance, sample: int = E
         return float(np.minimum(near.sum(1), 10).sum() / (10 * len(rows)))
 
     with one_thread():
-        exact_scores, exact_rows = exact_top(probes, vectors, 11, metric)
+        exact_scores, exact_rows = faiss.knn(probes, vectors, 11, metric)
         own_in = (exact_rows[:, :11] == rows[:, None]).any(1)  # the 10th other is at 11 or 10
         tenth = np.where(own_in, exact_scores[:, 10], exact_scores[:, 9])
         before = index.hnsw.efSearch
@@ -174,55 +166,6 @@ def calibrate_ef(index, vectors: np.ndarray, distance: Distance, sample: int = E
                     "the best the ladder reached: the graph has nodes (or neighbours) no search reaches", measured[-1][0],
                     target_first, target_recall)
     return ef
-
-
-def exact_scores(query: np.ndarray, vectors: np.ndarray, distance: Distance) -> np.ndarray:
-    """Scores of one prepared ``query`` against ``vectors``, computed by FAISS's own kernels:
-    bit-identical to what an exact (Flat) index or an ``IndexHNSWFlat`` returns for them, so a
-    list that mixes them ties where they tie (NumPy's sums round differently)."""
-    faiss = require("faiss", feature="the local index")
-    query, vectors = np.ascontiguousarray(query, dtype=np.float32), np.ascontiguousarray(vectors, dtype=np.float32)
-    raw = np.empty(len(vectors), dtype=np.float32)
-    kernel = faiss.fvec_L2sqr_ny if faiss_metric(distance) == "L2" else faiss.fvec_inner_products_ny
-    kernel(faiss.swig_ptr(raw), faiss.swig_ptr(query), faiss.swig_ptr(vectors), vectors.shape[1], len(vectors))
-    return score_from_faiss(raw, distance)
-
-
-def exact_top(queries: np.ndarray, vectors: Any, k: int, metric: int) -> tuple[np.ndarray, np.ndarray]:
-    """FAISS's exact top ``k`` of ``queries`` over ``vectors``, ``EXACT_BLOCK`` vectors at a time
-    (a float16 graph's nodes are decoded block by block, never all at once); ties keep the
-    lower row first."""
-    faiss = require("faiss", feature="the local index")
-    best_scores = best_rows = None
-    for start in range(0, len(vectors), EXACT_BLOCK):
-        block = np.ascontiguousarray(vectors[start:start + EXACT_BLOCK], dtype=np.float32)
-        scores, rows = faiss.knn(queries, block, min(k, len(block)), metric)
-        rows += start
-        if best_scores is not None:
-            scores, rows = np.hstack([best_scores, scores]), np.hstack([best_rows, rows])
-            order = np.argsort(scores if metric == faiss.METRIC_L2 else -scores, axis=1, kind="stable")[:, :k]
-            scores, rows = np.take_along_axis(scores, order, 1), np.take_along_axis(rows, order, 1)
-        best_scores, best_rows = scores, rows
-    return best_scores, best_rows
-
-
-class GraphNodes:
-    """The vectors of an HNSW graph's nodes as its storage decodes them (float16 -> float32
-    for the vector base), read by slice or by rows: what ``calibrate_ef`` probes and searches
-    exactly, without a float32 copy of every node at once."""
-
-    def __init__(self, graph):
-        self.graph = graph
-        self.storage = require("faiss", feature="the local index").downcast_index(graph.storage)
-
-    def __len__(self) -> int:
-        return int(self.graph.ntotal)
-
-    def __getitem__(self, rows: slice | np.ndarray) -> np.ndarray:
-        if isinstance(rows, slice):
-            start, stop, _ = rows.indices(len(self))
-            return self.storage.reconstruct_n(start, max(0, stop - start))
-        return self.storage.reconstruct_batch(np.asarray(rows, dtype=np.int64))
 
 
 def chosen_ef(measured: Sequence[tuple[int, float, float]], target_first: float,
