@@ -1,8 +1,10 @@
 """Query latency of existing local indexes: ``bench_scale.py``'s measurement without the ingest.
 
 For each index: p50/p99 ms of ``HybridSearcher.search`` in bm25, knn and hybrid mode, one
-query at a time, encoding included (the index's model), the modes alternating query by query
-so that a burst of load falls on all three alike. Each run is appended to ``--out`` under its
+query at a time, encoding included (the index's model), the modes alternating search by
+search so that a burst of load falls on all three alike, each mode on queries a third of the
+list apart from the others (``bench_scale.mode_queries``: no search finds the same query's
+caches warm from another mode). Each run is appended to ``--out`` under its
 ``--label``, with the commit of the ``hybrid_qpr`` it imported and the load average.
 
 To compare two commits, run this script from one checkout with ``PYTHONPATH`` pointing at
