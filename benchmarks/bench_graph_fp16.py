@@ -22,14 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from _common import command_line, read_queries
+from _common import alternating_children, command_line, graph_child_arguments, read_queries
 from hybrid_qpr.artifacts import write_json
 
 CHUNK = 250_000
@@ -66,12 +64,11 @@ def build(index_dir: Path, path: Path) -> float:
     return time.perf_counter() - started
 
 
-def exact_top10(index_dir: Path, queries: np.ndarray) -> np.ndarray:
+def exact_top10(index, base, queries: np.ndarray) -> np.ndarray:
     import faiss
 
     from hybrid_qpr.distance import faiss_metric
 
-    index, base = open_base(index_dir)
     metric = faiss.METRIC_L2 if faiss_metric(index.distance) == "L2" else faiss.METRIC_INNER_PRODUCT
     best_d = best_i = None
     offset = 0
@@ -137,15 +134,9 @@ def child(index_dir: Path, queries: list[str], kind: str, work: Path, ef: int | 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("index", type=Path, help="a local index directory with a vector base")
-    parser.add_argument("--queries", type=Path, required=True, help="one query per line")
     parser.add_argument("--work", type=Path, required=True, help="folder for the float16 graph and the exact lists")
-    parser.add_argument("--n", type=int, default=300, help="queries (seeded sample)")
-    parser.add_argument("--k", type=int, default=30, help="hits per search (a hybrid query's depth)")
     parser.add_argument("--ef", type=int, help="efSearch (default: the base's)")
-    parser.add_argument("--passes", type=int, default=2, help="times over the queries in each process")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, help="JSON file for the runs")
-    parser.add_argument("--child", choices=KINDS, help=argparse.SUPPRESS)
+    graph_child_arguments(parser, KINDS)
     args = parser.parse_args()
     queries = read_queries(args.queries, args.n, seed=0)
     if args.child:
@@ -159,19 +150,19 @@ def main() -> None:
         from hybrid_qpr.distance import prepare_vectors
         from hybrid_qpr.encoders import Encoder
 
-        index, _ = open_base(args.index)
+        index, base = open_base(args.index)
         vectors = prepare_vectors(Encoder.load(index.model_dir).encode(queries), index.distance)
-        np.save(args.work / "exact-top10.npy", exact_top10(args.index, vectors))
+        np.save(args.work / "exact-top10.npy", exact_top10(index, base, vectors))
+
+    def commands(kind: str) -> list[list[str]]:
+        return [[__file__, str(args.index), "--queries", str(args.queries), "--work", str(args.work), "--n", str(args.n),
+                 "--k", str(args.k), "--passes", str(args.passes), "--child", kind]
+                + (["--ef", str(args.ef)] if args.ef else [])]
+
     runs = []
-    for round_number in range(args.rounds):
-        for kind in KINDS if round_number % 2 == 0 else KINDS[::-1]:
-            command = [sys.executable, __file__, str(args.index), "--queries", str(args.queries), "--work", str(args.work),
-                       "--n", str(args.n), "--k", str(args.k), "--passes", str(args.passes), "--child", kind]
-            if args.ef:
-                command += ["--ef", str(args.ef)]
-            done = subprocess.run(command, capture_output=True, text=True, check=True)
-            runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-            print(json.dumps(runs[-1]), flush=True)
+    for _, _, _, result in alternating_children(commands, KINDS, args.rounds):
+        runs.append(result)
+        print(json.dumps(result), flush=True)
     summary = {kind: statistics.median(r["p50_us"] for r in runs if r["kind"] == kind) for kind in KINDS}
     print("median of the rounds' p50 (us):", {kind: round(v, 1) for kind, v in summary.items()})
     if args.out:

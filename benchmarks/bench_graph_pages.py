@@ -15,12 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from _common import command_line, read_queries
+from _common import alternating_children, command_line, graph_child_arguments, read_queries
 
 PAGES = ("4k", "2m")
 
@@ -59,28 +57,22 @@ def child(index_dir: Path, queries: list[str], pages: str, k: int, passes: int) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("indexes", type=Path, nargs="+", help="local index directories with a vector base")
-    parser.add_argument("--queries", type=Path, required=True, help="one query per line")
-    parser.add_argument("--n", type=int, default=300, help="queries (seeded sample)")
-    parser.add_argument("--k", type=int, default=30, help="hits per search (a hybrid query's depth)")
-    parser.add_argument("--passes", type=int, default=2, help="times over the queries in each process")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, help="JSON file for the runs")
-    parser.add_argument("--child", choices=PAGES, help=argparse.SUPPRESS)
+    graph_child_arguments(parser, PAGES)
     args = parser.parse_args()
     queries = read_queries(args.queries, args.n, seed=0)
     if args.child:
         print(json.dumps(child(args.indexes[0], queries, args.child, args.k, args.passes)))
         return
+
+    def commands(pages: str) -> list[list[str]]:
+        return [[__file__, str(index), "--queries", str(args.queries), "--n", str(args.n), "--k", str(args.k),
+                 "--passes", str(args.passes), "--child", pages] for index in args.indexes]
+
     runs = []
-    for round_number in range(args.rounds):
-        for pages in PAGES if round_number % 2 == 0 else PAGES[::-1]:
-            for index in args.indexes:
-                done = subprocess.run([sys.executable, __file__, str(index), "--queries", str(args.queries), "--n",
-                                       str(args.n), "--k", str(args.k), "--passes", str(args.passes), "--child", pages],
-                                      capture_output=True, text=True, check=True)
-                run = {"round": round_number + 1, "index": index.name, **json.loads(done.stdout.splitlines()[-1])}
-                runs.append(run)
-                print(json.dumps(run), flush=True)
+    for round_number, _, position, result in alternating_children(commands, PAGES, args.rounds):
+        run = {"round": round_number, "index": args.indexes[position].name, **result}
+        runs.append(run)
+        print(json.dumps(run), flush=True)
     for index in args.indexes:
         medians = {p: statistics.median(r["p50_us"] for r in runs if r["index"] == index.name and r["pages"] == p)
                    for p in PAGES}
