@@ -46,12 +46,10 @@ def open_base(index_dir: Path):
 def build(index_dir: Path, path: Path) -> float:
     import faiss
 
-    from hybrid_qpr.backends.local.vectors import EF_CONSTRUCTION
-    from hybrid_qpr.distance import faiss_metric
+    from hybrid_qpr.backends.local.vectors import EF_CONSTRUCTION, metric_type
 
     index, base = open_base(index_dir)
-    metric = faiss.METRIC_L2 if faiss_metric(index.distance) == "L2" else faiss.METRIC_INNER_PRODUCT
-    graph = faiss.index_factory(index.dim, "HNSW32,SQfp16", metric)
+    graph = faiss.index_factory(index.dim, "HNSW32,SQfp16", metric_type(index.distance))
     graph.hnsw.efConstruction = EF_CONSTRUCTION
     faiss.omp_set_num_threads(2)
     started = time.perf_counter()
@@ -67,9 +65,9 @@ def build(index_dir: Path, path: Path) -> float:
 def exact_top10(index, base, queries: np.ndarray) -> np.ndarray:
     import faiss
 
-    from hybrid_qpr.distance import faiss_metric
+    from hybrid_qpr.backends.local.vectors import metric_type
 
-    metric = faiss.METRIC_L2 if faiss_metric(index.distance) == "L2" else faiss.METRIC_INNER_PRODUCT
+    metric = metric_type(index.distance)
     best_d = best_i = None
     offset = 0
     for seg in base.segments:

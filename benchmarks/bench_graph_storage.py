@@ -30,8 +30,8 @@ def main() -> None:
     import faiss
 
     from hybrid_qpr.backends.local import LocalIndex
-    from hybrid_qpr.backends.local.vectors import EF_CONSTRUCTION
-    from hybrid_qpr.distance import faiss_metric, prepare_vectors
+    from hybrid_qpr.backends.local.vectors import EF_CONSTRUCTION, metric_type
+    from hybrid_qpr.distance import prepare_vectors
     from hybrid_qpr.encoders import Encoder
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -48,7 +48,7 @@ def main() -> None:
     vectors = np.ascontiguousarray(np.concatenate([np.asarray(s.vectors) for s in index.segments]), dtype=np.float32)
     queries = prepare_vectors(Encoder.load(index.model_dir).encode(read_queries(args.queries, args.n, seed=0)),
                               index.distance)
-    metric = faiss.METRIC_L2 if faiss_metric(index.distance) == "L2" else faiss.METRIC_INNER_PRODUCT
+    metric = metric_type(index.distance)
     faiss.omp_set_num_threads(2)
     graphs, built = {}, {}
     for name, factory in KINDS.items():

@@ -69,11 +69,11 @@ def encode_corpus(texts: list[str], model: str, out: Path) -> np.ndarray:
 def measure(args: argparse.Namespace, texts: list[str], vectors: np.ndarray) -> None:
     import faiss
 
-    from hybrid_qpr.backends.local.vectors import EF_CONSTRUCTION, build_faiss, calibrate_ef, faiss_factory, one_thread
-    from hybrid_qpr.distance import faiss_metric
+    from hybrid_qpr.backends.local.vectors import (EF_CONSTRUCTION, build_faiss, calibrate_ef, faiss_factory, metric_type,
+                                                   one_thread)
 
     distance = json.loads(args.vectors.with_suffix(".json").read_text(encoding="utf-8"))["distance"]
-    metric = faiss.METRIC_L2 if faiss_metric(distance) == "L2" else faiss.METRIC_INNER_PRODUCT
+    metric = metric_type(distance)
     # bench_segments' layout: row i + j * distinct is copy j + 1 of distinct question i
     distinct = texts.index(f"{texts[0]} 2") if f"{texts[0]} 2" in texts else len(texts)
     base_row = {text: i for i, text in enumerate(texts[:distinct])}

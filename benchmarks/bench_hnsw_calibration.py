@@ -20,6 +20,8 @@ import time
 import faiss
 import numpy as np
 
+from hybrid_qpr.backends.local.vectors import metric_type
+
 if len(sys.argv) > 1 and not os.path.exists(sys.argv[1]) and "--model" in sys.argv:
     from hybrid_qpr.distance import prepare_vectors
     from hybrid_qpr.encoders import Encoder
@@ -45,7 +47,7 @@ ap.add_argument("--out", required=True)
 a = ap.parse_args()
 faiss.omp_set_num_threads(1)
 X = np.load(a.vectors); meta = json.load(open(a.vectors + ".json")); ids = meta["ids"]
-metric = faiss.METRIC_L2 if meta["distance"] == "sqeuclidean" else faiss.METRIC_INNER_PRODUCT
+metric = metric_type(meta["distance"])
 row = {d: i for i, d in enumerate(ids)}
 qrels = {}
 for line in open(f"{a.dataset}/beir/qrels/test.tsv"):

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from hybrid_qpr.backends.local import LocalIndex
+from hybrid_qpr.backends.local.vectors import metric_type
 from hybrid_qpr.backends.local.writer import read_live_rows
 from hybrid_qpr.distance import prepare_vectors, score_from_faiss
 from hybrid_qpr.encoders import Encoder
@@ -87,7 +88,7 @@ def build_layout(source: Path, out: Path, segments: int, faiss_kind: str) -> dic
 def exact_top(index: LocalIndex, queries: np.ndarray, k: int) -> list[set[str]]:
     """The exact top ``k`` ids of each query over every live vector of ``index``."""
     faiss = require("faiss", feature="exact search")
-    metric = faiss.METRIC_L2 if index.distance == "sqeuclidean" else faiss.METRIC_INNER_PRODUCT
+    metric = metric_type(index.distance)
     best: list[list[tuple[float, str]]] = [[] for _ in queries]
     for seg in index.segments:
         rows = np.arange(seg.count) if seg.deleted is None else np.flatnonzero(~seg.deleted)

@@ -67,6 +67,13 @@ EF_TARGET_FIRST, EF_TARGET_RECALL, EF_SAMPLE = 1.0, 0.997, 2000
 RECALL_PLATEAU = 0.0005  # a recall target no step meets is met this close to the best reached (chosen_ef)
 
 
+def metric_type(distance: Distance) -> int:
+    """FAISS's metric constant for ``distance``: L2 for squared Euclidean, inner product for
+    cosine (vectors normalised first) and dot."""
+    faiss = require("faiss", feature="the local index")
+    return faiss.METRIC_L2 if faiss_metric(distance) == "L2" else faiss.METRIC_INNER_PRODUCT
+
+
 def faiss_factory(n: int, kind: FaissKind = "auto", flat_threshold: int = FLAT_THRESHOLD) -> str:
     """The FAISS factory string for ``n`` vectors (see the module docstring)."""
     if kind not in FAISS_KINDS:
@@ -89,8 +96,7 @@ def build_faiss(vectors: np.ndarray, distance: Distance, factory: str, nprobe: i
     """Train (IVF: k-means, 10 iterations, on at most 40 seeded sample vectors per list) and
     fill a FAISS index; return it."""
     faiss = require("faiss", feature="the local index")
-    metric = faiss.METRIC_L2 if faiss_metric(distance) == "L2" else faiss.METRIC_INNER_PRODUCT
-    index = faiss.index_factory(vectors.shape[1], factory, metric)
+    index = faiss.index_factory(vectors.shape[1], factory, metric_type(distance))
     if factory.startswith("IVF"):
         index.cp.niter = 10
         index.cp.seed = 13
@@ -130,8 +136,7 @@ def calibrate_ef(index, vectors: np.ndarray, distance: Distance, sample: int = E
         return EF_LADDER[0]
     rows = np.sort(np.random.default_rng(seed).choice(n, min(sample, n), replace=False))
     probes = np.ascontiguousarray(vectors[rows], dtype=np.float32)
-    metric = faiss.METRIC_L2 if faiss_metric(distance) == "L2" else faiss.METRIC_INNER_PRODUCT
-
+    metric = metric_type(distance)
     l2 = metric == faiss.METRIC_L2
 
     def recall10(scores: np.ndarray, found: np.ndarray) -> float:
