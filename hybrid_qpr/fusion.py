@@ -28,9 +28,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import count
 from typing import Literal
 
-from hybrid_qpr.types import Hit, built
+from hybrid_qpr.types import Hit
 from hybrid_qpr.errors import ConfigError
 
 FusionMethod = Literal["rrf", "minmax", "zscore", "l2"]
@@ -143,24 +144,54 @@ def _ranked(lists: Sequence[Sequence[Hit]], depth: int | None) -> list[list[Hit]
     return out
 
 
-def _fused_order(item: tuple[str, float]) -> tuple[float, str]:
-    return -item[1], item[0]
+# One ranked list as fusion reads it: its ids, best first, each once, and their scores.
+RankedIds = tuple[Sequence[str], Sequence[float]]
 
 
-def _finish(totals: dict[str, float], lists: list[list[Hit]], top_k: int | None) -> list[Fused]:
+def _as_ranked(lists: Sequence[Sequence[Hit]], depth: int | None) -> list[RankedIds]:
+    return [([hit.id for hit in hits], [hit.score for hit in hits]) for hits in _ranked(lists, depth)]
+
+
+def _rrf_totals(ranked: Sequence[RankedIds], weights: Sequence[float], rrf_k: int) -> dict[str, float]:
+    if rrf_k < 0:
+        raise ConfigError(f"rrf_k={rrf_k}: must be >= 0 (the usual value is 60)")
+    totals: dict[str, float] = {}
+    total_of = totals.get
+    for weight, (ids, _) in zip(weights, ranked):
+        for rank, doc_id in enumerate(ids, start=1):
+            totals[doc_id] = total_of(doc_id, 0.0) + weight / (rrf_k + rank)
+    return totals
+
+
+def _weighted_totals(ranked: Sequence[RankedIds], normalisation: str, weights: Sequence[float]) -> dict[str, float]:
+    if normalisation not in ("minmax", "zscore", "l2"):
+        raise ConfigError(f"normalisation={normalisation!r}: allowed values are minmax, zscore, l2")
+    tables, floors = [], []
+    for ids, scores in ranked:
+        normed = normalize(scores, normalisation)  # type: ignore[arg-type]
+        tables.append(dict(zip(ids, normed)))
+        floors.append(_floor(normed, normalisation))  # type: ignore[arg-type]
+    every = {doc_id for ids, _ in ranked for doc_id in ids}  # _finish orders them (score, then id)
+    return {doc_id: sum(weight * table.get(doc_id, floor) for weight, table, floor in zip(weights, tables, floors))
+            for doc_id in every}
+
+
+def _finish(totals: dict[str, float], ranked: Sequence[RankedIds], top_k: int | None) -> list[Fused]:
     if top_k is not None and top_k < 0:
         raise ConfigError(f"top_k={top_k}: must be >= 0")
     if top_k is not None and top_k < len(totals):  # a page of a long list: sort only what can be on it
         cut = sorted(totals.values(), reverse=True)[top_k - 1] if top_k else math.inf
-        order = sorted(((doc_id, score) for doc_id, score in totals.items() if score >= cut), key=_fused_order)[:top_k]
-    else:
-        order = sorted(totals.items(), key=_fused_order)
-    positions = [{hit.id: (rank, hit.score) for rank, hit in enumerate(hits, start=1)} for hits in lists]
+        order = sorted([(-score, doc_id) for doc_id, score in totals.items() if score >= cut])[:top_k]
+    else:  # (-score, id) pairs sort in C, score descending then id, with no key call per document
+        order = sorted([(-score, doc_id) for doc_id, score in totals.items()])
+    positions = [dict(zip(ids, zip(count(1), scores))) for ids, scores in ranked]
     missing = (None, None)
-    fused = []
-    for doc_id, score in order:
+    fused, new = [], object.__new__
+    for negated, doc_id in order:
         ranks, scores = zip(*[where.get(doc_id, missing) for where in positions])
-        fused.append(built(Fused, id=doc_id, score=score, scores=scores, ranks=ranks))
+        item = new(Fused)  # ``built`` inlined: a hybrid query builds a page of these
+        item.__dict__.update(id=doc_id, score=-negated, scores=scores, ranks=ranks)
+        fused.append(item)
     return fused
 
 
@@ -170,15 +201,8 @@ def rrf(lists: Sequence[Sequence[Hit]], *, rrf_k: int = RRF_K, weights: Sequence
     ``score(d) = sum_i w_i / (rrf_k + rank_i(d))`` over the lists that contain ``d``
     (rank 1-based, within the first ``depth`` hits of each list). Scores are ignored,
     only ranks count, so lists on different scales need no normalisation."""
-    if rrf_k < 0:
-        raise ConfigError(f"rrf_k={rrf_k}: must be >= 0 (the usual value is 60)")
-    ranked = _ranked(lists, depth)
-    w = _weights(len(ranked), weights)
-    totals: dict[str, float] = {}
-    for weight, hits in zip(w, ranked):
-        for rank, hit in enumerate(hits, start=1):
-            totals[hit.id] = totals.get(hit.id, 0.0) + weight / (rrf_k + rank)
-    return _finish(totals, ranked, top_k)
+    ranked = _as_ranked(lists, depth)
+    return _finish(_rrf_totals(ranked, _weights(len(ranked), weights), rrf_k), ranked, top_k)
 
 
 def weighted_sum(lists: Sequence[Sequence[Hit]], *, normalisation: Normalisation = "minmax",
@@ -189,30 +213,26 @@ def weighted_sum(lists: Sequence[Sequence[Hit]], *, normalisation: Normalisation
     ``score(d) = sum_i w_i * norm_i(d)``, where ``norm_i(d)`` is ``d``'s score in list i
     normalised over that list's first ``depth`` hits, or the list's floor when ``d`` is
     missing from it (0 for min-max, the list's minimum for z-score and L2)."""
-    if normalisation not in ("minmax", "zscore", "l2"):
-        raise ConfigError(f"normalisation={normalisation!r}: allowed values are minmax, zscore, l2")
-    ranked = _ranked(lists, depth)
-    w = _weights(len(ranked), weights)
-    tables, floors = [], []
-    for hits in ranked:
-        normed = normalize([h.score for h in hits], normalisation)
-        tables.append({h.id: n for h, n in zip(hits, normed)})
-        floors.append(_floor(normed, normalisation))
-    ids = {h.id for hits in ranked for h in hits}  # _finish orders them (score, then id)
-    totals = {doc_id: sum(weight * table.get(doc_id, floor) for weight, table, floor in zip(w, tables, floors))
-              for doc_id in ids}
-    return _finish(totals, ranked, top_k)
+    ranked = _as_ranked(lists, depth)
+    return _finish(_weighted_totals(ranked, normalisation, _weights(len(ranked), weights)), ranked, top_k)
 
 
 def fuse(first: Sequence[Hit], second: Sequence[Hit], *, fusion: FusionMethod = "rrf", alpha: float = 0.5,
          rrf_k: int = RRF_K, depth: int | None = None, top_k: int | None = None) -> list[Fused]:
     """Fuse two ranked lists (BM25 first, kNN second) with weights ``(1 - alpha, alpha)``."""
+    return fuse_ranked(*_as_ranked([first, second], depth), fusion=fusion, alpha=alpha, rrf_k=rrf_k, top_k=top_k)
+
+
+def fuse_ranked(first: RankedIds, second: RankedIds, *, fusion: FusionMethod = "rrf", alpha: float = 0.5,
+                rrf_k: int = RRF_K, top_k: int | None = None) -> list[Fused]:
+    """``fuse`` of two lists given as ``(ids, scores)``, best first, each id once and each
+    list already cut to its depth: the embedded index hands its lists this way, without
+    building a ``Hit`` per document (``LocalIndex.fused_page``)."""
     check_fusion(fusion)
     alpha = check_alpha(alpha)
-    weights = (1.0 - alpha, alpha)
-    if fusion == "rrf":
-        return rrf([first, second], rrf_k=rrf_k, weights=weights, depth=depth, top_k=top_k)
-    return weighted_sum([first, second], normalisation=fusion, weights=weights, depth=depth, top_k=top_k)
+    weights, ranked = (1.0 - alpha, alpha), [first, second]
+    totals = _rrf_totals(ranked, weights, rrf_k) if fusion == "rrf" else _weighted_totals(ranked, fusion, weights)
+    return _finish(totals, ranked, top_k)
 
 
 def check_fusion_defaults(defaults: object, where: str) -> dict:

@@ -33,8 +33,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from hybrid_qpr.backends.base import Backend, batches_lists, runs_in_engine
-from hybrid_qpr.types import Filters, Hit, built
+from hybrid_qpr.backends.base import Backend, batches_lists, fuses_pages, runs_in_engine
+from hybrid_qpr.types import Document, Filters, Hit, built
 from hybrid_qpr import fusion as fusion_lib
 from hybrid_qpr.errors import ConfigError
 
@@ -90,6 +90,12 @@ class Candidates:
 
     bm25: list[Hit]
     knn: list[Hit]
+
+
+def _ranked_score(score: float | None, rank: int | None) -> RankedScore | None:
+    """A fused result's score and rank in one list (``None`` where it was not in that list),
+    built without the frozen dataclass's ``__init__`` (``types.built``): a page needs two per result."""
+    return None if rank is None else built(RankedScore, score=score, rank=rank)
 
 
 def _ranked(hits: Sequence[Hit]) -> dict[str, RankedScore]:
@@ -204,11 +210,18 @@ class HybridSearcher:
         if vector is None:  # encoded beside the BM25 list where the backend can, else first
             vector = (lambda: self.encoder.encode([query])[0]) if self.backend.capabilities.vector_beside_bm25 \
                 else self.encoder.encode([query])[0]
+        if fuses_pages(self.backend):  # the same fusion, with no Hit per listed document
+            page, docs = self.backend.fused_page(query, vector, depth, filters, fusion=fusion, alpha=alpha,
+                                                 rrf_k=fusion_lib.RRF_K, top_k=need)
+            return self._page(page[offset:need], docs)
         cands = self.candidates(query, vector, depth, filters)
-        fused = self.fuse(cands, fusion=fusion, alpha=alpha, depth=depth, top_k=need)[offset:need]
-        return self._results([(f.id, f.score, None if f.ranks[0] is None else RankedScore(f.scores[0], f.ranks[0]),
-                               None if f.ranks[1] is None else RankedScore(f.scores[1], f.ranks[1])) for f in fused],
-                             cands.bm25 + cands.knn)
+        page = self.fuse(cands, fusion=fusion, alpha=alpha, depth=depth, top_k=need)[offset:need]
+        return self._page(page, {hit.id: hit.document for hit in cands.bm25 + cands.knn if hit.document is not None})
+
+    def _page(self, page: list[fusion_lib.Fused], docs: dict[str, Document]) -> list[SearchResult]:
+        """Fused results as search results, each with its score and rank in both lists."""
+        return self._results([(f.id, f.score, _ranked_score(f.scores[0], f.ranks[0]), _ranked_score(f.scores[1], f.ranks[1]))
+                              for f in page], docs=docs)
 
     def fusion_depth(self, depth: int | None, need: int) -> int:
         """Candidates per list: explicit ``depth``, else the tuned one, else ``DEFAULT_DEPTH``;
@@ -246,10 +259,10 @@ class HybridSearcher:
         return [(doc_id, score, bm25.get(doc_id), RankedScore(score, rank)) for rank, (doc_id, score) in enumerate(order, 1)]
 
     def _results(self, rows: list[tuple[str, float, RankedScore | None, RankedScore | None]],
-                 hits: Iterable[Hit] = ()) -> list[SearchResult]:
-        """``rows`` as results with text and metadata: taken from ``hits`` that carry their
-        document (cluster searches), the others fetched in one ``documents`` call."""
-        docs = {h.id: h.document for h in hits if h.document is not None}
+                 hits: Iterable[Hit] = (), docs: dict[str, Document] | None = None) -> list[SearchResult]:
+        """``rows`` as results with text and metadata: taken from ``docs`` or from ``hits`` that
+        carry their document (cluster searches), the others fetched in one ``documents`` call."""
+        docs = dict(docs) if docs is not None else {h.id: h.document for h in hits if h.document is not None}
         missing = [r[0] for r in rows if r[0] not in docs]
         if missing:
             docs.update(self.backend.documents(missing))

@@ -27,7 +27,7 @@ import numpy as np
 
 from hybrid_qpr.errors import SkippedLine
 from hybrid_qpr.artifacts import ENCODER_FUSION_DEFAULTS
-from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, RERANK_DEPTH, RRF_K
+from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, RERANK_DEPTH, RRF_K, Fused, FusionMethod
 from hybrid_qpr.text.ids import padded_id_problem
 from hybrid_qpr.types import Document, Filters, Hit
 
@@ -47,6 +47,9 @@ class Capabilities:
     * ``knn_search_settings`` - ``KnnSettingsBackend.set_search_settings`` sets this reader's
       kNN speed/recall trade-off (the embedded index's efSearch / nprobe; a cluster index
       keeps the engine's own).
+    * ``fused_page`` - ``PageBackend.fused_page`` fuses its own two lists with
+      ``hybrid_qpr.fusion`` (the searcher's fusion, fed ids and scores) and returns the page
+      with its documents (the embedded index: its lists never become ``Hit`` objects).
     """
 
     batched_bm25_and_knn: bool = False
@@ -54,6 +57,7 @@ class Capabilities:
     server_side_rerank: bool = False
     vector_beside_bm25: bool = False
     knn_search_settings: bool = False
+    fused_page: bool = False
 
 
 def document_problem(doc: Document) -> str | None:
@@ -168,6 +172,16 @@ class ServerSideBackend(Backend, Protocol):
         """BM25 recall of ``depth`` re-ordered by vector similarity, in the engine."""
 
 
+class PageBackend(Backend, Protocol):
+    """A backend whose ``capabilities.fused_page`` is set."""
+
+    def fused_page(self, query: str, vector: np.ndarray | Callable[[], np.ndarray], depth: int,
+                   filters: Filters | None = None, *, fusion: FusionMethod, alpha: float, rrf_k: int,
+                   top_k: int) -> tuple[list[Fused], dict[str, Document]]:
+        """The first ``top_k`` of ``fusion.fuse(*bm25_and_knn(query, vector, depth, filters), ...)``
+        and the documents of those results."""
+
+
 class KnnSettingsBackend(Backend, Protocol):
     """A backend whose ``capabilities.knn_search_settings`` is set."""
 
@@ -184,6 +198,11 @@ def runs_in_engine(backend: Backend, mode: str) -> TypeGuard[ServerSideBackend]:
     """True when ``backend`` runs ``mode`` (hybrid or rerank) inside its engine."""
     caps = backend.capabilities
     return caps.server_side_rerank if mode == "rerank" else caps.server_side_hybrid
+
+
+def fuses_pages(backend: Backend) -> TypeGuard[PageBackend]:
+    """True when ``backend`` fuses a hybrid page itself (its capabilities say so)."""
+    return backend.capabilities.fused_page
 
 
 def takes_knn_settings(backend: Backend) -> TypeGuard[KnnSettingsBackend]:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 from hybrid_qpr.backends.local import LocalIndex, blockmax
+from hybrid_qpr.search import HybridSearcher
 
 QUERIES = ["how do i change my password", "where do i find my invoice invoice", "who can see my avatar ?",
            "delete my bank account", "what is the way to reset my security question", "zzz unknown words"]
@@ -19,8 +20,12 @@ import json, sys
 sys.modules["numba"] = None  # as if numba were not installed
 from hybrid_qpr.backends.local import LocalIndex, blockmax
 index = LocalIndex.open(sys.argv[1])
+from hybrid_qpr.encoders import Encoder
+from hybrid_qpr.search import HybridSearcher
 lists = [[[h.id, h.score] for h in index.bm25(q, d, f)] for q, d, f in json.loads(sys.argv[2])]
-print(json.dumps({"compiled": blockmax.has_compiled_scorer(), "lists": lists}))
+searcher = HybridSearcher(index, Encoder.load(index.model_dir))
+pages = [[r.to_dict() for r in searcher.search(q, mode="hybrid", top_k=8)] for q in json.loads(sys.argv[3])]
+print(json.dumps({"compiled": blockmax.has_compiled_scorer(), "lists": lists, "pages": pages}))
 """
 
 
@@ -33,9 +38,12 @@ def test_numpy_fallback_gives_the_compiled_lists(tmp_path, committed_encoder, qu
     cases = [(q, depth, f) for q in QUERIES for depth in (1, 5, 100) for f in FILTERS]
     compiled = [[[h.id, h.score] for h in index.bm25(q, d, f)] for q, d, f in cases]
     assert sum(map(len, compiled)) > 100
-    done = subprocess.run([sys.executable, "-c", NUMPY_RUN, str(tmp_path / "idx"), json.dumps(cases)],
+    searcher = HybridSearcher(index, committed_encoder)
+    pages = [[r.to_dict() for r in searcher.search(q, mode="hybrid", top_k=8)] for q in QUERIES]
+    done = subprocess.run([sys.executable, "-c", NUMPY_RUN, str(tmp_path / "idx"), json.dumps(cases), json.dumps(QUERIES)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     fallback = json.loads(done.stdout)
     assert fallback["compiled"] is False
     assert fallback["lists"] == compiled  # ids, order and scores (float32 values, exactly)
+    assert fallback["pages"] == json.loads(json.dumps(pages))  # hybrid pages: the BM25 list on the worker alike

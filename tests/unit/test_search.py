@@ -100,3 +100,37 @@ def test_bad_arguments(searcher, kwargs):
 def test_server_side_needs_opensearch(searcher):
     with pytest.raises(ConfigError, match="OpenSearch"):
         searcher.search(QUERY, server_side=True)
+
+
+@pytest.fixture(scope="module")
+def segmented_searcher(tmp_path_factory, committed_encoder, question_bank):
+    """The question bank in three segments, a few documents deleted."""
+    idx = LocalIndex.create(tmp_path_factory.mktemp("segmented") / "idx", committed_encoder)
+    for part in (question_bank[:70], question_bank[70:140], question_bank[140:]):
+        idx.ingest(part, committed_encoder, show_progress=False)
+    idx.delete([doc.id for doc in question_bank[5:200:17]])
+    return HybridSearcher(idx, committed_encoder)
+
+
+@pytest.mark.parametrize("fusion", ["rrf", "minmax", "zscore", "l2"])
+@pytest.mark.parametrize("which", ["searcher", "segmented_searcher"])
+def test_local_fused_page_is_the_fusion_of_the_two_lists(request, which, fusion, held_out_queries):
+    """``LocalIndex.fused_page`` (ids and scores, no Hit objects) gives exactly what
+    ``fusion.fuse`` of ``bm25_and_knn``'s lists gives: ids, scores, ranks, order and documents."""
+    from hybrid_qpr.fusion import fuse
+
+    searcher = request.getfixturevalue(which)
+    backend = searcher.backend
+    assert len(backend.segments) == (1 if which == "searcher" else 3)
+    for query in [QUERY, *held_out_queries[:4]]:
+        vector = searcher.encoder.encode([query])[0]
+        for alpha, depth, top_k, offset, filters in [(0.5, 30, 10, 0, None), (0.3, 12, 5, 5, None),
+                                                     (0.8, 30, 7, 2, {"lang": "de"})]:
+            got = searcher.search(query, mode="hybrid", fusion=fusion, alpha=alpha, depth=depth, top_k=top_k,
+                                  offset=offset, filters=filters)
+            bm25, knn = backend.bm25_and_knn(query, vector, depth, filters)
+            page = fuse(bm25, knn, fusion=fusion, alpha=alpha, depth=depth, top_k=offset + top_k)[offset:]
+            docs = backend.documents([item.id for item in page])
+            want = [(f.id, f.score, f.scores, f.ranks, docs[f.id].text, docs[f.id].metadata) for f in page]
+            assert [(r.id, r.score, (r.bm25 and r.bm25.score, r.knn and r.knn.score),
+                     (r.bm25 and r.bm25.rank, r.knn and r.knn.rank), r.text, r.metadata) for r in got] == want

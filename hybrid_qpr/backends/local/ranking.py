@@ -10,7 +10,6 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from itertools import repeat
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -56,16 +55,18 @@ def best_rows(scores: np.ndarray, rows: np.ndarray, depth: int) -> tuple[np.ndar
     return scores, rows
 
 
-def merge_ranked(found: Sequence[Candidates], depth: int,
-                 located: dict[str, tuple["Segment", int]] | None = None) -> list[Hit]:
-    """Best ``depth`` over every segment's candidates, ties broken by id. Exact: each segment
-    contributes its own best ``depth`` and all ties with them. Ids are read only for the
-    candidates that can still make the list. ``located`` (optional) gets each listed id's
-    segment and row."""
+# A ranked list as the local index keeps it: (-score, id, row, segment), best first.
+Entry = tuple[float, str, int, "Segment"]
+
+
+def ranked_entries(found: Sequence[Candidates], depth: int) -> list[Entry]:
+    """Best ``depth`` over every segment's candidates, ties broken by id, as ``Entry`` tuples.
+    Exact: each segment contributes its own best ``depth`` and all ties with them. Ids are
+    read only for the candidates that can still make the list."""
     if depth <= 0 or not found:
         return []
     cutoff = kth_best(found[0].scores if len(found) == 1 else np.concatenate([c.scores for c in found]), depth)
-    entries: list[tuple[float, str, int, "Segment"]] = []  # (-score, id, row, segment)
+    entries: list[Entry] = []
     for candidates in found:
         scores, rows = candidates.scores, candidates.rows
         if cutoff > -np.inf:  # else every candidate makes the list
@@ -74,13 +75,27 @@ def merge_ranked(found: Sequence[Candidates], depth: int,
         if len(rows):
             entries.extend(zip((-scores.astype(np.float64)).tolist(), candidates.segment.ids_at(rows), rows.tolist(),
                                repeat(candidates.segment)))
-    if not entries:
-        return []
-    entries.sort(key=itemgetter(0, 1))  # score descending, then id (a live id is in one segment only)
-    negated, ids, rows_kept, segments = zip(*entries[:depth])
+    entries.sort()  # score descending, then id (a live id is in one segment only, so rows never compare)
+    del entries[depth:]
+    return entries
+
+
+def entry_hits(entries: Sequence[Entry], located: dict[str, tuple["Segment", int]] | None = None) -> list[Hit]:
+    """``entries`` as ``Hit`` objects; ``located`` (optional) gets each id's segment and row."""
+    hits, new = [], object.__new__
+    for negated, doc_id, _, _ in entries:  # ``Hit.many`` inlined: no lists of ids and scores in between
+        hit = new(Hit)
+        hit.__dict__.update(id=doc_id, score=-negated, document=None)
+        hits.append(hit)
     if located is not None:
-        located.update(zip(ids, zip(segments, rows_kept)))
-    return Hit.many(ids, [-value for value in negated])
+        located.update({doc_id: (segment, row) for _, doc_id, row, segment in entries})
+    return hits
+
+
+def merge_ranked(found: Sequence[Candidates], depth: int,
+                 located: dict[str, tuple["Segment", int]] | None = None) -> list[Hit]:
+    """``ranked_entries`` as hits (``entry_hits``)."""
+    return entry_hits(ranked_entries(found, depth), located)
 
 
 # efSearch of a segment asked for its share k of a multi-segment kNN list: efSearch * (k / full

@@ -1,16 +1,19 @@
 """The read side of ``LocalIndex``: BM25 and kNN lists over the segments, both at once on two
-threads for a hybrid query, and the stored documents of the hits.
+threads for a hybrid query, the fused page of a hybrid query, and the stored documents of the hits.
 
-Every list is merged exactly across segments (``ranking.merge_ranked``, ties broken by id).
-The merge also notes, per thread, which segment row each listed id came from, so fetching the
+Every list is merged exactly across segments (``ranking.ranked_entries``, ties broken by id)
+into ``(-score, id, row, segment)`` entries. ``bm25``, ``knn`` and ``bm25_and_knn`` turn them
+into hits and note, per thread, which segment row each listed id came from, so fetching the
 documents of a result page reads those rows by position (SQLite's rowid) instead of looking
 every id up in every segment: at one million documents in four segments that fetch was a
-sixth of a BM25 query (docs/search.md)."""
+sixth of a BM25 query (docs/search.md). ``fused_page`` hands the entries' ids and scores to
+``fusion.fuse_ranked`` and reads the page's rows directly: a hybrid query builds no ``Hit``
+for the sixty documents of its two lists (docs/search.md, issue 24, eighth session)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
 from typing import Any
 
@@ -19,12 +22,13 @@ import numpy as np
 from hybrid_qpr.backends.local import blockmax
 from hybrid_qpr.backends.local import bm25 as bm25_lib
 from hybrid_qpr.backends.local.matching import matching_rows
-from hybrid_qpr.backends.local.ranking import (Candidates, SegmentQueue, either, faiss_candidates, knn_worker, merge_ranked,
-                                               settled, shared_with_worker)
+from hybrid_qpr.backends.local.ranking import (Candidates, Entry, SegmentQueue, either, entry_hits, faiss_candidates, knn_worker,
+                                               ranked_entries, settled, shared_with_worker)
 from hybrid_qpr.backends.local.segment import Segment
 from hybrid_qpr.backends.local.vectorbase import knn_units
 from hybrid_qpr.distance import prepare_vectors, similarity
 from hybrid_qpr.errors import ModelMismatchError
+from hybrid_qpr.fusion import FusionMethod, Fused, fuse, fuse_ranked
 from hybrid_qpr.text import tokenize
 from hybrid_qpr.types import Document, Filters, Hit, built
 
@@ -84,8 +88,9 @@ class IndexReading:
 
     def bm25(self, query: str, depth: int, filters: Filters | None = None) -> list[Hit]:
         """Top ``depth`` documents with a positive BM25 score, filters applied before ranking."""
-        depth = self._bounded(depth)
-        allowed = self.matching(filters)
+        return entry_hits(self._bm25_entries(query, self._bounded(depth), self.matching(filters)), self._located())
+
+    def _bm25_entries(self, query: str, depth: int, allowed: list[np.ndarray] | None) -> list[Entry]:
         if not self.segments:
             return []
         if self._compiled_bm25():
@@ -96,7 +101,7 @@ class IndexReading:
         for i, (seg, scores) in enumerate(zip(self.segments, self._bm25_scores(tokenize(query)))):
             rows = np.flatnonzero(scores > 0) if allowed is None else allowed[i][scores[allowed[i]] > 0]
             found.append(Candidates.best(seg, scores[rows], rows, depth))
-        return merge_ranked(found, depth, self._located())
+        return ranked_entries(found, depth)
 
     def _compiled_bm25(self) -> bool:
         return self.bm25_impl == "builtin" and blockmax.has_compiled_scorer()
@@ -126,8 +131,8 @@ class IndexReading:
                 known[token] = cache[token] = found.get(token)  # None: in no live document
         return {token: value for token, value in known.items() if value is not None}
 
-    def _bm25_merged(self, best: list, depth: int) -> list[Hit]:
-        return merge_ranked([Candidates(seg, *found) for seg, found in zip(self.segments, best)], depth, self._located())
+    def _bm25_merged(self, best: list, depth: int) -> list[Entry]:
+        return ranked_entries([Candidates(seg, *found) for seg, found in zip(self.segments, best)], depth)
 
     def knn(self, vector: np.ndarray, depth: int, filters: Filters | None = None) -> list[Hit]:
         """Top ``depth`` by similarity: FAISS per segment without filters; exact over the
@@ -138,13 +143,13 @@ class IndexReading:
         if allowed is None:
             units = knn_units(self.segments, self.base)
             found = faiss_candidates(units, query, depth, SegmentQueue(units), self.distance)
-            return merge_ranked(settled(found, query, depth, self.distance), depth, self._located())
+            return entry_hits(ranked_entries(settled(found, query, depth, self.distance), depth), self._located())
         found = []
         for seg, rows in zip(self.segments, allowed):
             if len(rows):
                 scores = similarity(query, np.asarray(seg.vectors[rows]), self.distance)[0]
                 found.append(Candidates.best(seg, scores, rows, depth))
-        return merge_ranked(found, depth, self._located())
+        return entry_hits(ranked_entries(found, depth), self._located())
 
     def _knn_query(self, vector: np.ndarray) -> np.ndarray:
         query = prepare_vectors(np.asarray(vector, dtype=np.float32).reshape(1, -1), self.distance)
@@ -154,47 +159,84 @@ class IndexReading:
 
     def bm25_and_knn(self, query: str, vector: np.ndarray | Callable[[], np.ndarray], depth: int,
                      filters: Filters | None = None) -> tuple[list[Hit], list[Hit]]:
-        """``bm25`` and ``knn`` at once: the BM25 list on the worker thread while this thread
-        encodes the query (``vector`` may be a function that returns it) and searches the
-        vectors. FAISS, the compiled BM25 scorer and onnxruntime release the GIL, so on two
-        cores a hybrid query costs about the slower half instead of their sum. The kNN half
-        stays here because it starts with the encoding: the worker wakes up a tenth of a
-        millisecond after it is asked (measured), which BM25 can better afford. Each thread then
-        takes what the other has not started: this one BM25 segments, the worker FAISS searches
-        (several segments without a vector base)."""
+        """``bm25`` and ``knn`` at once (``_both_lists``); ``vector`` may be a function that
+        returns it, called while the BM25 list is scored."""
         vector_of = vector if callable(vector) else (lambda: vector)
         depth = self._bounded(depth)
         if not self.segments or depth == 0:
             return [], []
         if filters:  # filtered lists are exact scans over the matching rows: no FAISS call to overlap
             return self.bm25(query, depth, filters), self.knn(vector_of(), depth, filters)
+        located = self._located()
+        return tuple(entry_hits(entries, located) for entries in self._both_lists(query, vector_of, depth))  # type: ignore[return-value]
+
+    def fused_page(self, query: str, vector: np.ndarray | Callable[[], np.ndarray], depth: int,
+                   filters: Filters | None = None, *, fusion: FusionMethod, alpha: float, rrf_k: int,
+                   top_k: int) -> tuple[list[Fused], dict[str, Document]]:
+        """The first ``top_k`` of ``fusion.fuse`` over ``bm25_and_knn``'s lists, with their
+        documents: the same fusion as the searcher's, fed the lists as ids and scores (no
+        ``Hit`` per listed document) and the page's documents read by segment row."""
+        if filters:
+            bm25_hits, knn_hits = self.bm25_and_knn(query, vector, depth, filters)
+            fused = fuse(bm25_hits, knn_hits, fusion=fusion, alpha=alpha, rrf_k=rrf_k, depth=depth, top_k=top_k)
+            return fused, self.documents([item.id for item in fused])
+        vector_of = vector if callable(vector) else (lambda: vector)
+        depth = self._bounded(depth)
+        if not self.segments or depth == 0:
+            return [], {}
+        lists = self._both_lists(query, vector_of, depth)
+        fused = fuse_ranked(*[([e[1] for e in entries], [-e[0] for e in entries]) for entries in lists],
+                            fusion=fusion, alpha=alpha, rrf_k=rrf_k, top_k=top_k)
+        place = {doc_id: (segment, row) for entries in lists for _, doc_id, row, segment in entries}
+        return fused, self._documents_at([place[item.id] for item in fused])
+
+    def _both_lists(self, query: str, vector_of: Callable[[], np.ndarray], depth: int) -> tuple[list[Entry], list[Entry]]:
+        """The unfiltered BM25 and kNN lists (``depth`` >= 1) on two threads: the BM25 list on
+        the worker while this thread encodes the query and searches the vectors. FAISS, the
+        compiled BM25 scorer and onnxruntime release the GIL, so on two cores a hybrid query
+        costs about the slower half instead of their sum. The kNN half stays here because it
+        starts with the encoding: the worker wakes up a tenth of a millisecond after it is
+        asked (measured), which BM25 can better afford; the worker also reads the query's
+        tokens and idfs, so the encoding starts at once. With one graph to search (a vector
+        base, or one segment) this thread merges the kNN list while the worker may still be
+        scoring; with several, each thread takes what the other has not started: this one
+        BM25 segments, the worker graphs."""
         units = knn_units(self.segments, self.base)
         vector_units = SegmentQueue(units)
+        several_graphs = len(units) > 1
         ready: list[np.ndarray] = []  # the prepared query vector, once this thread has it
         if self._compiled_bm25():
-            score, segment_numbers = self._bm25_scorer(query, depth, None), SegmentQueue(range(len(self.segments)))
-            bm25_part = lambda: score(segment_numbers.take)  # noqa: E731
+            segment_numbers = SegmentQueue(range(len(self.segments)))
+            # one scorer for both threads when both may score; else the worker makes its own
+            shared = self._bm25_scorer(query, depth, None) if len(self.segments) > 1 else None
+            bm25_part = lambda: (shared or self._bm25_scorer(query, depth, None))(segment_numbers.take)  # noqa: E731
         else:  # the NumPy or reference scorer: the whole list on the worker
-            score, bm25_part = None, lambda: self.bm25(query, depth)
+            shared, bm25_part = None, lambda: self._bm25_entries(query, depth, None)
 
         def bm25_half() -> tuple[list, list[Candidates]]:
             rows = bm25_part()
-            return rows, (faiss_candidates(units, ready[0], depth, vector_units, self.distance) if ready else [])
+            if shared is None and self._compiled_bm25():  # every segment scored here: merge before this thread waits
+                rows = self._bm25_merged(rows, depth)
+            helps = ready and several_graphs  # one graph: this thread has it
+            return rows, (faiss_candidates(units, ready[0], depth, vector_units, self.distance) if helps else [])
 
         pending = knn_worker().submit(bm25_half)
         mine: list = []
+        knn_list = None
         try:
             ready.append(self._knn_query(vector_of()))
             found = faiss_candidates(units, ready[0], depth, vector_units, self.distance)
-            if score is not None:
-                mine = score(segment_numbers.take)
+            if not several_graphs:  # the whole kNN list is here: merge it while the worker scores
+                knn_list = ranked_entries(settled(found, ready[0], depth, self.distance), depth)
+            if shared is not None:
+                mine = shared(segment_numbers.take)
         finally:
             theirs, helped = pending.result()
-        if score is None:
-            bm25_hits = theirs
-        else:
-            bm25_hits = self._bm25_merged(either(mine, theirs), depth)
-        return bm25_hits, merge_ranked(settled(found + helped, ready[0], depth, self.distance), depth, self._located())
+        if knn_list is None:
+            knn_list = ranked_entries(settled(found + helped, ready[0], depth, self.distance), depth)
+        if shared is None:  # the worker's list is whole
+            return theirs, knn_list
+        return self._bm25_merged(either(mine, theirs), depth), knn_list
 
     def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
         """Exact similarity of ``vector`` to the stored vectors of ``ids`` (MSEM rerank)."""
@@ -213,14 +255,24 @@ class IndexReading:
         segment row, the others looked up by id in every segment."""
         wanted = list(dict.fromkeys(ids))
         located, current = self._located(), {id(seg): seg for seg in self.segments}
+        places = [place for place in map(located.get, wanted)
+                  if place is not None and current.get(id(place[0])) is place[0]]  # still this snapshot's segment
+        found = self._documents_at(places)
+        rest = [doc_id for doc_id in wanted if doc_id not in found]
+        if rest:
+            found.update(_documents(row for seg in self.segments for row in seg.lookup(rest, "id, text, metadata")))
+        return found
+
+    @staticmethod
+    def _documents_at(places: Sequence[tuple[Segment, int]]) -> dict[str, Document]:
+        """The live documents at ``places`` (segment, row), read by row."""
         by_row: dict[Segment, list[int]] = {}
-        for doc_id in wanted:
-            seg, row = located.get(doc_id, (None, 0))
-            if seg is not None and current.get(id(seg)) is seg:  # still this snapshot's segment
-                by_row.setdefault(seg, []).append(row)
-        found = [row for seg, rows in by_row.items() for row in seg.rows_at(rows, "id, text, metadata")]
-        read = {row[0] for row in found}
-        rest = [doc_id for doc_id in wanted if doc_id not in read]
-        found += [row for seg in (self.segments if rest else ()) for row in seg.lookup(rest, "id, text, metadata")]
-        return {doc_id: built(Document, id=doc_id, text=text, metadata=json.loads(metadata) if metadata and metadata != "{}" else {})
-                for doc_id, text, metadata in found}
+        for seg, row in places:
+            by_row.setdefault(seg, []).append(row)
+        return _documents(row for seg, rows in by_row.items() for row in seg.rows_at(rows, "id, text, metadata"))
+
+
+def _documents(rows: Iterable[tuple[str, str, str]]) -> dict[str, Document]:
+    """``Document`` per stored ``(id, text, metadata JSON)`` row."""
+    return {doc_id: built(Document, id=doc_id, text=text, metadata=json.loads(metadata) if metadata and metadata != "{}" else {})
+            for doc_id, text, metadata in rows}
