@@ -345,7 +345,7 @@ def test_bm25_list_is_scored_on_the_worker_while_the_query_is_encoded(index, com
             return vec
 
         assert index.bm25_and_knn(query, vector_of, 20) == index.bm25_and_knn(query, vec, 20)
-        assert threads == [threading.current_thread().name] and scored_on[0].startswith("hybrid-qpr-knn")
+        assert threads == [threading.current_thread().name] and scored_on[0].startswith("hybrid-qpr-query")
         assert searcher.search(query, mode="hybrid") == searcher.search(query, mode="hybrid", vector=vec)
     assert index.bm25_and_knn("delete my account", vector_of, 5, {"topic": "password"}) == \
         (index.bm25("delete my account", 5, {"topic": "password"}), index.knn(vec, 5, {"topic": "password"}))

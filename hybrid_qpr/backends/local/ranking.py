@@ -8,13 +8,13 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from hybrid_qpr.backends.local.vectors import one_thread
+from hybrid_qpr.backends.local.worker import query_worker
 from hybrid_qpr.distance import Distance, score_from_faiss
 from hybrid_qpr.errors import require
 from hybrid_qpr.types import Hit
@@ -131,7 +131,7 @@ def shared_with_worker(score: Callable[[Callable[[], Any]], list], count: int, s
     large index). ``score`` returns one entry per item, ``None`` for the items it did not take;
     the two lists are merged (``either``)."""
     queue = SegmentQueue(range(count))
-    helper = knn_worker().submit(score, queue.take) if share else None
+    helper = query_worker().submit(score, queue.take) if share else None
     mine = score(queue.take)
     if helper is not None and not helper.cancel():  # cancelled: it never started, so took nothing
         mine = either(mine, helper.result())
@@ -141,19 +141,6 @@ def shared_with_worker(score: Callable[[Callable[[], Any]], list], count: int, s
 def either(mine: list, theirs: list) -> list:
     """Two threads' entries for the same items, each ``None`` where the other thread took the item."""
     return [own if own is not None else other for own, other in zip(mine, theirs)]
-
-
-_KNN_WORKER: list[ThreadPoolExecutor] = []
-_KNN_WORKER_LOCK = threading.Lock()
-
-
-def knn_worker() -> ThreadPoolExecutor:
-    """The process's one thread for ``bm25_and_knn``'s kNN half (started on first use, once
-    even when reader threads ask at the same moment)."""
-    with _KNN_WORKER_LOCK:
-        if not _KNN_WORKER:
-            _KNN_WORKER.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="hybrid-qpr-knn"))
-    return _KNN_WORKER[0]
 
 
 def faiss_candidates(segments: Sequence["Segment"], query: np.ndarray, depth: int, queue: SegmentQueue,

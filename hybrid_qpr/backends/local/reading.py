@@ -22,10 +22,11 @@ import numpy as np
 from hybrid_qpr.backends.local import blockmax
 from hybrid_qpr.backends.local import bm25 as bm25_lib
 from hybrid_qpr.backends.local.matching import matching_rows
-from hybrid_qpr.backends.local.ranking import (Candidates, Entry, SegmentQueue, either, entry_hits, faiss_candidates, knn_worker,
+from hybrid_qpr.backends.local.ranking import (Candidates, Entry, SegmentQueue, either, entry_hits, faiss_candidates,
                                                ranked_entries, settled, shared_with_worker)
 from hybrid_qpr.backends.local.segment import Segment
 from hybrid_qpr.backends.local.vectorbase import knn_units
+from hybrid_qpr.backends.local.worker import query_worker
 from hybrid_qpr.distance import prepare_vectors, similarity
 from hybrid_qpr.errors import ModelMismatchError
 from hybrid_qpr.fusion import FusionMethod, Fused, fuse, fuse_ranked
@@ -220,7 +221,7 @@ class IndexReading:
             helps = ready and several_graphs  # one graph: this thread has it
             return rows, (faiss_candidates(units, ready[0], depth, vector_units, self.distance) if helps else [])
 
-        pending = knn_worker().submit(bm25_half)
+        pending = query_worker().submit(bm25_half)
         mine: list = []
         knn_list = None
         try:
