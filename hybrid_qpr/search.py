@@ -93,8 +93,8 @@ class Candidates:
 
 
 def _ranked_score(score: float | None, rank: int | None) -> RankedScore | None:
-    """A fused result's score and rank in one list (``None`` where it was not in that list),
-    built without the frozen dataclass's ``__init__`` (``types.built``): a page needs two per result."""
+    """A result's score and rank in one list (``None`` where it was not in that list), built
+    without the frozen dataclass's ``__init__`` (``types.built``): a hybrid page needs two per result."""
     return None if rank is None else built(RankedScore, score=score, rank=rank)
 
 
@@ -190,7 +190,7 @@ class HybridSearcher:
             return self._server_side(query, mode, need, offset, fusion, alpha, filters, depth, rerank_depth, vector)
         if mode == "bm25":
             hits = self.backend.bm25(query, need, filters)[offset:need]
-            return self._results([(h.id, h.score, RankedScore(h.score, offset + i + 1), None) for i, h in enumerate(hits)],
+            return self._results([(h.id, h.score, _ranked_score(h.score, offset + i + 1), None) for i, h in enumerate(hits)],
                                  hits)
         if mode == "hybrid":
             return self._hybrid(query, need, offset, fusion, alpha, filters, depth, vector)
@@ -198,7 +198,7 @@ class HybridSearcher:
             vector = self.encoder.encode([query])[0]
         if mode == "knn":
             hits = self.backend.knn(vector, need, filters)[offset:need]
-            return self._results([(h.id, h.score, None, RankedScore(h.score, offset + i + 1)) for i, h in enumerate(hits)],
+            return self._results([(h.id, h.score, None, _ranked_score(h.score, offset + i + 1)) for i, h in enumerate(hits)],
                                  hits)
         recalled = self.backend.bm25(query, max(rerank_depth, need), filters)  # rerank
         return self._results(self._rerank(recalled, vector)[offset:need], recalled)

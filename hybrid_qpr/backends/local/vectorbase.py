@@ -201,6 +201,8 @@ class VectorBase:
             raw, hits = graph.search(query, k, params=params)
         valid = hits[0] >= 0
         nodes, scores = hits[0][valid].astype(np.int64), score_from_faiss(raw[0][valid], distance)
+        if len(self.segments) == 1:  # nodes are that segment's rows
+            return [Candidates(self.segments[0], scores, nodes)]
         owner = np.searchsorted(self.starts, nodes, side="right") - 1
         out = []
         for part in np.unique(owner):
