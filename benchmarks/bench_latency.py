@@ -7,6 +7,12 @@ list apart from the others (``bench_scale.mode_queries``: no search finds the sa
 caches warm from another mode). Each run is appended to ``--out`` under its
 ``--label``, with the commit of the ``hybrid_qpr`` it imported and the load average.
 
+``--preload`` reads each index's files once just before its queries, as a server that has
+been answering queries holds them in the page cache. Without it, the first process to
+measure an index after a while pays for reading it from disk: this machine pages out file
+pages left unread for about a minute (DAMON ``pageout``), so the second of two indexes, or an
+index measured after a larger one, may start cold (docs/search.md, eighth session).
+
 To compare two commits, run this script from one checkout with ``PYTHONPATH`` pointing at
 each package in turn, alternating, on an idle machine, and compare the medians of the runs::
 
@@ -39,6 +45,16 @@ def package_commit() -> str | None:
     return done.stdout.strip() or None
 
 
+def preload(index: Path) -> int:
+    """Read every file under ``index`` once (into the page cache); the bytes read."""
+    total = 0
+    for path in sorted(p for p in index.rglob("*") if p.is_file()):
+        with open(path, "rb") as handle:
+            while chunk := handle.read(1 << 24):
+                total += len(chunk)
+    return total
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("indexes", type=Path, nargs="+", help="local index directories")
@@ -46,13 +62,17 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=300, help="queries per mode (seeded sample)")
     parser.add_argument("--label", default="", help="name of this run in --out (e.g. the commit)")
     parser.add_argument("--out", type=Path, required=True, help="JSON file the run is appended to")
+    parser.add_argument("--preload", action="store_true", help="read each index's files just before measuring it")
     args = parser.parse_args()
 
     queries = read_queries(args.queries, args.n, seed=0)
     runs = json.loads(args.out.read_text(encoding="utf-8"))["runs"] if args.out.exists() else []
-    run = {"label": args.label, "commit": package_commit(), "command": command_line(), "indexes": {}}
+    run = {"label": args.label, "commit": package_commit(), "command": command_line(), "preload": args.preload,
+           "indexes": {}}
     before = os.getloadavg()
     for index in args.indexes:
+        if args.preload:
+            print(f"{index}: read {preload(index) / 1e6:,.0f} MB into the page cache", flush=True)
         latency = query_latency(index, queries)
         run["indexes"][index.name] = latency
         print(f"{args.label} {index}: " + " | ".join(

@@ -185,11 +185,13 @@ class IndexReading:
         depth = self._bounded(depth)
         if not self.segments or depth == 0:
             return [], {}
-        lists = self._both_lists(query, vector_of, depth)
-        fused = fuse_ranked(*[([e[1] for e in entries], [-e[0] for e in entries]) for entries in lists],
+        bm25_list, knn_list = self._both_lists(query, vector_of, depth)
+        fused = fuse_ranked(([e[1] for e in bm25_list], [-e[0] for e in bm25_list]),
+                            ([e[1] for e in knn_list], [-e[0] for e in knn_list]),
                             fusion=fusion, alpha=alpha, rrf_k=rrf_k, top_k=top_k)
-        place = {doc_id: (segment, row) for entries in lists for _, doc_id, row, segment in entries}
-        return fused, self._documents_at([place[item.id] for item in fused])
+        # each result's entry, by its rank in a list it is in: (-score, id, row, segment)
+        entries = [bm25_list[item.ranks[0] - 1] if item.ranks[0] else knn_list[item.ranks[1] - 1] for item in fused]
+        return fused, self._documents_at([(entry[3], entry[2]) for entry in entries])
 
     def _both_lists(self, query: str, vector_of: Callable[[], np.ndarray], depth: int) -> tuple[list[Entry], list[Entry]]:
         """The unfiltered BM25 and kNN lists (``depth`` >= 1) on two threads: the BM25 list on
