@@ -7,6 +7,11 @@ list apart from the others (``bench_scale.mode_queries``: no search finds the sa
 caches warm from another mode). Each run is appended to ``--out`` under its
 ``--label``, with the commit of the ``hybrid_qpr`` it imported and the load average.
 
+``--warmup N --warmup-queries FILE`` first searches N other queries from FILE (none of the
+measured ones) in every mode, as a process that has answered queries before: the first pass
+over new queries pays for idfs not yet cached and first touches of the index's pages (124k:
+hybrid p50 0.641 ms on a first pass, 0.590 on a second; docs/search.md, eighth session).
+
 ``--preload`` reads each index's files once just before its queries, as a server that has
 been answering queries holds them in the page cache. Without it, the first process to
 measure an index after a while pays for reading it from disk: this machine pages out file
@@ -63,17 +68,24 @@ def main() -> None:
     parser.add_argument("--label", default="", help="name of this run in --out (e.g. the commit)")
     parser.add_argument("--out", type=Path, required=True, help="JSON file the run is appended to")
     parser.add_argument("--preload", action="store_true", help="read each index's files just before measuring it")
+    parser.add_argument("--warmup", type=int, default=0, help="other queries searched in every mode before measuring")
+    parser.add_argument("--warmup-queries", type=Path, help="where the --warmup queries come from (JSONL or one a line)")
     args = parser.parse_args()
+    if args.warmup and args.warmup_queries is None:
+        parser.error("--warmup needs --warmup-queries FILE")
 
     queries = read_queries(args.queries, args.n, seed=0)
+    measured = set(queries)
+    warmup = [] if not args.warmup else [
+        q for q in read_queries(args.warmup_queries, args.warmup + len(queries), seed=1) if q not in measured][:args.warmup]
     runs = json.loads(args.out.read_text(encoding="utf-8"))["runs"] if args.out.exists() else []
     run = {"label": args.label, "commit": package_commit(), "command": command_line(), "preload": args.preload,
-           "indexes": {}}
+           "warmup": len(warmup), "indexes": {}}
     before = os.getloadavg()
     for index in args.indexes:
         if args.preload:
             print(f"{index}: read {preload(index) / 1e6:,.0f} MB into the page cache", flush=True)
-        latency = query_latency(index, queries)
+        latency = query_latency(index, queries, warmup)
         run["indexes"][index.name] = latency
         print(f"{args.label} {index}: " + " | ".join(
             f"{m} p50 {latency[m]['p50_ms']:.3f} p99 {latency[m]['p99_ms']:.3f} ms" for m in MODES), flush=True)

@@ -33,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from _common import command_line, read_queries
@@ -98,11 +99,16 @@ def mode_queries(queries: list[str], i: int) -> list[tuple[str, str]]:
     return [(mode, queries[(i + MODES.index(mode) * len(queries) // 3) % len(queries)]) for mode in order]
 
 
-def query_latency(index_dir: Path, queries: list[str]) -> dict:
+def query_latency(index_dir: Path, queries: list[str], warmup: Sequence[str] = ()) -> dict:
+    """p50/p99 per mode of ``queries`` (``mode_queries``), after one search per mode (the
+    vocabularies, FAISS parts and compiled kernels load on first use) and, with ``warmup``,
+    those other queries searched in every mode first: a process that has answered queries
+    before, as a server has (its idf cache and its first touches of the index's pages)."""
     index = LocalIndex.open(index_dir)
     searcher = HybridSearcher(index, Encoder.load(index.model_dir))
-    for mode in MODES:  # warm-up: vocabularies, FAISS parts and compiled kernels load on first use
-        searcher.search(queries[0], mode=mode, top_k=10)
+    for query in [queries[0], *warmup]:
+        for mode in MODES:
+            searcher.search(query, mode=mode, top_k=10)
     settle_huge_pages()
     times: dict[str, list[float]] = {mode: [] for mode in MODES}
     for i in range(len(queries)):

@@ -148,6 +148,7 @@ class VectorBase:
         # FAISS reads bit i of the bitmap as (bitmap[i >> 3] >> (i & 7)) & 1; None: every node is live
         self._bitmap = None if self.live == len(live) else np.packbits(live, bitorder="little")
         self._selector = None
+        self._parameters: dict[int, Any] = {}  # efSearch -> FAISS search parameters (_search_parameters)
         if self._bitmap is not None:  # keeps a pointer into ``_bitmap``, which lives as long as it
             faiss = require("faiss", feature="the local index")
             self._selector = faiss.IDSelectorBitmap(len(self._bitmap), faiss.swig_ptr(self._bitmap))
@@ -191,12 +192,8 @@ class VectorBase:
         k = min(depth, self.live)
         if k <= 0:
             return []
-        faiss = require("faiss", feature="the local index")
         graph = self.graph()
-        params = faiss.SearchParametersHNSW()
-        params.efSearch = max(k, self.ef_search)
-        if self._selector is not None:
-            params.sel = self._selector
+        params = self._search_parameters(max(k, self.ef_search))
         with one_thread():
             raw, hits = graph.search(query, k, params=params)
         valid = hits[0] >= 0
@@ -209,6 +206,20 @@ class VectorBase:
             mine = owner == part
             out.append(Candidates(self.segments[part], scores[mine], nodes[mine] - self.starts[part]))
         return out
+
+    def _search_parameters(self, ef: int):
+        """FAISS's search parameters for efSearch ``ef`` (and the live-node selector), made once
+        per value: a SWIG object per query cost a few microseconds of a 124k hybrid query's
+        critical path. FAISS only reads them, so reader threads share them."""
+        params = self._parameters.get(ef)
+        if params is None:
+            faiss = require("faiss", feature="the local index")
+            params = faiss.SearchParametersHNSW()
+            params.efSearch = ef
+            if self._selector is not None:
+                params.sel = self._selector
+            self._parameters[ef] = params
+        return params
 
     def close(self) -> None:
         self._graph.close()
