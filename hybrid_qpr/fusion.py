@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from itertools import count
 from typing import Literal
 
-from hybrid_qpr.types import Hit
+from hybrid_qpr.types import Hit, built
 from hybrid_qpr.errors import ConfigError
 
 FusionMethod = Literal["rrf", "minmax", "zscore", "l2"]
@@ -186,12 +186,10 @@ def _finish(totals: dict[str, float], ranked: Sequence[RankedIds], top_k: int | 
         order = sorted([(-score, doc_id) for doc_id, score in totals.items()])
     positions = [dict(zip(ids, zip(count(1), scores))) for ids, scores in ranked]
     missing = (None, None)
-    fused, new = [], object.__new__
+    fused = []
     for negated, doc_id in order:
         ranks, scores = zip(*[where.get(doc_id, missing) for where in positions])
-        item = new(Fused)  # ``built`` inlined: a hybrid query builds a page of these
-        item.__dict__.update(id=doc_id, score=-negated, scores=scores, ranks=ranks)
-        fused.append(item)
+        fused.append(built(Fused, id=doc_id, score=-negated, scores=scores, ranks=ranks))
     return fused
 
 

@@ -94,13 +94,8 @@ class Candidates:
 
 def _ranked_score(score: float | None, rank: int | None) -> RankedScore | None:
     """A result's score and rank in one list (``None`` where it was not in that list), built
-    without the frozen dataclass's ``__init__`` (``types.built``, inlined): a hybrid page
-    needs two per result."""
-    if rank is None:
-        return None
-    item = object.__new__(RankedScore)
-    item.__dict__.update(score=score, rank=rank)
-    return item
+    without the frozen dataclass's ``__init__`` (``types.built``): a hybrid page needs two per result."""
+    return None if rank is None else built(RankedScore, score=score, rank=rank)
 
 
 def _ranked(hits: Sequence[Hit]) -> dict[str, RankedScore]:

@@ -82,14 +82,9 @@ def ranked_entries(found: Sequence[Candidates], depth: int) -> list[Entry]:
 
 def entry_hits(entries: Sequence[Entry], located: dict[str, tuple["Segment", int]] | None = None) -> list[Hit]:
     """``entries`` as ``Hit`` objects; ``located`` (optional) gets each id's segment and row."""
-    hits, new = [], object.__new__
-    for negated, doc_id, _, _ in entries:  # ``Hit.many`` inlined: no lists of ids and scores in between
-        hit = new(Hit)
-        hit.__dict__.update(id=doc_id, score=-negated, document=None)
-        hits.append(hit)
     if located is not None:
         located.update({doc_id: (segment, row) for _, doc_id, row, segment in entries})
-    return hits
+    return Hit.many([entry[1] for entry in entries], [-entry[0] for entry in entries])
 
 
 def merge_ranked(found: Sequence[Candidates], depth: int,
@@ -196,7 +191,7 @@ def settled(found: list[Candidates], query: np.ndarray, depth: int, distance: Di
     (all its scores at or above the ``depth``-th best) replaced by a full search of its
     segment: only then could the segment hold more documents that belong in the list.
     Every answer whole (one vector base, single-segment searches): ``found`` as it is, which
-    ``merge_ranked`` cuts to the list."""
+    ``ranked_entries`` cuts to the list."""
     if all(candidates.complete for candidates in found):
         return found
     cutoff = kth_best(np.concatenate([c.scores for c in found]) if found else np.zeros(0, np.float32), depth)

@@ -162,14 +162,14 @@ class IndexReading:
                      filters: Filters | None = None) -> tuple[list[Hit], list[Hit]]:
         """``bm25`` and ``knn`` at once (``_both_lists``); ``vector`` may be a function that
         returns it, called while the BM25 list is scored."""
-        vector_of = vector if callable(vector) else (lambda: vector)
         depth = self._bounded(depth)
         if not self.segments or depth == 0:
             return [], []
         if filters:  # filtered lists are exact scans over the matching rows: no FAISS call to overlap
-            return self.bm25(query, depth, filters), self.knn(vector_of(), depth, filters)
+            return self.bm25(query, depth, filters), self.knn(vector() if callable(vector) else vector, depth, filters)
         located = self._located()
-        return tuple(entry_hits(entries, located) for entries in self._both_lists(query, vector_of, depth))  # type: ignore[return-value]
+        bm25_list, knn_list = self._both_lists(query, vector, depth)
+        return entry_hits(bm25_list, located), entry_hits(knn_list, located)
 
     def fused_page(self, query: str, vector: np.ndarray | Callable[[], np.ndarray], depth: int,
                    filters: Filters | None = None, *, fusion: FusionMethod, alpha: float, rrf_k: int,
@@ -177,15 +177,14 @@ class IndexReading:
         """The first ``top_k`` of ``fusion.fuse`` over ``bm25_and_knn``'s lists, with their
         documents: the same fusion as the searcher's, fed the lists as ids and scores (no
         ``Hit`` per listed document) and the page's documents read by segment row."""
-        if filters:
-            bm25_hits, knn_hits = self.bm25_and_knn(query, vector, depth, filters)
-            fused = fuse(bm25_hits, knn_hits, fusion=fusion, alpha=alpha, rrf_k=rrf_k, depth=depth, top_k=top_k)
-            return fused, self.documents([item.id for item in fused])
-        vector_of = vector if callable(vector) else (lambda: vector)
         depth = self._bounded(depth)
         if not self.segments or depth == 0:
             return [], {}
-        bm25_list, knn_list = self._both_lists(query, vector_of, depth)
+        if filters:  # filtered lists are exact scans: through bm25_and_knn's hits
+            bm25_hits, knn_hits = self.bm25_and_knn(query, vector, depth, filters)
+            fused = fuse(bm25_hits, knn_hits, fusion=fusion, alpha=alpha, rrf_k=rrf_k, depth=depth, top_k=top_k)
+            return fused, self.documents([item.id for item in fused])
+        bm25_list, knn_list = self._both_lists(query, vector, depth)
         fused = fuse_ranked(([e[1] for e in bm25_list], [-e[0] for e in bm25_list]),
                             ([e[1] for e in knn_list], [-e[0] for e in knn_list]),
                             fusion=fusion, alpha=alpha, rrf_k=rrf_k, top_k=top_k)
@@ -193,7 +192,8 @@ class IndexReading:
         entries = [bm25_list[item.ranks[0] - 1] if item.ranks[0] else knn_list[item.ranks[1] - 1] for item in fused]
         return fused, self._documents_at([(entry[3], entry[2]) for entry in entries])
 
-    def _both_lists(self, query: str, vector_of: Callable[[], np.ndarray], depth: int) -> tuple[list[Entry], list[Entry]]:
+    def _both_lists(self, query: str, vector: np.ndarray | Callable[[], np.ndarray],
+                    depth: int) -> tuple[list[Entry], list[Entry]]:
         """The unfiltered BM25 and kNN lists (``depth`` >= 1) on two threads: the BM25 list on
         the worker while this thread encodes the query and searches the vectors. FAISS, the
         compiled BM25 scorer and onnxruntime release the GIL, so on two cores a hybrid query
@@ -227,7 +227,7 @@ class IndexReading:
         mine: list = []
         knn_list = None
         try:
-            ready.append(self._knn_query(vector_of()))
+            ready.append(self._knn_query(vector() if callable(vector) else vector))
             found = faiss_candidates(units, ready[0], depth, vector_units, self.distance)
             if not several_graphs:  # the whole kNN list is here: merge it while the worker scores
                 knn_list = ranked_entries(settled(found, ready[0], depth, self.distance), depth)
