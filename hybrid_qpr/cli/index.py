@@ -52,7 +52,9 @@ def check(directory) -> None:
 def optimize(directory, model, drop_damaged, wait) -> None:
     """Merge all segments of the index in DIRECTORY into one: deleted documents are purged
     and the FAISS and BM25 parts rebuilt. Also repairs what 'index check' reports as
-    rebuildable (FAISS or BM25 files; vectors, re-encoded with the index's model).
+    rebuildable (FAISS or BM25 files; vectors, re-encoded with the index's model). An index
+    already in one segment whose vector graph was written by an earlier version gets the
+    graph's nodes stored in locality order (seconds, no rebuild; kNN searches 4-9% faster).
 
     \b
     Example:

@@ -13,7 +13,9 @@ import pytest
 from hybrid_qpr.backends.local import LocalIndex, SearchSettings
 from hybrid_qpr.backends.local import vectorbase
 from hybrid_qpr.backends.local.check import check_index
-from hybrid_qpr.errors import IndexDamagedError
+from hybrid_qpr.backends.local.commit import write_manifest
+from hybrid_qpr.backends.local.writer import knn_note
+from hybrid_qpr.errors import ArtifactError, IndexDamagedError
 from hybrid_qpr.types import Document
 
 THRESHOLD = 40  # segments of at least this many documents join the base
@@ -152,3 +154,106 @@ def test_hnsw_and_small_indexes_keep_one_faiss_index_per_segment(tmp_path, commi
         assert idx.manifest["vector_base"] is None and idx.base is None
         assert idx.manifest["segments"][0]["factory"] == factory
     assert np.isfinite(hnsw.knn(committed_encoder.encode(["x"], show_progress=False)[0], 3)[0].score)
+
+
+def test_locality_order_lists_neighbours_together():
+    from hybrid_qpr.backends.local.locality import LEAF, locality_order
+
+    rng = np.random.default_rng(3)
+    blobs = np.repeat(np.arange(40), 100)
+    vectors = (rng.normal(size=(40, 16)) * 10)[blobs] + rng.normal(size=(4000, 16))
+    shuffle = rng.permutation(4000)
+    vectors, blobs = vectors[shuffle].astype(np.float32), blobs[shuffle]
+    order = locality_order(vectors)
+    assert np.array_equal(np.sort(order), np.arange(4000))
+    changes = lambda labels: int((labels[1:] != labels[:-1]).sum())  # noqa: E731
+    assert changes(blobs[order]) < 200 < 3000 < changes(blobs)  # each blob nearly in one run, against ~3,900
+    assert locality_order(vectors[:2 * LEAF - 1]) is None  # one cell: the stored order is kept
+
+
+def test_storing_a_graph_in_order_moves_its_rows_in_place_as_faiss_would_copy_them():
+    import faiss
+
+    from hybrid_qpr.backends.local.locality import store_in_order
+
+    vectors = np.random.default_rng(5).normal(size=(3000, 16)).astype(np.float32)
+    graph = faiss.IndexHNSWFlat(16, 8)
+    graph.add(vectors)
+    order = np.random.default_rng(6).permutation(3000).astype(np.int64)
+    copied = faiss.clone_index(graph)
+    copied.permute_entries(order)
+    store_in_order(graph, order)
+    stored = faiss.rev_swig_ptr(faiss.downcast_index(graph.storage).get_xb(), 3000 * 16).reshape(3000, 16)
+    assert np.array_equal(stored, vectors[order])
+    for ef in (16, 64):
+        graph.hnsw.efSearch = copied.hnsw.efSearch = ef
+        ours, theirs = graph.search(vectors[:300] + 0.01, 10), copied.search(vectors[:300] + 0.01, 10)
+        assert np.array_equal(ours[1], theirs[1]) and np.array_equal(ours[0], theirs[0])
+
+
+def test_a_new_graph_stores_its_nodes_in_locality_order_and_lists_stay_exact(tmp_path, committed_encoder,
+                                                                             question_bank):
+    idx = _index(tmp_path / "idx", committed_encoder)
+    idx.ingest(question_bank[:180], committed_encoder, show_progress=False)
+    exact = LocalIndex.create(tmp_path / "flat", committed_encoder, faiss="flat")
+    exact.ingest(question_bank[:180], committed_encoder, show_progress=False)
+    record = idx.manifest["vector_base"]
+    order = np.load(idx.path / "segments" / record["name"] / "order.npy")
+    assert set(record["files"]) == {"graph.faiss", "order.npy"}
+    assert np.array_equal(np.sort(order), np.arange(180)) and not np.array_equal(order, np.arange(180))
+    assert _lists(idx, committed_encoder) == _lists(exact, committed_encoder)
+    gone = [d.id for d in question_bank[:180:7]]  # tombstones: the live-node bitmap is in the graph's order
+    assert idx.delete(gone) == exact.delete(gone) == len(gone)
+    assert _lists(idx, committed_encoder) == _lists(exact, committed_encoder)
+    idx.ingest(question_bank[180:], committed_encoder, show_progress=False)  # 20 more: a Flat segment
+    more = [Document(f"m{i}", f"question {i} about my password and my avatar") for i in range(THRESHOLD)]
+    idx.ingest(more, committed_encoder, show_progress=False)  # a base segment: added to the graph
+    exact.ingest(question_bank[180:] + more, committed_encoder, show_progress=False)
+    record = idx.manifest["vector_base"]
+    grown = np.load(idx.path / "segments" / record["name"] / "order.npy")
+    assert np.array_equal(grown, np.concatenate([order, np.arange(180, 180 + THRESHOLD)]))
+    assert _lists(idx, committed_encoder) == _lists(exact, committed_encoder)
+    assert check_index(idx.path).problems == []
+    stored = idx.path / "segments" / record["name"] / "order.npy"
+    np.save(stored, grown[::-1].copy())  # same size, other bytes
+    problems = check_index(idx.path).problems
+    assert len(problems) == 1 and "order.npy" in problems[0].what and "CRC32" in problems[0].what
+    lists = _lists(exact, committed_encoder)
+    with pytest.raises(IndexDamagedError, match="order.npy has changed since it was written"):
+        LocalIndex.open(idx.path).knn(committed_encoder.encode(["x"], show_progress=False)[0], 3)
+    idx.close()
+    repaired = LocalIndex.open(idx.path)  # opens: the damage stops searches, not the repair
+    repaired.optimize()
+    assert check_index(idx.path).problems == [] and _lists(repaired, committed_encoder) == lists
+
+
+def test_optimize_stores_an_older_graph_in_locality_order_without_rebuilding_it(tmp_path, committed_encoder,
+                                                                               question_bank, monkeypatch):
+    monkeypatch.setattr(vectorbase, "locality_order", lambda vectors: None)  # a graph as written before the order
+    idx = _index(tmp_path / "idx", committed_encoder)
+    idx.ingest(question_bank, committed_encoder, show_progress=False)
+    monkeypatch.undo()
+    idx.close()
+    manifest = {k: v for k, v in idx.manifest.items() if k != "manifest_crc32"}
+    write_manifest(idx.path, {**manifest, "format_version": 4})  # a later version's index is refused, not misread
+    with pytest.raises(ArtifactError, match="format_version 4 is not supported .this hybrid-qpr reads 2, 3"):
+        LocalIndex.open(idx.path)
+    assert "is not a format 2 or 3" in check_index(idx.path).problems[0].what
+    write_manifest(idx.path, {**manifest, "format_version": 2})  # as the version before the order wrote it
+    idx = LocalIndex.open(idx.path)
+    old = idx.manifest["vector_base"]
+    assert set(old["files"]) == {"graph.faiss"} and vectorbase.unordered(old)
+    assert "index optimize" in knn_note(idx) and "locality order" in knn_note(idx)  # what an ingest tells the user
+    lists = _lists(idx, committed_encoder)
+    segments = idx.manifest["segments"]
+    idx.optimize()
+    new = idx.manifest["vector_base"]
+    assert idx.manifest["segments"] == segments and new["ranges"] == old["ranges"]  # the segment stays as it was
+    assert set(new["files"]) == {"graph.faiss", "order.npy"} and not vectorbase.unordered(new)
+    assert new["files"]["graph.faiss"]["bytes"] == old["files"]["graph.faiss"]["bytes"]  # the same graph, renumbered
+    assert _lists(idx, committed_encoder) == lists and check_index(idx.path).problems == []
+    assert idx.manifest["format_version"] == 3  # which a reader of version 2 refuses
+    assert "locality order" not in knn_note(idx)
+    generation = idx.manifest["generation"]
+    idx.optimize()  # nothing left to do
+    assert idx.manifest["generation"] == generation

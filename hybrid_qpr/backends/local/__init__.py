@@ -8,7 +8,7 @@ its checksum), the writer lock and the cleanup of dead writers' leftovers; ``mer
 size-tiered merge policy; ``bm25.py`` BM25 with
 corpus-wide statistics over per-segment postings; ``blockmax.py`` its compiled top-k (block-max
 MaxScore, exact); ``vectors.py`` the FAISS part; ``vectorbase.py`` the one HNSW graph that the
-large segments of an ``auto`` index share;
+large segments of an ``auto`` index share, ``locality.py`` the order its nodes are stored in;
 ``check.py`` the full verification behind ``hybrid-qpr index check``.
 """
 

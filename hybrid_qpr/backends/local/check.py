@@ -13,10 +13,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hybrid_qpr.backends.local.commit import FORMAT, FORMAT_VERSION, MANIFEST, WriteLock, manifest_problem, referenced
+from hybrid_qpr.backends.local.commit import FORMAT, MANIFEST, READABLE_FORMAT_VERSIONS, WriteLock, manifest_problem, referenced
 from hybrid_qpr.backends.local.storage import access_refusal
 from hybrid_qpr.backends.local.segment import BASE_FACTORY, DOCS_DB, SEGMENTS_DIR, Segment, file_problems, fix_for
-from hybrid_qpr.backends.local.vectorbase import BASE_KEY, GRAPH_FILE, base_fix, base_problems, read_graph
+from hybrid_qpr.backends.local.vectorbase import BASE_KEY, GRAPH_FILE, base_fix, base_problems, read_graph, read_order
 from hybrid_qpr.backends.local.vectors import SearchSettings
 from hybrid_qpr.errors import IndexDamagedError, IndexStorageError
 
@@ -61,8 +61,8 @@ def check_index(path: str | Path) -> CheckReport:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         report.problems.append(Problem(f"{MANIFEST} is not valid JSON ({exc})", REBUILD))
         return report
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
-        report.problems.append(Problem(f"{MANIFEST} is not a format {FORMAT_VERSION} {FORMAT} manifest", REBUILD))
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("format_version") not in READABLE_FORMAT_VERSIONS:
+        report.problems.append(Problem(f"{MANIFEST} is not a format {' or '.join(map(str, READABLE_FORMAT_VERSIONS))} {FORMAT} manifest", REBUILD))
         return report
     problem = manifest_problem(manifest)
     if problem:
@@ -116,13 +116,14 @@ def check_index(path: str | Path) -> CheckReport:
 
 
 def _check_base(path: Path, manifest: dict, report: CheckReport) -> None:
-    """The vector base: its record, file size and CRC32, then its node count and dims."""
+    """The vector base: its record, files' sizes and CRC32s, then its node count and dims and its node order."""
     problems = base_problems(path, manifest, checksums=True)
     record = manifest.get(BASE_KEY)
     if not problems and record:
         try:
             with open(path / SEGMENTS_DIR / record["name"] / GRAPH_FILE, "rb") as handle:
                 read_graph(handle, record, path, int(manifest["model"]["dim"]), sum(int(c) for _, c in record["ranges"]))
+            read_order(path, record)
         except IndexDamagedError as exc:
             problems = [exc.problem]
     report.problems.extend(Problem(problem, base_fix(path)) for problem in problems)

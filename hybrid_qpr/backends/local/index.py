@@ -43,7 +43,7 @@ from hybrid_qpr.backends.local.merge import plan_merge
 from hybrid_qpr.backends.local.reading import IndexReading
 from hybrid_qpr.backends.local.segment import BASE_FACTORY, SEGMENTS_DIR, Segment, file_problems, write_segment
 from hybrid_qpr.backends.local.storage import access_refusal
-from hybrid_qpr.backends.local.vectorbase import BASE_KEY, VectorBase, base_problems, next_base
+from hybrid_qpr.backends.local.vectorbase import BASE_KEY, VectorBase, base_problems, next_base, unordered
 from hybrid_qpr.backends.local.vectors import FAISS_KINDS, FLAT_THRESHOLD, FaissKind, SearchSettings, faiss_factory
 from hybrid_qpr.backends.local.writer import (IngestWriter, LiveRows, check_output_dim, knn_note, read_live_rows,
                                               with_deletions)
@@ -291,14 +291,16 @@ class LocalIndex(IndexReading):
             yield
 
     def commit(self, entries: list[dict[str, Any]], *, fusion: dict[str, Any] | None = None,
-               next_segment: int | None = None) -> None:
+               next_segment: int | None = None, reorder_base: bool = False) -> None:
         """Write the next manifest naming ``entries`` (segments left without live rows are
         dropped); files only the previous commit used are kept one more commit. Called with the
-        write lock held (``ingest``, ``delete``, ``optimize`` and merges take it)."""
+        write lock held (``ingest``, ``delete``, ``optimize`` and merges take it).
+        ``reorder_base``: store a vector base written before the locality order in that order."""
         old = self.manifest
         new = dict(old)
         new["segments"] = [e for e in entries if int(e["count"]) > int(e.get("deleted", 0))]
         new["generation"] = int(old.get("generation", 0)) + 1
+        new["format_version"] = FORMAT_VERSION  # a commit writes what this version reads (commit.py)
         new["count"] = sum(int(e["count"]) - int(e.get("deleted", 0)) for e in new["segments"])
         new["faiss"] = dict(old["faiss"])
         largest = max(new["segments"], key=lambda e: int(e["count"]), default=None)
@@ -307,7 +309,8 @@ class LocalIndex(IndexReading):
             new["fusion"] = fusion
         if next_segment is not None:
             new["next_segment"] = next_segment
-        new[BASE_KEY] = next_base(self.path, old.get(BASE_KEY), new["segments"], self.dim, self.distance, new["generation"])
+        new[BASE_KEY] = next_base(self.path, old.get(BASE_KEY), new["segments"], self.dim, self.distance, new["generation"],
+                                  reorder=reorder_base)
         new["versions"] = _versions()
         new["updated"] = _now()
         now_used = referenced(new)
@@ -418,7 +421,9 @@ class LocalIndex(IndexReading):
         from its documents and vectors; one whose vectors are damaged is re-encoded with
         ``encoder`` (the index's model); one whose documents are unreadable is dropped only
         with ``drop_damaged=True`` (its ids are listed in the result when readable, else its
-        count). Returns ``{"segments_before", "documents", "dropped": [...]}``."""
+        count). One healthy segment is left as it is, its vector base stored in locality
+        order if written before that order was kept (``vectorbase.unordered``). Returns
+        ``{"segments_before", "documents", "dropped": [...]}``."""
         with self._lock.held(wait):
             manifest = read_manifest(self.path)
             remove_unreferenced(self.path, manifest)
@@ -446,6 +451,8 @@ class LocalIndex(IndexReading):
                     with contextlib.suppress(IndexDamagedError):  # repairing: the old commit may not open
                         self._load_segments()  # this reader goes on with the commit that is still there
                     raise self._not_committed("optimize", exc) from exc
+            elif unordered(manifest.get(BASE_KEY)):  # one healthy segment: only its graph's node order to store
+                self.commit(list(manifest["segments"]), reorder_base=True)
             else:
                 self._load_segments()
             return {"segments_before": before, "documents": self.count(), "dropped": dropped}

@@ -22,6 +22,7 @@ from hybrid_qpr.backends.base import IngestReport, document_problem
 from hybrid_qpr.backends.local.segment import (DOCS_DB, SEGMENTS_DIR, VECTORS, Segment, checksum, damaged, fix_for,
                                                write_deletions)
 from hybrid_qpr.backends.local.storage import access_refusal, unreadable
+from hybrid_qpr.backends.local.vectorbase import unordered
 from hybrid_qpr.distance import Distance, prepare_vectors
 from hybrid_qpr.errors import SkippedLine
 from hybrid_qpr.types import Document
@@ -247,7 +248,9 @@ def knn_note(index: "LocalIndex") -> str | None:
         shared = sum(base.owns(seg) for seg in index.segments)
         return (f"kNN: {shared} of {len(index.segments)} segments share one HNSW graph (the vector base, "
                 f"{base.live} live vectors) searched with efSearch {base.ef_search}"
-                + (" (stored)" if stored else ", measured on the graph") + "; the others are searched exactly")
+                + (" (stored)" if stored else ", measured on the graph") + "; the others are searched exactly"
+                + (f"; its nodes are in ingest order: 'hybrid-qpr index optimize {index.path}' stores them in "
+                   "locality order (faster kNN)" if unordered(base.record) else ""))
     how = f"stored efSearch {stored}" if stored else f"efSearch {', '.join(map(str, sorted(set(graphs))))}, " \
           "measured on each graph (0.97 of the exact top 10)"
     return f"kNN: {len(graphs)} of {len(index.segments)} segments are HNSW graphs searched with {how}"
