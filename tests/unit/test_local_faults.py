@@ -229,6 +229,11 @@ DAMAGE = {  # case -> (damage it, the file the message must name, how it is reco
     "doclen-bytes-flipped": (lambda seg, idx: _flip_last_bytes(seg / "bm25.doclen.npy"), "bm25.doclen.npy", "optimize"),
     "rows-bytes-flipped": (lambda seg, idx: _flip_last_bytes(seg / "bm25.rows.npy"), "bm25.rows.npy", "optimize"),
     "sqlite-text-edited": (lambda seg, idx: _edit_a_text(seg / "docs.sqlite"), "docs.sqlite", "drop"),
+    # the text store (read by row for result pages): its size checked at open, its CRC32 on first use
+    "texts-truncated": (lambda seg, idx: _truncate(seg / "docs.text"), "docs.text", "optimize"),
+    "texts-bytes-flipped": (lambda seg, idx: _flip_last_bytes(seg / "docs.text"), "docs.text", "optimize"),
+    "offsets-bytes-flipped": (lambda seg, idx: _flip_last_bytes(seg / "docs.offsets.npy"), "docs.offsets.npy",
+                              "optimize"),
     "tombstone-row-edited": (lambda seg, idx: _move_a_tombstone(seg), "deleted.", "drop"),
     # valid JSON that lost an entry: the manifest's own checksum
     "manifest-lost-segment": (lambda seg, idx: _edit_manifest(idx, lambda m: m["segments"].pop()), "manifest.json",
@@ -241,6 +246,9 @@ DAMAGE = {  # case -> (damage it, the file the message must name, how it is reco
     "manifest-unsigned-count-as-string": (lambda seg, idx: _edit_manifest(idx, lambda m: (
         m["segments"][0].update(count="100"), m.pop("manifest_crc32"))), "manifest.json", None),
 }
+
+
+READ_ON_FIRST_USE = ("faiss-bytes-flipped", "texts-bytes-flipped", "offsets-bytes-flipped")
 
 
 @pytest.fixture(scope="module")
@@ -264,7 +272,7 @@ def test_damaged_index_gives_one_line_and_check_names_it(case, healthy, tmp_path
     bank = write_jsonl(tmp_path / "more.jsonl", [Document("new1", "a brand new question?")])
     commands = [["query", "how do i change my password?", "--index", str(index_dir)],
                 ["query", "how do i change my password?", "--index", str(index_dir), "--mode", "knn"]]
-    if case != "faiss-bytes-flipped":  # an ingest checks sizes, not checksums, and never reads the FAISS files
+    if case not in READ_ON_FIRST_USE:  # an ingest checks sizes, not checksums, and never reads these files
         commands.append(["ingest", str(bank), "--index", str(index_dir)])
     for args in commands:
         result = runner.invoke(cli, args, catch_exceptions=False)  # a traceback would raise here

@@ -16,6 +16,7 @@ from pathlib import Path
 from hybrid_qpr.backends.local.commit import FORMAT, MANIFEST, READABLE_FORMAT_VERSIONS, WriteLock, manifest_problem, referenced
 from hybrid_qpr.backends.local.storage import access_refusal
 from hybrid_qpr.backends.local.segment import BASE_FACTORY, DOCS_DB, SEGMENTS_DIR, Segment, file_problems, fix_for
+from hybrid_qpr.backends.local.textstore import OFFSETS_FILE
 from hybrid_qpr.backends.local.vectorbase import BASE_KEY, GRAPH_FILE, base_fix, base_problems, read_graph, read_order
 from hybrid_qpr.backends.local.vectors import SearchSettings
 from hybrid_qpr.errors import IndexDamagedError, IndexStorageError
@@ -95,6 +96,8 @@ def check_index(path: str | Path) -> CheckReport:
                 if seg.entry.get("factory") != BASE_FACTORY:  # base segments: the base is checked below
                     seg.faiss  # noqa: B018  (reading it checks vector count and dims)
                 _check_postings(seg, report, path)
+                if seg.texts is not None and (problem := seg.texts.problem(seg.count)):
+                    report.problems.append(Problem(f"{seg.rel(OFFSETS_FILE)} {problem}", fix_for(OFFSETS_FILE, path)))
                 rows = [r[0] for r in seg.sql("SELECT id FROM docs ORDER BY pos")]
                 live = rows if seg.deleted is None else [i for i, d in zip(rows, seg.deleted) if not d]
                 duplicates += len(live_ids.intersection(live))

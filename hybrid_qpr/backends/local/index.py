@@ -41,7 +41,8 @@ from hybrid_qpr.backends.local.commit import (FORMAT, FORMAT_VERSION, LOCK_FILE,
 from hybrid_qpr.backends.local.matching import index_fields
 from hybrid_qpr.backends.local.merge import plan_merge
 from hybrid_qpr.backends.local.reading import IndexReading
-from hybrid_qpr.backends.local.segment import BASE_FACTORY, SEGMENTS_DIR, Segment, file_problems, write_segment
+from hybrid_qpr.backends.local.segment import (BASE_FACTORY, SEGMENTS_DIR, Segment, add_text_store, file_problems,
+                                               has_text_store, write_segment)
 from hybrid_qpr.backends.local.storage import access_refusal
 from hybrid_qpr.backends.local.vectorbase import BASE_KEY, VectorBase, base_problems, next_base, unordered
 from hybrid_qpr.backends.local.vectors import FAISS_KINDS, FLAT_THRESHOLD, FaissKind, SearchSettings, faiss_factory
@@ -421,8 +422,9 @@ class LocalIndex(IndexReading):
         from its documents and vectors; one whose vectors are damaged is re-encoded with
         ``encoder`` (the index's model); one whose documents are unreadable is dropped only
         with ``drop_damaged=True`` (its ids are listed in the result when readable, else its
-        count). One healthy segment is left as it is, its vector base stored in locality
-        order if written before that order was kept (``vectorbase.unordered``). Returns
+        count). One healthy segment is left as it is, given what an earlier version did not
+        write: its text store (``textstore.py``) and its vector base's locality order
+        (``vectorbase.unordered``). Returns
         ``{"segments_before", "documents", "dropped": [...]}``."""
         with self._lock.held(wait):
             manifest = read_manifest(self.path)
@@ -451,8 +453,13 @@ class LocalIndex(IndexReading):
                     with contextlib.suppress(IndexDamagedError):  # repairing: the old commit may not open
                         self._load_segments()  # this reader goes on with the commit that is still there
                     raise self._not_committed("optimize", exc) from exc
-            elif unordered(manifest.get(BASE_KEY)):  # one healthy segment: only its graph's node order to store
-                self.commit(list(manifest["segments"]), reorder_base=True)
+            elif untouched and (unordered(manifest.get(BASE_KEY)) or not has_text_store(manifest["segments"][0])):
+                # one healthy segment written by an earlier version: add what this one writes
+                # (the text store, the graph's node order), no rebuild
+                entry = manifest["segments"][0]
+                if not has_text_store(entry):
+                    entry = add_text_store(self.path / SEGMENTS_DIR, entry)
+                self.commit([entry], reorder_base=True)
             else:
                 self._load_segments()
             return {"segments_before": before, "documents": self.count(), "dropped": dropped}

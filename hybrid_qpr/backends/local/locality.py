@@ -41,18 +41,21 @@ def locality_order(vectors: np.ndarray) -> np.ndarray | None:
         return None
     faiss = require("faiss", feature="the local index")
     out: list[np.ndarray] = []
+    everything = np.ascontiguousarray(vectors, dtype=np.float32)  # the graph's storage itself: no copy
     with one_thread():  # k-means jobs this small run as fast on one; OpenMP's spin-waits slow a busy machine
-        _split(faiss, vectors, np.arange(len(vectors), dtype=np.int64), out)
+        _split(faiss, everything, np.arange(len(vectors), dtype=np.int64), out, everything)
     return np.concatenate(out)
 
 
-def _split(faiss, vectors: np.ndarray, rows: np.ndarray, out: list[np.ndarray]) -> None:
-    """Append ``rows`` to ``out`` cell by cell (depth first, so nested cells stay together)."""
+def _split(faiss, vectors: np.ndarray, rows: np.ndarray, out: list[np.ndarray], points: np.ndarray | None = None) -> None:
+    """Append ``rows`` to ``out`` cell by cell (depth first, so nested cells stay together);
+    ``points``: ``vectors[rows]`` where the caller has them."""
     cells = min(FANOUT, len(rows) // LEAF)
     if cells < 2:
         out.append(rows)
         return
-    points = np.ascontiguousarray(vectors[rows], dtype=np.float32)
+    if points is None:
+        points = np.ascontiguousarray(vectors[rows])  # one cell's vectors (1/64 of its parent's)
     kmeans = faiss.Kmeans(points.shape[1], cells, niter=ITERATIONS, seed=SEED,
                           max_points_per_centroid=POINTS_PER_CELL, min_points_per_centroid=1)
     kmeans.train(points)

@@ -272,7 +272,7 @@ class IndexReading:
         by_row: dict[Segment, list[int]] = {}
         for seg, row in places:
             by_row.setdefault(seg, []).append(row)
-        return _documents(row for seg, rows in by_row.items() for row in seg.rows_at(rows, "id, text, metadata"))
+        return _documents(row for seg, rows in by_row.items() for row in seg.documents_at(rows))
 
 
 def _documents(rows: Iterable[tuple[str, str, str]]) -> dict[str, Document]:

@@ -5,6 +5,7 @@ A segment directory ``segments/<name>/`` is written once, beside the index (in
 is what makes it visible. Files::
 
     docs.sqlite       table docs(pos, id, text, metadata JSON); pos = row in every other file
+    docs.text, docs.offsets.npy  the texts and metadata again, read by row (``textstore.py``)
     vectors.npy       float32 [count, dim] encoder vectors (prepared for the distance)
     vectors.faiss     the FAISS index over those vectors
     bm25.*            postings (see ``hybrid_qpr.backends.local.bm25``)
@@ -13,7 +14,7 @@ is what makes it visible. Files::
 
 The manifest records every file's byte size and CRC32 at commit. Opening a segment checks
 every size and the CRC32 of the document store and the BM25 files (``OPEN_VERIFIED``); the
-large files are checked on first use (``vectors.npy``) or before FAISS reads them
+large files are checked on first use (``vectors.npy``, the text store) or before FAISS reads them
 (``vectors.faiss``); ``hybrid-qpr index check`` checks everything. An open segment holds
 every file open, so a reader keeps its snapshot while later commits delete those files.
 """
@@ -38,6 +39,8 @@ from hybrid_qpr.artifacts import NPY_HEADER_LOCK, load_npy
 from hybrid_qpr.backends.local import bm25 as bm25_lib
 from hybrid_qpr.backends.local.hugepages import back_with_huge_pages
 from hybrid_qpr.backends.local.storage import access_refusal, unreadable, write_refusal
+from hybrid_qpr.backends.local import textstore
+from hybrid_qpr.backends.local.textstore import OFFSETS_FILE, TEXT_FILE, TextStore, write_texts
 from hybrid_qpr.backends.local.vectors import SearchSettings, build_faiss, calibrate_ef
 from hybrid_qpr.distance import Distance
 from hybrid_qpr.errors import IndexDamagedError, require
@@ -45,7 +48,7 @@ from hybrid_qpr.text import tokenize
 
 SEGMENTS_DIR = "segments"
 DOCS_DB, VECTORS, FAISS_FILE = "docs.sqlite", "vectors.npy", "vectors.faiss"
-SEGMENT_FILES: tuple[str, ...] = (DOCS_DB, VECTORS, FAISS_FILE, *bm25_lib.FILES)
+SEGMENT_FILES: tuple[str, ...] = (DOCS_DB, *textstore.FILES, VECTORS, FAISS_FILE, *bm25_lib.FILES)
 # the factory of a segment whose vectors are nodes of the index's vector base (``vectorbase.py``):
 # it has no FAISS file of its own
 BASE_FACTORY = "base"
@@ -147,6 +150,8 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
             db.commit()
         finally:
             db.close()
+        current = tmp / TEXT_FILE
+        write_texts(tmp, texts, metas)
         times = {"sqlite": lap()}
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         current = tmp / VECTORS
@@ -188,6 +193,44 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
     if ef_search is not None:
         entry["ef_search"] = ef_search  # measured on this graph (vectors.calibrate_ef)
     return entry
+
+
+def has_text_store(entry: dict[str, Any]) -> bool:
+    """Whether the segment of ``entry`` was written with the text store (``textstore.py``)."""
+    return TEXT_FILE in (entry.get("files") or {})
+
+
+def add_text_store(segments_dir: Path, entry: dict[str, Any]) -> dict[str, Any]:
+    """The manifest entry of a segment written before the text store, with one written into its
+    directory from its ``docs.sqlite`` (``index optimize``). New names only, so readers of the
+    commit that names the segment without them are unaffected; until a commit names them they
+    are unused (and rewritten by the next attempt)."""
+    seg_dir = segments_dir / entry["name"]
+    tmp = seg_dir / ".texts.tmp"
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        db = sqlite3.connect(f"file:{seg_dir / DOCS_DB}?mode=ro&immutable=1", uri=True)
+        try:
+            rows = db.execute("SELECT text, metadata FROM docs ORDER BY pos").fetchall()
+        finally:
+            db.close()
+        write_texts(tmp, [text for text, _ in rows], [meta for _, meta in rows])
+        files = dict(entry["files"])
+        for file in textstore.FILES:
+            fsync_path(tmp / file)
+            files[file] = file_record(tmp / file)
+            os.replace(tmp / file, seg_dir / file)
+        fsync_path(seg_dir)
+    except BaseException as exc:
+        refusal = write_refusal(exc, tmp, 2 * (seg_dir / DOCS_DB).stat().st_size)
+        if refusal is not None:
+            raise refusal from exc
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {**entry, "files": files}
 
 
 def write_deletions(segment_dir: Path, generation: int, deleted: np.ndarray) -> dict[str, Any]:
@@ -241,7 +284,7 @@ def damaged(index_path: Path, problem: str, fix: str) -> IndexDamagedError:
 
 def fix_for(file: str, index_path: Path) -> str:
     """How to recover from a damaged ``file`` of a segment."""
-    if file in (FAISS_FILE, *bm25_lib.FILES):
+    if file in (FAISS_FILE, *bm25_lib.FILES, *textstore.FILES):
         return (f"run 'hybrid-qpr index optimize {index_path}', which rebuilds this part from the segment's "
                 "documents and vectors")
     if file == VECTORS:
@@ -339,6 +382,12 @@ class Segment:
             self.deleted[rows] = True
         self._faiss = None
         self._ids: np.ndarray | None = None
+        self.texts: TextStore | None = None  # segments written before the text store have none
+        self._texts_verified = self._vectors_verified
+        if has_text_store(entry):
+            self._text_file = self._load(TEXT_FILE, lambda p: open(p, "rb"))
+            self._offsets_file = self._load(OFFSETS_FILE, lambda p: open(p, "rb"))
+            self.texts = self._load(TEXT_FILE, lambda p: TextStore(self._text_file, map_npy(self._offsets_file)))
 
     # ------------------------------------------------------------------ checks
     def rel(self, file: str) -> str:
@@ -452,6 +501,31 @@ class Segment:
         """Rows of ``ids`` that are live in this segment (``columns`` selected)."""
         return self._live_rows("id", ids, columns)
 
+    def documents_at(self, rows: Sequence[int]) -> list[tuple[str, str, str]]:
+        """``(id, text, metadata JSON)`` of the live ``rows``: from the text store (checked on
+        first use), or SQLite for a segment written without one."""
+        if self.texts is None:
+            return self.rows_at(rows, "id, text, metadata")
+        if not self._texts_verified:
+            self._verify_texts()
+        if self.deleted is not None:
+            rows = [row for row in rows if not self.deleted[row]]
+        return [(doc_id, text, meta) for doc_id, (text, meta) in zip(self.ids_at(rows), self.texts.rows(rows))]
+
+    def _verify_texts(self) -> None:
+        with self._first_use:
+            if self._texts_verified:
+                return
+            files = self.entry["files"]
+            for file, handle in ((TEXT_FILE, self._text_file), (OFFSETS_FILE, self._offsets_file)):
+                if checksum(handle) != files[file]["crc32"]:  # the handle held since open: the path may be gone
+                    raise damaged(self.index_path, f"{self.rel(file)} has changed since it was written (CRC32 mismatch)",
+                                  fix_for(file, self.index_path))
+            problem = self.texts.problem(self.count) if self.texts is not None else None
+            if problem:
+                raise damaged(self.index_path, f"{self.rel(OFFSETS_FILE)} {problem}", fix_for(OFFSETS_FILE, self.index_path))
+            self._texts_verified = True
+
     def rows_at(self, rows: Sequence[int], columns: str) -> list[tuple]:
         """``columns`` of the live ``rows`` (read by SQLite rowid: cheaper than by id)."""
         return self._live_rows("pos", rows, columns)
@@ -468,6 +542,10 @@ class Segment:
     def close(self) -> None:
         if self._db is not None:
             self._db.close()
+        if getattr(self, "texts", None) is not None:
+            self.texts.close()
+            self._text_file.close()
+            self._offsets_file.close()
         if self._faiss_file is not None:
             self._faiss_file.close()
         if hasattr(self, "_vectors_file"):
