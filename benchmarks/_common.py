@@ -43,12 +43,17 @@ def command_line() -> str:
     return "python " + " ".join(str(relative_if_path(arg)) for arg in sys.argv)
 
 
-def graph_child_arguments(parser: argparse.ArgumentParser, kinds: Sequence[str]) -> None:
-    """The options of a benchmark that times HNSW graph searches in child processes, one
-    ``--child`` kind each (``bench_graph_pages.py``, ``bench_graph_fp16.py``)."""
+def graph_query_arguments(parser: argparse.ArgumentParser) -> None:
+    """The queries of a benchmark that times HNSW graph searches: ``--queries``, ``--n``, ``--k``."""
     parser.add_argument("--queries", type=Path, required=True, help="one query per line")
     parser.add_argument("--n", type=int, default=300, help="queries (seeded sample)")
     parser.add_argument("--k", type=int, default=30, help="hits per search (a hybrid query's depth)")
+
+
+def graph_child_arguments(parser: argparse.ArgumentParser, kinds: Sequence[str]) -> None:
+    """The options of a benchmark that times HNSW graph searches in child processes, one
+    ``--child`` kind each (``bench_graph_pages.py``, ``bench_graph_fp16.py``)."""
+    graph_query_arguments(parser)
     parser.add_argument("--passes", type=int, default=2, help="times over the queries in each process")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, help="JSON file for the runs")

@@ -21,15 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import command_line, read_queries
+from _common import command_line, graph_query_arguments, read_queries
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("index", type=Path, help="local index directory with a vector base")
-    parser.add_argument("--queries", type=Path, required=True, help="one query per line (or a BEIR queries.jsonl)")
-    parser.add_argument("--n", type=int, default=300, help="queries to use (seeded sample)")
-    parser.add_argument("--k", type=int, default=30, help="hits per search (a hybrid query's kNN depth)")
+    graph_query_arguments(parser)
     parser.add_argument("--rounds", type=int, default=6, help="passes over the queries")
     parser.add_argument("--out", type=Path, required=True, help="JSON file the run is appended to")
     args = parser.parse_args()

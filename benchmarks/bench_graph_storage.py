@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import command_line, read_queries
+from _common import command_line, graph_query_arguments, read_queries
 from hybrid_qpr.artifacts import write_json
 
 KINDS = {"float32": "HNSW32", "float16": "HNSW32,SQfp16", "8-bit": "HNSW32,SQ8"}
@@ -36,9 +36,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("index", type=Path, help="a local index directory")
-    parser.add_argument("--queries", type=Path, required=True, help="one query per line")
-    parser.add_argument("--n", type=int, default=300, help="queries (seeded sample)")
-    parser.add_argument("--k", type=int, default=30, help="hits per search (a hybrid query's depth)")
+    graph_query_arguments(parser)
     parser.add_argument("--ef", type=int, nargs="+", default=[32, 48, 64, 96], help="efSearch values")
     parser.add_argument("--passes", type=int, default=3, help="timed passes over the queries")
     parser.add_argument("--out", type=Path, required=True, help="JSON results")
