@@ -316,12 +316,14 @@ def write_json(path: str | Path, obj: Any) -> None:
         fh.write("\n")
 
 
-def read_manifest(path: str | Path, fmt: str, version: int | None, *, what: str, missing: str, fix: str) -> dict[str, Any]:
+def read_manifest(path: str | Path, fmt: str, version: int | tuple[int, ...] | None, *, what: str, missing: str,
+                  fix: str) -> dict[str, Any]:
     """Read a versioned JSON manifest (``{"format": fmt, "format_version": version, ...}``).
 
     ``missing`` is the whole error message for an absent file; ``what`` names the artifact
-    ("hybrid-qpr local index") in the other errors, which end with ``fix``. ``version=None``
-    accepts any version. Raises ``ArtifactError``."""
+    ("hybrid-qpr local index") in the other errors, which end with ``fix``. ``version``: the
+    format version this hybrid-qpr reads, or a tuple of them; ``None`` accepts any version.
+    Raises ``ArtifactError``."""
     path = Path(path)
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
@@ -331,9 +333,10 @@ def read_manifest(path: str | Path, fmt: str, version: int | None, *, what: str,
         raise ArtifactError(f"{path}: not valid JSON ({exc}); {fix}") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != fmt:
         raise ArtifactError(f"{path}: not a {what} (format must be {fmt!r})")
-    if version is not None and manifest.get("format_version") != version:
+    readable = (version,) if isinstance(version, int) else version
+    if readable is not None and manifest.get("format_version") not in readable:
         raise ArtifactError(f"{path}: format_version {manifest.get('format_version')} is not supported "
-                            f"(this hybrid-qpr reads {version}); {fix}")
+                            f"(this hybrid-qpr reads {', '.join(map(str, readable))}); {fix}")
     return manifest
 
 

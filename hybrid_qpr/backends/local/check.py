@@ -17,7 +17,8 @@ from hybrid_qpr.backends.local.commit import FORMAT, MANIFEST, READABLE_FORMAT_V
 from hybrid_qpr.backends.local.storage import access_refusal
 from hybrid_qpr.backends.local.segment import BASE_FACTORY, DOCS_DB, SEGMENTS_DIR, Segment, file_problems, fix_for
 from hybrid_qpr.backends.local.textstore import OFFSETS_FILE
-from hybrid_qpr.backends.local.vectorbase import BASE_KEY, GRAPH_FILE, base_fix, base_problems, read_graph, read_order
+from hybrid_qpr.backends.local.vectorbase import (BASE_KEY, GRAPH_FILE, base_fix, base_nodes, base_problems, read_graph,
+                                                   read_order)
 from hybrid_qpr.backends.local.vectors import SearchSettings
 from hybrid_qpr.errors import IndexDamagedError, IndexStorageError
 
@@ -125,7 +126,7 @@ def _check_base(path: Path, manifest: dict, report: CheckReport) -> None:
     if not problems and record:
         try:
             with open(path / SEGMENTS_DIR / record["name"] / GRAPH_FILE, "rb") as handle:
-                read_graph(handle, record, path, int(manifest["model"]["dim"]), sum(int(c) for _, c in record["ranges"]))
+                read_graph(handle, record, path, int(manifest["model"]["dim"]), base_nodes(record))
             read_order(path, record)
         except IndexDamagedError as exc:
             problems = [exc.problem]

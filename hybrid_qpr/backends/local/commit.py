@@ -38,7 +38,7 @@ from typing import Any
 from hybrid_qpr import artifacts
 from hybrid_qpr.backends.local.segment import SEGMENTS_DIR, fsync_path
 from hybrid_qpr.backends.local.storage import access_refusal, write_refusal
-from hybrid_qpr.errors import ArtifactError, IndexDamagedError, IndexLockedError
+from hybrid_qpr.errors import IndexDamagedError, IndexLockedError
 
 logger = logging.getLogger(__name__)
 
@@ -60,15 +60,11 @@ def read_manifest(path: Path) -> dict[str, Any]:
     """The committed manifest of the index at ``path``, checked for the keys every reader needs."""
     try:
         manifest = artifacts.read_manifest(
-            path / MANIFEST, FORMAT, None, what="hybrid-qpr local index",
+            path / MANIFEST, FORMAT, READABLE_FORMAT_VERSIONS, what="hybrid-qpr local index",
             missing=f"{path}: not a hybrid-qpr index ({MANIFEST} missing); build one with 'hybrid-qpr ingest FILE --index {path}'",
             fix="rebuild the index by ingesting your source file into a new --index directory")
     except PermissionError as exc:
         raise access_refusal(Path(exc.filename or path / MANIFEST), writing=False) from None
-    if manifest.get("format_version") not in READABLE_FORMAT_VERSIONS:
-        raise ArtifactError(f"{path / MANIFEST}: format_version {manifest.get('format_version')} is not supported (this "
-                            f"hybrid-qpr reads {', '.join(map(str, READABLE_FORMAT_VERSIONS))}); rebuild the index by "
-                            "ingesting your source file into a new --index directory, or use the hybrid-qpr that wrote it")
     problem = manifest_problem(manifest)
     if problem:
         raise IndexDamagedError(f"index {path} is damaged: {MANIFEST} {problem}. Fix: the index cannot be used; "

@@ -195,6 +195,16 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
     return entry
 
 
+def stored_rows(seg_dir: Path, columns: str) -> list[tuple]:
+    """``columns`` of every row of the document store in ``seg_dir``, in row order (tombstoned
+    rows included), read once without a ``Segment``; raises ``sqlite3.Error``."""
+    db = sqlite3.connect(f"file:{seg_dir / DOCS_DB}?mode=ro&immutable=1", uri=True)
+    try:
+        return db.execute(f"SELECT {columns} FROM docs ORDER BY pos").fetchall()
+    finally:
+        db.close()
+
+
 def has_text_store(entry: dict[str, Any]) -> bool:
     """Whether the segment of ``entry`` was written with the text store (``textstore.py``)."""
     return TEXT_FILE in (entry.get("files") or {})
@@ -211,11 +221,7 @@ def add_text_store(segments_dir: Path, entry: dict[str, Any]) -> dict[str, Any]:
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir()
-        db = sqlite3.connect(f"file:{seg_dir / DOCS_DB}?mode=ro&immutable=1", uri=True)
-        try:
-            rows = db.execute("SELECT text, metadata FROM docs ORDER BY pos").fetchall()
-        finally:
-            db.close()
+        rows = stored_rows(seg_dir, "text, metadata")  # checked by the caller (optimize: CRC32 of every file)
         write_texts(tmp, [text for text, _ in rows], [meta for _, meta in rows])
         files = dict(entry["files"])
         for file in textstore.FILES:
@@ -407,12 +413,18 @@ class Segment:
         """The stored vectors ``[count, dim]`` (memory-mapped), checked against their CRC32 on first use."""
         if not self._vectors_verified:
             with self._first_use:
-                record = (self.entry.get("files") or {}).get(VECTORS)
-                if not self._vectors_verified and record and checksum(self._vectors_file) != record["crc32"]:
-                    raise damaged(self.index_path, f"{self.rel(VECTORS)} has changed since it was written (CRC32 "
-                                  "mismatch)", fix_for(VECTORS, self.index_path))
+                if not self._vectors_verified:
+                    self._verify_held(VECTORS, self._vectors_file)
                 self._vectors_verified = True
         return self._vectors
+
+    def _verify_held(self, file: str, handle: BinaryIO) -> None:
+        """Compare ``file``'s CRC32 with the manifest's, read through the ``handle`` held since
+        open (its path may be gone by now): the first-use check of the large files."""
+        record = (self.entry.get("files") or {}).get(file)
+        if record and checksum(handle) != record["crc32"]:
+            raise damaged(self.index_path, f"{self.rel(file)} has changed since it was written (CRC32 mismatch)",
+                          fix_for(file, self.index_path))
 
     def _load(self, file: str, loader):
         try:
@@ -516,12 +528,9 @@ class Segment:
         with self._first_use:
             if self._texts_verified:
                 return
-            files = self.entry["files"]
-            for file, handle in ((TEXT_FILE, self._text_file), (OFFSETS_FILE, self._offsets_file)):
-                if checksum(handle) != files[file]["crc32"]:  # the handle held since open: the path may be gone
-                    raise damaged(self.index_path, f"{self.rel(file)} has changed since it was written (CRC32 mismatch)",
-                                  fix_for(file, self.index_path))
-            problem = self.texts.problem(self.count) if self.texts is not None else None
+            self._verify_held(TEXT_FILE, self._text_file)
+            self._verify_held(OFFSETS_FILE, self._offsets_file)
+            problem = self.texts.problem(self.count)
             if problem:
                 raise damaged(self.index_path, f"{self.rel(OFFSETS_FILE)} {problem}", fix_for(OFFSETS_FILE, self.index_path))
             self._texts_verified = True

@@ -70,6 +70,11 @@ ORDER_FILE = "order.npy"  # graph entry j is base node order[j] (locality.py); a
 BASE_KEY = "vector_base"  # the manifest's record
 
 
+def base_nodes(record: dict[str, Any]) -> int:
+    """The graph's node count: every range of the base record, dead ones included."""
+    return sum(int(count) for _, count in record["ranges"])
+
+
 def base_fix(index_path: Path) -> str:
     return f"run 'hybrid-qpr index optimize {index_path}', which rebuilds the vector base from the segments' vectors"
 
@@ -142,7 +147,7 @@ def read_order(index_path: Path, record: dict[str, Any]) -> np.ndarray | None:
     if expected is None:
         return None
     rel = f"{SEGMENTS_DIR}/{record['name']}/{ORDER_FILE}"
-    nodes = sum(int(count) for _, count in record["ranges"])
+    nodes = base_nodes(record)
     try:
         if checksum(index_path / rel) != expected["crc32"]:
             raise damaged(index_path, f"{rel} has changed since it was written (CRC32 mismatch)", base_fix(index_path))
@@ -209,14 +214,18 @@ class VectorBase:
     def ef_search(self) -> int:
         return self.search.ef_for(self.record.get("ef_search"))
 
+    def _loaded(self) -> tuple[Any, np.ndarray | None]:
+        """The FAISS graph and its node order, read (and checked) on first use."""
+        return self._graph.index(self.dim, int(self.starts[-1]))
+
     def graph(self):
         """The FAISS graph, read (and checked) on first use."""
-        return self._graph.index(self.dim, int(self.starts[-1]))[0]
+        return self._loaded()[0]
 
     @property
     def order(self) -> np.ndarray | None:
         """Graph entry j holds base node ``order[j]`` (``None``: node j); read with the graph."""
-        return self._graph.index(self.dim, int(self.starts[-1]))[1]
+        return self._loaded()[1]
 
     def candidates(self, query: np.ndarray, depth: int, distance: Distance) -> list[Candidates]:
         """The live rows among the graph's top ``depth`` (tombstoned rows and dead nodes never
@@ -224,7 +233,7 @@ class VectorBase:
         k = min(depth, self.live)
         if k <= 0:
             return []
-        graph, order = self._graph.index(self.dim, int(self.starts[-1]))
+        graph, order = self._loaded()
         params = self._search_parameters(max(k, self.ef_search), order)
         with one_thread():
             raw, hits = graph.search(query, k, params=params)
@@ -290,10 +299,9 @@ def _committed_graph(index_path: Path, record: dict[str, Any], dim: int) -> tupl
     """The committed graph to extend and its node order, or ``None`` (missing or damaged: the
     caller rebuilds)."""
     path = index_path / SEGMENTS_DIR / record["name"] / GRAPH_FILE
-    nodes = sum(int(count) for _, count in record["ranges"])
     try:
         with open(path, "rb") as handle:
-            return read_graph(handle, record, index_path, dim, nodes), read_order(index_path, record)
+            return read_graph(handle, record, index_path, dim, base_nodes(record)), read_order(index_path, record)
     except Exception as exc:  # noqa: BLE001  (any failure to read it: rebuild instead)
         logger.warning("vector base %s is not usable (%s); rebuilding it", record["name"], exc)
         return None
@@ -302,7 +310,7 @@ def _committed_graph(index_path: Path, record: dict[str, Any], dim: int) -> tupl
 def unordered(record: dict[str, Any] | None) -> bool:
     """Whether the committed base ``record`` is a graph stored without the locality order it
     would be given now (written before it was kept): ``index optimize`` reorders it."""
-    return bool(record) and ORDER_FILE not in record["files"] and worth_ordering(sum(int(c) for _, c in record["ranges"]))
+    return bool(record) and ORDER_FILE not in record["files"] and worth_ordering(base_nodes(record))
 
 
 def next_base(index_path: Path, old: dict[str, Any] | None, entries: Sequence[dict[str, Any]], dim: int,

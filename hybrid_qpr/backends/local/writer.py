@@ -20,7 +20,7 @@ import numpy as np
 from hybrid_qpr.artifacts import load_npy
 from hybrid_qpr.backends.base import IngestReport, document_problem
 from hybrid_qpr.backends.local.segment import (DOCS_DB, SEGMENTS_DIR, VECTORS, Segment, checksum, damaged, fix_for,
-                                               write_deletions)
+                                               stored_rows, write_deletions)
 from hybrid_qpr.backends.local.storage import access_refusal, unreadable
 from hybrid_qpr.backends.local.vectorbase import unordered
 from hybrid_qpr.distance import Distance, prepare_vectors
@@ -81,11 +81,7 @@ def read_live_rows(index_path: Path, entry: dict[str, Any], dim: int, distance: 
         raise damaged(index_path, f"{rel}/{DOCS_DB} is missing or has changed since it was written (size or CRC32)",
                       fix_for(DOCS_DB, index_path))
     try:
-        db = sqlite3.connect(f"file:{seg_dir / DOCS_DB}?mode=ro&immutable=1", uri=True)
-        try:
-            rows = db.execute("SELECT id, text, metadata FROM docs ORDER BY pos").fetchall()
-        finally:
-            db.close()
+        rows = stored_rows(seg_dir, "id, text, metadata")
     except sqlite3.Error as exc:
         raise damaged(index_path, f"{rel}/{DOCS_DB} cannot be read ({exc})", fix_for(DOCS_DB, index_path)) from None
     if len(rows) != count:
