@@ -93,16 +93,16 @@ def repair_index(path: str | Path) -> RepairReport:
         dim = int(base["model"]["dim"])
         search = SearchSettings.from_manifest(base["faiss"])
         entries = base["segments"] if isinstance(base.get("segments"), list) else []
-        kept = []
+        kept, named = [], set()
         for entry in entries:
             why = verify_entry(path, entry, dim, search)
             name = entry.get("name") if isinstance(entry, dict) else None
+            named.add(f"{SEGMENTS_DIR}/{name}")
             if why is None:
                 kept.append(entry)
                 report.kept.append(f"{SEGMENTS_DIR}/{name}")
             else:
                 report.left_out.append(f"{SEGMENTS_DIR}/{name}: {why}")
-        named = {f"{SEGMENTS_DIR}/{e['name']}" for e in kept}
         manifest = {**base, "segments": kept, "retained": [],
                     "count": sum(int(e["count"]) - int(e.get("deleted", 0)) for e in kept),
                     "generation": max(_generation(base), _generation(current or {})) + 1}

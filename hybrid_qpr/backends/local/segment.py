@@ -529,7 +529,7 @@ class Segment:
     @property
     def ef_search(self) -> int:
         """The efSearch this segment's HNSW graph is searched with."""
-        return self.search.ef_for(self.entry.get("ef_search"))
+        return self.search.ef_for(self.entry.get("ef_search"), self.count)
 
     def lookup(self, ids: Sequence[str], columns: str = "id, pos") -> list[tuple]:
         """Rows of ``ids`` that are live in this segment (``columns`` selected)."""

@@ -27,7 +27,7 @@ from hybrid_qpr.backends.local.textstore import OFFSETS_FILE, TEXT_FILE, TextSto
 from hybrid_qpr.backends.local.storage import access_refusal, unreadable
 from hybrid_qpr.backends.local.vectorbase import unordered
 from hybrid_qpr.distance import Distance, prepare_vectors
-from hybrid_qpr.errors import IndexDamagedError, SkippedLine
+from hybrid_qpr.errors import ConfigError, IndexDamagedError, SkippedLine
 from hybrid_qpr.types import Document
 
 if TYPE_CHECKING:
@@ -223,6 +223,8 @@ class IngestWriter:
     """The segments and tombstones of one ingest, committed together by ``commit``."""
 
     def __init__(self, index: "LocalIndex", encoder, report: IngestReport, batch_size: int, show_progress: bool):
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ConfigError(f"batch_size={batch_size!r}: must be a whole number >= 1")
         self.index = index
         self.encoder = encoder
         self.report = report
