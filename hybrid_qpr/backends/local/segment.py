@@ -416,7 +416,8 @@ class Segment:
         if has_text_store(entry):
             self._text_file = self._load(TEXT_FILE, lambda p: open(p, "rb"))
             self._offsets_file = self._load(OFFSETS_FILE, lambda p: open(p, "rb"))
-            self.texts = self._load(TEXT_FILE, lambda p: TextStore(self._text_file, map_npy(self._offsets_file)))
+            offsets = self._load(OFFSETS_FILE, lambda p: map_npy(self._offsets_file))  # a bad header names this file
+            self.texts = self._load(TEXT_FILE, lambda p: TextStore(self._text_file, offsets))
 
     # ------------------------------------------------------------------ checks
     def rel(self, file: str) -> str:
