@@ -68,6 +68,12 @@ def repair_fix(path: Path) -> str:
 def read_manifest(path: Path) -> dict[str, Any]:
     """The committed manifest of the index at ``path``, checked for the keys every reader needs."""
     try:
+        json.loads((path / MANIFEST).read_bytes())
+    except ValueError as exc:  # not JSON, or not UTF-8: damage, which 'index repair' mends
+        raise _damaged_manifest(path, f"is not valid JSON ({exc})") from None
+    except OSError:
+        pass  # missing or unreadable: said below
+    try:
         manifest = artifacts.read_manifest(
             path / MANIFEST, FORMAT, READABLE_FORMAT_VERSIONS, what="hybrid-qpr local index",
             missing=f"{path}: not a hybrid-qpr index ({MANIFEST} missing); build one with 'hybrid-qpr ingest FILE --index {path}'",
@@ -76,9 +82,13 @@ def read_manifest(path: Path) -> dict[str, Any]:
         raise access_refusal(Path(exc.filename or path / MANIFEST), writing=False) from None
     problem = manifest_problem(manifest)
     if problem:
-        raise IndexDamagedError(f"index {path} is damaged: {MANIFEST} {problem}. Fix: {repair_fix(path)} "
-                                f"('hybrid-qpr index check {path}' lists every problem)")
+        raise _damaged_manifest(path, problem)
     return manifest
+
+
+def _damaged_manifest(path: Path, problem: str) -> IndexDamagedError:
+    return IndexDamagedError(f"index {path} is damaged: {MANIFEST} {problem}. Fix: {repair_fix(path)} "
+                             f"('hybrid-qpr index check {path}' lists every problem)")
 
 
 def manifest_problem(manifest: dict[str, Any]) -> str | None:
