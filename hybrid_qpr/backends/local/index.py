@@ -5,6 +5,7 @@ Layout::
     manifest.json   the commit point: format, model fingerprint/dim/distance/kind/path, live
                     count, generation, FAISS and BM25 settings, tuned fusion, and the list
                     of segments with each file's size and CRC32
+    manifest.copy.json  the same manifest, written after each commit (``index repair`` rebuilds from it)
     write.lock      the single-writer lock (holds the writer's pid)
     segments/<name>/  one immutable segment per ingest (or merge); see ``segment.py``
     segments/v<gen>-<hex>/  the vector base: one HNSW graph over the large segments (``vectorbase.py``)

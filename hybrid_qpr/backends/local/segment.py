@@ -12,7 +12,9 @@ is what makes it visible. Files::
     deleted.<gen>.npy int64 rows deleted by commit <gen> and before (tombstones; the
                       manifest names the current one)
 
-The manifest records every file's byte size and CRC32 at commit. Opening a segment checks
+The manifest records every file's byte size and CRC32 at commit, and the CRC32 of the segment's
+ids (``ids_crc32``: what lets ``index optimize`` rebuild a damaged ``docs.sqlite`` from the text
+store with ids it can trust). Opening a segment checks
 every size and the CRC32 of the document store and the BM25 files (``OPEN_VERIFIED``); the
 large files are checked on first use (``vectors.npy``, the text store) or before FAISS reads them
 (``vectors.faiss``); ``hybrid-qpr index check`` checks everything. An open segment holds
