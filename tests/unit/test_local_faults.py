@@ -390,3 +390,17 @@ def test_repair_without_a_copy_keeps_what_verifies_and_names_the_rest(tmp_path, 
     assert result.exit_code == 1 and "1 segment(s) kept, 99 documents" in result.output, result.output
     assert f"left out segments/{second.name}: segments/{second.name}/docs.sqlite" in result.output
     assert state(index_dir) == {d.id: d.text for d in question_bank[1:100]}
+
+
+def test_a_lost_manifest_is_restored_from_its_copy(tmp_path, healthy, question_bank):
+    index_dir = tmp_path / "idx"
+    shutil.copytree(healthy, index_dir)
+    (index_dir / "manifest.json").unlink()
+    runner = CliRunner()
+    result = runner.invoke(cli, ["query", "how do i change my password?", "--index", str(index_dir)])
+    assert result.exit_code == 1 and "manifest.json is missing" in result.output and "index repair" in result.output
+    checked = runner.invoke(cli, ["index", "check", str(index_dir)])
+    assert checked.exit_code == 1 and "index repair" in checked.output
+    assert runner.invoke(cli, ["index", "repair", str(index_dir)]).exit_code == 0
+    assert runner.invoke(cli, ["index", "check", str(index_dir)]).exit_code == 0
+    assert state(index_dir) == {d.id: d.text for d in question_bank[1:]}

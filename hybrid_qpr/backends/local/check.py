@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hybrid_qpr.backends.local.commit import (FORMAT, MANIFEST, READABLE_FORMAT_VERSIONS, WriteLock, manifest_problem,
-                                              referenced, repair_fix)
+from hybrid_qpr.backends.local.commit import (FORMAT, MANIFEST, MANIFEST_COPY, READABLE_FORMAT_VERSIONS, WriteLock,
+                                              manifest_problem, referenced, repair_fix)
 from hybrid_qpr.backends.local.storage import access_refusal
 from hybrid_qpr.backends.local.segment import BASE_FACTORY, DOCS_DB, SEGMENTS_DIR, Segment, file_problems, fix_for
 from hybrid_qpr.backends.local.textstore import OFFSETS_FILE
@@ -51,6 +51,9 @@ def check_index(path: str | Path) -> CheckReport:
     path = Path(path)
     report = CheckReport(path)
     manifest_path = path / MANIFEST
+    if not manifest_path.is_file() and (path / MANIFEST_COPY).is_file():
+        report.problems.append(Problem(f"{MANIFEST} is missing", repair_fix(path)))
+        return report
     if not manifest_path.is_file():
         report.problems.append(Problem(f"{MANIFEST} is missing: not a hybrid-qpr index (or its first ingest never "
                                        "committed)", f"ingest your source file: hybrid-qpr ingest FILE --index {path}"))

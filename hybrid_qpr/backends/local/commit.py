@@ -76,7 +76,9 @@ def read_manifest(path: Path) -> dict[str, Any]:
     try:
         manifest = artifacts.read_manifest(
             path / MANIFEST, FORMAT, READABLE_FORMAT_VERSIONS, what="hybrid-qpr local index",
-            missing=f"{path}: not a hybrid-qpr index ({MANIFEST} missing); build one with 'hybrid-qpr ingest FILE --index {path}'",
+            missing=(f"index {path} is damaged: {MANIFEST} is missing. Fix: {repair_fix(path)}"
+                     if (path / MANIFEST_COPY).is_file() else
+                     f"{path}: not a hybrid-qpr index ({MANIFEST} missing); build one with 'hybrid-qpr ingest FILE --index {path}'"),
             fix=repair_fix(path))
     except PermissionError as exc:
         raise access_refusal(Path(exc.filename or path / MANIFEST), writing=False) from None
@@ -108,7 +110,7 @@ def manifest_problem(manifest: dict[str, Any]) -> str | None:
     if not isinstance(manifest.get("segments"), list):
         return "has no 'segments' list"
     for i, entry in enumerate(manifest["segments"]):
-        problem = _entry_problem(entry)
+        problem = entry_problem(entry)
         if problem:
             return f"segment entry {i} {problem}"
     if not isinstance(manifest.get("faiss"), dict):
@@ -124,7 +126,7 @@ def manifest_problem(manifest: dict[str, Any]) -> str | None:
     return None
 
 
-def _entry_problem(entry: Any) -> str | None:
+def entry_problem(entry: Any) -> str | None:
     """What is wrong with one segment entry of the manifest, or ``None``."""
     if not isinstance(entry, dict) or not {"name", "count", "files"} <= set(entry):
         return "lacks name, count or files"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hybrid_qpr.backends.local.commit import (CHECKSUM_KEY, FORMAT, MANIFEST, MANIFEST_COPY, READABLE_FORMAT_VERSIONS,
-                                              WriteLock, _entry_problem, manifest_problem, write_manifest)
+                                              WriteLock, entry_problem, manifest_problem, write_manifest)
 from hybrid_qpr.backends.local.segment import SEGMENTS_DIR, Segment, file_problems
 from hybrid_qpr.backends.local.vectorbase import BASE_KEY, base_problems
 from hybrid_qpr.backends.local.vectors import SearchSettings
@@ -58,7 +58,7 @@ def _generation(manifest: dict[str, Any]) -> int:
 def verify_entry(path: Path, entry: Any, dim: int, search: SearchSettings) -> str | None:
     """Why the segment ``entry`` cannot be kept (``None``: every file matches its record and it
     opens as ``count`` rows of ``dim`` dims with its tombstones)."""
-    problem = _entry_problem(entry)
+    problem = entry_problem(entry)
     if problem:
         return f"its manifest entry {problem}"
     problems = file_problems(path, entry, checksums=True)
