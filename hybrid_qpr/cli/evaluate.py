@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from hybrid_qpr.cli._common import cluster_options, friendly_errors
+from hybrid_qpr.cli._common import cluster_options, FiniteFloatRange, friendly_errors
 from hybrid_qpr.cli._backend import model_option, reranker_options
 from hybrid_qpr.cli._tasks import task_options
 from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS
@@ -22,7 +22,7 @@ EVALUATED_MODES = ("bm25", "knn", "hybrid", "rerank")  # MODES, in the order of 
 @click.option("--max-queries", type=click.IntRange(min=1), default=None, help="Evaluate a seeded sample of this many judged queries. [default: all]")
 @click.option("--fusion", type=click.Choice(FUSION_METHODS), default=None,
               help=f"Hybrid fusion. [default: the index's tuned value, else {DEFAULT_FUSION}]")
-@click.option("--alpha", type=click.FloatRange(0, 1), default=None, help=f"Weight of kNN in hybrid. [default: tuned value, else {DEFAULT_ALPHA}]")
+@click.option("--alpha", type=FiniteFloatRange(0, 1), default=None, help=f"Weight of kNN in hybrid. [default: tuned value, else {DEFAULT_ALPHA}]")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="eval-report", show_default=True,
               help="Directory for report.md, report.json and report.png.")
 @click.option("--no-plot", is_flag=True, help="Skip report.png (no matplotlib needed).")

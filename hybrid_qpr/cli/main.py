@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "ingest": ("hybrid_qpr.cli.ingest", "ingest", "Index questions into a local index directory or an OpenSearch/Elasticsearch index."),
     "query": ("hybrid_qpr.cli.query", "query", "Search: bm25, knn, hybrid (fused) or rerank; one query or a batch file."),
     "delete": ("hybrid_qpr.cli.delete", "delete", "Delete documents by id from an index."),
-    "index": ("hybrid_qpr.cli.index", "index", "Check or optimize (merge, repair) a local index directory; drop a cluster index."),
+    "index": ("hybrid_qpr.cli.index", "index", "Check, repair or optimize (merge) a local index directory; drop a cluster index."),
     "tune": ("hybrid_qpr.cli.tune", "tune", "Choose fusion method and weight on validation data; store them as index defaults."),
     "evaluate": ("hybrid_qpr.cli.evaluate", "evaluate", "Evaluate search modes on a BEIR eval set; write report.md/json and a plot."),
     "node": ("hybrid_qpr.cli.node", "node", "Start, stop or check a local OpenSearch or Elasticsearch node built from Maven Central."),
