@@ -10,7 +10,7 @@ The same ``--docs`` Quora questions are ingested into a fresh index three times:
   ``--reset`` of the requests applied but answered with a timeout or a reset connection.
 
 Each run is checked exactly (every id read back with its text, the count equal to the ids)
-and prints docs/s, the retries of the report and the proxy's counts. The target of issue 12:
+and prints docs/s, the retries of the report and the proxy's counts. The target:
 ``faults`` at >= 40% of the unthrottled rate (the faster of ``direct`` and ``proxy``).
 
 Example (the numbers in docs/reliability.md)::
