@@ -14,18 +14,17 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def _strip_graph(graph) -> None:
-    graph.ClearField("doc_string")
-    del graph.metadata_props[:]
-    for value in (*graph.input, *graph.output, *graph.value_info):
-        value.ClearField("doc_string")
-        del value.metadata_props[:]
-    for tensor in graph.initializer:
-        tensor.ClearField("doc_string")
-        del tensor.metadata_props[:]
-    for node in graph.node:
-        node.ClearField("doc_string")
-        del node.metadata_props[:]
+def _clear(*protos) -> None:
+    """Clear the ``doc_string`` and ``metadata_props`` of each proto (fields every ONNX message
+    that an exporter annotates has)."""
+    for proto in protos:
+        proto.ClearField("doc_string")
+        del proto.metadata_props[:]
+
+
+def _strip_nodes(nodes) -> None:
+    for node in nodes:
+        _clear(node)
         for attribute in node.attribute:  # control flow (If, Loop, Scan) holds graphs of its own
             attribute.ClearField("doc_string")
             if attribute.HasField("g"):
@@ -34,22 +33,23 @@ def _strip_graph(graph) -> None:
                 _strip_graph(sub)
 
 
+def _strip_graph(graph) -> None:
+    _clear(graph, *graph.input, *graph.output, *graph.value_info, *graph.initializer)
+    _strip_nodes(graph.node)
+
+
 def strip_build_metadata(model) -> None:
     """Clear every ``doc_string`` and the exporters' ``metadata_props`` (graph, nodes, values,
     initializers, functions; on the model itself, those with a path or a ``pkg.`` key) of an
     ``onnx.ModelProto`` in place."""
-    model.ClearField("doc_string")
     kept = [(p.key, p.value) for p in model.metadata_props if not p.key.startswith("pkg.") and "/" not in p.value]
-    del model.metadata_props[:]
+    _clear(model)
     for key, value in kept:  # what a tool states about the model (the quantizer's "onnx.infer"), no paths
         model.metadata_props.add(key=key, value=value)
     _strip_graph(model.graph)
     for function in model.functions:
-        function.ClearField("doc_string")
-        del function.metadata_props[:]
-        for node in function.node:
-            node.ClearField("doc_string")
-            del node.metadata_props[:]
+        _clear(function)
+        _strip_nodes(function.node)
 
 
 def clean_onnx_file(path: str | Path) -> None:
