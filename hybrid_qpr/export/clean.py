@@ -15,11 +15,12 @@ from pathlib import Path
 
 
 def _clear(*protos) -> None:
-    """Clear the ``doc_string`` and ``metadata_props`` of each proto (fields every ONNX message
-    that an exporter annotates has)."""
+    """Clear the ``doc_string`` and ``metadata_props`` of each proto (``metadata_props`` below the
+    model exists from onnx 1.16; older packages cannot hold it there)."""
     for proto in protos:
         proto.ClearField("doc_string")
-        del proto.metadata_props[:]
+        if "metadata_props" in proto.DESCRIPTOR.fields_by_name:
+            del proto.metadata_props[:]
 
 
 def _strip_nodes(nodes) -> None:
