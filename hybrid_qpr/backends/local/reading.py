@@ -8,7 +8,7 @@ documents of a result page reads those rows by position (SQLite's rowid) instead
 every id up in every segment: at one million documents in four segments that fetch was a
 sixth of a BM25 query (docs/search.md). ``fused_page`` hands the entries' ids and scores to
 ``fusion.fuse_ranked`` and reads the page's rows directly: a hybrid query builds no ``Hit``
-for the sixty documents of its two lists (docs/search.md, issue 24, eighth session)."""
+for the sixty documents of its two lists (docs/search.md)."""
 
 from __future__ import annotations
 
