@@ -106,7 +106,8 @@ def latency_summary(seconds: Sequence[float]) -> dict[str, float]:
 def evaluate(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *,
              modes: Sequence[str] = ("bm25", "knn", "hybrid", "rerank"), retrieve: int | None = None,
              task: str = "paraphrase", query_filters: Mapping[str, Filters] | None = None,
-             show_progress: bool = False, **search_kwargs: Any) -> dict[str, dict[str, Any]]:
+             show_progress: bool = False, runs: dict[str, dict[str, list[str]]] | None = None,
+             **search_kwargs: Any) -> dict[str, dict[str, Any]]:
     """``{mode: {"metrics": {...}, "latency": {...}, "queries": n, "settings": {...}}}``.
 
     Each query is searched one at a time (as a user would), so the latency includes
@@ -114,7 +115,8 @@ def evaluate(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[s
     (``hybrid_qpr.evaluation.tasks``); ``query_filters`` gives queries their own filter
     (merged with ``filters``), e.g. answer selection ranks each question's own candidates.
     ``search_kwargs`` go to ``HybridSearcher.search`` (fusion, alpha, filters...).
-    ``show_progress``: progress per mode on stderr (``hybrid_qpr.progress``)."""
+    ``show_progress``: progress per mode on stderr (``hybrid_qpr.progress``).
+    ``runs``: when given, each mode's ranked ids per query are put there too (for paired tests)."""
     spec = get_task(task)
     retrieve = spec.retrieve if retrieve is None else retrieve
     if retrieve < 1:
@@ -144,6 +146,8 @@ def evaluate(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[s
         if depth:
             name = f"{mode}+reranker"
             settings.update(reranker=reranker.name, reranker_depth=depth)
+        if runs is not None:
+            runs[name] = run
         out[name] = {"metrics": spec.score(run, qrels), "latency": latency_summary(times),
                      "queries": len(run), "settings": settings}
         logger.info("%s: %s %.4f over %d queries", name, spec.main_metric, out[name]["metrics"][spec.main_metric], len(run))

@@ -220,3 +220,43 @@ def compare(scores: Mapping[str, Mapping[str, float]], baseline: str, metric: st
         for comparison, adjusted in zip(out, holm([getattr(c, attribute) for c in out])):
             setattr(comparison, attribute + "_holm", adjusted)
     return out
+
+
+def compare_runs(runs: Mapping[str, Mapping[str, Sequence[str]]], qrels: Mapping[str, Mapping[str, int]], *,
+                 task: str = "paraphrase", baseline: str | None = None, metric: str | None = None,
+                 resamples: int = RESAMPLES, seed: int = SEED) -> list[Comparison]:
+    """Score ``runs`` (name -> query id -> ranked ids) per query on ``metric`` (the task's main
+    metric when None) and compare each with ``baseline`` (the first run when None)."""
+    from hybrid_qpr.evaluation.tasks import get_task
+
+    spec = get_task(task)
+    metric = metric or spec.main_metric
+    if len(runs) < 2:
+        raise ConfigError(f"a comparison needs two runs or more; got {len(runs)}")
+    baseline = baseline or next(iter(runs))
+    scores = {name: spec.per_query(run, qrels, metric) for name, run in runs.items()}
+    return compare(scores, baseline, metric, resamples=resamples, seed=seed)
+
+
+def markdown(comparisons: Sequence[Comparison], *, rows: int = 10) -> str:
+    """A table of the comparisons, their verdicts, and each one's worst losses and best wins."""
+    if not comparisons:
+        return ""
+    first = comparisons[0]
+    lines = [f"Baseline {first.baseline}, metric {first.metric}; paired randomization test (two-sided) and "
+             f"paired t-test, Holm-corrected over {len(comparisons)} comparison(s).", "",
+             "| run | mean | baseline | delta | p rand. | p rand. Holm | p t | p t Holm | wins | losses | ties |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in comparisons:
+        lines.append(f"| {c.run} | {c.mean:.4f} | {c.baseline_mean:.4f} | {c.delta:+.4f} | {c.randomization_p:.4f} "
+                     f"| {c.randomization_p_holm:.4f} | {c.t_p:.4f} | {c.t_p_holm:.4f} | {c.wins} | {c.losses} | {c.ties} |")
+    lines.append("")
+    lines += [f"- {c.verdict()}" for c in comparisons]
+    for c in comparisons:
+        losses = [row for row in c.per_query if row[2] - row[1] < -TIE][:rows]
+        wins = [row for row in reversed(c.per_query) if row[2] - row[1] > TIE][:rows]
+        for title, chosen in (("worst losses", losses), ("biggest wins", wins)):
+            if chosen:
+                lines += ["", f"{c.run} vs {c.baseline}, {title}:", "", "| query | baseline | run | delta |", "|---|---:|---:|---:|"]
+                lines += [f"| {q} | {s:.4f} | {r:.4f} | {r - s:+.4f} |" for q, s, r in chosen]
+    return "\n".join(lines) + "\n"
