@@ -169,6 +169,9 @@ class TuneResult:
     queries: int
     grid: list[dict[str, Any]] = field(default_factory=list)
     metric: str = "MRR@20"
+    # query id -> ``metric`` of the chosen fusion ("tuned"), of BM25 and of kNN alone: for
+    # telling a real gain from noise (``hybrid_qpr.evaluation.significance``)
+    per_query: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def defaults(self) -> dict[str, Any]:
@@ -234,8 +237,10 @@ def tune_candidates(cands: Mapping[str, Any], qrels: Mapping[str, Mapping[str, i
     spec = get_task(task)
     retrieve = spec.retrieve if retrieve is None else retrieve
     depth = _tuning_depth(depth, retrieve)
-    bm25_metrics = spec.score({q: [h.id for h in c.bm25[:retrieve]] for q, c in cands.items()}, qrels)
-    knn_metrics = spec.score({q: [h.id for h in c.knn[:retrieve]] for q, c in cands.items()}, qrels)
+    bm25_run = {q: [h.id for h in c.bm25[:retrieve]] for q, c in cands.items()}
+    knn_run = {q: [h.id for h in c.knn[:retrieve]] for q, c in cands.items()}
+    bm25_metrics, knn_metrics = spec.score(bm25_run, qrels), spec.score(knn_run, qrels)
+    best_run: dict[str, list[str]] = {}
     main = spec.main_metric
     better = bm25_metrics if bm25_metrics[main] >= knn_metrics[main] else knn_metrics
     guarded = spec.guarded or (main,)
@@ -253,12 +258,14 @@ def tune_candidates(cands: Mapping[str, Any], qrels: Mapping[str, Mapping[str, i
         grid.append({"fusion": fusion, "alpha": alpha, **metrics, "allowed": allowed})
         if allowed and (best is None or metrics[main] > best[0]):
             best = (metrics[main], fusion, alpha)
+            best_run = run
     if best is None:  # cannot happen with the forced points; kept as a check
         raise ConfigError(f"no fusion setting is at least the better single mode on "
                           f"{', '.join(f'{k} {better[k]:.4f}' for k in guarded)}; report this as a bug")
     value, fusion, alpha = best
     bm25_value, knn_value = bm25_metrics[main], knn_metrics[main]
-    return TuneResult(fusion, alpha, value, bm25_value, knn_value, depth, len(cands), grid, spec.main_metric)
+    per_query = {name: spec.per_query(r, qrels, main) for name, r in (("tuned", best_run), ("bm25", bm25_run), ("knn", knn_run))}
+    return TuneResult(fusion, alpha, value, bm25_value, knn_value, depth, len(cands), grid, spec.main_metric, per_query)
 
 
 RERANKER_DEPTHS: tuple[int, ...] = (10, 20, 50)

@@ -260,3 +260,30 @@ def markdown(comparisons: Sequence[Comparison], *, rows: int = 10) -> str:
                 lines += ["", f"{c.run} vs {c.baseline}, {title}:", "", "| query | baseline | run | delta |", "|---|---:|---:|---:|"]
                 lines += [f"| {q} | {s:.4f} | {r:.4f} | {r - s:+.4f} |" for q, s, r in chosen]
     return "\n".join(lines) + "\n"
+
+
+def gain(base: Mapping[str, float], run: Mapping[str, float], *, confidence: float = 0.95,
+         resamples: int = RESAMPLES, seed: int = SEED) -> dict[str, Any]:
+    """The gain of ``run`` over ``base`` (query id -> score, over the queries both scored) with
+    a bootstrap confidence interval and the randomization test's p-value, and ``noise``: True
+    when the interval holds 0 or the test is not significant, i.e. the gain may not be real."""
+    queries = sorted(q for q in run if q in base)
+    a = [base[q] for q in queries]
+    b = [run[q] for q in queries]
+    low, high = bootstrap_interval(a, b, confidence=confidence, resamples=resamples, seed=seed)
+    p = randomization_test(a, b, resamples=resamples, seed=seed)
+    delta = float(np.mean(b) - np.mean(a))
+    return {"delta": delta, "low": low, "high": high, "confidence": confidence, "p": p, "queries": len(queries),
+            "noise": bool(low <= 0 <= high or p >= ALPHA), "few": len(queries) < SMALL_SAMPLE}
+
+
+def gain_sentence(result: Mapping[str, Any], run: str, base: str, metric: str) -> str:
+    """``result`` of :func:`gain` as one plain sentence."""
+    head = (f"{run} vs {base}: {metric} {result['delta']:+.4f} "
+            f"({result['confidence']:.0%} CI {result['low']:+.4f} .. {result['high']:+.4f}, p={result['p']:.4f}, "
+            f"{result['queries']} queries)")
+    if result["noise"]:
+        head += ": within noise, this gain may not hold on other queries"
+    if result["few"]:
+        head += f"; fewer than {SMALL_SAMPLE} queries is a small sample, tune on more judged queries"
+    return head
