@@ -21,7 +21,7 @@ and line; every file is written atomically.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -80,16 +80,24 @@ def read_trec_qrels(path: str | Path) -> Qrels:
     path = Path(path)
     qrels: Qrels = {}
     seen: dict[tuple[str, str], int] = {}
+    for line, fields in _whitespace_rows(path, "query-id 0 doc-id grade", "TREC qrels"):
+        _add(qrels, seen, path, line, fields[0], fields[2], _grade(path, line, fields[3]))
+    return qrels
+
+
+def _whitespace_rows(path: Path, layout: str, kind: str) -> Iterator[tuple[int, list[str]]]:
+    """``(line number, fields)`` of each non-blank line of a whitespace-separated file whose
+    lines must have the fields of ``layout``."""
+    expected = len(layout.split())
     with open_text(path) as fh:
         for line, text in enumerate(fh, start=1):
             fields = text.split()
             if not fields:
                 continue
-            if len(fields) != 4:
-                raise InputError(path, line, f"found {len(fields)} fields, expected 4 (query-id 0 doc-id grade); "
-                                 "an id with a space cannot be in TREC qrels")
-            _add(qrels, seen, path, line, fields[0], fields[2], _grade(path, line, fields[3]))
-    return qrels
+            if len(fields) != expected:
+                raise InputError(path, line, f"found {len(fields)} fields, expected {expected} ({layout}); "
+                                 f"an id with a space cannot be in {kind}")
+            yield line, fields
 
 
 def write_trec_qrels(path: str | Path, qrels: Mapping[str, Mapping[str, int]]) -> int:
@@ -221,24 +229,17 @@ def read_trec_run(path: str | Path) -> dict[str, list[str]]:
     path = Path(path)
     scored: dict[str, list[tuple[float, str]]] = {}
     seen: dict[tuple[str, str], int] = {}
-    with open_text(path) as fh:
-        for line, text in enumerate(fh, start=1):
-            fields = text.split()
-            if not fields:
-                continue
-            if len(fields) != 6:
-                raise InputError(path, line, f"found {len(fields)} fields, expected 6 (query-id Q0 doc-id rank score tag); "
-                                 "an id with a space cannot be in a TREC run")
-            query, doc = fields[0], fields[2]
-            try:
-                score = float(fields[4])
-            except ValueError:
-                raise InputError(path, line, f"the score must be a number, found {fields[4]!r}") from None
-            if (query, doc) in seen:
-                raise InputError(path, line, f"document {doc!r} is listed twice for query {query!r} "
-                                 f"(first on line {seen[query, doc]})")
-            seen[query, doc] = line
-            scored.setdefault(query, []).append((score, doc))
+    for line, fields in _whitespace_rows(path, "query-id Q0 doc-id rank score tag", "a TREC run"):
+        query, doc = fields[0], fields[2]
+        try:
+            score = float(fields[4])
+        except ValueError:
+            raise InputError(path, line, f"the score must be a number, found {fields[4]!r}") from None
+        if (query, doc) in seen:
+            raise InputError(path, line, f"document {doc!r} is listed twice for query {query!r} "
+                             f"(first on line {seen[query, doc]})")
+        seen[query, doc] = line
+        scored.setdefault(query, []).append((score, doc))
     if not scored:
         raise InputError(path, None, "holds no run lines (query-id Q0 doc-id rank score tag)")
     return {q: [doc for _, doc in sorted(hits, reverse=True)] for q, hits in scored.items()}

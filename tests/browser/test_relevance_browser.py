@@ -4,11 +4,9 @@ win/loss list; the overlap panel compares two configurations on pasted queries."
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from hybrid_qpr.testing.workbench import call, chromium_problem, examples_local_index, headless_chromium, judge_bank, served
+from hybrid_qpr.testing.workbench import call, chromium_for_tests, examples_local_index, judge_bank, served
 
 pytestmark = pytest.mark.browser
 pytest.importorskip("starlette")
@@ -17,12 +15,7 @@ pytest.importorskip("uvicorn")
 
 @pytest.fixture(scope="module")
 def browser():
-    problem = chromium_problem()
-    if problem:
-        if os.environ.get("CI"):
-            pytest.fail(problem + " (CI is set, so the browser test must not skip)")
-        pytest.skip(problem)
-    with headless_chromium() as driver:
+    with chromium_for_tests() as driver:
         yield driver
 
 
