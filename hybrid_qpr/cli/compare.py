@@ -71,7 +71,7 @@ def compare(queries_file, index, spec_a, spec_b, k, persistence, show, max_queri
                f"same first hit {report['same_first']:.1%}   same top {k} {report['same_top']:.1%}")
     click.echo(f"  searching both: {searching:.2f} s; comparing: {comparing:.3f} s")
     if report["changed"]:
-        click.echo(f"most changed (lowest RBO first):")
+        click.echo("most changed (lowest RBO first):")
         for row in report["changed"]:
             click.echo(f"  {row['rbo']:.3f}  J {row['jaccard']:.2f}  {row['id']}: {row['query'][:70]}")
             click.echo(f"         only A: {', '.join(row['only_a'][:5]) or '-'}   only B: {', '.join(row['only_b'][:5]) or '-'}")

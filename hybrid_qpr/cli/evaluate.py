@@ -165,7 +165,7 @@ def _search_modes(beir_dir, index, modes, sample, qrels, task, filter_field, fus
                            show_progress=True, runs=runs)
     used_fusion, used_alpha = searcher.fusion_settings(fusion, alpha)
     context = {"index": str(index), "documents": backend.count(), "model": searcher.encoder.fingerprint,
-               "fusion": used_fusion, "alpha": used_alpha,
+               "fusion": used_fusion, "alpha": used_alpha, "fusion_defaults": backend.fusion_defaults,
                **({"reranker": reranker.fingerprint, "reranker_depth": reranker_depth} if reranker else {})}
     return results, context
 

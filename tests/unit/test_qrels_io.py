@@ -8,7 +8,7 @@ import pytest
 
 from hybrid_qpr.errors import ConfigError, InputError
 from hybrid_qpr.evaluation import qrels_io
-from hybrid_qpr.evaluation.qrels_io import (read_judgments, read_query_log, read_trec_qrels, read_trec_run,
+from hybrid_qpr.evaluation.qrels_io import (read_judgments, read_query_log, read_trec_run,
                                             write_judgments, write_trec_run)
 
 
