@@ -30,7 +30,7 @@ EVALUATED_MODES = ("bm25", "knn", "hybrid", "rerank")  # MODES, in the order of 
 @click.option("--modes", default=",".join(EVALUATED_MODES), show_default=True, help="Comma-separated modes to compare.")
 @click.option("--run", "run_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="A TREC run file (query-id Q0 doc-id rank score tag) made by any system, scored and tested beside "
-                   "the modes; named after the file without its suffix. Repeatable.")
+                   "the modes; named after the file without its suffix (FOLDER/NAME when that name is taken). Repeatable.")
 @click.option("--baseline", default=None,
               help="The run every other is tested against. [default: the first mode, else the first --run]")
 @click.option("--metric", default=None, help="Metric of the paired tests. [default: the task's main metric, MRR@20 for paraphrase]")
@@ -110,6 +110,8 @@ def evaluate(beir_dir, split, qrels_file, index, modes, run_files, baseline, met
         click.echo("wrote " + ", ".join(str(p) for p in paths.values()))
     for path in run_files:
         name = Path(path).name.split(".")[0]
+        if name in runs:  # e.g. two exported hybrid.run: told apart by their folders
+            name = f"{Path(path).resolve().parent.name}/{name}"
         if name in runs:
             raise click.BadParameter(f"{path}: its name {name!r} is taken by a mode or another run; rename the file",
                                      param_hint="--run")

@@ -71,6 +71,13 @@ def test_evaluate_compares_modes_exports_runs_and_scores_them_again(index, tmp_p
     assert scored["metrics"]["knn"] == pytest.approx(report["knn"]["metrics"], abs=1e-12)
     assert scored["comparisons"][0]["baseline"] == "hybrid"
 
+    # runs of two fusions, both exported as hybrid.run, told apart by their folders
+    invoke("evaluate", "--beir", BEIR, "--index", index, "--modes", "hybrid", "--fusion", "minmax", "--alpha", "0.7",
+           "--no-plot", "--out", str(tmp_path / "mm"), "--export-runs", str(tmp_path / "minmax"))
+    invoke("evaluate", "--beir", BEIR, "--run", str(runs / "hybrid.run"), "--run", str(tmp_path / "minmax" / "hybrid.run"),
+           "--out", str(other))
+    assert [c["run"] for c in json.loads((other / "comparison.json").read_text())["comparisons"]] == ["minmax/hybrid"]
+
     # a second evaluation of the history, then its report
     invoke("evaluate", "--beir", BEIR, "--index", index, "--modes", "bm25,hybrid", "--fusion", "minmax", "--no-plot",
            "--out", str(out), "--history", str(history))
