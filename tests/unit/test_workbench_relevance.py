@@ -33,6 +33,9 @@ def test_significance_needs_judgments_then_tests_every_mode(api):
         deltas = [row["delta"] for row in c["per_query"]]
         assert deltas == sorted(deltas) and all(row["text"] in judged.values() for row in c["per_query"])
         assert "little power" in c["verdict"]  # 12 queries
+    status, tuned = call(f"{api}/tune", "POST", {"store": False})
+    assert status == 200 and tuned["gain"]["over"] in ("bm25", "knn") and tuned["gain"]["queries"] == 12
+    assert tuned["gain"]["low"] <= tuned["gain"]["delta"] <= tuned["gain"]["high"] and "95% CI" in tuned["gain"]["sentence"]
     assert call(f"{api}/significance?baseline=rerank")[0] == 422
     assert call(f"{api}/significance?metric=P@5")[0] == 422
 
