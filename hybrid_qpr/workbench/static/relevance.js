@@ -1,6 +1,6 @@
 // The relevance panels: paired tests of the modes on the judged queries (/api/significance)
 // and the overlap of two configurations on pasted queries (/api/overlap). Uses app.js's
-// helpers ($, el, api, setStatus, cell).
+// functions ($, el, api, setStatus, cell).
 "use strict";
 
 function fixed(value, digits = 4) { return typeof value === "number" ? value.toFixed(digits) : value; }
