@@ -118,3 +118,18 @@ def headless_chromium():
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+@contextmanager
+def chromium_for_tests():
+    """``headless_chromium()`` for a pytest fixture: skipped (with the reason) when Chromium cannot
+    run here, and a failure instead when ``CI`` is set, where the browser tests must run."""
+    import pytest
+
+    problem = chromium_problem()
+    if problem:
+        if os.environ.get("CI"):
+            pytest.fail(problem + " (CI is set, so the browser test must not skip)")
+        pytest.skip(problem)
+    with headless_chromium() as driver:
+        yield driver

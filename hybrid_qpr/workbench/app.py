@@ -60,7 +60,10 @@ def create_app(workbench: Workbench, *, api_key: str | None = None):
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 
+    from hybrid_qpr.workbench import relevance
+
     spec = openapi_spec(workbench.limits, tuple(workbench.list_names[len(COMPARE_MODES):]))
+    spec["paths"].update(relevance.openapi_paths())
 
     def error(status: int, message: str) -> JSONResponse:
         return JSONResponse({"error": message, "status": status}, status_code=status)
@@ -161,6 +164,7 @@ def create_app(workbench: Workbench, *, api_key: str | None = None):
         Route("/api/judgments", api(post_judgment), methods=["POST"]),
         Route("/api/tune", api(tune), methods=["POST"]),
         Route("/api/openapi.json", openapi),
+        *relevance.routes(workbench, api, json_body),
         Mount("/static", StaticFiles(directory=str(static_dir())), name="static"),
     ]
     return Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: unexpected})

@@ -242,6 +242,7 @@ class Workbench:
         """``hybrid_qpr.evaluation.evaluator.tune`` on the judged queries, then (``store``) the
         winner stored as the index's fusion default, as ``hybrid-qpr tune`` does; the metrics of
         bm25, knn and hybrid before and of the tuned hybrid after, on the same queries."""
+        from hybrid_qpr.evaluation import significance
         from hybrid_qpr.evaluation.evaluator import evaluate, tune as run_tune
 
         if not self._tuning.acquire(blocking=False):
@@ -266,7 +267,10 @@ class Workbench:
         finally:
             self._tuning.release()
         grid = sorted(result.grid, key=lambda g: -g[result.metric])[:5]
-        return {"queries": result.queries, "metric": result.metric, "stored": store,
+        single = "bm25" if result.bm25_mrr >= result.knn_mrr else "knn"
+        gain = significance.gain(result.per_query[single], result.per_query["tuned"])
+        gain.update(over=single, sentence=significance.gain_sentence(gain, "tuned hybrid", single, result.metric))
+        return {"queries": result.queries, "metric": result.metric, "stored": store, "gain": gain,
                 "before": {name: _scored(before[name]) for name in ("bm25", "knn", "hybrid")},
                 "after": {"hybrid": _scored(after)},
                 "chosen": {"fusion": result.fusion, "alpha": result.alpha, "depth": result.depth},

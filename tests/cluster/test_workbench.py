@@ -197,7 +197,7 @@ def test_openapi_describes_every_route(api):
     described = {(path, method.upper()) for path, ops in spec["paths"].items() for method in ops}
     assert described == {("/api/health", "GET"), ("/api/search", "GET"), ("/api/compare", "GET"),
                          ("/api/judgments", "GET"), ("/api/judgments", "POST"), ("/api/tune", "POST"),
-                         ("/api/openapi.json", "GET")}
+                         ("/api/openapi.json", "GET"), ("/api/significance", "GET"), ("/api/overlap", "POST")}
     for path, method in described:  # served: anything but 404/405
         assert call(f"{api[:-4]}{path}", method, {} if method == "POST" else None)[0] not in (404, 405)
 

@@ -185,7 +185,8 @@ async function tune() {
     table.hidden = false;
     const c = r.chosen;
     setStatus("#tune-status", `tuned on ${r.queries} queries (${r.metric}); ` +
-      (r.stored ? `stored as the index default: ${c.fusion} α=${c.alpha} depth ${c.depth}` : "not stored"));
+      (r.stored ? `stored as the index default: ${c.fusion} α=${c.alpha} depth ${c.depth}` : "not stored") +
+      (r.gain ? `. ${r.gain.sentence}` : ""));
     loadHealth();
     if (state.query) runQuery();
   } catch (error) {
