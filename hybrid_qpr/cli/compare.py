@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from hybrid_qpr.cli._common import cluster_options, friendly_errors
+from hybrid_qpr.cli._common import cluster_options, FiniteFloatRange, friendly_errors
 from hybrid_qpr.cli._backend import model_option
 from hybrid_qpr.evaluation.overlap import CHANGED_SHOWN, DEPTH, PERSISTENCE
 
@@ -17,7 +17,7 @@ from hybrid_qpr.evaluation.overlap import CHANGED_SHOWN, DEPTH, PERSISTENCE
               help="Configuration A: MODE[,fusion=F][,alpha=A][,index=DIR], e.g. 'hybrid,fusion=rrf,alpha=0.3'.")
 @click.option("--b", "spec_b", default="bm25", show_default=True, help="Configuration B, written as --a.")
 @click.option("-k", "--top-k", "k", type=click.IntRange(min=1), default=DEPTH, show_default=True, help="Depth compared.")
-@click.option("--p", "persistence", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=PERSISTENCE,
+@click.option("--p", "persistence", type=FiniteFloatRange(0, 1, min_open=True, max_open=True), default=PERSISTENCE,
               show_default=True, help="RBO persistence: the top d ranks carry 1 - p^d of the weight (0.9: top 10 ~86%).")
 @click.option("--show", type=click.IntRange(min=0), default=CHANGED_SHOWN, show_default=True,
               help="How many of the most changed queries to list.")

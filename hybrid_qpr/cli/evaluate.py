@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
-from hybrid_qpr.cli._common import cluster_options, FiniteFloatRange, friendly_errors
+from hybrid_qpr.cli._common import cluster_options, FiniteFloatRange, friendly_errors, SEED
 from hybrid_qpr.cli._backend import model_option, reranker_options
 from hybrid_qpr.cli._tasks import task_options
-from hybrid_qpr.evaluation.significance import RESAMPLES, SEED
+from hybrid_qpr.evaluation.significance import RESAMPLES, SEED as DEFAULT_SEED
 from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS
 from hybrid_qpr.search import MODES
 
@@ -34,9 +34,9 @@ EVALUATED_MODES = ("bm25", "knn", "hybrid", "rerank")  # MODES, in the order of 
 @click.option("--baseline", default=None,
               help="The run every other is tested against. [default: the first mode, else the first --run]")
 @click.option("--metric", default=None, help="Metric of the paired tests. [default: the task's main metric, MRR@20 for paraphrase]")
-@click.option("--resamples", type=click.IntRange(min=100), default=RESAMPLES, show_default=True,
+@click.option("--resamples", type=click.IntRange(100, 1_000_000), default=RESAMPLES, show_default=True,
               help="Sign assignments drawn by the randomization test (all of them when 2^queries is fewer).")
-@click.option("--seed", type=int, default=SEED, show_default=True, help="Seed of the randomization test and of --max-queries.")
+@click.option("--seed", type=SEED, default=DEFAULT_SEED, show_default=True, help="Seed of the randomization test and of --max-queries.")
 @click.option("--max-queries", type=click.IntRange(min=1), default=None, help="Evaluate a seeded sample of this many judged queries. [default: all]")
 @click.option("--fusion", type=click.Choice(FUSION_METHODS), default=None,
               help=f"Hybrid fusion. [default: the index's tuned value, else {DEFAULT_FUSION}]")

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import click
 
-from hybrid_qpr.cli._common import friendly_errors
-from hybrid_qpr.evaluation.significance import RESAMPLES, SEED
+from hybrid_qpr.cli._common import friendly_errors, SEED
+from hybrid_qpr.evaluation.significance import RESAMPLES, SEED as DEFAULT_SEED
 
 
 @click.command()
 @click.argument("history_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of tables.")
-@click.option("--resamples", type=click.IntRange(min=100), default=RESAMPLES, show_default=True,
+@click.option("--resamples", type=click.IntRange(100, 1_000_000), default=RESAMPLES, show_default=True,
               help="Sign assignments drawn by the randomization test.")
-@click.option("--seed", type=int, default=SEED, show_default=True, help="Seed of the randomization test.")
+@click.option("--seed", type=SEED, default=DEFAULT_SEED, show_default=True, help="Seed of the randomization test.")
 @click.option("--fail-on-drop", is_flag=True, help="Exit with status 2 when a drop is significant (for CI).")
 @friendly_errors
 def history(history_dir, as_json, resamples, seed, fail_on_drop) -> None:
