@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from hybrid_qpr.workbench.guard import TOKEN_HEADER
+
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--disable-dev-shm-usage", "--window-size=1400,1000")
@@ -34,27 +36,31 @@ def examples_local_index(path: Path, encoder):
 
 @contextmanager
 def served(backend, encoder, judgments_dir: Path, *, index: str, kind: str, api_key: str | None = None,
-           reranker=None, **limits):
+           reranker=None, index_writes: bool = False, **limits):
     """The workbench over ``backend`` (and ``reranker``, a cross-encoder directory, when given) on
-    a free local port; yields its base URL."""
+    a free local port (``index_writes``: as ``serve --allow-index-writes``); yields its base URL."""
     from hybrid_qpr.search import HybridSearcher
     from hybrid_qpr.workbench.app import BackgroundServer, create_app
     from hybrid_qpr.workbench.judgments import JudgmentStore
     from hybrid_qpr.workbench.service import Limits, Workbench
 
     workbench = Workbench(HybridSearcher(backend, encoder, reranker=reranker), JudgmentStore(judgments_dir), index=index, backend=kind,
-                          limits=Limits(**limits))
+                          limits=Limits(**limits), index_writes=index_writes)
     workbench.warm_up()
     with BackgroundServer(create_app(workbench, api_key=api_key)) as server:
         yield server.url
 
 
 def call(url: str, method: str = "GET", body: Any = None, *, raw: bytes | None = None,
-         headers: dict[str, str] | None = None) -> tuple[int, Any]:
-    """``(status, parsed JSON answer)`` of one request; HTTP errors are answers too."""
+         headers: dict[str, str] | None = None, token: bool = True) -> tuple[int, Any]:
+    """``(status, parsed JSON answer)`` of one request; HTTP errors are answers too. A write
+    carries the server's token, read from ``/api/session`` as the page does, unless ``token``
+    is false (a test playing a hostile page)."""
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    request = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Content-Type": "application/json", **(headers or {})})
+    sent = {"Content-Type": "application/json", **(headers or {})}
+    if token and method not in ("GET", "HEAD") and TOKEN_HEADER not in sent:
+        sent[TOKEN_HEADER] = session_token(url, headers)
+    request = urllib.request.Request(url, data=data, method=method, headers=sent)
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
             return response.status, json.loads(response.read())
@@ -64,6 +70,15 @@ def call(url: str, method: str = "GET", body: Any = None, *, raw: bytes | None =
             return exc.code, json.loads(text)
         except ValueError:
             return exc.code, text.decode("utf-8", "replace")
+
+
+def session_token(url: str, headers: dict[str, str] | None = None) -> str:
+    """The write token of the workbench serving ``url`` (any URL on it)."""
+    parts = urllib.parse.urlsplit(url)
+    status, answer = call(f"{parts.scheme}://{parts.netloc}/api/session", headers=headers)
+    if status != 200:
+        raise RuntimeError(f"the workbench answered /api/session with {status}: {answer}")
+    return answer["token"]
 
 
 def judge_bank(api: str, n: int) -> dict[str, str]:

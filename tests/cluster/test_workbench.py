@@ -53,7 +53,7 @@ def api(request, tmp_path_factory, committed_encoder):
         backend = _cluster_backend(kind, request.getfixturevalue(f"{kind}_url"), committed_encoder)
     try:
         with served(backend, committed_encoder, tmp / "judgments", index=getattr(backend, "index", "idx"),
-                    kind=kind, min_tune_queries=3) as url:
+                    kind=kind, min_tune_queries=3, index_writes=True) as url:
             yield url + "/api"
     finally:
         if kind != "local":
@@ -195,7 +195,7 @@ def test_openapi_describes_every_route(api):
     status, spec = get(api, "openapi.json")
     assert status == 200 and spec["openapi"].startswith("3.")
     described = {(path, method.upper()) for path, ops in spec["paths"].items() for method in ops}
-    assert described == {("/api/health", "GET"), ("/api/search", "GET"), ("/api/compare", "GET"),
+    assert described == {("/api/health", "GET"), ("/api/session", "GET"), ("/api/search", "GET"), ("/api/compare", "GET"),
                          ("/api/judgments", "GET"), ("/api/judgments", "POST"), ("/api/tune", "POST"),
                          ("/api/openapi.json", "GET")}
     for path, method in described:  # served: anything but 404/405
@@ -230,7 +230,8 @@ def test_api_key_guards_the_api_but_not_its_description(tmp_path, committed_enco
 
 def test_concurrent_requests_all_answer_while_a_tune_stores(tmp_path, committed_encoder):
     index = examples_local_index(tmp_path / "idx", committed_encoder)
-    with served(index, committed_encoder, tmp_path / "j", index="idx", kind="local", min_tune_queries=3) as url:
+    with served(index, committed_encoder, tmp_path / "j", index="idx", kind="local", min_tune_queries=3,
+                index_writes=True) as url:
         api = url + "/api"
         judge_bank(api, 5)
         texts = [d.text for d in example_documents()[:64]]
@@ -336,7 +337,7 @@ def test_judgment_flow_tuned_hybrid_is_not_below_the_better_single_mode(tmp_path
     from hybrid_qpr.workbench.judgments import JudgmentStore
 
     index = examples_local_index(tmp_path / "idx", committed_encoder)
-    with served(index, committed_encoder, tmp_path / "j", index="idx", kind="local") as url:
+    with served(index, committed_encoder, tmp_path / "j", index="idx", kind="local", index_writes=True) as url:
         api = url + "/api"
         chosen = judge_bank(api, 30)
         status, tuned = call(f"{api}/tune", "POST", {})
