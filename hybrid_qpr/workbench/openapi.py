@@ -49,7 +49,7 @@ def openapi_spec(limits: Limits = Limits(), extra_lists: tuple[str, ...] = ()) -
                    required=True)
     k = _param("k", "Hits per list.", {"type": "integer", "minimum": 1, "maximum": limits.max_k, "default": 10})
     filters = _param("filter", "Exact-match metadata filter FIELD:VALUE (repeatable; the same field twice means "
-                     "either value).", {"type": "string"}, array=True)
+                     "either value).", {"type": "string", "pattern": "^[^:]*\\S[^:]*:"}, array=True)
     fusion = _param("fusion", "Hybrid fusion method [default: the index's tuned one, else rrf].",
                     {"type": "string", "enum": ["rrf", "minmax", "zscore", "l2"]})
     alpha = _param("alpha", "Weight of kNN in the fusion; BM25 gets 1 - alpha [default: tuned, else 0.5].",
@@ -100,7 +100,8 @@ def openapi_spec(limits: Limits = Limits(), extra_lists: tuple[str, ...] = ()) -
                     "type": "object", "additionalProperties": False, "properties": {"store": {
                         "type": "boolean", "description": "false: report only (--dry-run); true: store, refused "
                                                           "(403) without --allow-index-writes; absent: store when "
-                                                          "index writes are allowed"}}}}}},
+                                                          "index writes are allowed"}}}}},
+                                "description": "Empty, or the object; sent as application/json either way."},
                 "responses": {"200": _json(_OBJECT, "metrics before and after"),
                               **_errors(400, 401, 403, 409, 413, 415, 422, 502)}}},
             "/api/openapi.json": {"get": {"summary": "This document.",
