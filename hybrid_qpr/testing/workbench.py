@@ -115,9 +115,10 @@ def chromium_problem() -> str | None:
 
 
 @contextmanager
-def headless_chromium():
+def headless_chromium(*flags: str):
     """A Selenium driver of Debian's Chromium through /usr/bin/chromedriver (never a downloaded
-    browser), on a fresh profile directory removed afterwards."""
+    browser), on a fresh profile directory removed afterwards; ``flags`` are added to
+    ``CHROMIUM_FLAGS`` (e.g. ``--host-resolver-rules=MAP evil.example 127.0.0.1``)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -125,7 +126,7 @@ def headless_chromium():
     profile = tempfile.mkdtemp(prefix="hqpr-chromium-")
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium")
-    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
+    for flag in (*CHROMIUM_FLAGS, *flags, f"--user-data-dir={profile}"):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(executable_path=shutil.which("chromedriver")), options=options)
     try:
