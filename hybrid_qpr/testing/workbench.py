@@ -9,7 +9,11 @@ import importlib.util
 import json
 import os
 import shutil
+import socket
+import subprocess
+import sys
 import tempfile
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -49,6 +53,51 @@ def served(backend, encoder, judgments_dir: Path, *, index: str, kind: str, api_
     workbench.warm_up()
     with BackgroundServer(create_app(workbench, api_key=api_key)) as server:
         yield server.url
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServeProcess:
+    """``hybrid-qpr serve ARGS`` as a user runs it: its own process on a free port, ready when
+    ``/api/health`` answers; its stderr goes to ``log``. ``stop()`` ends it."""
+
+    def __init__(self, log: Path, *args: str, startup_s: float = 120):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        repo = Path(__file__).resolve().parents[2]
+        env = {**os.environ, "PYTHONPATH": str(repo) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        with open(log, "w") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "hybrid_qpr.cli.main", "serve", *args,
+                                          "--port", str(self.port)], env=env, stdout=subprocess.DEVNULL, stderr=err)
+        deadline = time.monotonic() + startup_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"serve exited with {self.proc.returncode}: {log.read_text()}")
+            try:
+                if call(f"{self.url}/api/health")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"serve did not answer within {startup_s:.0f} s: {log.read_text()}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+
+    def rss_mb(self) -> float:
+        """The server's resident memory (Linux)."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise RuntimeError("no VmRSS line in /proc/PID/status")
 
 
 def call(url: str, method: str = "GET", body: Any = None, *, raw: bytes | None = None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from hybrid_qpr.testing.workbench import session_token
+from hybrid_qpr.testing.workbench import ServeProcess, examples_local_index, session_token
 from hybrid_qpr.workbench.guard import TOKEN_HEADER
 from hybrid_qpr.workbench.openapi import openapi_spec
 
@@ -18,18 +18,14 @@ hypothesis = pytest.importorskip("hypothesis")
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from test_workbench_hostile import Serve  # noqa: E402  (the same real serve process)
-
 EXAMPLES_PER_OPERATION = 15  # per operation and mode: 8 operations valid, 5 of them invalid too = 195
 
 
 @pytest.fixture(scope="module")
 def fuzzed_server(tmp_path_factory, committed_encoder):
-    from hybrid_qpr.testing.workbench import examples_local_index
-
     tmp = tmp_path_factory.mktemp("fuzz")
     examples_local_index(tmp / "idx", committed_encoder)
-    serve = Serve(tmp, "--index", str(tmp / "idx"))
+    serve = ServeProcess(tmp / "serve.log", "--index", str(tmp / "idx"))
     try:
         yield serve
     finally:

@@ -8,70 +8,32 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import socket
-import subprocess
-import sys
 import threading
-import time
 import urllib.parse
 from pathlib import Path
 
 import pytest
 
 from hybrid_qpr.data.beir import load_beir
-from hybrid_qpr.testing.workbench import call, examples_local_index, session_token
+from hybrid_qpr.testing.workbench import ServeProcess, call, examples_local_index, session_token
 from hybrid_qpr.workbench.guard import TOKEN_HEADER
 from hybrid_qpr.workbench.judgments import query_id
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-REPO = Path(__file__).resolve().parents[2]
 GOOD_QUERY_ID = query_id("seeded query")
 # qrels as an older workbench wrote them after judging an id holding a TAB: 4 columns on line 3
 SEEDED_QRELS = f"query-id\tcorpus-id\tscore\n{GOOD_QUERY_ID}\tamazon-email-0\t1\n{GOOD_QUERY_ID}\tbad\tid\t1\n"
 LEFTOVERS = (".corpus.jsonl.k1ll3d.tmp", "qrels/.val.tsv.k1ll3d.tmp")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Serve:
-    """``hybrid-qpr serve ARGS`` in its own process on a free port; stderr goes to a file."""
+class Serve(ServeProcess):
+    """The real serve process, plus raw requests with any Host, Origin and Content-Type."""
 
     def __init__(self, tmp: Path, *args: str):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = tmp / f"serve-{self.port}.log"
-        env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        with open(self.log, "w") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", "hybrid_qpr.cli.main", "serve", *args,
-                                          "--port", str(self.port)], env=env, stdout=subprocess.DEVNULL, stderr=err)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log.read_text()
-            try:
-                if call(f"{self.url}/api/health")[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise AssertionError(f"serve did not come up: {self.log.read_text()}")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
-
-    def rss_mb(self) -> float:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        raise AssertionError("no VmRSS")
+        super().__init__(tmp / f"serve-{len(list(tmp.glob('serve-*.log')))}.log", *args)
 
     def request(self, method: str, path: str, body: bytes | str | None = None,
                 headers: dict[str, str] | None = None) -> tuple[int, dict]:
