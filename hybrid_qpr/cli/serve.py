@@ -27,8 +27,9 @@ def default_judgments_dir(index: str, engine: str | None) -> Path:
                    "(--api-key is the cluster's key.)")
 @click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
               help="Also answer requests whose Host header names NAME (repeatable), e.g. the machine's DNS name "
-                   "behind --host 0.0.0.0. Loopback names and the --host address are always accepted; any other "
-                   "name is refused (421), which stops DNS-rebinding pages.")
+                   "behind --host 0.0.0.0. Loopback names and the --host address are always accepted (with --host "
+                   "0.0.0.0 or ::, any IP address too); any other name is refused (421), which stops DNS-rebinding "
+                   "pages.")
 @click.option("--allow-index-writes", is_flag=True, default=False,
               help="Let 'tune' on the page store its winning fusion in the index, as 'hybrid-qpr tune' does. "
                    "Off by default: tune then reports its result and stores nothing (judgments are always stored).")
