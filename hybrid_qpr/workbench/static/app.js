@@ -64,6 +64,9 @@ async function loadHealth() {
     $("#health").textContent = `${h.index} · ${h.backend} · ${h.documents.toLocaleString()} documents · model ${h.model} · ${f}`;
     state.minTune = h.min_tune_queries;
     showCounts(h.judgments, h.judged_queries);
+    if (h.judgment_lines_skipped) {
+      $("#judge-count").textContent += ` · ${h.judgment_lines_skipped} unreadable line(s) of the judgment files skipped (the server log names them)`;
+    }
   } catch (error) {
     setStatus("#health", `health check failed: ${error.message}`, true);
   }
