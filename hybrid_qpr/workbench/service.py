@@ -2,8 +2,9 @@
 and tune over one shared ``HybridSearcher``. ``hybrid_qpr.workbench.app`` maps HTTP onto it.
 
 Every request-level problem raises ``RequestError`` with the HTTP status it deserves (400 a
-malformed request, 404 an unknown document, 409 a conflicting write, 413 a query too long,
-422 a value out of range); library errors are mapped by the app.
+malformed request, 403 an index write this server does not allow, 404 an unknown document, 409
+a conflicting write, 413 a query or id too long, 422 a value out of range); library errors are
+mapped by the app.
 
 Sharing the searcher: searches run concurrently (the embedded index and the cluster clients
 are read-safe from many threads); storing tuned fusion defaults changes what searches read,
