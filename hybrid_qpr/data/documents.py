@@ -174,11 +174,7 @@ def _pairs(path, bad_lines: BadLines) -> Iterator[tuple[int, Document]]:
     from hybrid_qpr.data.pairs import iter_pairs
 
     seen: set[str] = set()
-    for pair in iter_pairs(path, bad_lines):
-        problem = next(filter(None, (id_problem(qid) for qid in (pair.qid1, pair.qid2) if qid)), None)
-        if problem:
-            bad_lines.skip(display_name(path), pair.line, problem)
-            continue
+    for pair in iter_pairs(path, bad_lines):  # its qids are checked there, for dataset build too
         for qid, text in ((pair.qid1, pair.question1), (pair.qid2, pair.question2)):
             doc_id = qid if qid else text_id(text)
             if doc_id not in seen:
