@@ -164,7 +164,7 @@ class JudgmentStore:
         return qid, updated
 
     def unreadable_copies(self) -> list[str]:
-        """The copies ``_keep_unreadable`` made (paths relative to the store), oldest first."""
+        """The copies ``_keep_unreadable`` made (paths relative to the store), by name."""
         if not self.directory.is_dir():
             return []
         return sorted(str(p.relative_to(self.directory)) for p in self.directory.rglob("*.unreadable-*"))
