@@ -50,7 +50,7 @@ def evaluate(beir_dir, split, index, modes, max_queries, fusion, alpha, out_dir,
     from hybrid_qpr.cli._backend import load_encoder, load_reranker, open_backend
     from hybrid_qpr.data.beir import load_beir
     from hybrid_qpr.evaluation.evaluator import evaluate as run_evaluate, sample_queries
-    from hybrid_qpr.evaluation.report import markdown_table, write_report
+    from hybrid_qpr.evaluation.report import markdown_table, plot_unavailable, write_report
     from hybrid_qpr.search import HybridSearcher
 
     wanted = [m.strip() for m in modes.split(",") if m.strip()]
@@ -69,6 +69,8 @@ def evaluate(beir_dir, split, index, modes, max_queries, fusion, alpha, out_dir,
     context = {"beir": str(beir_dir), "split": split, "task": task, "index": str(index), "queries": len(sample),
                "documents": backend.count(), "model": searcher.encoder.fingerprint,
                **({"reranker": reranker.fingerprint, "reranker_depth": reranker_depth} if reranker else {})}
-    paths = write_report(results, out_dir, title=f"hybrid-qpr evaluation ({split})", context=context, plot=not no_plot)
     click.echo(markdown_table(results))
+    paths = write_report(results, out_dir, title=f"hybrid-qpr evaluation ({split})", context=context, plot=not no_plot)
     click.echo("wrote " + ", ".join(str(p) for p in paths.values()))
+    if not no_plot and "png" not in paths:
+        click.echo(f"skipped report.png: {plot_unavailable()} (--no-plot skips it quietly)", err=True)

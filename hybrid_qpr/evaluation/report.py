@@ -1,7 +1,8 @@
 """Write an evaluation result (from ``evaluator.evaluate``) as report.md, report.json and report.png.
 
 Every file is written aside and renamed into place. matplotlib is imported only here and
-only when the plot is drawn (``pip install 'hybrid-qpr[report]'``).
+only when the plot is drawn (``pip install 'hybrid-qpr[report]'``); without it the plot is
+left out (``plot_unavailable`` says why) and report.md does not link it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hybrid_qpr.artifacts import atomic_write
-from hybrid_qpr.errors import require
+from hybrid_qpr.errors import MissingDependencyError, require
 from hybrid_qpr.evaluation.evaluator import METRIC_NAMES
 
 LATENCY_NAMES = ("p50_ms", "p95_ms", "p99_ms", "qps")
@@ -36,9 +37,21 @@ def markdown_table(results: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def plot_unavailable() -> str | None:
+    """Why ``report.png`` cannot be drawn here (matplotlib is missing, with the install
+    command), or None when it can."""
+    try:
+        require("matplotlib", extra="report", feature="the report plot (report.png)")
+    except MissingDependencyError as exc:
+        return str(exc)
+    return None
+
+
 def write_report(results: Mapping[str, Mapping[str, Any]], out_dir: str | Path, *, title: str = "Evaluation",
                  context: Mapping[str, Any] | None = None, plot: bool = True) -> dict[str, Path]:
-    """Write ``report.md``, ``report.json`` and (``plot=True``) ``report.png`` into ``out_dir``."""
+    """Write ``report.md``, ``report.json`` and (``plot=True``, when matplotlib is installed)
+    ``report.png`` into ``out_dir``; the returned paths hold "png" only when it was written."""
+    plot = plot and plot_unavailable() is None
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     context = dict(context or {})
@@ -50,13 +63,12 @@ def write_report(results: Mapping[str, Mapping[str, Any]], out_dir: str | Path, 
     facts = "\n".join(f"- {k}: {v}" for k, v in context.items())
     body = (f"# {title}\n\n{facts}\n\n{markdown_table(results)}\n\nSettings per mode:\n{settings}\n\n"
             f"{_protocol(results)} Latency per query includes encoding.\n")
-    if plot:
+    if plot:  # drawn before report.md links it
         paths["png"] = out_dir / "report.png"
+        plot_modes(results, paths["png"], title)
         body += "\n![modes compared](report.png)\n"
     with atomic_write(paths["md"]) as fh:
         fh.write(body)
-    if plot:
-        plot_modes(results, paths["png"], title)
     return paths
 
 
