@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from hybrid_qpr.backends.local import LocalIndex
-from hybrid_qpr.evaluation.evaluator import evaluate, latency_summary, sample_queries, score_run, tune
+from hybrid_qpr.evaluation.evaluator import WARM_UP_QUERIES, evaluate, latency_summary, sample_queries, score_run, tune
 from hybrid_qpr.evaluation.report import write_report
 from hybrid_qpr.search import HybridSearcher
 
@@ -117,3 +117,20 @@ def test_evaluate_cli_without_matplotlib_prints_the_table_and_writes_the_reports
     assert skipped.startswith("skipped report.png:") and "pip install matplotlib" in skipped
     assert (out / "report.json").is_file() and not (out / "report.png").exists()
     assert "report.png" not in (out / "report.md").read_text()
+
+
+def test_every_mode_is_warmed_up_before_any_is_timed(bank, monkeypatch):
+    searcher, queries, qrels = bank
+    calls = []
+    search = searcher.search
+
+    def recorded(text, *, mode, **kwargs):
+        calls.append(mode)
+        return search(text, mode=mode, **kwargs)
+
+    monkeypatch.setattr(searcher, "search", recorded)
+    modes = ("bm25", "knn", "hybrid")
+    sample = dict(list(queries.items())[:20])
+    evaluate(searcher, sample, qrels, modes=modes)
+    untimed = ["hybrid"] * len(sample) + [m for m in modes for _ in range(WARM_UP_QUERIES)]  # every query, every mode
+    assert calls == untimed + [m for m in modes for _ in sample]  # then each mode timed over every query
