@@ -38,7 +38,7 @@ def openapi_spec(limits: Limits = Limits(), extra_lists: tuple[str, ...] = ()) -
     query = _param("q", f"The query text (at most {limits.max_query_chars} characters).", {"type": "string"},
                    required=True)
     k = _param("k", "Hits per list.", {"type": "integer", "minimum": 1, "maximum": limits.max_k, "default": 10})
-    filters = _param("filter", "Exact-match metadata filter FIELD:VALUE (repeatable; the same field twice means "
+    filters = _param("filter", "Exact-match metadata filter FIELD=VALUE (repeatable; the same field twice means "
                      "either value).", {"type": "string"}, array=True)
     fusion = _param("fusion", "Hybrid fusion method [default: the index's tuned one, else rrf].",
                     {"type": "string", "enum": ["rrf", "minmax", "zscore", "l2"]})
