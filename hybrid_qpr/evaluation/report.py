@@ -25,16 +25,50 @@ def metric_names(results: Mapping[str, Mapping[str, Any]]) -> tuple[str, ...]:
     return tuple(first["metrics"]) if first else METRIC_NAMES
 
 
-def markdown_table(results: Mapping[str, Mapping[str, Any]]) -> str:
-    """One row per mode: the quality metrics, then latency and throughput."""
+def table_cells(results: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The header and one row per mode: the quality metrics, then latency and throughput."""
     names = metric_names(results)
     head = ["mode", *names, "p50 ms", "p95 ms", "p99 ms", "queries/s"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    rows = []
     for mode, r in results.items():
         cells = [mode] + [f"{r['metrics'][m]:.4f}" for m in names]
         cells += [f"{r['latency'][k]:.2f}" for k in ("p50_ms", "p95_ms", "p99_ms")] + [f"{r['latency']['qps']:.1f}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append(cells)
+    return head, rows
+
+
+def markdown_table(results: Mapping[str, Mapping[str, Any]]) -> str:
+    """``table_cells`` as a Markdown table (report.md, and evaluate's output to paste)."""
+    head, rows = table_cells(results)
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in rows])
+
+
+# Columns left out first when a terminal table would be too wide (the first one first).
+NARROW_DROP_ORDER = ("p95 ms", "Recall@20", "Recall@10", "MAP", "p99 ms", "Recall@100", "H@10")
+
+
+def rich_table(results: Mapping[str, Mapping[str, Any]], title: str | None = None, width: int | None = None):
+    """``table_cells`` as a rich table for a terminal, ``width`` columns at most: columns are
+    left out (``NARROW_DROP_ORDER``; the caption names them) rather than cut."""
+    from rich.table import Table
+
+    head, rows = table_cells(results)
+    columns = {name: [cells[i] for cells in rows] for i, name in enumerate(head)}
+    dropped = []
+    for name in NARROW_DROP_ORDER if width is not None else ():
+        # each column adds two spaces of padding and one border; the table one more border
+        if sum(max(len(n), *map(len, cells)) + 3 for n, cells in columns.items()) + 1 <= width:
+            break
+        if columns.pop(name, None) is not None:
+            dropped.append(name)
+    caption = f"left out to fit {width} columns: {', '.join(dropped)}" if dropped else None
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+    for i, name in enumerate(columns):
+        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=True)
+    for cells in zip(*columns.values()):
+        table.add_row(*cells)
+    return table
 
 
 def plot_unavailable() -> str | None:

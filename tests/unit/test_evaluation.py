@@ -134,3 +134,22 @@ def test_every_mode_is_warmed_up_before_any_is_timed(bank, monkeypatch):
     evaluate(searcher, sample, qrels, modes=modes)
     untimed = ["hybrid"] * len(sample) + [m for m in modes for _ in range(WARM_UP_QUERIES)]  # every query, every mode
     assert calls == untimed + [m for m in modes for _ in sample]  # then each mode timed over every query
+
+
+@pytest.mark.parametrize("width", [60, 80, 200])
+def test_the_terminal_table_leaves_columns_out_instead_of_cutting_numbers(width):
+    import io
+
+    from rich.console import Console
+
+    from hybrid_qpr.evaluation.report import rich_table
+
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None).print(rich_table(_results(), "test", width=width))
+    lines = out.getvalue().splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= width and "…" not in out.getvalue()
+    header = next(line for line in lines if line.startswith("┃ mode"))
+    assert all(f" {name} " in header for name in ("H@1", "MRR@20", "nDCG@10", "p50 ms"))
+    kept = "Recall@10" in header and "p95 ms" in header
+    assert kept == (width == 200) and kept != any(line.startswith("left out to fit") for line in lines)
+    assert sum(line.startswith("│ ") for line in lines) == 2 and "0.5000" in out.getvalue()
