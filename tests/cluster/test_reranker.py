@@ -497,19 +497,26 @@ def test_dev_score_is_mrr20_for_questions_and_map_for_answers():
 
 @pytest.mark.cluster
 @pytest.mark.engines("opensearch")
-def test_opensearch_rerank_processor_orders_like_the_client(exported, cluster_client, cluster_backend, question_bank,
-                                                            committed_encoder):
+def test_opensearch_rerank_processor_orders_like_the_client(exported, cluster_client, cluster_url, cluster_backend,
+                                                            question_bank, committed_encoder):
     """The exported cross-encoder registered in ml-commons as a TEXT_SIMILARITY model and run by
-    a search pipeline's ``rerank`` response processor re-orders the hits as ``Reranker`` does."""
+    a search pipeline's ``rerank`` response processor re-orders the hits as ``Reranker`` does.
+    What earlier, interrupted runs left deployed is removed first (the node keeps deployed
+    models across restarts, and ml-commons' memory circuit breaker counts them); this test's
+    model is undeployed and deleted however it ends."""
     import os
-    import uuid
+
+    from click.testing import CliRunner
 
     from hybrid_qpr.backends import mlcommons
+    from hybrid_qpr.cli.main import cli
     from hybrid_qpr.errors import ClusterError
     from hybrid_qpr.rerankers import Reranker
+    from hybrid_qpr.testing.mlcommons import fresh_test_model_name, remove_leftover_test_models
 
     client, backend, index_name = cluster_client, cluster_backend, cluster_backend.index
-    name = f"hqpr-test-ce-{uuid.uuid4().hex[:8]}"
+    remove_leftover_test_models(client)
+    name = fresh_test_model_name("ce")
     pipeline = f"{name}-rerank"
     backend.ingest(question_bank[:60], committed_encoder, show_progress=False)
     model_id = mlcommons.register_dir(client, exported[0], name, allow_local_upload=True)
@@ -534,6 +541,16 @@ def test_opensearch_rerank_processor_orders_like_the_client(exported, cluster_cl
             assert len(plain) == 10
             assert [h["_id"] for h in ranked] == [plain[i]["_id"] for i in order]
             assert np.allclose([h["_score"] for h in ranked], [scores[i] for i in order], atol=1e-4)
+
+        # a deploy the memory circuit breaker refuses names this model and the command that frees its memory
+        assert {"id": model_id, "name": name, "state": "DEPLOYED"}.items() <= next(
+            m for m in mlcommons.deployed_models(client) if m["id"] == model_id).items()
+        refusal = str(mlcommons.circuit_breaker_refusal(client, "another-model", "429 Memory Circuit Breaker is open"))
+        assert "\n" not in refusal and f"{model_id} ({name}, deployed)" in refusal
+        assert "'hybrid-qpr mlcommons undeploy " in refusal and model_id in refusal.split("undeploy ")[-1]
+        undeployed = CliRunner().invoke(cli, ["mlcommons", "undeploy", model_id, "--opensearch", cluster_url])
+        assert undeployed.exit_code == 0 and f"{model_id}: undeployed" in undeployed.output, undeployed.output
+        assert model_id not in {m["id"] for m in mlcommons.deployed_models(client)}
     finally:
         client.transport.perform_request("DELETE", f"/_search/pipeline/{pipeline}", params={"ignore": 404})
         mlcommons.delete(client, model_id, with_group=True)
