@@ -543,17 +543,31 @@ def test_opensearch_rerank_processor_orders_like_the_client(exported, cluster_cl
             assert np.allclose([h["_score"] for h in ranked], [scores[i] for i in order], atol=1e-4)
 
         # a deploy the memory circuit breaker refuses names this model and the command that frees its memory
-        assert {"id": model_id, "name": name, "state": "DEPLOYED"}.items() <= next(
-            m for m in mlcommons.deployed_models(client) if m["id"] == model_id).items()
+        # (the model index is searched: a state change shows there after its refresh, so wait for it)
+        assert _eventually(lambda: {"id": model_id, "name": name, "state": "DEPLOYED"}.items() <= next(
+            (m for m in mlcommons.deployed_models(client) if m["id"] == model_id), {}).items())
         refusal = str(mlcommons.circuit_breaker_refusal(client, "another-model", "429 Memory Circuit Breaker is open"))
         assert "\n" not in refusal and f"{model_id} ({name}, deployed)" in refusal
         assert "'hybrid-qpr mlcommons undeploy " in refusal and model_id in refusal.split("undeploy ")[-1]
         undeployed = CliRunner().invoke(cli, ["mlcommons", "undeploy", model_id, "--opensearch", cluster_url])
         assert undeployed.exit_code == 0 and f"{model_id}: undeployed" in undeployed.output, undeployed.output
-        assert model_id not in {m["id"] for m in mlcommons.deployed_models(client)}
+        assert _eventually(lambda: mlcommons.status(client, model_id)["model_state"] == "UNDEPLOYED")
+        assert _eventually(lambda: model_id not in {m["id"] for m in mlcommons.deployed_models(client)})
     finally:
         client.transport.perform_request("DELETE", f"/_search/pipeline/{pipeline}", params={"ignore": 404})
         mlcommons.delete(client, model_id, with_group=True)
+
+
+def _eventually(check, timeout: float = 60.0) -> bool:
+    """Whether ``check()`` turns true within ``timeout`` seconds (polled every half second)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
 
 
 def test_reranker_train_cli_resumes_and_exports_a_run(tmp_path):
