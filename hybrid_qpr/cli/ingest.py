@@ -59,6 +59,9 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
     reads every id back: it succeeds only if each one holds this file's text. The summary says
     what the retries cost. Exit status 1 when any document was not written.
 
+    Ctrl-C stops an ingest and says what it left: a local index keeps its previous commit, a
+    cluster the documents already sent; re-running the same command finishes without duplicates.
+
     An index without tuned fusion takes the defaults its model directory carries ('tune
     --save-to-model': fusion, alpha, depth and reranker depth tuned on the model's own
     validation data); the summary says where the index's defaults come from.

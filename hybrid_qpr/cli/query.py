@@ -110,7 +110,9 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
     """Find the questions in the index that ask the same as TEXT.
 
     The table shows, for each hit, the fused score and the BM25 and kNN score and rank
-    behind it ('-' = not in that list).
+    behind it ('-' = not in that list). It fits the terminal's width (80 columns off a
+    terminal, or $COLUMNS): ids are never broken, and columns that do not fit are left out
+    and named under the table; --json has every field.
 
     \b
     Examples:
