@@ -136,9 +136,9 @@ def evaluate(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[s
 
     # Warm up before timing any mode, or the first one pays for all (on the bundled support
     # sample BM25's p99 was 9.8 ms when first and 0.3 ms when last after a warm-up of a few
-    # queries per mode only). A search first touching a query's postings and vectors
-    # is slow, so one untimed hybrid pass (which reads what every mode reads) goes over every
-    # query; then each stage's one-off costs (the ONNX sessions, compiling the BM25 scorer, a
+    # queries per mode only). A search first touching a query's postings and vectors is slow,
+    # so one untimed hybrid pass (which reads what every mode reads) goes over every query;
+    # then each stage's one-off costs (loading the ONNX models, compiling the BM25 scorer, a
     # reranker) are paid by a few untimed searches of its own.
     warm_up = [(qid, text, "hybrid", 0) for qid, text in queries.items()] if len(stages) > 1 else []
     first = list(queries.items())[:WARM_UP_QUERIES]
