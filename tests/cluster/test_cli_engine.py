@@ -137,7 +137,7 @@ def test_tune_then_evaluate_on_the_examples(tmp_path, model_args, monkeypatch):
     out = tmp_path / "report"
     result = run(["evaluate", "--beir", str(EXAMPLES / "beir"), "--index", index, "--out", str(out), "--modes", "bm25,hybrid"])
     assert result.exit_code == 0 and "| hybrid |" in result.output
-    assert {p.name for p in out.iterdir()} == {"report.md", "report.json", "report.png"}
+    assert {p.name for p in out.iterdir()} == {"report.md", "report.json", "report.png", "comparison.md", "comparison.json"}
     report = json.loads((out / "report.json").read_text())
     assert report["results"]["hybrid"]["settings"]["fusion"] == manifest["fusion"]["fusion"]
 
