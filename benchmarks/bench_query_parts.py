@@ -40,7 +40,7 @@ from hybrid_qpr.artifacts import write_json
 from hybrid_qpr.backends.local import LocalIndex, blockmax
 from hybrid_qpr.backends.local import bm25 as bm25_lib
 from hybrid_qpr.backends.local.ranking import Candidates as SegmentRows
-from hybrid_qpr.backends.local.ranking import merge_ranked
+from hybrid_qpr.backends.local.ranking import entry_hits, ranked_entries
 from hybrid_qpr.backends.local.vectorbase import knn_units
 from hybrid_qpr.backends.local.vectors import one_thread
 from hybrid_qpr.data.documents import iter_documents
@@ -88,7 +88,7 @@ def numpy_bm25(index: LocalIndex):
         for seg, scores in zip(index.segments, bm25_lib.score_segments(parts, tokenize(query), stats, weights)):
             rows = np.flatnonzero(scores > 0)
             found.append(SegmentRows.best(seg, scores[rows], rows, depth))
-        return merge_ranked(found, depth)
+        return entry_hits(ranked_entries(found, depth), {})
 
     return search
 

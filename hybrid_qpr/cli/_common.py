@@ -9,6 +9,21 @@ import click
 from hybrid_qpr.errors import HybridQPRError, missing_dependency
 
 
+class ModeChoice(click.Choice):
+    """The search modes (``search.MODES``, listed in ``--help``); a mode's name before
+    (``search.MODE_ALIASES``: ``rerank``) is accepted and read as the new one."""
+
+    def __init__(self) -> None:
+        from hybrid_qpr.search import MODES
+
+        super().__init__(MODES)
+
+    def convert(self, value, param, ctx):
+        from hybrid_qpr.search import MODE_ALIASES
+
+        return super().convert(MODE_ALIASES.get(value, value), param, ctx)
+
+
 def friendly_errors(func):
     """Turn ``HybridQPRError``, and a missing optional package (torch for train, onnx for
     export...), into ``click.ClickException``: one line with the fix, exit code 1."""

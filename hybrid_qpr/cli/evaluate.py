@@ -8,9 +8,7 @@ from hybrid_qpr.cli._common import cluster_options, friendly_errors
 from hybrid_qpr.cli._backend import model_option, reranker_options
 from hybrid_qpr.cli._tasks import task_options
 from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS
-from hybrid_qpr.search import MODES
-
-EVALUATED_MODES = ("bm25", "knn", "hybrid", "rerank")  # MODES, in the order of the report
+from hybrid_qpr.search import ACCEPTED_MODES, MODES
 
 
 @click.command()
@@ -18,7 +16,7 @@ EVALUATED_MODES = ("bm25", "knn", "hybrid", "rerank")  # MODES, in the order of 
               help="BEIR directory (corpus.jsonl, queries.jsonl, qrels/<split>.tsv).")
 @click.option("--split", type=click.Choice(["val", "test"]), default="test", show_default=True, help="Queries to evaluate.")
 @click.option("--index", required=True, help="Index holding the BEIR corpus (local directory, or a cluster index with --opensearch/--elasticsearch).")
-@click.option("--modes", default=",".join(EVALUATED_MODES), show_default=True, help="Comma-separated modes to compare.")
+@click.option("--modes", default=",".join(MODES), show_default=True, help="Comma-separated modes to compare.")
 @click.option("--max-queries", type=click.IntRange(min=1), default=None, help="Evaluate a seeded sample of this many judged queries. [default: all]")
 @click.option("--fusion", type=click.Choice(FUSION_METHODS), default=None,
               help=f"Hybrid fusion. [default: the index's tuned value, else {DEFAULT_FUSION}]")
@@ -54,7 +52,7 @@ def evaluate(beir_dir, split, index, modes, max_queries, fusion, alpha, out_dir,
     from hybrid_qpr.search import HybridSearcher
 
     wanted = [m.strip() for m in modes.split(",") if m.strip()]
-    bad = [m for m in wanted if m not in MODES]
+    bad = [m for m in wanted if m not in ACCEPTED_MODES]
     if bad or not wanted:
         raise click.BadParameter(f"{', '.join(bad) or modes!r}: allowed modes are {', '.join(MODES)}", param_hint="--modes")
     from hybrid_qpr.evaluation.tasks import task_query_filters

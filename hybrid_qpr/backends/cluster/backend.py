@@ -28,7 +28,7 @@ from hybrid_qpr.backends.cluster.connection import Engine, HttpFailure, Transpor
 from hybrid_qpr.backends.cluster.names import check_index_name, id_problem, index_path
 from hybrid_qpr.distance import Distance, check_distance, prepare_vectors, score_from_opensearch
 from hybrid_qpr.errors import BackendError, ClusterError, ConfigError, ModelMismatchError
-from hybrid_qpr.types import Document, Filters, Hit
+from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
 
 logger = logging.getLogger(__name__)
 
@@ -459,15 +459,15 @@ class ClusterBackend:
         filters = self.checked_filters(filters)
         return self._to_hits(self._search(self.knn_body(vector, depth, filters), "kNN search"))
 
-    def bm25_and_knn(self, query: str, vector: np.ndarray, depth: int,
-                     filters: Filters | None = None) -> tuple[list[Hit], list[Hit]]:
+    def bm25_and_knn(self, query: str, vector: QueryVector, depth: int,
+                     filters: Filters | None = None) -> tuple[RankedList, RankedList]:
         """``bm25`` and ``knn`` in one ``_msearch`` round trip (client-side hybrid's candidates)."""
         self.check_depth(depth, knn=True)
         filters = self.checked_filters(filters)
         bm25_hits, knn_hits = self._msearch([bm25_body(query, depth, filters, self.bm25_field, self.documents_in_hits),
-                                             self.knn_body(vector, depth, filters)],
+                                             self.knn_body(vector.get(), depth, filters)],
                                             ["BM25 search", "kNN search"], [self._bm25_params(), {}])
-        return self._raw_hits(bm25_hits), self._to_hits(knn_hits)
+        return RankedList.of_hits(self._raw_hits(bm25_hits)), RankedList.of_hits(self._to_hits(knn_hits))
 
     def documents(self, ids: Sequence[str]) -> dict[str, Document]:
         ids = list(dict.fromkeys(ids))

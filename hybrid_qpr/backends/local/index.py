@@ -76,8 +76,7 @@ class LocalIndex(IndexReading):
     """``hybrid_qpr.backends.base.Backend`` over a local index directory (see the module docstring)."""
 
     # bm25_and_knn runs the two lists on two threads (both release the GIL while they score)
-    capabilities = Capabilities(batched_bm25_and_knn=True, vector_beside_bm25=True, knn_search_settings=True,
-                                fused_page=True)
+    capabilities = Capabilities(batched_bm25_and_knn=True, knn_search_settings=True)
 
     def __init__(self, path: Path, manifest: dict[str, Any], bm25: Bm25Impl | None = None, *, load: bool = True):
         self.path = Path(path)

@@ -17,7 +17,7 @@ from hybrid_qpr.backends.local.vectors import one_thread
 from hybrid_qpr.backends.local.worker import query_worker
 from hybrid_qpr.distance import Distance, score_from_faiss
 from hybrid_qpr.errors import require
-from hybrid_qpr.types import Hit
+from hybrid_qpr.types import Hit, RankedList
 
 if TYPE_CHECKING:
     from hybrid_qpr.backends.local.segment import Segment
@@ -80,17 +80,17 @@ def ranked_entries(found: Sequence[Candidates], depth: int) -> list[Entry]:
     return entries
 
 
-def entry_hits(entries: Sequence[Entry], located: dict[str, tuple["Segment", int]] | None = None) -> list[Hit]:
-    """``entries`` as ``Hit`` objects; ``located`` (optional) gets each id's segment and row."""
-    if located is not None:
-        located.update({doc_id: (segment, row) for _, doc_id, row, segment in entries})
-    return Hit.many([entry[1] for entry in entries], [-entry[0] for entry in entries])
+def entry_list(entries: Sequence[Entry], located: dict[str, tuple["Segment", int]]) -> RankedList:
+    """``entries`` as a ranked list; ``located`` gets each id's segment and row (the page's
+    documents are then read by row)."""
+    ids = [entry[1] for entry in entries]
+    located.update(zip(ids, [(entry[3], entry[2]) for entry in entries]))
+    return RankedList(ids, [-entry[0] for entry in entries])
 
 
-def merge_ranked(found: Sequence[Candidates], depth: int,
-                 located: dict[str, tuple["Segment", int]] | None = None) -> list[Hit]:
-    """``ranked_entries`` as hits (``entry_hits``)."""
-    return entry_hits(ranked_entries(found, depth), located)
+def entry_hits(entries: Sequence[Entry], located: dict[str, tuple["Segment", int]]) -> list[Hit]:
+    """``entries`` as ``Hit`` objects; ``located`` gets each id's segment and row."""
+    return entry_list(entries, located).hits()
 
 
 # efSearch of a segment asked for its share k of a multi-segment kNN list: efSearch * (k / full

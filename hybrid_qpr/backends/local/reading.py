@@ -1,14 +1,13 @@
 """The read side of ``LocalIndex``: BM25 and kNN lists over the segments, both at once on two
-threads for a hybrid query, the fused page of a hybrid query, and the stored documents of the hits.
+threads for a hybrid query, and the stored documents of the hits.
 
 Every list is merged exactly across segments (``ranking.ranked_entries``, ties broken by id)
 into ``(-score, id, row, segment)`` entries. ``bm25``, ``knn`` and ``bm25_and_knn`` turn them
-into hits and note, per thread, which segment row each listed id came from, so fetching the
+into hits (``bm25_and_knn``: ranked lists of ids and scores, no ``Hit`` per listed document)
+and note, per thread, which segment row each listed id came from, so fetching the
 documents of a result page reads those rows by position (SQLite's rowid) instead of looking
 every id up in every segment: at one million documents in four segments that fetch was a
-sixth of a BM25 query (docs/search.md). ``fused_page`` hands the entries' ids and scores to
-``fusion.fuse_ranked`` and reads the page's rows directly: a hybrid query builds no ``Hit``
-for the sixty documents of its two lists (docs/search.md, issue 24, eighth session)."""
+sixth of a BM25 query (docs/search.md). Fusion is the searcher's (``hybrid_qpr.search``)."""
 
 from __future__ import annotations
 
@@ -23,15 +22,15 @@ from hybrid_qpr.backends.local import blockmax
 from hybrid_qpr.backends.local import bm25 as bm25_lib
 from hybrid_qpr.backends.local.matching import matching_rows
 from hybrid_qpr.backends.local.ranking import (Candidates, Entry, SegmentQueue, either, entry_hits, faiss_candidates,
-                                               ranked_entries, settled, shared_with_worker)
+                                               entry_list, ranked_entries, settled,
+                                               shared_with_worker)
 from hybrid_qpr.backends.local.segment import Segment
 from hybrid_qpr.backends.local.vectorbase import knn_units
 from hybrid_qpr.backends.local.worker import query_worker
 from hybrid_qpr.distance import prepare_vectors, similarity
 from hybrid_qpr.errors import ModelMismatchError
-from hybrid_qpr.fusion import FusionMethod, Fused, fuse, fuse_ranked
 from hybrid_qpr.text import tokenize
-from hybrid_qpr.types import Document, Filters, Hit, built
+from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList, built
 
 
 # From this many documents in several segments, a BM25 list's segments are shared with the
@@ -158,42 +157,21 @@ class IndexReading:
             raise ModelMismatchError(f"query vector has {query.shape[1]} dims; index {self.path} has {self.dim}")
         return query
 
-    def bm25_and_knn(self, query: str, vector: np.ndarray | Callable[[], np.ndarray], depth: int,
-                     filters: Filters | None = None) -> tuple[list[Hit], list[Hit]]:
-        """``bm25`` and ``knn`` at once (``_both_lists``); ``vector`` may be a function that
-        returns it, called while the BM25 list is scored."""
+    def bm25_and_knn(self, query: str, vector: QueryVector, depth: int,
+                     filters: Filters | None = None) -> tuple[RankedList, RankedList]:
+        """The ``bm25`` and ``knn`` lists at once (``_both_lists``); ``vector`` is encoded while
+        the BM25 list is scored."""
         depth = self._bounded(depth)
         if not self.segments or depth == 0:
-            return [], []
+            return RankedList([], []), RankedList([], [])
         if filters:  # filtered lists are exact scans over the matching rows: no FAISS call to overlap
-            return self.bm25(query, depth, filters), self.knn(vector() if callable(vector) else vector, depth, filters)
+            return (RankedList.of_hits(self.bm25(query, depth, filters)),
+                    RankedList.of_hits(self.knn(vector.get(), depth, filters)))
         located = self._located()
         bm25_list, knn_list = self._both_lists(query, vector, depth)
-        return entry_hits(bm25_list, located), entry_hits(knn_list, located)
+        return entry_list(bm25_list, located), entry_list(knn_list, located)
 
-    def fused_page(self, query: str, vector: np.ndarray | Callable[[], np.ndarray], depth: int,
-                   filters: Filters | None = None, *, fusion: FusionMethod, alpha: float, rrf_k: int,
-                   top_k: int) -> tuple[list[Fused], dict[str, Document]]:
-        """The first ``top_k`` of ``fusion.fuse`` over ``bm25_and_knn``'s lists, with their
-        documents: the same fusion as the searcher's, fed the lists as ids and scores (no
-        ``Hit`` per listed document) and the page's documents read by segment row."""
-        depth = self._bounded(depth)
-        if not self.segments or depth == 0:
-            return [], {}
-        if filters:  # filtered lists are exact scans: through bm25_and_knn's hits
-            bm25_hits, knn_hits = self.bm25_and_knn(query, vector, depth, filters)
-            fused = fuse(bm25_hits, knn_hits, fusion=fusion, alpha=alpha, rrf_k=rrf_k, depth=depth, top_k=top_k)
-            return fused, self.documents([item.id for item in fused])
-        bm25_list, knn_list = self._both_lists(query, vector, depth)
-        fused = fuse_ranked(([e[1] for e in bm25_list], [-e[0] for e in bm25_list]),
-                            ([e[1] for e in knn_list], [-e[0] for e in knn_list]),
-                            fusion=fusion, alpha=alpha, rrf_k=rrf_k, top_k=top_k)
-        # each result's entry, by its rank in a list it is in: (-score, id, row, segment)
-        entries = [bm25_list[item.ranks[0] - 1] if item.ranks[0] else knn_list[item.ranks[1] - 1] for item in fused]
-        return fused, self._documents_at([(entry[3], entry[2]) for entry in entries])
-
-    def _both_lists(self, query: str, vector: np.ndarray | Callable[[], np.ndarray],
-                    depth: int) -> tuple[list[Entry], list[Entry]]:
+    def _both_lists(self, query: str, vector: QueryVector, depth: int) -> tuple[list[Entry], list[Entry]]:
         """The unfiltered BM25 and kNN lists (``depth`` >= 1) on two threads: the BM25 list on
         the worker while this thread encodes the query and searches the vectors. FAISS, the
         compiled BM25 scorer and onnxruntime release the GIL, so on two cores a hybrid query
@@ -227,7 +205,7 @@ class IndexReading:
         mine: list = []
         knn_list = None
         try:
-            ready.append(self._knn_query(vector() if callable(vector) else vector))
+            ready.append(self._knn_query(vector.get()))
             found = faiss_candidates(units, ready[0], depth, vector_units, self.distance)
             if not several_graphs:  # the whole kNN list is here: merge it while the worker scores
                 knn_list = ranked_entries(settled(found, ready[0], depth, self.distance), depth)
