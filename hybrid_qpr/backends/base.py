@@ -178,9 +178,9 @@ def batches_lists(backend: Backend) -> TypeGuard[BatchedBackend]:
 
 
 def runs_in_engine(backend: Backend, mode: str) -> TypeGuard[ServerSideBackend]:
-    """True when ``backend`` runs ``mode`` (hybrid or rescore) inside its engine."""
-    caps = backend.capabilities
-    return caps.server_side_rescore if mode == "rescore" else caps.server_side_hybrid
+    """True when ``backend`` runs ``mode`` (hybrid or rescore) inside its engine: its
+    capability ``server_side_<mode>`` says so."""
+    return bool(getattr(backend.capabilities, f"server_side_{mode}", False))
 
 
 def takes_knn_settings(backend: Backend) -> TypeGuard[KnnSettingsBackend]:
