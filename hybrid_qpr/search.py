@@ -81,8 +81,7 @@ class RankedScore(NamedTuple):
     rank: int
 
 
-@dataclass(frozen=True)
-class SearchRequest:
+class SearchRequest(NamedTuple):
     """One search, checked, with its settings resolved (``HybridSearcher.request``): built
     once and handed down the query path. ``depth`` is the candidates per list before the page
     is counted in (``list_depth``); ``vector`` the query's encoding, computed on first use."""
@@ -98,7 +97,7 @@ class SearchRequest:
     rescore_depth: int = RESCORE_DEPTH
     reranker_depth: int = 0  # 0: no cross-encoder for this search
     server_side: bool = False
-    vector: QueryVector | None = field(default=None, compare=False, repr=False)
+    vector: QueryVector | None = None
 
     @property
     def need(self) -> int:
@@ -112,7 +111,7 @@ class SearchRequest:
 
     def first_stage(self) -> "SearchRequest":
         """The request a reranker re-orders: the top ``max(need, reranker_depth)`` from rank 1."""
-        return replace(self, top_k=max(self.need, self.reranker_depth), offset=0)
+        return self._replace(top_k=max(self.need, self.reranker_depth), offset=0)
 
 
 @dataclass(frozen=True)
@@ -297,7 +296,11 @@ class HybridSearcher:
         page = fusion_lib.fuse_ranked((bm25.ids, bm25.scores), (knn.ids, knn.scores), fusion=request.fusion,
                                       alpha=request.alpha, rrf_k=fusion_lib.RRF_K, top_k=request.need)[request.offset:]
         docs = {**bm25.documents, **knn.documents} if knn.documents else bm25.documents
-        return self._results([(f.id, f.score, _ranked_score(f, 0), _ranked_score(f, 1)) for f in page], docs=docs)
+        places = None
+        if bm25.places is not None and knn.places is not None:  # where the backend found each result
+            places = [bm25.places[f.ranks[0] - 1] if f.ranks[0] else knn.places[f.ranks[1] - 1] for f in page]
+        return self._results([(f.id, f.score, _ranked_score(f, 0), _ranked_score(f, 1)) for f in page], docs=docs,
+                             places=places)
 
     def _server_side(self, request: SearchRequest) -> list[SearchResult]:
         backend, mode, need = self.backend, request.mode, request.need
@@ -327,13 +330,16 @@ class HybridSearcher:
         return [(doc_id, score, bm25.get(doc_id), RankedScore(score, rank)) for rank, (doc_id, score) in enumerate(order, 1)]
 
     def _results(self, rows: list[tuple[str, float, RankedScore | None, RankedScore | None]],
-                 hits: Iterable[Hit] = (), docs: Mapping[str, Document] | None = None) -> list[SearchResult]:
+                 hits: Iterable[Hit] = (), docs: Mapping[str, Document] | None = None,
+                 places: Sequence | None = None) -> list[SearchResult]:
         """``rows`` as results with text and metadata: taken from ``docs`` or from ``hits`` that
-        carry their document (cluster searches), the others fetched in one ``documents`` call."""
+        carry their document (cluster searches), the others fetched in one ``documents`` call
+        (with their ``places``, aligned with ``rows``, where the lists had them)."""
         docs = dict(docs) if docs is not None else {h.id: h.document for h in hits if h.document is not None}
-        missing = [r[0] for r in rows if r[0] not in docs]
+        missing = [i for i, row in enumerate(rows) if row[0] not in docs]
         if missing:
-            docs.update(self.backend.documents(missing))
+            docs.update(self.backend.documents([rows[i][0] for i in missing],
+                                               None if places is None else [places[i] for i in missing]))
         out = []
         for doc_id, score, bm25, knn in rows:
             doc = docs.get(doc_id)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -81,12 +81,14 @@ class QueryVector:
 class RankedList(NamedTuple):
     """One retriever's list for one query, best first, each id once: what a backend returns
     and ``hybrid_qpr.fusion`` reads. ``documents`` holds what came with the hits (a cluster
-    search returns the stored documents); an embedded index leaves it empty and reads the
-    page's documents by the rows it noted while ranking (``Backend.documents``)."""
+    search returns the stored documents); ``places`` (aligned with ``ids``) are where the
+    backend found them, handed back to ``Backend.documents`` so a page is read by position
+    (the embedded index: segment and row); ``None`` where a backend has no use for them."""
 
     ids: list[str]
     scores: list[float]
     documents: Mapping[str, Document] = MappingProxyType({})
+    places: Sequence[Any] | None = None
 
     @classmethod
     def of_hits(cls, hits: Iterable[Hit]) -> "RankedList":

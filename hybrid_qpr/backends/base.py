@@ -107,8 +107,9 @@ class Backend(Protocol):
     def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
         """Exact similarity of ``vector`` to each stored document in ``ids`` (for rerank)."""
 
-    def documents(self, ids: Sequence[str]) -> dict[str, Document]:
-        """Stored text and metadata of ``ids`` (missing ids are absent from the result)."""
+    def documents(self, ids: Sequence[str], places: Sequence[Any] | None = None) -> dict[str, Document]:
+        """Stored text and metadata of ``ids`` (missing ids are absent from the result).
+        ``places``: where this backend's lists found them (``RankedList.places``, aligned with ``ids``)."""
 
     # ---- write side
     def document_problem(self, doc: Document) -> str | None:

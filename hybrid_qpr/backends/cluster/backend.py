@@ -469,7 +469,8 @@ class ClusterBackend:
                                             ["BM25 search", "kNN search"], [self._bm25_params(), {}])
         return RankedList.of_hits(self._raw_hits(bm25_hits)), RankedList.of_hits(self._to_hits(knn_hits))
 
-    def documents(self, ids: Sequence[str]) -> dict[str, Document]:
+    def documents(self, ids: Sequence[str], places: Sequence[Any] | None = None) -> dict[str, Document]:
+        """``_mget`` of ``ids`` (a cluster's lists carry no ``places``)."""
         ids = list(dict.fromkeys(ids))
         if not ids:
             return {}

@@ -80,17 +80,16 @@ def ranked_entries(found: Sequence[Candidates], depth: int) -> list[Entry]:
     return entries
 
 
-def entry_list(entries: Sequence[Entry], located: dict[str, tuple["Segment", int]]) -> RankedList:
-    """``entries`` as a ranked list; ``located`` gets each id's segment and row (the page's
-    documents are then read by row)."""
-    ids = [entry[1] for entry in entries]
-    located.update(zip(ids, [(entry[3], entry[2]) for entry in entries]))
-    return RankedList(ids, [-entry[0] for entry in entries])
+def entry_list(entries: Sequence[Entry]) -> RankedList:
+    """``entries`` as a ranked list whose places are each id's segment and row."""
+    return RankedList([entry[1] for entry in entries], [-entry[0] for entry in entries],
+                      places=[(entry[3], entry[2]) for entry in entries])
 
 
 def entry_hits(entries: Sequence[Entry], located: dict[str, tuple["Segment", int]]) -> list[Hit]:
     """``entries`` as ``Hit`` objects; ``located`` gets each id's segment and row."""
-    return entry_list(entries, located).hits()
+    located.update({doc_id: (segment, row) for _, doc_id, row, segment in entries})
+    return Hit.many([entry[1] for entry in entries], [-entry[0] for entry in entries])
 
 
 # efSearch of a segment asked for its share k of a multi-segment kNN list: efSearch * (k / full

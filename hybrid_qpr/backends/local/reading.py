@@ -167,9 +167,8 @@ class IndexReading:
         if filters:  # filtered lists are exact scans over the matching rows: no FAISS call to overlap
             return (RankedList.of_hits(self.bm25(query, depth, filters)),
                     RankedList.of_hits(self.knn(vector.get(), depth, filters)))
-        located = self._located()
         bm25_list, knn_list = self._both_lists(query, vector, depth)
-        return entry_list(bm25_list, located), entry_list(knn_list, located)
+        return entry_list(bm25_list), entry_list(knn_list)
 
     def _both_lists(self, query: str, vector: QueryVector, depth: int) -> tuple[list[Entry], list[Entry]]:
         """The unfiltered BM25 and kNN lists (``depth`` >= 1) on two threads: the BM25 list on
@@ -231,14 +230,16 @@ class IndexReading:
                 out.update((doc_id, float(s)) for (doc_id, _), s in zip(rows, scores))
         return out
 
-    def documents(self, ids: Sequence[str]) -> dict[str, Document]:
-        """The live documents of ``ids``: those this thread's last lists returned are read by
-        segment row, the others looked up by id in every segment."""
+    def documents(self, ids: Sequence[str], places: Sequence[tuple[Segment, int]] | None = None) -> dict[str, Document]:
+        """The live documents of ``ids``: read by segment row where ``places`` (from
+        ``bm25_and_knn``'s lists) or this thread's last ``bm25``/``knn`` lists say where they
+        are, the others looked up by id in every segment."""
         wanted = list(dict.fromkeys(ids))
-        located, current = self._located(), {id(seg): seg for seg in self.segments}
-        places = [place for place in map(located.get, wanted)
-                  if place is not None and current.get(id(place[0])) is place[0]]  # still this snapshot's segment
-        found = self._documents_at(places)
+        if places is None:
+            places = list(map(self._located().get, wanted))
+        current = {id(seg): seg for seg in self.segments}
+        found = self._documents_at([place for place in places  # still this snapshot's segment
+                                    if place is not None and current.get(id(place[0])) is place[0]])
         rest = [doc_id for doc_id in wanted if doc_id not in found]
         if rest:
             found.update(_documents(row for seg in self.segments for row in seg.lookup(rest, "id, text, metadata")))
