@@ -24,7 +24,8 @@ from hybrid_qpr.backends.base import Capabilities, IngestReport, document_proble
 from hybrid_qpr.backends.cluster import writer
 from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, METADATA_FIELD, SEARCH_FILTER, TEXT_FIELD, VECTOR_FIELD,
                                                 bm25_body, check_shards)
-from hybrid_qpr.backends.cluster.connection import Engine, HttpFailure, Transport, error_for, reason, translate
+from hybrid_qpr.backends.cluster.connection import (ENGINE_NAMES, Engine, HttpFailure, Transport, error_for, reason,
+                                                    translate)
 from hybrid_qpr.backends.cluster.names import check_index_name, id_problem, index_path
 from hybrid_qpr.distance import Distance, check_distance, prepare_vectors, score_from_opensearch
 from hybrid_qpr.errors import BackendError, ClusterError, ConfigError, ModelMismatchError
@@ -115,7 +116,7 @@ class ClusterBackend:
 
     @property
     def engine_name(self) -> str:
-        return {"opensearch": "OpenSearch", "elasticsearch": "Elasticsearch"}[self.engine]
+        return ENGINE_NAMES[self.engine]
 
     # ---- requests
     def request(self, method: str, path: str, body: Any = None, params: dict | None = None, *, what: str,
@@ -201,7 +202,8 @@ class ClusterBackend:
             out.append(response.get("hits", {}).get("hits", []))
         return out
 
-    def _refresh(self) -> None:
+    def refresh_index(self) -> None:
+        """Make what was written searchable (the engine's ``_refresh``)."""
         self.request("POST", self.path("_refresh"), what="refreshing")
 
     # ---- index facts
