@@ -9,14 +9,10 @@ Python puts ``benchmarks/`` on the path, so they import this module as ``_common
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import random
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,36 +37,6 @@ def command_line() -> str:
     """The command that ran this benchmark, for its result file, with absolute paths made
     repository-relative."""
     return "python " + " ".join(str(relative_if_path(arg)) for arg in sys.argv)
-
-
-def graph_query_arguments(parser: argparse.ArgumentParser) -> None:
-    """The queries of a benchmark that times HNSW graph searches: ``--queries``, ``--n``, ``--k``."""
-    parser.add_argument("--queries", type=Path, required=True, help="one query per line")
-    parser.add_argument("--n", type=int, default=300, help="queries (seeded sample)")
-    parser.add_argument("--k", type=int, default=30, help="hits per search (a hybrid query's depth)")
-
-
-def graph_child_arguments(parser: argparse.ArgumentParser, kinds: Sequence[str]) -> None:
-    """The options of a benchmark that times HNSW graph searches in child processes, one
-    ``--child`` kind each (``bench_graph_pages.py``, ``bench_graph_fp16.py``)."""
-    graph_query_arguments(parser)
-    parser.add_argument("--passes", type=int, default=2, help="times over the queries in each process")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, help="JSON file for the runs")
-    parser.add_argument("--child", choices=kinds, help=argparse.SUPPRESS)
-
-
-def alternating_children(commands: Callable[[str], list[list[str]]], kinds: Sequence[str],
-                         rounds: int) -> Iterator[tuple[int, str, int, dict]]:
-    """Run ``commands(kind)`` (each a script and its arguments) for every kind, ``rounds``
-    times, the kinds in order in odd rounds and reversed in even ones, so that a drift of the
-    machine falls on all alike; yield (round from 1, kind, the command's position, the JSON
-    the child printed last)."""
-    for round_number in range(rounds):
-        for kind in kinds if round_number % 2 == 0 else kinds[::-1]:
-            for position, command in enumerate(commands(kind)):
-                done = subprocess.run([sys.executable, *command], capture_output=True, text=True, check=True)
-                yield round_number + 1, kind, position, json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def cluster_backend(engine: str, url: str, index: str, timeout: float = 60.0):
@@ -106,20 +72,6 @@ def load_pairs_slice(path: str, n_docs: int, n_queries: int, seed: int):
             break
     random.Random(seed).shuffle(candidates)
     return list(docs.values()), candidates[:n_queries]
-
-
-def index_query_parser(doc: str | None, *, depth: int, rounds: int):
-    """The command line of a benchmark over one local index and a query file: ``INDEX``,
-    ``--queries``, ``--depth``, ``--rounds``, ``--out``; the caller adds its own options."""
-    import argparse
-
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("index", type=Path, help="a local index directory")
-    parser.add_argument("--queries", type=Path, required=True, help="one query per line (or a BEIR queries.jsonl)")
-    parser.add_argument("--depth", type=int, default=depth, help=f"list depth [default: {depth}]")
-    parser.add_argument("--rounds", type=int, default=rounds, help=f"timing rounds [default: {rounds}]")
-    parser.add_argument("--out", type=Path, default=None, help="write the results here as JSON")
-    return parser
 
 
 def read_queries(path: Path, limit: int, seed: int) -> list[str]:

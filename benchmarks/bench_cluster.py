@@ -24,7 +24,7 @@ Measured, in this order:
 
 ``--levers`` adds, interleaved with the modes above, the same searches with one lever undone:
 ``bm25+mget`` / ``hybrid+mget`` (searches return bare ids, then one ``_mget`` fetches the
-documents: the code before issue 13) and ``bm25 gzip`` / ``hybrid gzip`` (a second client with
+documents: how the client fetched results before) and ``bm25 gzip`` / ``hybrid gzip`` (a second client with
 HTTP compression switched the other way from ``--compress``), and ``bm25 new conn`` (a new
 client per query, so every search opens its connection: what a warm pool saves). ``--curve 10,20,50,100`` measures,
 per HNSW candidate count, kNN recall@10 against exact search and the kNN-only p50 (the

@@ -10,7 +10,7 @@ The same ``--docs`` Quora questions are ingested into a fresh index three times:
   ``--reset`` of the requests applied but answered with a timeout or a reset connection.
 
 Each run is checked exactly (every id read back with its text, the count equal to the ids)
-and prints docs/s, the retries of the report and the proxy's counts. The target of issue 12:
+and prints docs/s, the retries of the report and the proxy's counts. The target:
 ``faults`` at >= 40% of the unthrottled rate (the faster of ``direct`` and ``proxy``).
 
 Example (the numbers in docs/reliability.md)::
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
 
     docs, _ = load_pairs_slice(args.data, args.docs, 0, 13)
     encoder = Encoder.load(None)
-    encoder.encode([d.text for d in docs[:256]], side="document")  # warm up the session
+    encoder.encode([d.text for d in docs[:256]], side="document")  # warm up the onnxruntime session
     faults = Faults(reject_request=args.reject_request, retry_after=args.retry_after, drop_item=args.drop_item,
                     applied_item_429=args.applied_item_429, timeout_after_apply=args.timeout_after_apply,
                     reset_mid_response=args.reset, hold_seconds=args.bulk_timeout + 5, seed=args.seed)

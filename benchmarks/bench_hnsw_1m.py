@@ -1,4 +1,4 @@
-"""The top-1 and MRR@20 of the local index's HNSW defaults at one million documents (issue 24, item 3).
+"""The top-1 and MRR@20 of the local index's HNSW defaults at one million documents.
 
 Corpus: the ``corpus.jsonl`` of ``bench_segments.py data`` (every distinct question of a Quora
 pairs file, then numbered copies ``"<question> 2"``, ``"<question> 3"``, ...). Queries: the

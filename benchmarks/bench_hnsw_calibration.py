@@ -1,4 +1,4 @@
-"""efSearch and efConstruction of one HNSW graph against exact search, on Quora test (issue 24, item 3).
+"""efSearch and efConstruction of one HNSW graph against exact search, on Quora test.
 
 Encodes a BEIR corpus once with ``--model`` (one thread; cached at VECTORS, with VECTORS.json
 holding ids and distance), builds an HNSW{M} graph per ``--efc`` (one thread) and, per

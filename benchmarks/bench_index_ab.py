@@ -1,7 +1,7 @@
 """Two local indexes of the same documents (say, one before and one after ``index optimize``)
 searched by the same code in one process, query by query alternating: the way to see a change
 of a few percent in what an index stores on a machine whose speed drifts by more than that
-between processes (issue 24's ninth session: the graph's nodes in locality order).
+between processes (how the graph's locality order and the text store were measured).
 
 Both indexes are opened and warmed up with ``--warmup`` other queries in every mode; then
 for each query position and mode, A and B each search (which goes first alternates), each on

@@ -10,13 +10,13 @@ caches warm from another mode). Each run is appended to ``--out`` under its
 ``--warmup N --warmup-queries FILE`` first searches N other queries from FILE (none of the
 measured ones) in every mode, as a process that has answered queries before: the first pass
 over new queries pays for idfs not yet cached and first touches of the index's pages (124k:
-hybrid p50 0.641 ms on a first pass, 0.590 on a second; docs/search.md, eighth session).
+hybrid p50 0.641 ms on a first pass, 0.590 on a second, 2026-11-26).
 
 ``--preload`` reads each index's files once just before its queries, as a server that has
 been answering queries holds them in the page cache. Without it, the first process to
 measure an index after a while pays for reading it from disk: this machine pages out file
 pages left unread for about a minute (DAMON ``pageout``), so the second of two indexes, or an
-index measured after a larger one, may start cold (docs/search.md, eighth session).
+index measured after a larger one, may start cold (docs/scale.md).
 
 To compare two commits, run this script from one checkout with ``PYTHONPATH`` pointing at
 each package in turn, alternating, on an idle machine, and compare the medians of the runs::

@@ -43,7 +43,7 @@ FUSION_METHODS: tuple[str, ...] = ("rrf", *NORMALISATIONS)
 RRF_K = 60
 # Hits each list hands to fusion when nothing else is asked: 30, MSEM's lexical recall depth.
 # Measured on the validation queries of Quora (3,000) and WikiAnswers (2,000) with the embedded index's
-# own lists (benchmarks/bench_fusion_depth.py): equal RRF and tuned fusion at depth 30 are at
+# own lists (docs/search.md, fusion): equal RRF and tuned fusion at depth 30 are at
 # least as good as at 100 (within 0.0006 MRR@20), and the hybrid query is 0.2-0.3 ms faster.
 DEFAULT_DEPTH = 30
 # What a hybrid search uses when neither the caller nor the index's tuned defaults say.

@@ -231,7 +231,7 @@ class OpenSearchBackend(ClusterBackend):
     transport_class = OpenSearchTransport
     index_body = staticmethod(index_body)
     # ef_search 150: kNN recall@10 against exact search 0.969 on 120,000 questions (0.953 at 100,
-    # below issue 14's 0.95 floor with little margin), for +0.25 ms (docs/opensearch.md)
+    # below the 0.95 recall floor with little margin), for +0.25 ms (docs/opensearch.md)
     default_knn_candidates = 150
 
     def vector_field_problems(self, field: Mapping[str, Any], encoder) -> list[str]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import functools
+import math
 
 import click
 
@@ -24,6 +26,15 @@ class ModeChoice(click.Choice):
         return super().convert(MODE_ALIASES.get(value, value), param, ctx)
 
 
+# a path the file system refuses before anything is read: said in one line naming the path
+_PATH_ERRNOS = {
+    errno.ENAMETOOLONG: "a name in this path is longer than the file system allows (255 bytes per name on most); "
+                        "choose a shorter path",
+    errno.ENOTDIR: "a part of this path is a file, not a directory",
+    errno.ELOOP: "this path has a loop of symbolic links",
+}
+
+
 def friendly_errors(func):
     """Turn ``HybridQPRError``, and a missing optional package (torch for train, onnx for
     export...), into ``click.ClickException``: one line with the fix, exit code 1."""
@@ -34,6 +45,10 @@ def friendly_errors(func):
             return func(*args, **kwargs)
         except HybridQPRError as exc:
             raise click.ClickException(str(exc)) from exc
+        except OSError as exc:
+            if exc.errno not in _PATH_ERRNOS:
+                raise
+            raise click.ClickException(f"{exc.filename}: {_PATH_ERRNOS[exc.errno]}") from exc
         except ModuleNotFoundError as exc:
             missing = missing_dependency(exc, f"'{click.get_current_context().command_path}'")
             if missing is None:
@@ -43,6 +58,23 @@ def friendly_errors(func):
     return wrapper
 
 
+class FiniteFloatRange(click.FloatRange):
+    """``click.FloatRange`` that also refuses nan and inf: nan passes every comparison, so a
+    plain range lets ``--alpha nan`` through."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
+# the ranges every numeric option of the CLI is declared with (tests/unit/test_cli_ranges.py
+# walks the command tree and refuses an int or float option without one)
+SEED = click.IntRange(0, 2**32 - 1)  # what NumPy's and torch's seeding accept
+BATCH = click.IntRange(1, 100_000)  # texts or examples per batch: one batch is held in memory at once
+
+
 def cnn_size_options(*, vocab: int, hash_bins: int, embedding_dim: int, channels: int, dim: int, layers: int,
                      note: str = ""):
     """Add the CNN size options (``--vocab --hash-bins --embedding-dim --channels --dim --layers``)
@@ -50,15 +82,18 @@ def cnn_size_options(*, vocab: int, hash_bins: int, embedding_dim: int, channels
     CNN's. ``note`` is appended to each help text (e.g. "ignored with --init")."""
     suffix = f" ({note})" if note else ""
     options = [
-        click.option("--vocab", type=int, default=vocab, show_default=True, help="Top-V words" + suffix + "."),
-        click.option("--hash-bins", type=int, default=hash_bins, show_default=True,
+        click.option("--vocab", type=click.IntRange(min=1), default=vocab, show_default=True,
+                     help="Top-V words" + suffix + "."),
+        click.option("--hash-bins", type=click.IntRange(min=1), default=hash_bins, show_default=True,
                      help="m hash bins for rare words" + suffix + "."),
-        click.option("--embedding-dim", type=int, default=embedding_dim, show_default=True,
+        click.option("--embedding-dim", type=click.IntRange(min=1), default=embedding_dim, show_default=True,
                      help="Word embedding size" + suffix + "."),
-        click.option("--channels", type=int, default=channels, show_default=True,
+        click.option("--channels", type=click.IntRange(min=1), default=channels, show_default=True,
                      help="Convolution channels" + suffix + "."),
-        click.option("--dim", type=int, default=dim, show_default=True, help="Output dimension n" + suffix + "."),
-        click.option("--layers", type=int, default=layers, show_default=True, help="Convolution layers" + suffix + "."),
+        click.option("--dim", type=click.IntRange(min=1), default=dim, show_default=True,
+                     help="Output dimension n" + suffix + "."),
+        click.option("--layers", type=click.IntRange(min=1), default=layers, show_default=True,
+                     help="Convolution layers" + suffix + "."),
     ]
 
     def decorate(func):
@@ -114,7 +149,8 @@ def cluster_options(func=None, *, engines: tuple[str, ...] = ENGINES,
                      help="CA bundle for https [env HYBRID_QPR_<ENGINE>_CA]."),
         click.option("--verify-certs/--no-verify-certs", "verify_certs", default=None,
                      help="Check the server's TLS certificate [default: on; env HYBRID_QPR_<ENGINE>_VERIFY=false turns it off]."),
-        click.option("--timeout", "timeout", type=float, default=30.0, show_default=True,
+        click.option("--timeout", "timeout", type=FiniteFloatRange(min=0, min_open=True), default=30.0,
+                     show_default=True,
                      help="Seconds before a cluster request times out."),
     ]
     for option in reversed(options):

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from hybrid_qpr.cli._common import friendly_errors
+from hybrid_qpr.cli._common import BATCH, SEED, FiniteFloatRange, friendly_errors
 
 
 @click.command()
@@ -18,19 +18,19 @@ from hybrid_qpr.cli._common import friendly_errors
               help="triplet (margin, squared L2, hard/semi-hard negatives), siamese (BCE on cosine) or SDML.")
 @click.option("--negatives", type=click.Choice(["hard", "semi-hard"]), default="hard", show_default=True,
               help="Triplet: which negative each question gets among its labelled wrong candidates and the batch's other answers.")
-@click.option("--negatives-per-question", type=int, default=1, show_default=True, help="Labelled wrong sentences drawn per question.")
-@click.option("--margin", type=float, default=1.0, show_default=True, help="Triplet margin on squared L2 of unit vectors.")
-@click.option("--epsilon", type=float, default=0.3, show_default=True, help="SDML label smoothing.")
-@click.option("--max-length", type=int, default=128, show_default=True, help="Tokens per text (ASBERT: 128).")
-@click.option("--batch-size", type=int, default=16, show_default=True, help="Questions per step.")
-@click.option("--steps", type=int, default=300, show_default=True)
-@click.option("--lr", type=float, default=2e-5, show_default=True, help="AdamW learning rate (linear warm-up over 10%, then decay).")
-@click.option("--eval-every", type=int, default=50, show_default=True, help="Steps between dev-MAP evaluations.")
-@click.option("--patience", type=int, default=3, show_default=True, help="Evaluations without a better dev MAP before stopping.")
-@click.option("--max-minutes", type=float, default=None, help="Stop (after a dev evaluation) once this time has passed.")
+@click.option("--negatives-per-question", type=click.IntRange(min=1), default=1, show_default=True, help="Labelled wrong sentences drawn per question.")
+@click.option("--margin", type=FiniteFloatRange(min=0), default=1.0, show_default=True, help="Triplet margin on squared L2 of unit vectors.")
+@click.option("--epsilon", type=FiniteFloatRange(0, 1), default=0.3, show_default=True, help="SDML label smoothing.")
+@click.option("--max-length", type=click.IntRange(min=1), default=128, show_default=True, help="Tokens per text (ASBERT: 128).")
+@click.option("--batch-size", type=BATCH, default=16, show_default=True, help="Questions per step.")
+@click.option("--steps", type=click.IntRange(min=1), default=300, show_default=True)
+@click.option("--lr", type=FiniteFloatRange(min=0, min_open=True), default=2e-5, show_default=True, help="AdamW learning rate (linear warm-up over 10%, then decay).")
+@click.option("--eval-every", type=click.IntRange(min=1), default=50, show_default=True, help="Steps between dev-MAP evaluations.")
+@click.option("--patience", type=click.IntRange(min=1), default=3, show_default=True, help="Evaluations without a better dev MAP before stopping.")
+@click.option("--max-minutes", type=FiniteFloatRange(min=0, min_open=True), default=None, help="Stop (after a dev evaluation) once this time has passed.")
 @click.option("--export", "export_dir", type=click.Path(file_okay=False), default=None, help="Export the best model to ONNX here.")
 @click.option("--int8", "quantize", is_flag=True, help="Quantize the export to int8.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--resume", is_flag=True,
               help="Continue from OUT/checkpoint.pt (same settings; --steps, --patience, --max-minutes may change).")
 @friendly_errors

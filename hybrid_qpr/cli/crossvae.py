@@ -6,7 +6,7 @@ import json
 
 import click
 
-from hybrid_qpr.cli._common import friendly_errors
+from hybrid_qpr.cli._common import BATCH, SEED, FiniteFloatRange, friendly_errors
 
 
 @click.command()
@@ -18,28 +18,28 @@ from hybrid_qpr.cli._common import friendly_errors
 @click.option("--export", "export_dir", type=click.Path(file_okay=False), default=None,
               help="Write the asymmetric ONNX model directory (question and answer sides) here.")
 @click.option("--int8", "quantize", is_flag=True, help="Quantize both exported sides to int8 (dynamic).")
-@click.option("--latent", type=int, default=384, show_default=True, help="Latent dimension (the vector size; 384 = the MiniLM width).")
-@click.option("--vocab", type=int, default=8000, show_default=True, help="Decoder vocabulary (most frequent training words).")
-@click.option("--decoder-hidden", type=int, default=256, show_default=True, help="GRU size of each decoder.")
-@click.option("--decoder-max-tokens", type=int, default=40, show_default=True, help="Tokens each decoder rebuilds per text.")
-@click.option("--epochs", type=int, default=20, show_default=True)
-@click.option("--batch-size", type=int, default=64, show_default=True, help="Pairs per batch (the others are the matching negatives).")
-@click.option("--lr", type=float, default=1e-5, show_default=True)
-@click.option("--beta", type=float, default=1.0, show_default=True, help="KL weight (reached after --kl-warmup steps).")
-@click.option("--kl-warmup", type=int, default=300, show_default=True, help="Steps of linear KL annealing from 0.")
-@click.option("--lam", type=float, default=1.0, show_default=True, help="Weight of the question-answer matching loss.")
+@click.option("--latent", type=click.IntRange(min=1), default=384, show_default=True, help="Latent dimension (the vector size; 384 = the MiniLM width).")
+@click.option("--vocab", type=click.IntRange(min=1), default=8000, show_default=True, help="Decoder vocabulary (most frequent training words).")
+@click.option("--decoder-hidden", type=click.IntRange(min=1), default=256, show_default=True, help="GRU size of each decoder.")
+@click.option("--decoder-max-tokens", type=click.IntRange(min=1), default=40, show_default=True, help="Tokens each decoder rebuilds per text.")
+@click.option("--epochs", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--batch-size", type=BATCH, default=64, show_default=True, help="Pairs per batch (the others are the matching negatives).")
+@click.option("--lr", type=FiniteFloatRange(min=0, min_open=True), default=1e-5, show_default=True)
+@click.option("--beta", type=FiniteFloatRange(min=0), default=1.0, show_default=True, help="KL weight (reached after --kl-warmup steps).")
+@click.option("--kl-warmup", type=click.IntRange(min=0), default=300, show_default=True, help="Steps of linear KL annealing from 0.")
+@click.option("--lam", type=FiniteFloatRange(min=0), default=1.0, show_default=True, help="Weight of the question-answer matching loss.")
 @click.option("--match-on", type=click.Choice(["samples", "means"]), default="means", show_default=True,
               help="Score the matching loss at the latent means or on sampled latents (the paper; stays near chance).")
 @click.option("--match-loss", type=click.Choice(["softmax", "bce"]), default="softmax", show_default=True,
               help="Matching loss: softmax over the candidates (ranking) or the paper's binary predictor.")
-@click.option("--hard-negatives", type=int, default=1, show_default=True,
+@click.option("--hard-negatives", type=click.IntRange(min=0), default=1, show_default=True,
               help="Labelled wrong sentences of each question added to the matching candidates per step.")
 @click.option("--train-encoder", is_flag=True, help="Fine-tune the pretrained encoder too (slower: no feature cache).")
-@click.option("--max-pairs", type=int, default=None, help="Train on a seeded sample of this many pairs (a time budget).")
-@click.option("--patience", type=int, default=4, show_default=True, help="Stop after this many epochs without a better val MRR.")
-@click.option("--max-minutes", type=float, default=None, help="Stop after the epoch that passes this time budget.")
-@click.option("--max-length", type=int, default=128, show_default=True, help="Backbone tokens per text.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--max-pairs", type=click.IntRange(min=1), default=None, help="Train on a seeded sample of this many pairs (a time budget).")
+@click.option("--patience", type=click.IntRange(min=1), default=4, show_default=True, help="Stop after this many epochs without a better val MRR.")
+@click.option("--max-minutes", type=FiniteFloatRange(min=0, min_open=True), default=None, help="Stop after the epoch that passes this time budget.")
+@click.option("--max-length", type=click.IntRange(min=1), default=128, show_default=True, help="Backbone tokens per text.")
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @friendly_errors
 def crossvae(datasets, out_dir, val_beir, export_dir, quantize, latent, vocab, decoder_hidden, decoder_max_tokens, epochs, batch_size, lr, beta, kl_warmup, lam,
              match_on, match_loss, hard_negatives, train_encoder, max_pairs, patience, max_minutes, max_length, seed) -> None:

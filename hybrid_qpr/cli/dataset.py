@@ -7,7 +7,7 @@ import json
 
 import click
 
-from hybrid_qpr.cli._common import friendly_errors
+from hybrid_qpr.cli._common import SEED, FiniteFloatRange, friendly_errors
 
 _SHOWN_BAD_LINES = 20
 _SPLIT_HELP = "Fractions of paraphrase clusters for train,val,test (must sum to 1)."
@@ -18,7 +18,7 @@ def _common_options(func):
     options = [
         click.option("--out", required=True, type=click.Path(file_okay=False),
                      help="Dataset directory to write (replaced atomically if it holds an earlier build)."),
-        click.option("--seed", type=int, default=13, show_default=True, help="Seed of the paraphrase-cluster shuffle before splitting."),
+        click.option("--seed", type=SEED, default=13, show_default=True, help="Seed of the paraphrase-cluster shuffle before splitting."),
         click.option("--split", "split", default="0.8,0.1,0.1", show_default=True, help=_SPLIT_HELP),
         click.option("--on-bad-line", type=click.Choice(["error", "skip"]), default="error", show_default=True,
                      help=_BAD_LINE_HELP),
@@ -78,7 +78,7 @@ def build(pairs: str, out: str, seed: int, split: str, on_bad_line: str, as_json
 @dataset.command("from-qa-log")
 @click.argument("log", type=click.Path(allow_dash=True))
 @_common_options
-@click.option("--min-coherence", type=click.FloatRange(0.0, 1.0), default=0.1, show_default=True,
+@click.option("--min-coherence", type=FiniteFloatRange(0.0, 1.0), default=0.1, show_default=True,
               help="Drop answer clusters whose lexical coherence (SDML paper eq. 5-6) is below this.")
 @click.option("--question-column", default=None, help="Question column/field name [default: question, query, text or utterance].")
 @click.option("--answer-column", default=None, help="Answer-id column/field name [default: answer_id, answer or aid].")
@@ -225,7 +225,7 @@ def _answer_options(func):
                      help="A file of the same layout to use as the val split."),
         click.option("--test", "test_file", type=click.Path(exists=True, dir_okay=False), default=None,
                      help="A file of the same layout to use as the test split."),
-        click.option("--seed", type=int, default=13, show_default=True, help="Seed of the shuffle before splitting."),
+        click.option("--seed", type=SEED, default=13, show_default=True, help="Seed of the shuffle before splitting."),
         click.option("--on-bad-line", type=click.Choice(["error", "skip"]), default="error", show_default=True,
                      help=_BAD_LINE_HELP),
         click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON instead of a table."),

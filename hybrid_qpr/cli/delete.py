@@ -25,12 +25,25 @@ def delete(ids, index, ids_file, wait, **connection) -> None:
     """
     from hybrid_qpr.cli._backend import open_backend
 
-    wanted = list(ids)
-    if ids_file:
-        with click.open_file(ids_file, encoding="utf-8") as fh:
-            wanted += [line.strip() for line in fh if line.strip()]
+    wanted = list(ids) + (_read_ids(ids_file) if ids_file else [])
     if not wanted:
         raise click.UsageError("give at least one id (or --ids-file)")
     backend = open_backend(index, connection)
     removed = backend.delete(wanted, wait=wait)
     click.echo(f"deleted {removed} of {len(wanted)} ids from {index}")
+
+
+def _read_ids(ids_file: str) -> list[str]:
+    """The non-blank lines of ``ids_file`` ('-' = stdin), stripped; a line that is not UTF-8
+    stops with its line number before anything is deleted."""
+    ids = []
+    with click.open_file(ids_file, "rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8").strip()
+            except UnicodeDecodeError as exc:
+                raise click.ClickException(f"{ids_file}:{number}: not valid UTF-8 text ({exc.reason} at byte {exc.start} "
+                                           "of the line); nothing was deleted. Convert the file with iconv -t UTF-8") from None
+            if line:
+                ids.append(line)
+    return ids

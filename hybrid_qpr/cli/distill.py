@@ -6,7 +6,7 @@ import json
 
 import click
 
-from hybrid_qpr.cli._common import cnn_size_options, friendly_errors
+from hybrid_qpr.cli._common import BATCH, SEED, cnn_size_options, FiniteFloatRange, friendly_errors
 
 
 @click.command()
@@ -16,15 +16,15 @@ from hybrid_qpr.cli._common import cnn_size_options, friendly_errors
 @click.option("--out", "run_dir", required=True, type=click.Path(file_okay=False), help="Run directory (checkpoints, best.pt).")
 @click.option("--pairs", type=click.Path(exists=True, file_okay=False), default=None,
               help="Dataset directory ('hybrid-qpr dataset build'): its train pairs add the SDML loss, its val split validates.")
-@click.option("--pairs-weight", type=float, default=1.0, show_default=True, help="Weight of the SDML term on --pairs.")
+@click.option("--pairs-weight", type=FiniteFloatRange(min=0), default=1.0, show_default=True, help="Weight of the SDML term on --pairs.")
 @click.option("--init", type=click.Path(exists=True, file_okay=False), default=None,
               help="Start from this train/distill run's best model, or an exported CNN model directory (e.g. the "
                    "default onnx/distilled-cnn-quora), and its vocabulary (domain adaptation).")
-@click.option("--max-per-source", type=int, default=None,
+@click.option("--max-per-source", type=click.IntRange(min=1), default=None,
               help="Keep a seeded random sample of at most this many distinct texts of each CORPUS source.")
-@click.option("--teacher-temperature", type=float, default=0.05, show_default=True,
+@click.option("--teacher-temperature", type=FiniteFloatRange(min=0, min_open=True), default=0.05, show_default=True,
               help="Teacher cosine / T before the softmax: lower = sharper targets.")
-@click.option("--group-size", type=int, default=8, show_default=True,
+@click.option("--group-size", type=click.IntRange(min=1), default=8, show_default=True,
               help="Batches are built from groups of this many teacher nearest neighbours (1 = random batches).")
 @click.option("--teacher-cache", type=click.Path(file_okay=False), default=None,
               help="Directory of the cached teacher vectors (keyed by corpus + teacher). [default: RUN/teacher]")
@@ -32,16 +32,16 @@ from hybrid_qpr.cli._common import cnn_size_options, friendly_errors
               help="Add the teacher's whole words to the vocabulary and start every word embedding from the teacher's "
                    "vector of that word alone (PCA to --embedding-dim) instead of at random; ignored with --init. "
                    "On Quora it lifted validation MRR@20 after one epoch from 0.808 to 0.943 (docs/training.md).")
-@click.option("--held-out", type=int, default=2000, show_default=True,
+@click.option("--held-out", type=click.IntRange(min=0), default=2000, show_default=True,
               help="Questions held out for teacher-agreement validation when there is no labelled val split.")
 @cnn_size_options(vocab=30_000, hash_bins=5000, embedding_dim=128, channels=256, dim=256, layers=1,
                   note="ignored with --init")
-@click.option("--batch-size", type=int, default=512, show_default=True)
-@click.option("--lr", type=float, default=1e-3, show_default=True)
-@click.option("--epochs", type=int, default=30, show_default=True)
-@click.option("--patience", type=int, default=3, show_default=True, help="Epochs without val MRR gain before stopping.")
-@click.option("--max-minutes", type=float, default=None, help="Stop after this much training time.")
-@click.option("--seed", type=int, default=13, show_default=True)
+@click.option("--batch-size", type=BATCH, default=512, show_default=True)
+@click.option("--lr", type=FiniteFloatRange(min=0, min_open=True), default=1e-3, show_default=True)
+@click.option("--epochs", type=click.IntRange(min=1), default=30, show_default=True)
+@click.option("--patience", type=click.IntRange(min=1), default=3, show_default=True, help="Epochs without val MRR gain before stopping.")
+@click.option("--max-minutes", type=FiniteFloatRange(min=0, min_open=True), default=None, help="Stop after this much training time.")
+@click.option("--seed", type=SEED, default=13, show_default=True)
 @click.option("--resume", is_flag=True, help="Continue from RUN/checkpoint.pt.")
 @friendly_errors
 def distill(corpus, teacher_dir, run_dir, pairs, pairs_weight, init, max_per_source, teacher_temperature, group_size, teacher_cache,

@@ -16,7 +16,7 @@ from hybrid_qpr.errors import ConfigError
               help="ONNX model directory to write (replaced atomically if it holds an earlier export).")
 @click.option("--kind", type=click.Choice(["transformer", "cnn"]), default="transformer", show_default=True,
               help="What MODEL_DIR holds.")
-@click.option("--max-length", type=int, default=None,
+@click.option("--max-length", type=click.IntRange(min=1), default=None,
               help="Token cap stored with the model. [default: the fine-tuned model's, else 64]")
 @click.option("--normalize/--no-normalize", default=None,
               help="L2-normalise in the graph (cosine). [default: the fine-tuned model's, else on]")

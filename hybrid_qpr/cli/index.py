@@ -1,4 +1,4 @@
-"""``hybrid-qpr index``: maintenance of a local index directory (check, optimize) and removal of a cluster index (drop)."""
+"""``hybrid-qpr index``: maintenance of a local index directory (check, repair, optimize) and removal of a cluster index (drop)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ WAIT_HELP = "If another process is writing the index, wait for it instead of fai
 
 @click.group()
 def index() -> None:
-    """Check or optimize a local index directory; drop a cluster index."""
+    """Check, repair or optimize a local index directory; drop a cluster index."""
 
 
 @index.command()
@@ -20,7 +20,8 @@ def index() -> None:
 def check(directory) -> None:
     """Verify every file of the index in DIRECTORY against its manifest (sizes, CRC32
     checksums recorded at commit, row counts, vector dims, postings, tombstones) and say
-    how to recover from each problem. Exit status 1 when something is wrong.
+    how to recover from each problem: 'index repair' for a damaged manifest, 'index
+    optimize' for damaged segment files. Exit status 1 when something is wrong.
 
     \b
     Example:
@@ -43,16 +44,47 @@ def check(directory) -> None:
 
 @index.command()
 @click.argument("directory", type=click.Path(file_okay=False, exists=True))
+@friendly_errors
+def repair(directory) -> None:
+    """Rebuild the damaged manifest.json of the index in DIRECTORY from the copy each commit
+    also writes (manifest.copy.json), or from what is readable of it, keeping every segment
+    whose files match their recorded sizes and CRC32 checksums and naming each one it leaves
+    out. An intact manifest is left alone. Exit status 1 when a segment was left out.
+
+    \b
+    Example:
+      hybrid-qpr index repair ./qidx && hybrid-qpr index check ./qidx
+    """
+    from hybrid_qpr.backends.local.repair import repair_index
+
+    report = repair_index(directory)
+    if not report.repaired:
+        click.echo(f"ok: {directory}: its manifest is intact; nothing to repair")
+        return
+    click.echo(f"repaired {directory}: manifest rebuilt from {report.source}; {len(report.kept)} segment(s) kept, "
+               f"{report.documents} documents")
+    for left in report.left_out:
+        click.echo(f"  left out {left}", err=True)
+    if report.left_out:
+        raise click.exceptions.Exit(1)
+
+
+@index.command()
+@click.argument("directory", type=click.Path(file_okay=False, exists=True))
 @click.option("--model", type=click.Path(file_okay=False), default=None,
               help="Encoder to re-encode damaged vectors with. [default: the model the index was built with]")
 @click.option("--drop-damaged", is_flag=True,
-              help="Drop segments whose documents cannot be read (then re-ingest your source file; it never duplicates).")
+              help="Drop segments whose documents or tombstones are confirmed damaged and cannot be rebuilt (then "
+                   "re-ingest your source file; it never duplicates).")
 @click.option("--wait", is_flag=True, help=WAIT_HELP)
 @friendly_errors
 def optimize(directory, model, drop_damaged, wait) -> None:
     """Merge all segments of the index in DIRECTORY into one: deleted documents are purged
-    and the FAISS and BM25 parts rebuilt. Also repairs what 'index check' reports as
-    rebuildable (FAISS or BM25 files; vectors, re-encoded with the index's model). An index
+    and the FAISS and BM25 parts rebuilt. Also repairs what 'index check' reports in a
+    segment: FAISS, BM25 and text files; vectors, re-encoded with the index's model;
+    docs.sqlite from the text store and tombstones from the ids updated in other segments,
+    when those copies verify. --drop-damaged drops only a segment whose damage its checksums
+    confirm and that cannot be rebuilt. (A damaged manifest: 'index repair'.) An index
     already in one segment whose vector graph was written by an earlier version gets the
     graph's nodes stored in locality order (seconds, no rebuild; kNN searches 4-9% faster).
 

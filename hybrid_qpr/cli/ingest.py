@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from hybrid_qpr.cli._common import cluster_options, friendly_errors
+from hybrid_qpr.cli._common import BATCH, cluster_options, friendly_errors
 from hybrid_qpr.cli._backend import knn_search_options, model_option
 from hybrid_qpr.backends.local.index import BM25_IMPLS
 from hybrid_qpr.backends.local.vectors import FAISS_KINDS
@@ -31,7 +31,7 @@ SHOW_SKIPPED = 20
               help="Local BM25 scorer when the index is created: builtin (per-segment postings, corpus-wide "
                    "statistics) or rank-bm25 (a reference for benchmarks, much slower per query).")
 @knn_search_options("stored in the index when it is created ('query' can override it)")
-@click.option("--batch-size", type=int, default=None,
+@click.option("--batch-size", type=BATCH, default=None,
               help="Texts per encoder batch (and per bulk request on a cluster) [default: 256; on a cluster 1000].")
 @click.option("--strict", is_flag=True, help="Stop at the first bad input line instead of skipping and reporting it.")
 @click.option("--wait", is_flag=True, help="Local index: if another process is writing it, wait for it instead of failing.")

@@ -6,14 +6,14 @@ import json
 
 import click
 
-from hybrid_qpr.cli._common import friendly_errors
+from hybrid_qpr.cli._common import FiniteFloatRange, friendly_errors
 
 
 @click.command()
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Model directory to write (Hugging Face files + tokenizer + settings), as a finetune run's model/.")
-@click.option("--weight", type=click.FloatRange(0.0, 1.0), default=0.5, show_default=True,
+@click.option("--weight", type=FiniteFloatRange(0.0, 1.0), default=0.5, show_default=True,
               help="Share of the fine-tuned weights: 1 keeps the fine-tuned model, 0 gives the base model back.")
 @click.option("--base-model", type=click.Path(exists=True, file_okay=False), default=None,
               help="The model RUN_DIR was tuned from. [default: the one its training settings record, else the bundled all-MiniLM-L6-v2]")

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from hybrid_qpr.cli._common import friendly_errors, cluster_client, opensearch_options
+from hybrid_qpr.cli._common import FiniteFloatRange, cluster_client, friendly_errors, opensearch_options
 
 
 class _MLCommonsGroup(click.Group):
@@ -66,7 +66,7 @@ def register(model_dir, name, version, allow_local_upload, **connection) -> None
 @mlcommons.command()
 @opensearch_options
 @click.argument("model_id")
-@click.option("--wait", "wait_s", type=float, default=300.0, show_default=True,
+@click.option("--wait", "wait_s", type=FiniteFloatRange(min=0, min_open=True), default=300.0, show_default=True,
               help="Seconds to wait for the deploy task.")
 @friendly_errors
 def deploy(model_id, wait_s, **connection) -> None:

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from hybrid_qpr.cli._common import friendly_errors
+from hybrid_qpr.cli._common import FiniteFloatRange, friendly_errors
 
 _HOME_HELP = ("Where artifacts and nodes live. [default: $HYBRID_QPR_HOME, else /var/cache/hybrid-qpr/opensearch "
               "as root, else ~/.cache/hybrid-qpr/opensearch]")
@@ -52,12 +52,12 @@ def node() -> None:
               "deployment of its own beside the single node. [default: 1]")
 @_HOME
 @_SECURE
-@click.option("--port", type=int, default=None, help="HTTP port on 127.0.0.1 (of the first node). "
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="HTTP port on 127.0.0.1 (of the first node). "
               "[default: 9200 for OpenSearch, 9201 for Elasticsearch, 9210 for a multi-node cluster; "
               "with --secure 9203 and 9202]")
 @click.option("--heap", default=None, help="JVM heap per node (-Xms and -Xmx), e.g. 1g or 512m. "
               "[default: 2g for one OpenSearch node without --secure, else 512m]")
-@click.option("--timeout", type=float, default=240.0, show_default=True, help="Seconds to wait for green health.")
+@click.option("--timeout", type=FiniteFloatRange(min=0, min_open=True), default=240.0, show_default=True, help="Seconds to wait for green health.")
 @friendly_errors
 def start(engine: str, version: str | None, nodes: int | None, home: str | None, secure: bool, port: int | None,
           heap: str | None, timeout: float) -> None:
@@ -98,7 +98,7 @@ def start(engine: str, version: str | None, nodes: int | None, home: str | None,
 @_NODES
 @_HOME
 @_SECURE
-@click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds before SIGKILL.")
+@click.option("--timeout", type=FiniteFloatRange(min=0, min_open=True), default=60.0, show_default=True, help="Seconds before SIGKILL.")
 @friendly_errors
 def stop(engine: str, nodes: int | None, home: str | None, secure: bool, timeout: float) -> None:
     """Stop the node(s) of ENGINE started by 'node start' (only those processes, found by their pid files)."""

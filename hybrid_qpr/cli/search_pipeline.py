@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from hybrid_qpr.cli._common import friendly_errors, cluster_client, opensearch_options
+from hybrid_qpr.cli._common import FiniteFloatRange, cluster_client, friendly_errors, opensearch_options
 from hybrid_qpr.fusion import DEFAULT_ALPHA, FUSION_METHODS, RRF_K
 
 
@@ -20,7 +20,7 @@ def search_pipeline() -> None:
 @click.option("--index", default=None, help="Take alpha and rrf_k from this index's tuned fusion defaults (mapping _meta).")
 @click.option("--fusion", "fusions", type=click.Choice(FUSION_METHODS), multiple=True,
               help=f"Pipelines to install (repeatable). [default: all: {', '.join(FUSION_METHODS)}]")
-@click.option("--alpha", type=click.FloatRange(0, 1), default=None,
+@click.option("--alpha", type=FiniteFloatRange(0, 1), default=None,
               help=f"Weight of the kNN list in minmax/l2/zscore (BM25 gets 1 - alpha). [default: the index's tuned value, else {DEFAULT_ALPHA}]")
 @click.option("--rrf-k", type=click.IntRange(min=1), default=None, help=f"RRF rank constant. [default: the index's tuned value, else {RRF_K}]")
 @friendly_errors

@@ -25,6 +25,14 @@ def default_judgments_dir(index: str, engine: str | None) -> Path:
 @click.option("--server-api-key", envvar="HYBRID_QPR_SERVE_API_KEY", default=None,
               help="Require this key (header X-API-Key) on every /api/ request [env HYBRID_QPR_SERVE_API_KEY]. "
                    "(--api-key is the cluster's key.)")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
+              help="Also answer requests whose Host header names NAME (repeatable), e.g. the machine's DNS name "
+                   "behind --host 0.0.0.0. Loopback names and the --host address are always accepted (with --host "
+                   "0.0.0.0 or ::, any IP address too); any other name is refused (421), which stops DNS-rebinding "
+                   "pages.")
+@click.option("--allow-index-writes", is_flag=True, default=False,
+              help="Let 'tune' on the page store its winning fusion in the index, as 'hybrid-qpr tune' does. "
+                   "Off by default: tune then reports its result and stores nothing (judgments are always stored).")
 @click.option("--judgments", "judgments_dir", type=click.Path(file_okay=False), default=None,
               help="Judgments store (a BEIR eval set). [default: INDEX/judgments for a local index, "
                    "./judgments-ENGINE-INDEX for a cluster index]")
@@ -35,15 +43,20 @@ def default_judgments_dir(index: str, engine: str | None) -> Path:
 @reranker_options
 @cluster_options(selects_backend=True)
 @friendly_errors
-def serve(index, host, port, server_api_key, judgments_dir, min_tune_queries, ef_search, nprobe, model,
-          reranker_dir, reranker_depth, **connection) -> None:
+def serve(index, host, port, server_api_key, allowed_hosts, allow_index_writes, judgments_dir, min_tune_queries,
+          ef_search, nprobe, model, reranker_dir, reranker_depth, **connection) -> None:
     """Serve the relevance workbench: a page at http://HOST:PORT/ showing bm25, knn, hybrid and
     rerank side by side, with relevance buttons on every hit and a 'tune on my judgments'
     button, and its JSON API under /api/ (described at /api/openapi.json).
 
+    Other web pages cannot use it through your browser: only Host names it knows are answered,
+    and a write must be same-origin JSON carrying the run's token (GET /api/session).
+
     \b
     Examples:
       hybrid-qpr serve --index ./qidx
+      hybrid-qpr serve --index ./qidx --allow-index-writes     # tune may store its winner
+      hybrid-qpr serve --index ./qidx --host 0.0.0.0 --allowed-host wb.example.org --server-api-key "$KEY"
       hybrid-qpr serve --index questions --opensearch http://127.0.0.1:9200 --port 8080
       hybrid-qpr serve --index ./qidx --reranker onnx/reranker-minilm-l6-int8
     """
@@ -69,12 +82,14 @@ def serve(index, host, port, server_api_key, judgments_dir, min_tune_queries, ef
     searcher = HybridSearcher(backend, load_encoder(model, backend), reranker=reranker, reranker_depth=reranker_depth)
     store = JudgmentStore(judgments_dir or default_judgments_dir(index, engine))
     workbench = Workbench(searcher, store, index=index, backend=engine or "local",
-                          limits=Limits(min_tune_queries=min_tune_queries))
+                          limits=Limits(min_tune_queries=min_tune_queries), index_writes=allow_index_writes)
     workbench.warm_up()
     if host not in LOOPBACK:
         click.secho(f"warning: listening on {host}, not loopback: anyone who can reach this machine can search "
                     f"index {index} and write judgments" + ("" if server_api_key else "; set --server-api-key"),
                     fg="yellow", err=True)
     click.echo(f"workbench for {index} ({engine or 'local'}, {backend.count():,} documents) at "
-               f"http://{host if ':' not in host else f'[{host}]'}:{port}/  judgments: {store.directory}", err=True)
-    uvicorn.run(create_app(workbench, api_key=server_api_key), host=host, port=port, log_level="warning")
+               f"http://{host if ':' not in host else f'[{host}]'}:{port}/  judgments: {store.directory}  "
+               f"index writes: {'on' if allow_index_writes else 'off (--allow-index-writes)'}", err=True)
+    app = create_app(workbench, api_key=server_api_key, bound_host=host, allowed_hosts=allowed_hosts)
+    uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from hybrid_qpr.cli._common import cnn_size_options, friendly_errors
+from hybrid_qpr.cli._common import BATCH, SEED, cnn_size_options, FiniteFloatRange, friendly_errors
 
 
 @click.command()
@@ -13,24 +13,24 @@ from hybrid_qpr.cli._common import cnn_size_options, friendly_errors
 @click.option("--loss", type=click.Choice(["sdml", "softmax", "triplet", "msem"]), default="sdml", show_default=True,
               help="sdml (eps smoothing), softmax (= sdml with eps 0), triplet, msem (cosine matching + intent "
                    "classification; the model is then searched by cosine).")
-@click.option("--epsilon", type=float, default=0.3, show_default=True, help="SDML label smoothing.")
-@click.option("--margin", type=float, default=0.5, show_default=True, help="Triplet margin.")
+@click.option("--epsilon", type=FiniteFloatRange(0, 1), default=0.3, show_default=True, help="SDML label smoothing.")
+@click.option("--margin", type=FiniteFloatRange(min=0), default=0.5, show_default=True, help="Triplet margin.")
 @click.option("--triplet-distance", type=click.Choice(["euclidean", "squared"]), default="euclidean", show_default=True)
 @click.option("--negatives", type=click.Choice(["random", "hard", "semi-hard"]), default="random", show_default=True,
               help="Triplet in-batch negatives.")
-@click.option("--msem-gamma", type=float, default=10.0, show_default=True, help="MSEM sigmoid scale γ.")
-@click.option("--msem-alpha", type=float, default=0.5, show_default=True, help="MSEM cosine at even odds α.")
-@click.option("--msem-weight", type=float, default=0.1, show_default=True, help="MSEM classification weight λ.")
-@click.option("--msem-min-cluster-size", type=int, default=5, show_default=True,
+@click.option("--msem-gamma", type=FiniteFloatRange(min=0, min_open=True), default=10.0, show_default=True, help="MSEM sigmoid scale γ.")
+@click.option("--msem-alpha", type=FiniteFloatRange(-1, 1), default=0.5, show_default=True, help="MSEM cosine at even odds α.")
+@click.option("--msem-weight", type=FiniteFloatRange(min=0), default=0.1, show_default=True, help="MSEM classification weight λ.")
+@click.option("--msem-min-cluster-size", type=click.IntRange(min=1), default=5, show_default=True,
               help="MSEM: smaller clusters are pooled into the 'other' intent class.")
-@click.option("--msem-max-classes", type=int, default=1000, show_default=True,
+@click.option("--msem-max-classes", type=click.IntRange(min=1), default=1000, show_default=True,
               help="MSEM: only the largest N clusters get their own intent class.")
 @cnn_size_options(vocab=50_000, hash_bins=5000, embedding_dim=300, channels=300, dim=300, layers=1)
-@click.option("--batch-size", type=int, default=512, show_default=True)
-@click.option("--epochs", type=int, default=20, show_default=True)
-@click.option("--patience", type=int, default=3, show_default=True, help="Epochs without val MRR gain before stopping.")
-@click.option("--max-minutes", type=float, default=None, help="Stop after this much training time.")
-@click.option("--seed", type=int, default=13, show_default=True)
+@click.option("--batch-size", type=BATCH, default=512, show_default=True)
+@click.option("--epochs", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--patience", type=click.IntRange(min=1), default=3, show_default=True, help="Epochs without val MRR gain before stopping.")
+@click.option("--max-minutes", type=FiniteFloatRange(min=0, min_open=True), default=None, help="Stop after this much training time.")
+@click.option("--seed", type=SEED, default=13, show_default=True)
 @click.option("--resume", is_flag=True, help="Continue from RUN_DIR/checkpoint.pt.")
 @friendly_errors
 def train(dataset_dir, run_dir, loss, epsilon, margin, triplet_distance, negatives, msem_gamma, msem_alpha, msem_weight,

@@ -57,6 +57,7 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, rer
     from hybrid_qpr.cli._backend import load_encoder, load_reranker, open_backend
     from hybrid_qpr.data.beir import load_beir
     from hybrid_qpr.evaluation.evaluator import sample_queries, tune as run_tune, tune_reranker
+    from hybrid_qpr.evaluation.significance import gain, gain_sentence
     from hybrid_qpr.search import HybridSearcher
 
     from hybrid_qpr.evaluation.tasks import task_query_filters
@@ -88,8 +89,9 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, rer
     for g in best_grid:
         below = "" if g["allowed"] else "  (not chosen: another metric is below the better single mode)"
         click.echo(f"  {g['fusion']:<7} alpha={g['alpha']:.1f}  {metric} {g[metric]:.4f}{below}")
-    click.echo(f"best: fusion={result.fusion} alpha={result.alpha:.1f} {metric} {result.mrr:.4f} "
-               f"({result.mrr - max(result.bm25_mrr, result.knn_mrr):+.4f} vs the better single mode)")
+    click.echo(f"best: fusion={result.fusion} alpha={result.alpha:.1f} {metric} {result.mrr:.4f}")
+    single = "bm25" if result.bm25_mrr >= result.knn_mrr else "knn"
+    click.echo("  " + gain_sentence(gain(result.per_query[single], result.per_query["tuned"]), "tuned hybrid", single, metric))
     defaults = {**result.defaults, "tuned": {**result.defaults["tuned"], "on": f"{recorded_path(beir_dir)} {split}"}}
     if reranker is not None:
         chosen = tune_reranker(searcher, sample, qrels, result, depths=depths, task=task, query_filters=own_filters)

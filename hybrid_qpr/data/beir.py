@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
-from hybrid_qpr.artifacts import atomic_write, iter_jsonl, iter_rows, open_text, write_jsonl
+from hybrid_qpr.artifacts import atomic_write, iter_jsonl, iter_rows, open_text, skip_undecodable, write_jsonl
 from hybrid_qpr.data.clusters import Cluster
-from hybrid_qpr.errors import ConfigError, InputError
+from hybrid_qpr.errors import BadLines, ConfigError, InputError
 
 EvalSplit = Literal["val", "test"]
 QRELS_HEADER = ("query-id", "corpus-id", "score")
@@ -76,20 +76,24 @@ def load_query_metadata(beir_dir: str | Path, field: str) -> dict[str, str]:
     return out
 
 
-def load_qrels(path: str | Path) -> dict[str, dict[str, int]]:
-    """Read a BEIR qrels TSV (header optional): ``query-id  corpus-id  score``."""
+def load_qrels(path: str | Path, bad_lines: BadLines | None = None) -> dict[str, dict[str, int]]:
+    """Read a BEIR qrels TSV (header optional): ``query-id  corpus-id  score``. A malformed
+    row goes to ``bad_lines`` (``None``: strict, it raises ``InputError`` naming the line)."""
+    bad_lines = bad_lines or BadLines()
     qrels: dict[str, dict[str, int]] = {}
     with open_text(path) as fh:
-        for line, row in iter_rows(path, fh):
+        for line, row in iter_rows(path, skip_undecodable(fh, bad_lines, header=False)):
             if line == 1 and [c.strip().lower() for c in row] == list(QRELS_HEADER):
                 continue
             if len(row) != 3:
-                raise InputError(path, line, f"found {len(row)} columns, expected 3 ({', '.join(QRELS_HEADER)})")
+                bad_lines.skip(path, line, f"found {len(row)} columns, expected 3 ({', '.join(QRELS_HEADER)})")
+                continue
             query, doc, score = (c.strip() for c in row)
             try:
                 grade = int(score)
             except ValueError:
-                raise InputError(path, line, f"score must be an integer, found {score!r}") from None
+                bad_lines.skip(path, line, f"score must be an integer, found {score!r}")
+                continue
             qrels.setdefault(query, {})[doc] = grade
     return qrels
 

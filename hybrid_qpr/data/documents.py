@@ -38,7 +38,7 @@ from hybrid_qpr.types import Document
 from hybrid_qpr.artifacts import base_suffix, display_name, iter_jsonl, iter_rows, open_text, skip_undecodable
 from hybrid_qpr.errors import BadLines, ConfigError, InputError
 from hybrid_qpr.text import text_id
-from hybrid_qpr.text.ids import padded_id_problem
+from hybrid_qpr.text.ids import id_problem
 
 logger = logging.getLogger(__name__)
 
@@ -97,10 +97,11 @@ def _document(record: dict[str, Any], text_column: str, id_column: str) -> Docum
     raw_id = record.get(id_key) if id_key else None
     if raw_id is None or (isinstance(raw_id, str) and not raw_id.strip()):
         doc_id = text_id(text)
-    elif isinstance(raw_id, str) and raw_id != raw_id.strip():
-        return padded_id_problem(raw_id)
     elif isinstance(raw_id, (str, int)) and not isinstance(raw_id, bool):
         doc_id = str(raw_id)
+        problem = id_problem(doc_id)
+        if problem:
+            return problem
     else:
         return f"field {id_key!r} must be a string or an integer (found {type(raw_id).__name__})"
     metadata = {k: v for k, v in record.items() if k not in (text_column, id_key) and not (k == "title" and v == "")}
@@ -173,7 +174,7 @@ def _pairs(path, bad_lines: BadLines) -> Iterator[tuple[int, Document]]:
     from hybrid_qpr.data.pairs import iter_pairs
 
     seen: set[str] = set()
-    for pair in iter_pairs(path, bad_lines):
+    for pair in iter_pairs(path, bad_lines):  # its qids are checked there, for dataset build too
         for qid, text in ((pair.qid1, pair.question1), (pair.qid2, pair.question2)):
             doc_id = qid if qid else text_id(text)
             if doc_id not in seen:

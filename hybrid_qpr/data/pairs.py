@@ -25,6 +25,7 @@ from pathlib import Path
 
 from hybrid_qpr.artifacts import display_name, iter_rows, open_text, skip_undecodable
 from hybrid_qpr.errors import BadLines, InputError
+from hybrid_qpr.text.ids import id_problem
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +89,8 @@ def iter_pairs(path: str | Path, bad_lines: BadLines | None = None) -> Iterator[
     """Yield the question pairs of ``path`` in file order.
 
     A malformed row (wrong number of columns, empty question, ``is_duplicate`` that is
-    not 0/1, only one of the two qids) or a line that is not UTF-8 goes to ``bad_lines``:
-    strict (the default) raises ``InputError(path, line, problem)``, ``BadLines("skip")``
+    not 0/1, only one of the two qids, a qid with a control character) or a line that is not
+    UTF-8 goes to ``bad_lines``: strict (the default) raises ``InputError(path, line, problem)``, ``BadLines("skip")``
     skips and records it. The first row must be readable and tell the layout. Surrounding
     whitespace of fields is stripped.
     """
@@ -132,6 +133,9 @@ def _parse_row(row: list[str], layout: _Layout, line: int) -> QuestionPair | str
     qid2 = (row[layout.qid2].strip() or None) if layout.qid2 is not None else None
     if (qid1 is None) != (qid2 is None):
         return f"only one qid is given (qid1={qid1!r}, qid2={qid2!r}); give both or neither"
+    problem = next(filter(None, (id_problem(qid) for qid in (qid1, qid2) if qid)), None)
+    if problem:
+        return problem
     if layout.is_duplicate is None:
         duplicate = True
     else:

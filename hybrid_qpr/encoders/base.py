@@ -86,7 +86,7 @@ def _new_session(model_path: Path, threads: int | None):
 class OnnxModel:
     """One model on onnxruntime: ``run`` and ``get_inputs`` as on an ``InferenceSession``.
     ``run(..., one_thread=True)`` (a search's one query) runs on a second, single-threaded
-    session, made on first use: for one short text, waking the intra-op threads costs more than they save
+    onnxruntime session made on first use: for one short text, waking the intra-op threads costs more than they save
     (distilled CNN 0.139 -> 0.115 ms, MiniLM int8 3.04 -> 2.84 ms per query; docs/search.md).
     It holds a second copy of the weights (20-50 MB for the committed models)."""
 

@@ -107,7 +107,8 @@ def latency_summary(seconds: Sequence[float]) -> dict[str, float]:
 def evaluate(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *,
              modes: Sequence[str] = MODES, retrieve: int | None = None,
              task: str = "paraphrase", query_filters: Mapping[str, Filters] | None = None,
-             show_progress: bool = False, **search_kwargs: Any) -> dict[str, dict[str, Any]]:
+             show_progress: bool = False, runs: dict[str, dict[str, list[str]]] | None = None,
+             **search_kwargs: Any) -> dict[str, dict[str, Any]]:
     """``{mode: {"metrics": {...}, "latency": {...}, "queries": n, "settings": {...}}}``.
 
     Each query is searched one at a time (as a user would), so the latency includes
@@ -115,7 +116,8 @@ def evaluate(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[s
     (``hybrid_qpr.evaluation.tasks``); ``query_filters`` gives queries their own filter
     (merged with ``filters``), e.g. answer selection ranks each question's own candidates.
     ``search_kwargs`` go to ``HybridSearcher.search`` (fusion, alpha, filters...).
-    ``show_progress``: progress per mode on stderr (``hybrid_qpr.progress``)."""
+    ``show_progress``: progress per mode on stderr (``hybrid_qpr.progress``).
+    ``runs``: when given, each mode's ranked ids per query are put there too (for paired tests)."""
     spec = get_task(task)
     retrieve = spec.retrieve if retrieve is None else retrieve
     if retrieve < 1:
@@ -146,6 +148,8 @@ def evaluate(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[s
         if depth:
             name = f"{mode}+reranker"
             settings.update(reranker=reranker.name, reranker_depth=depth)
+        if runs is not None:
+            runs[name] = run
         out[name] = {"metrics": spec.score(run, qrels), "latency": latency_summary(times),
                      "queries": len(run), "settings": settings}
         logger.info("%s: %s %.4f over %d queries", name, spec.main_metric, out[name]["metrics"][spec.main_metric], len(run))
@@ -167,6 +171,9 @@ class TuneResult:
     queries: int
     grid: list[dict[str, Any]] = field(default_factory=list)
     metric: str = "MRR@20"
+    # query id -> ``metric`` of the chosen fusion ("tuned"), of BM25 and of kNN alone: for
+    # telling a real gain from noise (``hybrid_qpr.evaluation.significance``)
+    per_query: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def defaults(self) -> dict[str, Any]:
@@ -232,8 +239,10 @@ def tune_candidates(cands: Mapping[str, Any], qrels: Mapping[str, Mapping[str, i
     spec = get_task(task)
     retrieve = spec.retrieve if retrieve is None else retrieve
     depth = _tuning_depth(depth, retrieve)
-    bm25_metrics = spec.score({q: [h.id for h in c.bm25[:retrieve]] for q, c in cands.items()}, qrels)
-    knn_metrics = spec.score({q: [h.id for h in c.knn[:retrieve]] for q, c in cands.items()}, qrels)
+    bm25_run = {q: [h.id for h in c.bm25[:retrieve]] for q, c in cands.items()}
+    knn_run = {q: [h.id for h in c.knn[:retrieve]] for q, c in cands.items()}
+    bm25_metrics, knn_metrics = spec.score(bm25_run, qrels), spec.score(knn_run, qrels)
+    best_run: dict[str, list[str]] = {}
     main = spec.main_metric
     better = bm25_metrics if bm25_metrics[main] >= knn_metrics[main] else knn_metrics
     guarded = spec.guarded or (main,)
@@ -251,12 +260,14 @@ def tune_candidates(cands: Mapping[str, Any], qrels: Mapping[str, Mapping[str, i
         grid.append({"fusion": fusion, "alpha": alpha, **metrics, "allowed": allowed})
         if allowed and (best is None or metrics[main] > best[0]):
             best = (metrics[main], fusion, alpha)
+            best_run = run
     if best is None:  # cannot happen with the forced points; kept as a check
         raise ConfigError(f"no fusion setting is at least the better single mode on "
                           f"{', '.join(f'{k} {better[k]:.4f}' for k in guarded)}; report this as a bug")
     value, fusion, alpha = best
     bm25_value, knn_value = bm25_metrics[main], knn_metrics[main]
-    return TuneResult(fusion, alpha, value, bm25_value, knn_value, depth, len(cands), grid, spec.main_metric)
+    per_query = {name: spec.per_query(r, qrels, main) for name, r in (("tuned", best_run), ("bm25", bm25_run), ("knn", knn_run))}
+    return TuneResult(fusion, alpha, value, bm25_value, knn_value, depth, len(cands), grid, spec.main_metric, per_query)
 
 
 RERANKER_DEPTHS: tuple[int, ...] = (10, 20, 50)

@@ -24,7 +24,7 @@ from typing import Literal
 
 from hybrid_qpr.errors import ConfigError
 from hybrid_qpr.evaluation.metrics import (Qrels, Run, average_precision, drop_self, hits_at_k, mrr_at_k,
-                                           ndcg_at_k, recall_at_k)
+                                           ndcg_at_k, per_query, recall_at_k)
 
 TaskName = Literal["paraphrase", "answer-selection", "answer-retrieval"]
 
@@ -48,6 +48,18 @@ class Task:
             run = drop_self(run)
         judged = {q: qrels[q] for q in run if q in qrels}
         return self.scorer(run, judged, self.retrieve)
+
+    def per_query(self, run: Run, qrels: Qrels, metric: str) -> dict[str, float]:
+        """Query id -> its score on ``metric`` (one of ``metric_names``), for the judged queries
+        of ``run``: the numbers whose mean ``score`` reports, kept for paired tests."""
+        if metric not in self.metric_names:
+            raise ConfigError(f"metric={metric!r}: the {self.name} task reports {', '.join(self.metric_names)}")
+        if self.drop_self:
+            run = drop_self(run)
+        judged = {q: qrels[q] for q in run if q in qrels}
+        kind, _, cut = metric.partition("@")
+        measure = {"H": "hits", "R": "hits", "MRR": "mrr", "Recall": "recall", "nDCG": "ndcg", "MAP": "map"}[kind]
+        return per_query(run, judged, measure, int(cut) if cut else (None if measure == "map" else self.retrieve))
 
 
 def _paraphrase(run: Run, qrels: Qrels, retrieve: int) -> dict[str, float]:

@@ -17,6 +17,7 @@ import torch
 from hybrid_qpr.artifacts import (atomic_directory, library_versions, load_checkpoint, read_encoder_config,
                                   write_encoder_config)
 from hybrid_qpr.encoders import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE
+from hybrid_qpr.export.clean import clean_onnx_file
 from hybrid_qpr.model.cnn import CNNModel
 
 PARITY_TEXTS = ["", "hello", "How do I learn Python?", "Что такое машинное обучение?", "why " * 200, "¿Qué es? 日本語の質問"]
@@ -39,6 +40,7 @@ def export_cnn(model: CNNModel, out_dir: str | Path, training: dict | None = Non
             dynamic_axes={"input_ids": {0: "batch", 1: "sequence"}, "embeddings": {0: "batch"}}, opset_version=17,
             dynamo=False,
         )
+        clean_onnx_file(tmp / MODEL_FILE)
         model.vocabulary.save(tmp / TOKENIZER_FILE)
         config = {
             "kind": "cnn", "dim": model.dim, "distance": distance,

@@ -28,6 +28,7 @@ import torch
 from hybrid_qpr.artifacts import atomic_directory, library_versions, recorded_path, write_encoder_config
 from hybrid_qpr.encoders import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE
 from hybrid_qpr.errors import ArtifactError
+from hybrid_qpr.export.clean import clean_onnx_file
 from hybrid_qpr.model.transformer import TransformerEmbedder, read_settings
 
 logger = logging.getLogger(__name__)
@@ -127,6 +128,7 @@ def write_checked_onnx(work: Path, write: Callable[[Path], None], check: Callabl
     if quantize:
         quantize_int8(fp32, work / MODEL_FILE, per_channel)
         fp32.unlink()
+    clean_onnx_file(work / MODEL_FILE)  # no stack traces naming this machine's paths in the shipped file
     return diff
 
 

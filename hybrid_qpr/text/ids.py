@@ -8,12 +8,15 @@ Two texts that differ only in case, spacing or punctuation other than ``?`` are 
 
 An id a record does carry is kept exactly as given; one with leading or trailing whitespace
 is refused (:func:`padded_id_problem`): stripping it would silently make ``" 12"`` replace
-the document ``"12"``, and keeping it would make ``"12"`` never find it.
+the document ``"12"``, and keeping it would make ``"12"`` never find it. One holding a control
+character (TAB, CR, LF, any other C0 control or DEL) is refused too (:func:`id_problem`): the
+qrels and run files that carry ids are tab- and line-separated, so such an id would tear them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 
 from hybrid_qpr.text.tokenizer import tokenize
 
@@ -31,6 +34,22 @@ def text_id(text: str) -> str:
     """Stable id for a question without one: ``t`` + 16 hex digits of sha256 of its
     :func:`normalize_text` (UTF-8)."""
     return "t" + hashlib.sha256(normalize_text(text).encode("utf-8")).hexdigest()[:16]
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
+def id_problem(doc_id: str) -> str | None:
+    """Why ``doc_id``, as a record gives it, cannot be a document id (``None`` when it can):
+    surrounding whitespace or a control character."""
+    if doc_id != doc_id.strip():
+        return padded_id_problem(doc_id)
+    found = _CONTROL.search(doc_id)
+    if found:
+        return (f"id {doc_id[:80]!r} holds the control character {found.group()!r} at position {found.start()}; "
+                "ids may not contain tabs, line breaks or other control characters (they separate the fields "
+                "and lines of qrels and run files)")
+    return None
 
 
 def padded_id_problem(doc_id: str) -> str:

@@ -8,7 +8,7 @@ ways a first stage confuses questions), are
 
 * for training (:func:`mine_cluster_examples`): the hits of *other* clusters, its hard negatives.
   The labels say these are different questions; some are unlabelled paraphrases (the label noise
-  measured by ``benchmarks/audit_misses.py``), which a cross-encoder trained on them learns to
+  measured by hand on Quora misses, docs/reranker.md), which a cross-encoder trained on them learns to
   rank below the labelled ones;
 * for a dev set (:func:`cluster_candidates`): all hits but the question itself, what a hybrid
   first stage would hand a reranker, with its own cluster's questions as the relevant ones.

@@ -1,10 +1,13 @@
 """The workbench's HTTP layer (Starlette, an ASGI app uvicorn serves): routes onto
-``hybrid_qpr.workbench.service.Workbench``, JSON errors, the optional API key and the page.
+``hybrid_qpr.workbench.service.Workbench``, JSON errors, the optional API key and the page,
+behind ``hybrid_qpr.workbench.guard.RequestGuard`` (Host check, same-origin JSON writes with
+the run's token).
 
 Every answer under ``/api/`` is JSON; an error is ``{"error": message, "status": code}`` with
 the status in the response too, and never a traceback (unexpected errors are logged on the
 server and answered with a 500 that says so). Searches run in Starlette's thread pool, so a
-slow request never blocks the event loop and requests run concurrently.
+slow request never blocks the event loop and requests run concurrently. A body is read as it
+streams in and refused (413) as soon as it passes ``MAX_BODY_BYTES``, declared or chunked.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from importlib import resources
 from typing import Any
 
 from hybrid_qpr.errors import BackendError, ConfigError, HybridQPRError, IndexLockedError, InputError
+from hybrid_qpr.workbench.guard import TOKEN_HEADER, RequestGuard, new_token
 from hybrid_qpr.workbench.openapi import openapi_spec
 from hybrid_qpr.workbench.service import COMPARE_MODES, RequestError, Workbench, parse_filters, parse_number
 
@@ -49,9 +53,12 @@ def status_of(exc: Exception) -> int:
     return 500
 
 
-def create_app(workbench: Workbench, *, api_key: str | None = None):
+def create_app(workbench: Workbench, *, api_key: str | None = None, bound_host: str = "127.0.0.1",
+               allowed_hosts: tuple[str, ...] = (), token: str | None = None):
     """The ASGI app serving ``workbench``; with ``api_key`` every ``/api/`` route except
-    ``openapi.json`` needs it (header ``X-API-Key`` or ``Authorization: Bearer``)."""
+    ``openapi.json`` needs it (header ``X-API-Key`` or ``Authorization: Bearer``). ``bound_host``
+    (the address uvicorn listens on) and ``allowed_hosts`` are the names the Host check accepts
+    besides loopback; ``token`` (default: a fresh random one) is what writes must carry."""
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException
@@ -60,7 +67,11 @@ def create_app(workbench: Workbench, *, api_key: str | None = None):
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 
+    from hybrid_qpr.workbench import relevance
+
     spec = openapi_spec(workbench.limits, tuple(workbench.list_names[len(COMPARE_MODES):]))
+    spec["paths"].update(relevance.openapi_paths())
+    token = token or new_token()
 
     def error(status: int, message: str) -> JSONResponse:
         return JSONResponse({"error": message, "status": status}, status_code=status)
@@ -79,17 +90,21 @@ def create_app(workbench: Workbench, *, api_key: str | None = None):
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
             raise RequestError(413, f"the body is {int(declared):,} bytes; at most {MAX_BODY_BYTES:,} are accepted")
-        raw = await request.body()
-        if len(raw) > MAX_BODY_BYTES:
-            raise RequestError(413, f"the body is {len(raw):,} bytes; at most {MAX_BODY_BYTES:,} are accepted")
+        raw = bytearray()
+        async for chunk in request.stream():  # never more than the limit in memory, whatever the sender does
+            raw += chunk
+            if len(raw) > MAX_BODY_BYTES:
+                raise RequestError(413, f"the body is over {MAX_BODY_BYTES:,} bytes; at most {MAX_BODY_BYTES:,} are accepted")
         if not raw.strip():
             if required:
                 raise RequestError(400, "the body is empty: send a JSON object")
             return {}
         try:
             return json.loads(raw)
+        except RecursionError:
+            raise RequestError(400, "the body is not valid JSON (nested too deeply)") from None
         except (ValueError, UnicodeDecodeError) as exc:
-            raise RequestError(400, f"the body is not valid JSON ({exc})") from None
+            raise RequestError(400, f"the body is not valid JSON ({str(exc)[:200]})") from None
 
     def api(handler):
         """Wrap ``handler(request)`` (async, returning a dict): key check, JSON answer, errors."""
@@ -133,9 +148,12 @@ def create_app(workbench: Workbench, *, api_key: str | None = None):
 
     async def tune(request: Request) -> dict[str, Any]:
         body = await json_body(request, required=False)
-        if not isinstance(body, dict) or set(body) - {"store"} or not isinstance(body.get("store", True), bool):
+        if not isinstance(body, dict) or set(body) - {"store"} or not isinstance(body.get("store", False), bool):
             raise RequestError(422, 'the body must be empty or {"store": true|false}')
-        return await run_in_threadpool(workbench.tune, store=body.get("store", True))
+        return await run_in_threadpool(workbench.tune, store=body.get("store"))
+
+    async def session(request: Request) -> dict[str, Any]:  # readable by this server's own page only (guard.py)
+        return {"token": token, "header": TOKEN_HEADER, "index_writes": workbench.index_writes}
 
     async def openapi(request: Request) -> Response:  # readable without the key: it holds nothing of the index
         return JSONResponse(spec)
@@ -155,15 +173,18 @@ def create_app(workbench: Workbench, *, api_key: str | None = None):
     routes = [
         Route("/", page),
         Route("/api/health", api(health)),
+        Route("/api/session", api(session)),
         Route("/api/search", api(search)),
         Route("/api/compare", api(compare)),
         Route("/api/judgments", api(get_judgments), methods=["GET"]),
         Route("/api/judgments", api(post_judgment), methods=["POST"]),
         Route("/api/tune", api(tune), methods=["POST"]),
         Route("/api/openapi.json", openapi),
+        *relevance.routes(workbench, api, json_body),
         Mount("/static", StaticFiles(directory=str(static_dir())), name="static"),
     ]
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: unexpected})
+    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: unexpected})
+    return RequestGuard(app, token=token, bound_host=bound_host, allowed_hosts=allowed_hosts)
 
 
 

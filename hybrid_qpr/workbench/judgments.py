@@ -13,6 +13,12 @@ write wins. Every write rewrites the files atomically (``hybrid_qpr.artifacts.at
 a temporary file, fsync, rename), qrels last, so a kill -9 at any moment leaves the previous
 or the new judgments, never a torn file; an ``flock`` on ``.lock`` keeps two servers on one
 store from losing each other's writes (each write re-reads the files under the lock).
+
+A line of these files that cannot be read (edited by hand, written by another tool) never stops
+the workbench: it is skipped, logged and listed in ``Judgments.skipped``; before the next write
+replaces a file holding such lines, the file is kept whole as ``NAME.unreadable-STAMP`` beside it,
+so nothing is lost. Temporary files a killed writer left behind are removed when a server opens
+the store (``remove_leftovers``).
 """
 
 from __future__ import annotations
@@ -20,14 +26,20 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import logging
+import shutil
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from hybrid_qpr.artifacts import iter_jsonl
+from hybrid_qpr.artifacts import iter_jsonl, open_text, skip_undecodable
 from hybrid_qpr.data.beir import load_qrels, write_beir_files
-from hybrid_qpr.errors import ConfigError, InputError
+from hybrid_qpr.errors import BadLines, ConfigError, SkippedLine
+from hybrid_qpr.text.ids import id_problem
+
+logger = logging.getLogger(__name__)
 
 SPLIT = "val"  # what 'hybrid-qpr tune' tunes on by default
 LOCK_FILE = ".lock"
@@ -52,6 +64,7 @@ class Judgments:
     queries: dict[str, str]
     qrels: dict[str, dict[str, int]]
     documents: dict[str, str]
+    skipped: tuple[SkippedLine, ...] = ()
 
     @property
     def count(self) -> int:
@@ -81,11 +94,28 @@ class JudgmentStore:
         cached = self._cached
         if cached is not None and cached[0] == stamp:
             return cached[1]
+        bad_lines = BadLines("skip")
         qrels_path = self.directory / self.FILES[2]
-        qrels = load_qrels(qrels_path) if qrels_path.is_file() else {}
-        judgments = Judgments(self._texts("queries.jsonl"), qrels, self._texts("corpus.jsonl"))
+        qrels = load_qrels(qrels_path, bad_lines) if qrels_path.is_file() else {}
+        judgments = Judgments(self._texts("queries.jsonl", bad_lines), qrels, self._texts("corpus.jsonl", bad_lines),
+                              tuple(bad_lines.skipped))
+        for skipped in judgments.skipped:
+            logger.warning("judgments: skipped an unreadable line: %s", skipped)
         self._cached = (stamp, judgments)
         return judgments
+
+    def remove_leftovers(self) -> list[Path]:
+        """Remove the temporary files of writes that never finished (a killed server); under
+        the lock, so a write in flight in another process keeps its own. Returns what was removed."""
+        if not self.directory.is_dir():
+            return []
+        with self._locked():
+            leftovers = [p for folder in (self.directory, self.directory / "qrels") if folder.is_dir()
+                         for p in folder.glob(".*.tmp") if p.is_file()]
+            for path in leftovers:
+                path.unlink(missing_ok=True)
+                logger.warning("judgments: removed %s, left by a write that never finished", path)
+        return leftovers
 
     def _stamp(self, name: str) -> tuple[int, int, int] | None:
         try:
@@ -94,26 +124,35 @@ class JudgmentStore:
             return None
         return info.st_ino, info.st_mtime_ns, info.st_size
 
-    def _texts(self, name: str) -> dict[str, str]:
+    def _texts(self, name: str, bad_lines: BadLines) -> dict[str, str]:
         path = self.directory / name
         if not path.is_file():
             return {}
         out: dict[str, str] = {}
-        for line, obj in iter_jsonl(path):
-            if not isinstance(obj.get("_id"), str) or not isinstance(obj.get("text"), str):
-                raise InputError(path, line, 'expected {"_id": str, "text": str}')
-            out[obj["_id"]] = obj["text"]
+        with open_text(path) as fh:
+            for line, obj in iter_jsonl(path, skip_undecodable(fh, bad_lines, header=False), bad_lines):
+                ident, text = obj.get("_id"), obj.get("text")
+                if not isinstance(ident, str) or not isinstance(text, str):
+                    bad_lines.skip(path, line, 'expected {"_id": str, "text": str}')
+                elif lone_surrogate(ident) is not None or lone_surrogate(text) is not None:
+                    bad_lines.skip(path, line, "holds a lone UTF-16 surrogate (a \\udXXX escape), which is not text")
+                else:
+                    out[ident] = text
         return out
 
     def judge(self, query: str, doc_id: str, relevance: int, doc_text: str = "") -> tuple[str, Judgments]:
         """Store ``relevance`` for (``query``, ``doc_id``), replacing an earlier judgment of the
         pair; returns the query's id and the judgments after the write."""
-        if isinstance(relevance, bool) or relevance not in RELEVANCE_LEVELS:
+        if type(relevance) is not int or relevance not in RELEVANCE_LEVELS:
             raise ConfigError(f"relevance={relevance!r}: must be one of {', '.join(map(str, RELEVANCE_LEVELS))}")
+        problem = id_problem(doc_id)
+        if problem:
+            raise ConfigError(problem)
         text = normalize_query(query)
         qid = query_id(text)
         with self._locked():
             current = self.load()
+            self._keep_unreadable(current.skipped)
             qrels = {q: dict(docs) for q, docs in current.qrels.items()}
             qrels.setdefault(qid, {})[doc_id] = int(relevance)
             updated = Judgments({**current.queries, qid: text}, qrels, {**current.documents, doc_id: doc_text})
@@ -123,6 +162,23 @@ class JudgmentStore:
                 ({"_id": q, "text": t} for q, t in sorted(updated.queries.items())),
                 {SPLIT: ((q, d, g) for q in sorted(qrels) for d, g in sorted(qrels[q].items()))})
         return qid, updated
+
+    def unreadable_copies(self) -> list[str]:
+        """The copies ``_keep_unreadable`` made (paths relative to the store), by name."""
+        if not self.directory.is_dir():
+            return []
+        return sorted(str(p.relative_to(self.directory)) for p in self.directory.rglob("*.unreadable-*"))
+
+    def _keep_unreadable(self, skipped: tuple[SkippedLine, ...]) -> None:
+        """Copy each file with skipped lines aside before a write replaces it without them."""
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        for name in sorted({s.path for s in skipped if s.path}):
+            source = Path(name)
+            if source.is_file():
+                kept = source.with_name(f"{source.name}.unreadable-{stamp}")
+                shutil.copy2(source, kept)
+                logger.warning("judgments: %s had unreadable lines; kept it whole as %s before rewriting it",
+                               source, kept)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -135,3 +191,13 @@ class JudgmentStore:
                     yield
                 finally:
                     fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def lone_surrogate(text: str) -> int | None:
+    """The position of a lone UTF-16 surrogate in ``text`` (JSON may escape one, ``\\ud800``;
+    it is not text and UTF-8 cannot hold it), or ``None``."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None

@@ -9,6 +9,7 @@ from typing import Any
 
 from hybrid_qpr.fusion import FUSION_METHODS
 from hybrid_qpr.search import ACCEPTED_MODES, MODE_ALIASES
+from hybrid_qpr.workbench.guard import TOKEN_HEADER
 from hybrid_qpr.workbench.service import API_VERSION, COMPARE_MODES, Limits
 
 
@@ -29,19 +30,28 @@ _OBJECT = {"type": "object"}
 
 
 def _errors(*statuses: int) -> dict[str, Any]:
+    """The error answers of a route; every route may also answer 421 (a Host it does not know)."""
     words = {400: "malformed request", 401: "missing or wrong API key", 404: "unknown document",
-             409: "conflicting write (a tune running, or the index locked by another writer)",
-             413: "query or body too large", 422: "a value out of range", 502: "the search backend failed"}
-    return {str(s): _json(_ERROR, words[s]) for s in statuses}
+             403: f"a cross-origin write, a missing or wrong {TOKEN_HEADER}, or an index write this server does "
+                  "not allow", 409: "conflicting write (a tune running, or the index locked by another writer)",
+             413: "query or body too large", 415: "a write whose body is not declared application/json",
+             421: "a Host header that names another server (DNS rebinding)",
+             422: "a value out of range", 502: "the search backend failed"}
+    return {str(s): _json(_ERROR, words[s]) for s in (*statuses, 421)}
+
+
+_TOKEN = {"name": TOKEN_HEADER, "in": "header", "required": True, "schema": {"type": "string"},
+          "description": "This run's token, from GET /api/session (every write needs it)."}
 
 
 def openapi_spec(limits: Limits = Limits(), extra_lists: tuple[str, ...] = ()) -> dict[str, Any]:
     modes = [*COMPARE_MODES, *extra_lists]
-    query = _param("q", f"The query text (at most {limits.max_query_chars} characters).", {"type": "string"},
+    query = _param("q", f"The query text (at most {limits.max_query_chars} characters).",
+                   {"type": "string", "minLength": 1, "maxLength": limits.max_query_chars, "pattern": "\\S"},
                    required=True)
     k = _param("k", "Hits per list.", {"type": "integer", "minimum": 1, "maximum": limits.max_k, "default": 10})
     filters = _param("filter", "Exact-match metadata filter FIELD:VALUE (repeatable; the same field twice means "
-                     "either value).", {"type": "string"}, array=True)
+                     "either value).", {"type": "string", "pattern": "^[^:]*\\S[^:]*:"}, array=True)
     fusion = _param("fusion", "Hybrid fusion method [default: the index's tuned one, else rrf].",
                     {"type": "string", "enum": list(FUSION_METHODS)})
     alpha = _param("alpha", "Weight of kNN in the fusion; BM25 gets 1 - alpha [default: tuned, else 0.5].",
@@ -52,11 +62,17 @@ def openapi_spec(limits: Limits = Limits(), extra_lists: tuple[str, ...] = ()) -
         "info": {"title": "hybrid-qpr relevance workbench", "version": API_VERSION,
                  "description": "Search an index in every mode side by side, judge hits, tune the fusion on the "
                                 "judgments. With --server-api-key every /api/ route but openapi.json needs the "
-                                "header X-API-Key (or Authorization: Bearer KEY). Errors are JSON "
+                                "header X-API-Key (or Authorization: Bearer KEY). Every write (POST) must be "
+                                f"same-origin, declared application/json and carry the header {TOKEN_HEADER} with "
+                                "the token of GET /api/session. Errors are JSON "
                                 "{\"error\": message, \"status\": code}."},
         "paths": {
             "/api/health": {"get": {"summary": "Index name, backend, document count, model, tuned fusion.",
                                     "responses": {"200": _json(_OBJECT, "health"), **_errors(401, 502)}}},
+            "/api/session": {"get": {"summary": f"This run's write token (send it as {TOKEN_HEADER}) and whether "
+                                                "tune may write to the index (serve --allow-index-writes).",
+                                     "responses": {"200": _json({"$ref": "#/components/schemas/Session"}, "session"),
+                                                   **_errors(401)}}},
             "/api/search": {"get": {
                 "summary": "The hits of one mode, as 'hybrid-qpr query --json' prints them.",
                 "parameters": [query, _param("mode", "Search mode" + "".join(
@@ -74,17 +90,25 @@ def openapi_spec(limits: Limits = Limits(), extra_lists: tuple[str, ...] = ()) -
                 "get": {"summary": "Every stored judgment, grouped by query.",
                         "responses": {"200": _json(_OBJECT, "judgments"), **_errors(401)}},
                 "post": {"summary": "Judge one hit; a later judgment of the same (query, id) replaces it.",
+                         "parameters": [_TOKEN],
                          "requestBody": {"required": True, "content": {"application/json": {"schema": {
                              "$ref": "#/components/schemas/Judgment"}}}},
-                         "responses": {"200": _json(_OBJECT, "stored"), **_errors(400, 401, 404, 413, 422)}}},
+                         "responses": {"200": _json(_OBJECT, "stored"), **_errors(400, 401, 403, 404, 413, 415, 422)}}},
             "/api/tune": {"post": {
                 "summary": f"Tune fusion and alpha on the judged queries (at least {limits.min_tune_queries} with a "
-                           "relevant judgment) and store the winner as the index default, as 'hybrid-qpr tune' does.",
+                           "relevant judgment) and, when serve allows index writes, store the winner as the index "
+                           "default, as 'hybrid-qpr tune' does.",
+                "parameters": [_TOKEN],
                 "requestBody": {"required": False, "content": {"application/json": {"schema": {
-                    "type": "object", "properties": {"store": {"type": "boolean", "default": True,
-                                                               "description": "false: report only (--dry-run)"}}}}}},
-                "responses": {"200": _json(_OBJECT, "metrics before and after"), **_errors(400, 401, 409, 413, 422, 502)}}},
-            "/api/openapi.json": {"get": {"summary": "This document.", "responses": {"200": _json(_OBJECT, "OpenAPI")}}},
+                    "type": "object", "additionalProperties": False, "properties": {"store": {
+                        "type": "boolean", "description": "false: report only (--dry-run); true: store, refused "
+                                                          "(403) without --allow-index-writes; absent: store when "
+                                                          "index writes are allowed"}}}}},
+                                "description": "Empty, or the object; sent as application/json either way."},
+                "responses": {"200": _json(_OBJECT, "metrics before and after"),
+                              **_errors(400, 401, 403, 409, 413, 415, 422, 502)}}},
+            "/api/openapi.json": {"get": {"summary": "This document.",
+                                          "responses": {"200": _json(_OBJECT, "OpenAPI"), **_errors()}}},
         },
         "components": {"schemas": {
             "Error": {"type": "object", "required": ["error", "status"],
@@ -106,9 +130,15 @@ def openapi_spec(limits: Limits = Limits(), extra_lists: tuple[str, ...] = ()) -
                     {"type": "object", "properties": {"rank": {"type": "integer"}, "ranks": {
                         "type": "object", "additionalProperties": {"type": ["integer", "null"]}}}}]}}},
                 "judgments": {"type": "object", "additionalProperties": {"type": "integer"}}}},
+            "Session": {"type": "object", "required": ["token", "header", "index_writes"], "properties": {
+                "token": {"type": "string"}, "header": {"type": "string", "const": TOKEN_HEADER},
+                "index_writes": {"type": "boolean"}}},
             "Judgment": {"type": "object", "required": ["query", "id", "relevance"], "additionalProperties": False,
-                         "properties": {"query": {"type": "string", "maxLength": limits.max_query_chars},
-                                        "id": {"type": "string"},
+                         "properties": {"query": {"type": "string", "minLength": 1, "maxLength": limits.max_query_chars,
+                                                  "pattern": "\\S"},
+                                        "id": {"type": "string", "minLength": 1, "maxLength": limits.max_id_chars,
+                                               "pattern": "^[^\\u0000-\\u001f\\u007f]+$",
+                                               "description": "A document id; no control characters."},
                                         "relevance": {"type": "integer", "enum": [0, 1, 2]}}},
         }},
     }

@@ -2,8 +2,9 @@
 and tune over one shared ``HybridSearcher``. ``hybrid_qpr.workbench.app`` maps HTTP onto it.
 
 Every request-level problem raises ``RequestError`` with the HTTP status it deserves (400 a
-malformed request, 404 an unknown document, 409 a conflicting write, 413 a query too long,
-422 a value out of range); library errors are mapped by the app.
+malformed request, 403 an index write this server does not allow, 404 an unknown document, 409
+a conflicting write, 413 a query or id too long, 422 a value out of range); library errors are
+mapped by the app.
 
 Sharing the searcher: searches run concurrently (the embedded index and the cluster clients
 are read-safe from many threads); storing tuned fusion defaults changes what searches read,
@@ -22,11 +23,13 @@ from typing import Any
 from hybrid_qpr import fusion as fusion_lib
 from hybrid_qpr.errors import ConfigError, HybridQPRError
 from hybrid_qpr.search import MODES, HybridSearcher, SearchResult, check_mode
+from hybrid_qpr.text.ids import id_problem
 from hybrid_qpr.types import Filters, QueryVector
-from hybrid_qpr.workbench.judgments import RELEVANCE_LEVELS, JudgmentStore, normalize_query, query_id
+from hybrid_qpr.workbench.judgments import RELEVANCE_LEVELS, JudgmentStore, lone_surrogate, normalize_query, query_id
 
 API_VERSION = "v1"
 COMPARE_MODES: tuple[str, ...] = MODES  # one column each, in this order
+READ_ONLY = "this workbench does not write to the index (start serve with --allow-index-writes to let tune store its winner)"
 RERANKER_LIST = "reranker"  # the column of the searcher's cross-encoder over the hybrid's top hits, when it has one
 
 # One more column of /api/compare: (query, vector, k, filters) -> results, best first. The
@@ -50,6 +53,8 @@ class Limits:
     max_k: int = 100
     max_offset: int = 1000
     max_filters: int = 16
+    max_filter_values: int = 64  # filter parameters in all, so one field repeated cannot grow a query without bound
+    max_id_chars: int = 512
     min_tune_queries: int = 5
 
 
@@ -93,12 +98,17 @@ class Workbench:
     """The workbench over ``searcher`` with judgments in ``store`` (module docstring).
 
     ``index`` and ``backend`` name what is served (shown by health); ``extra_lists`` adds
-    columns to compare after the four modes."""
+    columns to compare after the four modes. ``index_writes`` lets tune store its winner in the
+    index (``serve --allow-index-writes``); without it tune reports and stores nothing. Opening
+    the workbench removes the temporary files a killed writer left in the judgments store."""
 
     def __init__(self, searcher: HybridSearcher, store: JudgmentStore, *, index: str, backend: str,
-                 limits: Limits = Limits(), extra_lists: Mapping[str, ListSource] | None = None):
+                 limits: Limits = Limits(), extra_lists: Mapping[str, ListSource] | None = None,
+                 index_writes: bool = False):
         self.searcher = searcher
         self.store = store
+        self.index_writes = index_writes
+        store.remove_leftovers()
         self.index = index
         self.backend = backend
         self.limits = limits
@@ -121,6 +131,7 @@ class Workbench:
         if len(text) > self.limits.max_query_chars:
             raise RequestError(413, f"the query is {len(text):,} characters long; at most "
                                     f"{self.limits.max_query_chars:,} are accepted")
+        check_unicode("the query", text)
         return text
 
     def check_page(self, k: int, offset: int = 0) -> None:
@@ -141,6 +152,19 @@ class Workbench:
     def check_filters(self, filters: Filters | None) -> None:
         if filters and len(filters) > self.limits.max_filters:
             raise RequestError(422, f"{len(filters)} filter fields: at most {self.limits.max_filters} are accepted")
+        values = sum(len(v) if isinstance(v, (list, tuple, set)) else 1 for v in (filters or {}).values())
+        if values > self.limits.max_filter_values:
+            raise RequestError(422, f"{values} filter values: at most {self.limits.max_filter_values} are accepted")
+
+    def check_id(self, doc_id: str) -> None:
+        if not doc_id.strip():
+            raise RequestError(422, "id is empty: give the id of a hit")
+        if len(doc_id) > self.limits.max_id_chars:
+            raise RequestError(413, f"the id is {len(doc_id):,} characters long; at most {self.limits.max_id_chars} are accepted")
+        check_unicode("the id", doc_id)
+        problem = id_problem(doc_id)
+        if problem:
+            raise RequestError(400, problem)
 
     # ------------------------------------------------------------------ endpoints
     def health(self) -> dict[str, Any]:
@@ -155,6 +179,7 @@ class Workbench:
                 "reranker": None if self.searcher.reranker is None else {
                     "model": Path(str(self.searcher.reranker.model_dir)).name, "depth": self.searcher.reranker_depth},
                 "judged_queries": len(judgments.judged_queries()), "min_tune_queries": self.limits.min_tune_queries,
+                "judgment_lines_skipped": len(judgments.skipped), "index_writes": self.index_writes,
                 "limits": {"max_query_chars": self.limits.max_query_chars, "max_k": self.limits.max_k,
                            "max_offset": self.limits.max_offset}}
 
@@ -218,9 +243,8 @@ class Workbench:
         if not isinstance(query, str) or not isinstance(doc_id, str):
             raise RequestError(422, "query and id must be strings")
         self.check_query(query)
-        if not doc_id.strip():
-            raise RequestError(422, "id is empty: give the id of a hit")
-        if isinstance(relevance, bool) or relevance not in RELEVANCE_LEVELS:
+        self.check_id(doc_id)
+        if type(relevance) is not int or relevance not in RELEVANCE_LEVELS:  # 1.0 and True are not grades
             raise RequestError(422, f"relevance={relevance!r}: must be one of "
                                     f"{', '.join(map(str, RELEVANCE_LEVELS))} (0 not relevant, 1 relevant, 2 highly)")
         with self._lock.reading():
@@ -238,14 +262,20 @@ class Workbench:
                     "judgments": [{"id": d, "relevance": g, "text": judgments.documents.get(d, "")}
                                   for d, g in sorted(docs.items())]}
                    for q, docs in sorted(judgments.qrels.items())]
-        return {"count": judgments.count, "judged_queries": len(judgments.judged_queries()), "queries": queries}
+        return {"count": judgments.count, "judged_queries": len(judgments.judged_queries()), "queries": queries,
+                "skipped_lines": [str(s) for s in judgments.skipped], "unreadable_copies": self.store.unreadable_copies()}
 
-    def tune(self, *, store: bool = True) -> dict[str, Any]:
+    def tune(self, *, store: bool | None = None) -> dict[str, Any]:
         """``hybrid_qpr.evaluation.evaluator.tune`` on the judged queries, then (``store``) the
         winner stored as the index's fusion default, as ``hybrid-qpr tune`` does; the metrics of
-        bm25, knn and hybrid before and of the tuned hybrid after, on the same queries."""
+        bm25, knn and hybrid before and of the tuned hybrid after, on the same queries.
+        ``store=None`` stores when index writes are allowed; ``store=True`` without them is a 403."""
+        from hybrid_qpr.evaluation import significance
         from hybrid_qpr.evaluation.evaluator import evaluate, tune as run_tune
 
+        if store and not self.index_writes:
+            raise RequestError(403, READ_ONLY + ': send {"store": false} (or no body) to tune without storing')
+        store = self.index_writes if store is None else store
         if not self._tuning.acquire(blocking=False):
             raise RequestError(409, "a tune is already running; wait for its answer")
         try:
@@ -268,7 +298,11 @@ class Workbench:
         finally:
             self._tuning.release()
         grid = sorted(result.grid, key=lambda g: -g[result.metric])[:5]
-        return {"queries": result.queries, "metric": result.metric, "stored": store,
+        single = "bm25" if result.bm25_mrr >= result.knn_mrr else "knn"
+        gain = significance.gain(result.per_query[single], result.per_query["tuned"])
+        gain.update(over=single, sentence=significance.gain_sentence(gain, "tuned hybrid", single, result.metric))
+        return {"queries": result.queries, "metric": result.metric, "stored": store, "gain": gain,
+                "index_writes": self.index_writes,
                 "before": {name: _scored(before[name]) for name in ("bm25", "knn", "hybrid")},
                 "after": {"hybrid": _scored(after)},
                 "chosen": {"fusion": result.fusion, "alpha": result.alpha, "depth": result.depth},
@@ -294,6 +328,15 @@ def _scored(run: Mapping[str, Any]) -> dict[str, Any]:
     """An ``evaluate`` entry cut to what the page shows: its settings and metrics."""
     settings = {k: run["settings"][k] for k in ("fusion", "alpha") if k in run["settings"]}
     return {**settings, "metrics": run["metrics"]}
+
+
+def check_unicode(what: str, text: str) -> None:
+    """Refuse a lone UTF-16 surrogate (JSON can escape one, ``\\ud800``): it is not text, and
+    could be neither searched nor stored nor answered."""
+    position = lone_surrogate(text)
+    if position is not None:
+        raise RequestError(400, f"{what} holds a lone surrogate {text[position]!r} at position {position}, "
+                                "which is not valid Unicode text")
 
 
 def parse_number(name: str, value: str | None, cast: type = int, default: Any = None) -> Any:

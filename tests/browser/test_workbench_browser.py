@@ -1,14 +1,19 @@
 """The workbench page in a real headless Chromium (Debian's chromium + chromium-driver, driven
 by Selenium): a deep link runs its query, the columns show every mode, a click stores a
-judgment (checked through the API), the keyboard judges too, and tune runs from the page.
+judgment (checked through the API), the keyboard judges too, and tune runs from the page, its
+writes carrying the run's token; and a hostile page on another origin (and one reached through
+a rebinding host name) cannot write through the browser.
 
 Without Chromium the test skips locally and fails when ``CI`` is set (scripts/setup installs
 the packages when run as root)."""
 
 from __future__ import annotations
 
+import http.server
 import os
+import threading
 import urllib.parse
+from contextlib import contextmanager
 
 import pytest
 
@@ -26,7 +31,7 @@ def browser():
         if os.environ.get("CI"):
             pytest.fail(problem + " (CI is set, so the browser test must not skip)")
         pytest.skip(problem)
-    with headless_chromium() as driver:
+    with headless_chromium("--host-resolver-rules=MAP evil.example 127.0.0.1") as driver:  # a rebinding name
         yield driver
 
 
@@ -39,14 +44,15 @@ def test_page_queries_judges_and_tunes(browser, tmp_path, committed_encoder):
     index = examples_local_index(tmp_path / "idx", committed_encoder)
     wait = WebDriverWait(browser, 60)
     with served(index, committed_encoder, tmp_path / "judgments", index="examples", kind="local",
-                min_tune_queries=2) as url:
+                min_tune_queries=2, index_writes=True) as url:
         query = "i can't remember my netflix login"
         browser.get(f"{url}/?" + urllib.parse.urlencode({"q": query, "k": 5}))
         wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".column .hit")) == 20)
         columns = browser.find_elements(By.CSS_SELECTOR, ".column")
-        assert [c.get_attribute("data-mode") for c in columns] == ["bm25", "knn", "hybrid", "rerank"]
+        assert [c.get_attribute("data-mode") for c in columns] == ["bm25", "knn", "hybrid", "rescore"]
         assert browser.find_element(By.ID, "q").get_attribute("value") == query
         assert "270 documents" in browser.find_element(By.ID, "health").text
+        assert browser.find_element(By.ID, "writes").text.startswith("Index writes on")
         hybrid = browser.find_element(By.CSS_SELECTOR, '.column[data-mode="hybrid"]')
         first = hybrid.find_element(By.CSS_SELECTOR, ".hit")
         assert "BM25" in first.text and "kNN" in first.text
@@ -103,3 +109,84 @@ def test_page_queries_judges_and_tunes(browser, tmp_path, committed_encoder):
         assert health["fusion_defaults"].get("fusion") in ("rrf", "minmax", "zscore", "l2")
         errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, errors
+
+        # the page's own writes carried the token: the same write from the page without it is refused
+        refused = browser.execute_async_script(
+            "const done = arguments[arguments.length - 1]; fetch('/api/judgments', {method: 'POST', headers: "
+            "{'Content-Type': 'application/json'}, body: JSON.stringify({query: 'q', id: arguments[0], relevance: 1})})"
+            ".then(r => r.json().then(b => done([r.status, b.error])), e => done([0, String(e)]));", doc_id)
+        assert refused[0] == 403 and "X-Workbench-Token" in refused[1], refused
+
+
+@contextmanager
+def hostile_site(html: str):
+    """Another origin (its own port) serving ``html`` at /: the page of a site the user visits."""
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = html.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_other_pages_cannot_write_through_the_browser(browser, tmp_path, committed_encoder):
+    """A page on another origin tries what it can: a text/plain form post (a JSON-looking body),
+    a no-cors fetch, a JSON fetch with a guessed token (needs a preflight, never granted); then
+    the workbench is loaded under a rebinding name. Nothing is stored, nothing is readable."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    index = examples_local_index(tmp_path / "idx", committed_encoder)
+    wait = WebDriverWait(browser, 60)
+    with served(index, committed_encoder, tmp_path / "judgments", index="examples", kind="local",
+                min_tune_queries=1) as url:
+        browser.get(url + "/")  # the read-only default: the page says so
+        wait.until(ec.text_to_be_present_in_element((By.ID, "writes"), "Index writes off"))
+        judgment = '{"query": "q", "id": "amazon-email-0", "relevance": 1}'
+        page = f"""<!doctype html><title>hostile</title>
+<form id="form" method="POST" enctype="text/plain" action="{url}/api/judgments">
+<input type="hidden" name='{judgment[:-1]}, "x": "' value='"}}'></form>
+<script>
+async function attack() {{
+  const out = {{}};
+  try {{ await fetch("{url}/api/judgments", {{method: "POST", mode: "no-cors", headers: {{"Content-Type": "text/plain"}},
+                                           body: '{judgment}'}}); out.nocors = "sent"; }}
+  catch (e) {{ out.nocors = "blocked"; }}
+  try {{ const r = await fetch("{url}/api/judgments", {{method: "POST", headers: {{"Content-Type": "application/json",
+                                 "X-Workbench-Token": "guessed"}}, body: '{judgment}'}}); out.json = r.status; }}
+  catch (e) {{ out.json = "blocked"; }}
+  try {{ const r = await fetch("{url}/api/session"); out.session = await r.text(); }}
+  catch (e) {{ out.session = "blocked"; }}
+  return out;
+}}
+</script>"""
+        with hostile_site(page) as site:
+            browser.get(site + "/")
+            results = browser.execute_async_script("attack().then(arguments[0]);")
+            assert results == {"nocors": "sent", "json": "blocked", "session": "blocked"}, results
+            browser.find_element(By.ID, "form").submit()
+            wait.until(lambda d: "/api/judgments" in d.current_url)
+            assert "cross-origin write refused" in browser.page_source
+        assert call(f"{url}/api/judgments")[1]["count"] == 0  # not one of them was stored
+
+        port = url.rsplit(":", 1)[1]
+        browser.get(f"http://evil.example:{port}/")  # resolves to the workbench, under another name
+        assert "not a name of this workbench" in browser.page_source and "session" not in browser.page_source
+        _, status = call(f"{url}/api/judgments")
+        assert status["count"] == 0

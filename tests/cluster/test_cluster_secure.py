@@ -92,7 +92,7 @@ def _one_line_error(result) -> str:
 @pytest.fixture(scope="session")
 def secured_nodes():
     """``get(engine)``: that engine's secured node, started on first use when not running (and then
-    stopped at the end of the session)."""
+    stopped at the end of the test run)."""
     ready: dict[str, Secured] = {}
     started: list[LocalNode] = []
 

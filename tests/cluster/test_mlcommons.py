@@ -26,7 +26,7 @@ QUESTIONS = ["how do i reset my password?", "What is the capital of France?", "Ã
 
 @pytest.fixture(scope="session")
 def minilm_dir(tmp_path_factory):
-    """The untouched MiniLM exported once per session with the project's export function."""
+    """The untouched MiniLM exported once per test run with the project's export function."""
     pytest.importorskip("torch")
     from hybrid_qpr.export.transformer import export_transformer_dir
 

@@ -10,7 +10,6 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ import pytest
 
 from hybrid_qpr.data.beir import load_beir
 from hybrid_qpr.testing.corpora import example_documents
-from hybrid_qpr.testing.workbench import call, examples_local_index, judge_bank, served
+from hybrid_qpr.testing.workbench import ServeProcess, call, examples_local_index, free_port, judge_bank, served
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
@@ -53,7 +52,7 @@ def api(request, tmp_path_factory, committed_encoder):
         backend = _cluster_backend(kind, request.getfixturevalue(f"{kind}_url"), committed_encoder)
     try:
         with served(backend, committed_encoder, tmp / "judgments", index=getattr(backend, "index", "idx"),
-                    kind=kind, min_tune_queries=3) as url:
+                    kind=kind, min_tune_queries=3, index_writes=True) as url:
             yield url + "/api"
     finally:
         if kind != "local":
@@ -196,9 +195,9 @@ def test_openapi_describes_every_route(api):
     status, spec = get(api, "openapi.json")
     assert status == 200 and spec["openapi"].startswith("3.")
     described = {(path, method.upper()) for path, ops in spec["paths"].items() for method in ops}
-    assert described == {("/api/health", "GET"), ("/api/search", "GET"), ("/api/compare", "GET"),
+    assert described == {("/api/health", "GET"), ("/api/session", "GET"), ("/api/search", "GET"), ("/api/compare", "GET"),
                          ("/api/judgments", "GET"), ("/api/judgments", "POST"), ("/api/tune", "POST"),
-                         ("/api/openapi.json", "GET")}
+                         ("/api/openapi.json", "GET"), ("/api/significance", "GET"), ("/api/overlap", "POST")}
     for path, method in described:  # served: anything but 404/405
         assert call(f"{api[:-4]}{path}", method, {} if method == "POST" else None)[0] not in (404, 405)
 
@@ -231,7 +230,8 @@ def test_api_key_guards_the_api_but_not_its_description(tmp_path, committed_enco
 
 def test_concurrent_requests_all_answer_while_a_tune_stores(tmp_path, committed_encoder):
     index = examples_local_index(tmp_path / "idx", committed_encoder)
-    with served(index, committed_encoder, tmp_path / "j", index="idx", kind="local", min_tune_queries=3) as url:
+    with served(index, committed_encoder, tmp_path / "j", index="idx", kind="local", min_tune_queries=3,
+                index_writes=True) as url:
         api = url + "/api"
         judge_bank(api, 5)
         texts = [d.text for d in example_documents()[:64]]
@@ -247,39 +247,18 @@ def test_concurrent_requests_all_answer_while_a_tune_stores(tmp_path, committed_
         assert statuses == [200] * len(statuses)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _start_cli(args: list[str]) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.Popen([sys.executable, "-m", "hybrid_qpr.cli.main", "serve", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _wait_up(url: str, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stderr.read()
-        try:
-            if call(f"{url}/api/health")[0] == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"{url} did not come up")
-
-
 def test_judgments_survive_kill_9_of_the_server(tmp_path, committed_encoder):
     examples_local_index(tmp_path / "idx", committed_encoder)
-    port = _free_port()
-    proc = _start_cli(["--index", str(tmp_path / "idx"), "--port", str(port)])
-    url = f"http://127.0.0.1:{port}"
+    server = ServeProcess(tmp_path / "serve.log", "--index", str(tmp_path / "idx"))
+    url, proc = server.url, server.proc
     acknowledged = {}
     try:
-        _wait_up(url, proc)
         docs = [d.id for d in example_documents()]
 
         def judge(i):
@@ -309,7 +288,7 @@ def test_judgments_survive_kill_9_of_the_server(tmp_path, committed_encoder):
 
 def test_cli_warns_when_bound_beyond_loopback(tmp_path, committed_encoder):
     examples_local_index(tmp_path / "idx", committed_encoder)
-    port = _free_port()
+    port = free_port()
     proc = _start_cli(["--index", str(tmp_path / "idx"), "--port", str(port), "--host", "0.0.0.0",
                        "--server-api-key", "k"])
     try:
@@ -324,7 +303,7 @@ def test_cli_refuses_an_empty_index_cleanly(tmp_path, committed_encoder):
     from hybrid_qpr.backends.local import LocalIndex
 
     LocalIndex.create(tmp_path / "empty", committed_encoder)
-    proc = _start_cli(["--index", str(tmp_path / "empty"), "--port", str(_free_port())])
+    proc = _start_cli(["--index", str(tmp_path / "empty"), "--port", str(free_port())])
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1 and "holds no documents" in err and "Traceback" not in err
 
@@ -337,7 +316,7 @@ def test_judgment_flow_tuned_hybrid_is_not_below_the_better_single_mode(tmp_path
     from hybrid_qpr.workbench.judgments import JudgmentStore
 
     index = examples_local_index(tmp_path / "idx", committed_encoder)
-    with served(index, committed_encoder, tmp_path / "j", index="idx", kind="local") as url:
+    with served(index, committed_encoder, tmp_path / "j", index="idx", kind="local", index_writes=True) as url:
         api = url + "/api"
         chosen = judge_bank(api, 30)
         status, tuned = call(f"{api}/tune", "POST", {})

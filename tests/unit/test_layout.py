@@ -1,6 +1,6 @@
 """The house rules that a refactor could silently break: the package's import graph has no
 cycles (text and backends never reach into data), every bundled file is found through
-hybrid_qpr.resources, committed benchmark results name no machine's absolute paths, and
+hybrid_qpr.resources, committed benchmark results and models name no machine's absolute paths, and
 tests/unit holds only tests that need no search node, browser or torch."""
 
 from __future__ import annotations
@@ -92,6 +92,20 @@ def test_committed_results_hold_no_absolute_paths():
         for text in _strings(json.loads(path.read_text(encoding="utf-8"))):
             words = text.split()
             assert not any(w.startswith(("/work/", "/tmp/", "/home/", "/root/")) for w in words), f"{path}: {text}"
+
+
+MACHINE_PATHS = (b"/root/", b"/home/", b".venv", b"site-packages", b"/work/", b"/tmp/")
+
+
+def test_committed_models_hold_no_machine_paths():
+    """Exporters write stack traces with the export machine's paths into ONNX files; the
+    export strips them (hybrid_qpr.export.clean) and no committed model may carry one."""
+    models = sorted((REPO / "onnx").rglob("*.onnx"))
+    assert models
+    for path in models:
+        data = path.read_bytes()
+        found = [word.decode() for word in MACHINE_PATHS if word in data]
+        assert not found, f"{path.relative_to(REPO)} holds {found}: strip it with hybrid_qpr.export.clean.clean_onnx_file"
 
 
 # What moves a test file out of tests/unit (the fast path: a core install, no node): a search

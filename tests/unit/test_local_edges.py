@@ -1,4 +1,4 @@
-"""Edges of the local index (issue 26): damage only a later read or a merge meets, bounded
+"""Edges of the local index: damage only a later read or a merge meets, bounded
 queries, a full disk, permissions and read-only directories, input files with nothing
 usable, a model whose config lies, a model directory that is gone, padded ids, an index whose
 documents were all deleted. Each ends in one line (never a traceback) and leaves the index

@@ -179,6 +179,20 @@ def _flip_last_bytes(path: Path, count: int = 4) -> None:
     path.write_bytes(bytes(data))
 
 
+def _flip_bytes(path: Path, offset: int, count: int = 1) -> None:
+    """A same-size edit: ``count`` bytes from ``offset`` inverted."""
+    data = bytearray(path.read_bytes())
+    data[offset:offset + count] = bytes(b ^ 0xFF for b in data[offset:offset + count])
+    path.write_bytes(bytes(data))
+
+
+def _edit_first_digit(path: Path) -> None:
+    """One byte of the manifest changed: the first digit of the first file record's CRC32."""
+    text = path.read_text(encoding="utf-8")
+    at = text.index('"crc32": ') + len('"crc32": ')
+    path.write_text(text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1:], encoding="utf-8")
+
+
 def _edit_a_text(path: Path) -> None:
     """A same-size edit of one document's text inside docs.sqlite."""
     data = path.read_bytes()
@@ -221,30 +235,40 @@ DAMAGE = {  # case -> (damage it, the file the message must name, how it is reco
     "vectors-missing": (lambda seg, idx: (seg / "vectors.npy").unlink(), "vectors.npy", "optimize"),
     "vectors-truncated": (lambda seg, idx: _truncate(seg / "vectors.npy"), "vectors.npy", "optimize"),
     "postings-truncated": (lambda seg, idx: _truncate(seg / "bm25.tf.npy"), "bm25.tf.npy", "optimize"),
+    # docs.sqlite unreadable: its ids have no other copy, so the segment is dropped (texts alone cannot be served)
     "sqlite-junk": (lambda seg, idx: _junk(seg / "docs.sqlite", True), "docs.sqlite", "drop"),
     "sqlite-junk-short": (lambda seg, idx: _junk(seg / "docs.sqlite", False), "docs.sqlite", "drop"),
+    # docs.sqlite readable but changed: rebuilt from the text store, its ids verified by the manifest's ids_crc32
+    "sqlite-reserved-bytes-flipped": (lambda seg, idx: _flip_bytes(seg / "docs.sqlite", 72), "docs.sqlite", "optimize"),
     "tombstones-missing": (lambda seg, idx: next(seg.glob("deleted.*.npy")).unlink(), "deleted.", "drop"),
-    "manifest-without-model": (lambda seg, idx: _drop_model(idx), "manifest.json", None),
+    "manifest-without-model": (lambda seg, idx: _drop_model(idx), "manifest.json", "repair"),
+    "manifest-not-json": (lambda seg, idx: _flip_bytes(idx / "manifest.json", 0), "manifest.json", "repair"),
+    "manifest-one-digit-edited": (lambda seg, idx: _edit_first_digit(idx / "manifest.json"), "manifest.json", "repair"),
     # same-size edits: the sizes match the manifest, only the CRC32 checked at open catches them
     "doclen-bytes-flipped": (lambda seg, idx: _flip_last_bytes(seg / "bm25.doclen.npy"), "bm25.doclen.npy", "optimize"),
     "rows-bytes-flipped": (lambda seg, idx: _flip_last_bytes(seg / "bm25.rows.npy"), "bm25.rows.npy", "optimize"),
-    "sqlite-text-edited": (lambda seg, idx: _edit_a_text(seg / "docs.sqlite"), "docs.sqlite", "drop"),
+    "sqlite-text-edited": (lambda seg, idx: _edit_a_text(seg / "docs.sqlite"), "docs.sqlite", "optimize"),
     # the text store (read by row for result pages): its size checked at open, its CRC32 on first use
     "texts-truncated": (lambda seg, idx: _truncate(seg / "docs.text"), "docs.text", "optimize"),
     "texts-bytes-flipped": (lambda seg, idx: _flip_last_bytes(seg / "docs.text"), "docs.text", "optimize"),
     "offsets-bytes-flipped": (lambda seg, idx: _flip_last_bytes(seg / "docs.offsets.npy"), "docs.offsets.npy",
                               "optimize"),
+    # a broken .npy header: named as the offsets file (before: reported as a docs.text problem)
+    "offsets-header-broken": (lambda seg, idx: _flip_bytes(seg / "docs.offsets.npy", 0), "docs.offsets.npy", "optimize"),
+    # the rows deleted by 'delete' have no other record: the segment cannot be kept without bringing them back
+    "tombstones-byte-flipped": (lambda seg, idx: _flip_last_bytes(next(seg.glob("deleted.*.npy")), 1), "deleted.",
+                                "drop"),
     "tombstone-row-edited": (lambda seg, idx: _move_a_tombstone(seg), "deleted.", "drop"),
     # valid JSON that lost an entry: the manifest's own checksum
     "manifest-lost-segment": (lambda seg, idx: _edit_manifest(idx, lambda m: m["segments"].pop()), "manifest.json",
-                              None),
+                              "repair"),
     "manifest-lost-tombstones": (lambda seg, idx: _edit_manifest(idx, lambda m: m["segments"][0].update(
-        deletions=None, deleted=0)), "manifest.json", None),
+        deletions=None, deleted=0)), "manifest.json", "repair"),
     # a wrong type under a valid checksum, and in a manifest written before checksums existed
     "manifest-count-as-string": (lambda seg, idx: _with_checksum(idx, lambda m: m["segments"][0].update(count="100")),
-                                 "manifest.json", None),
+                                 "manifest.json", "repair"),
     "manifest-unsigned-count-as-string": (lambda seg, idx: _edit_manifest(idx, lambda m: (
-        m["segments"][0].update(count="100"), m.pop("manifest_crc32"))), "manifest.json", None),
+        m["segments"][0].update(count="100"), m.pop("manifest_crc32"))), "manifest.json", "repair"),
 }
 
 
@@ -283,8 +307,15 @@ def test_damaged_index_gives_one_line_and_check_names_it(case, healthy, tmp_path
     assert checked.exit_code == 1 and file in checked.output and "fix:" in checked.output, (case, checked.output)
     if recovery is None:
         return
-    repaired = runner.invoke(cli, ["index", "optimize", str(index_dir)], catch_exceptions=False)
+    if recovery == "repair":  # the manifest: rebuilt from its copy, every segment verified and kept
+        assert "index repair" in checked.output, checked.output
+        repaired = runner.invoke(cli, ["index", "repair", str(index_dir)], catch_exceptions=False)
+        assert "2 segment(s) kept" in repaired.output and "left out" not in repaired.output, repaired.output
+        expected = {d.id: d.text for d in question_bank[1:]}
+    else:
+        repaired = runner.invoke(cli, ["index", "optimize", str(index_dir)], catch_exceptions=False)
     if recovery == "drop":
+        assert "texts are lost" not in repaired.output
         assert repaired.exit_code == 1 and "--drop-damaged" in repaired.output and file in repaired.output
         # the refused optimize copied nothing: the damage is still there for check to see
         assert runner.invoke(cli, ["index", "check", str(index_dir)]).exit_code == 1
@@ -297,3 +328,79 @@ def test_damaged_index_gives_one_line_and_check_names_it(case, healthy, tmp_path
     assert state(index_dir) == expected
     result = runner.invoke(cli, ["query", "how do i change my password?", "--index", str(index_dir), "--json"])
     assert result.exit_code == 0 and json.loads(result.output)["hits"]
+
+
+def test_tombstones_of_updated_rows_are_rebuilt_not_dropped(tmp_path, committed_encoder, question_bank):
+    """A flipped byte in a tombstone file whose rows were all replaced by later ingests: the
+    ids live in the newer segment say which rows are dead, so optimize rebuilds the
+    tombstones and keeps every text (before: '--drop-damaged' dropped the whole segment)."""
+    index_dir = tmp_path / "idx"
+    idx = LocalIndex.create(index_dir, committed_encoder)
+    idx.ingest(question_bank[:100], committed_encoder, show_progress=False)
+    updated = [Document(d.id, d.text + " (updated)") for d in question_bank[:10]]
+    idx.ingest(updated + question_bank[100:120], committed_encoder, show_progress=False)
+    first = index_dir / "segments" / idx.manifest["segments"][0]["name"]
+    _flip_last_bytes(next(first.glob("deleted.*.npy")), 1)
+    runner = CliRunner()
+    result = runner.invoke(cli, ["query", "how do i change my password?", "--index", str(index_dir)])
+    assert result.exit_code == 1 and "deleted." in result.output and "--drop-damaged" not in result.output
+    checked = runner.invoke(cli, ["index", "check", str(index_dir)])
+    assert checked.exit_code == 1 and "deleted." in checked.output and "--drop-damaged" not in checked.output
+    repaired = runner.invoke(cli, ["index", "optimize", str(index_dir)], catch_exceptions=False)
+    assert repaired.exit_code == 0 and "dropped" not in repaired.output, repaired.output
+    assert runner.invoke(cli, ["index", "check", str(index_dir)]).exit_code == 0
+    assert state(index_dir) == {d.id: d.text for d in question_bank[10:120]} | {d.id: d.text for d in updated}
+
+
+def test_drop_damaged_drops_nothing_the_checksums_do_not_confirm(tmp_path, healthy):
+    """A segment that cannot be read as its manifest entry says while every file matches its
+    size and CRC32 (here: a count edited under a fresh manifest checksum) is not dropped."""
+    index_dir = tmp_path / "idx"
+    shutil.copytree(healthy, index_dir)
+    _with_checksum(index_dir, lambda m: m["segments"][1].update(count=101))
+    result = CliRunner().invoke(cli, ["index", "optimize", str(index_dir), "--drop-damaged"], catch_exceptions=False)
+    assert result.exit_code == 1 and "not dropped" in result.output and "matches its size and CRC32" in result.output
+    manifest = json.loads((index_dir / "manifest.json").read_text())
+    assert len(manifest["segments"]) == 2 and all((index_dir / "segments" / e["name"]).is_dir()
+                                                  for e in manifest["segments"])
+
+
+def test_repair_without_a_copy_keeps_what_verifies_and_names_the_rest(tmp_path, healthy, question_bank):
+    """An index written before the manifest copy: the damaged manifest's own entries are kept
+    where the files match them; a segment whose file changed is left out and named."""
+    index_dir = tmp_path / "idx"
+    shutil.copytree(healthy, index_dir)
+    (index_dir / "manifest.copy.json").unlink()
+    manifest = json.loads((index_dir / "manifest.json").read_text())
+    manifest["count"] = 7  # a one-field edit: the manifest's checksum no longer matches
+    (index_dir / "manifest.json").write_text(json.dumps(manifest))
+    runner = CliRunner()
+    repaired = runner.invoke(cli, ["index", "repair", str(index_dir)], catch_exceptions=False)
+    assert repaired.exit_code == 0 and "2 segment(s) kept, 199 documents" in repaired.output, repaired.output
+    assert state(index_dir) == {d.id: d.text for d in question_bank[1:]}
+    # now both the manifest and its copy are damaged, and so is the second segment's docs.sqlite
+    (index_dir / "manifest.json").write_text("{" + (index_dir / "manifest.json").read_text())
+    (index_dir / "manifest.copy.json").write_text("[]")
+    second = index_dir / "segments" / manifest["segments"][1]["name"]
+    _junk(second / "docs.sqlite", True)
+    result = runner.invoke(cli, ["index", "repair", str(index_dir)], catch_exceptions=False)
+    assert result.exit_code == 1 and "cannot be repaired" in result.output  # nothing left that names the model
+    (index_dir / "manifest.json").write_text(json.dumps(manifest))  # the edited, readable one again
+    result = runner.invoke(cli, ["index", "repair", str(index_dir)], catch_exceptions=False)
+    assert result.exit_code == 1 and "1 segment(s) kept, 99 documents" in result.output, result.output
+    assert f"left out segments/{second.name}: segments/{second.name}/docs.sqlite" in result.output
+    assert state(index_dir) == {d.id: d.text for d in question_bank[1:100]}
+
+
+def test_a_lost_manifest_is_restored_from_its_copy(tmp_path, healthy, question_bank):
+    index_dir = tmp_path / "idx"
+    shutil.copytree(healthy, index_dir)
+    (index_dir / "manifest.json").unlink()
+    runner = CliRunner()
+    result = runner.invoke(cli, ["query", "how do i change my password?", "--index", str(index_dir)])
+    assert result.exit_code == 1 and "manifest.json is missing" in result.output and "index repair" in result.output
+    checked = runner.invoke(cli, ["index", "check", str(index_dir)])
+    assert checked.exit_code == 1 and "index repair" in checked.output
+    assert runner.invoke(cli, ["index", "repair", str(index_dir)]).exit_code == 0
+    assert runner.invoke(cli, ["index", "check", str(index_dir)]).exit_code == 0
+    assert state(index_dir) == {d.id: d.text for d in question_bank[1:]}

@@ -196,8 +196,8 @@ def test_hnsw_segments_search_with_their_calibrated_ef(tmp_path, committed_encod
     vec = committed_encoder.encode([question_bank[7].text])[0]
     assert reopened.knn(vec, 1)[0].id == "q007"
     assert reopened.segments[0].faiss.hnsw.efSearch == entry["ef_search"] == reopened.segments[0].ef_search
-    reopened.set_search_settings(ef_search=300)
-    assert reopened.segments[0].faiss.hnsw.efSearch == 300 == reopened.segments[0].ef_search
+    reopened.set_search_settings(ef_search=150)  # below the 200 vectors: efSearch is bounded by them
+    assert reopened.segments[0].faiss.hnsw.efSearch == 150 == reopened.segments[0].ef_search
 
 
 def _hard_graph(metric: str):

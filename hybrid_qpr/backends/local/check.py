@@ -13,7 +13,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hybrid_qpr.backends.local.commit import FORMAT, MANIFEST, READABLE_FORMAT_VERSIONS, WriteLock, manifest_problem, referenced
+from hybrid_qpr.backends.local.commit import (FORMAT, MANIFEST, MANIFEST_COPY, READABLE_FORMAT_VERSIONS, WriteLock,
+                                              manifest_problem, referenced, repair_fix)
 from hybrid_qpr.backends.local.storage import access_refusal
 from hybrid_qpr.backends.local.segment import BASE_FACTORY, DOCS_DB, SEGMENTS_DIR, Segment, file_problems, fix_for
 from hybrid_qpr.backends.local.textstore import OFFSETS_FILE
@@ -50,6 +51,9 @@ def check_index(path: str | Path) -> CheckReport:
     path = Path(path)
     report = CheckReport(path)
     manifest_path = path / MANIFEST
+    if not manifest_path.is_file() and (path / MANIFEST_COPY).is_file():
+        report.problems.append(Problem(f"{MANIFEST} is missing", repair_fix(path)))
+        return report
     if not manifest_path.is_file():
         report.problems.append(Problem(f"{MANIFEST} is missing: not a hybrid-qpr index (or its first ingest never "
                                        "committed)", f"ingest your source file: hybrid-qpr ingest FILE --index {path}"))
@@ -61,14 +65,15 @@ def check_index(path: str | Path) -> CheckReport:
         report.problems.append(Problem(refusal.problem, refusal.fix))
         return report
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        report.problems.append(Problem(f"{MANIFEST} is not valid JSON ({exc})", REBUILD))
+        report.problems.append(Problem(f"{MANIFEST} is not valid JSON ({exc})", repair_fix(path)))
         return report
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("format_version") not in READABLE_FORMAT_VERSIONS:
-        report.problems.append(Problem(f"{MANIFEST} is not a format {' or '.join(map(str, READABLE_FORMAT_VERSIONS))} {FORMAT} manifest", REBUILD))
+        report.problems.append(Problem(f"{MANIFEST} is not a format {' or '.join(map(str, READABLE_FORMAT_VERSIONS))} "
+                                       f"{FORMAT} manifest", repair_fix(path)))
         return report
     problem = manifest_problem(manifest)
     if problem:
-        report.problems.append(Problem(f"{MANIFEST} {problem}", REBUILD))
+        report.problems.append(Problem(f"{MANIFEST} {problem}", repair_fix(path)))
         return report
     report.generation = int(manifest.get("generation", 0))
     report.segments = len(manifest["segments"])

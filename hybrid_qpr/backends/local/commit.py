@@ -48,6 +48,9 @@ FORMAT_VERSION = 3  # what a commit writes
 # would misread as node order, so a version-2 reader refuses it; version 2 reads as before
 READABLE_FORMAT_VERSIONS = (2, 3)
 MANIFEST, LOCK_FILE = "manifest.json", "write.lock"
+# a second copy of each commit's manifest, written after the commit: what 'index repair' rebuilds
+# a damaged manifest.json from (each segment it names verified against its files first)
+MANIFEST_COPY = "manifest.copy.json"
 REQUIRED_MODEL_KEYS = ("fingerprint", "dim", "distance")
 # the manifest's CRC32 of itself (written at every commit; a manifest written before it existed has none)
 CHECKSUM_KEY = "manifest_crc32"
@@ -56,21 +59,38 @@ TOMBSTONE_NAME = re.compile(r"deleted\.\d+\.npy")
 GRACE_S = 2.0  # even without --wait, a writer waits this long: a reader's cleanup holds the lock for a moment
 
 
+def repair_fix(path: Path) -> str:
+    """The fix for a damaged manifest: ``index repair`` rebuilds it from the segments it can verify."""
+    return (f"run 'hybrid-qpr index repair {path}', which rebuilds {MANIFEST} from the segments it can verify "
+            "against their checksums and says what it could not")
+
+
 def read_manifest(path: Path) -> dict[str, Any]:
     """The committed manifest of the index at ``path``, checked for the keys every reader needs."""
     try:
+        json.loads((path / MANIFEST).read_bytes())
+    except ValueError as exc:  # not JSON, or not UTF-8: damage, which 'index repair' mends
+        raise _damaged_manifest(path, f"is not valid JSON ({exc})") from None
+    except OSError:
+        pass  # missing or unreadable: said below
+    try:
         manifest = artifacts.read_manifest(
             path / MANIFEST, FORMAT, READABLE_FORMAT_VERSIONS, what="hybrid-qpr local index",
-            missing=f"{path}: not a hybrid-qpr index ({MANIFEST} missing); build one with 'hybrid-qpr ingest FILE --index {path}'",
-            fix="rebuild the index by ingesting your source file into a new --index directory")
+            missing=(f"index {path} is damaged: {MANIFEST} is missing. Fix: {repair_fix(path)}"
+                     if (path / MANIFEST_COPY).is_file() else
+                     f"{path}: not a hybrid-qpr index ({MANIFEST} missing); build one with 'hybrid-qpr ingest FILE --index {path}'"),
+            fix=repair_fix(path))
     except PermissionError as exc:
         raise access_refusal(Path(exc.filename or path / MANIFEST), writing=False) from None
     problem = manifest_problem(manifest)
     if problem:
-        raise IndexDamagedError(f"index {path} is damaged: {MANIFEST} {problem}. Fix: the index cannot be used; "
-                                f"ingest your source file into a new --index directory ('hybrid-qpr index check {path}' "
-                                "lists every problem)")
+        raise _damaged_manifest(path, problem)
     return manifest
+
+
+def _damaged_manifest(path: Path, problem: str) -> IndexDamagedError:
+    return IndexDamagedError(f"index {path} is damaged: {MANIFEST} {problem}. Fix: {repair_fix(path)} "
+                             f"('hybrid-qpr index check {path}' lists every problem)")
 
 
 def manifest_problem(manifest: dict[str, Any]) -> str | None:
@@ -90,7 +110,7 @@ def manifest_problem(manifest: dict[str, Any]) -> str | None:
     if not isinstance(manifest.get("segments"), list):
         return "has no 'segments' list"
     for i, entry in enumerate(manifest["segments"]):
-        problem = _entry_problem(entry)
+        problem = entry_problem(entry)
         if problem:
             return f"segment entry {i} {problem}"
     if not isinstance(manifest.get("faiss"), dict):
@@ -106,13 +126,13 @@ def manifest_problem(manifest: dict[str, Any]) -> str | None:
     return None
 
 
-def _entry_problem(entry: Any) -> str | None:
+def entry_problem(entry: Any) -> str | None:
     """What is wrong with one segment entry of the manifest, or ``None``."""
     if not isinstance(entry, dict) or not {"name", "count", "files"} <= set(entry):
         return "lacks name, count or files"
     if not isinstance(entry["name"], str) or not SEGMENT_NAME.fullmatch(entry["name"]):
         return f"has name={entry['name']!r}, not a segment name"
-    for key in ("count", "deleted"):
+    for key in ("count", "deleted", "ids_crc32"):
         if not _whole(entry.get(key, 0)):
             return f"has {key}={entry.get(key)!r}, not a whole number >= 0"
     if int(entry.get("deleted", 0)) > int(entry["count"]):
@@ -153,14 +173,19 @@ def manifest_checksum(manifest: dict[str, Any]) -> int:
 def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
     """Commit: write the manifest aside (fsynced, with its own checksum), rename it over
     ``manifest.json``, fsync the directory."""
+    signed = {**manifest, CHECKSUM_KEY: manifest_checksum(manifest)}
     try:
-        artifacts.write_json(path / MANIFEST, {**manifest, CHECKSUM_KEY: manifest_checksum(manifest)})
+        artifacts.write_json(path / MANIFEST, signed)
         fsync_path(path)
     except OSError as exc:
         refusal = write_refusal(exc, path / MANIFEST, len(json.dumps(manifest, indent=2)))
         if refusal is not None:
             raise refusal from exc
         raise
+    try:  # committed already: a copy that could not be written costs only the repair source
+        artifacts.write_json(path / MANIFEST_COPY, signed)
+    except OSError as exc:
+        logger.warning("%s: could not write %s (%s)", path, MANIFEST_COPY, exc)
 
 
 def referenced(manifest: dict[str, Any]) -> set[str]:
@@ -182,7 +207,7 @@ def remove_unreferenced(path: Path, manifest: dict[str, Any]) -> list[str]:
     Only call while holding the write lock. Returns the removed paths."""
     keep = referenced(manifest) | set(manifest.get("retained", []))
     removed = []
-    for stale in path.glob(f".{MANIFEST}.*.tmp"):
+    for stale in [*path.glob(f".{MANIFEST}.*.tmp"), *path.glob(f".{MANIFEST_COPY}.*.tmp")]:
         stale.unlink(missing_ok=True)
         removed.append(stale.name)
     segments = path / SEGMENTS_DIR

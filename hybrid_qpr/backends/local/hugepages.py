@@ -8,7 +8,7 @@ common system setting (``/sys/kernel/mm/transparent_hugepage/enabled`` = ``madvi
 reads an index into ordinary heap memory, so ``back_with_huge_pages`` asks for them afterwards:
 ``MADV_HUGEPAGE`` marks the ranges, and ``MADV_COLLAPSE`` (Linux 6.1) moves them to 2 MB pages
 at once instead of waiting for the kernel's background scan (16 MB per 10 s by default).
-Measured on the 2-vCPU build machine (``benchmarks/bench_graph_pages.py``, docs/search.md): the
+Measured on the 2-vCPU build machine (docs/search.md, 2026-11-26): the
 graph search at 5M vectors 1,001 -> 786 us (efSearch 384), at 1M 214 -> 194 us, at 124k
 199 -> 194 us (efSearch 48; top 30, one thread); a 1M kNN query 0.647 -> 0.597 ms.
 

@@ -5,6 +5,7 @@ Layout::
     manifest.json   the commit point: format, model fingerprint/dim/distance/kind/path, live
                     count, generation, FAISS and BM25 settings, tuned fusion, and the list
                     of segments with each file's size and CRC32
+    manifest.copy.json  the same manifest, written after each commit (``index repair`` rebuilds from it)
     write.lock      the single-writer lock (holds the writer's pid)
     segments/<name>/  one immutable segment per ingest (or merge); see ``segment.py``
     segments/v<gen>-<hex>/  the vector base: one HNSW graph over the large segments (``vectorbase.py``)
@@ -46,8 +47,8 @@ from hybrid_qpr.backends.local.segment import (BASE_FACTORY, SEGMENTS_DIR, Segme
 from hybrid_qpr.backends.local.storage import access_refusal
 from hybrid_qpr.backends.local.vectorbase import BASE_KEY, VectorBase, base_problems, next_base, unordered
 from hybrid_qpr.backends.local.vectors import FAISS_KINDS, FLAT_THRESHOLD, FaissKind, SearchSettings, faiss_factory
-from hybrid_qpr.backends.local.writer import (IngestWriter, LiveRows, check_output_dim, knn_note, read_live_rows,
-                                              with_deletions)
+from hybrid_qpr.backends.local.writer import (IngestWriter, LiveRows, check_output_dim, knn_note, read_for_optimize,
+                                              read_live_rows, with_deletions)
 from hybrid_qpr.distance import Distance, check_distance
 from hybrid_qpr.errors import ConfigError, IndexDamagedError, IndexStorageError, ModelMismatchError
 from hybrid_qpr.types import Document
@@ -430,16 +431,8 @@ class LocalIndex(IndexReading):
             remove_unreferenced(self.path, manifest)
             self.manifest = manifest
             before = len(manifest["segments"])
-            dropped: list[str] = []
-            parts = []
-            for entry in manifest["segments"]:
-                try:
-                    parts.append(read_live_rows(self.path, entry, self.dim, self.distance, encoder))
-                except IndexDamagedError as exc:
-                    if not drop_damaged:
-                        raise
-                    logger.warning("dropping segment %s: %s", entry["name"], exc)
-                    dropped.append(f"{entry['name']} ({int(entry['count']) - int(entry.get('deleted', 0))} documents)")
+            parts, dropped = read_for_optimize(self.path, manifest["segments"], self.dim, self.distance, encoder,
+                                               drop_damaged)
             untouched = (before == 1 and not dropped and not manifest["segments"][0].get("deleted")
                          and not file_problems(self.path, manifest["segments"][0], checksums=True)
                          and not base_problems(self.path, manifest, checksums=True))

@@ -6,8 +6,8 @@ Why: a search at efSearch 48 computes about a thousand distances, each to a 1 KB
 somewhere in the graph's storage. The graph's nodes were stored in ingest order, which for a
 question bank is random with respect to topic, so every vector a search reads lay on a page of
 its own. Reordered by nested k-means cells (about ``LEAF`` vectors each), the same search over the
-same graph took 8-10% less time at 124k vectors and 13-14% less at 1M (docs/search.md, issue 24,
-ninth session); the lists are the same (the graph's edges are only renumbered).
+same graph took 8-10% less time at 124k vectors and 13-14% less at 1M (docs/search.md,
+2026-11-26); the lists are the same (the graph's edges are only renumbered).
 
 The order is computed when a graph is built from scratch (``vectorbase.next_base``), or by
 ``index optimize`` for a graph written before (no rebuild: its edges are renumbered), in about

@@ -12,7 +12,9 @@ is what makes it visible. Files::
     deleted.<gen>.npy int64 rows deleted by commit <gen> and before (tombstones; the
                       manifest names the current one)
 
-The manifest records every file's byte size and CRC32 at commit. Opening a segment checks
+The manifest records every file's byte size and CRC32 at commit, and the CRC32 of the segment's
+ids (``ids_crc32``: what lets ``index optimize`` rebuild a damaged ``docs.sqlite`` from the text
+store with ids it can trust). Opening a segment checks
 every size and the CRC32 of the document store and the BM25 files (``OPEN_VERIFIED``); the
 large files are checked on first use (``vectors.npy``, the text store) or before FAISS reads them
 (``vectors.faiss``); ``hybrid-qpr index check`` checks everything. An open segment holds
@@ -56,6 +58,7 @@ BASE_FACTORY = "base"
 # their cost at 1M documents); vectors.npy and vectors.faiss are checked on first use
 OPEN_VERIFIED: tuple[str, ...] = (DOCS_DB, *bm25_lib.FILES)
 SQL_CHUNK = 900  # parameters per IN (...) clause, below SQLite's oldest limit of 999
+IDS_KEY = "ids_crc32"  # a segment entry's CRC32 of its ids (ids_checksum); segments written before have none
 MMAP_BYTES = 1 << 30  # the most of a document store read through a memory map (SQLite caps it at 2 GB)
 
 logger = logging.getLogger(__name__)
@@ -189,16 +192,23 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
             raise refusal from exc
         raise
     entry = {"name": name, "count": len(ids), "deleted": 0, "deletions": None, "factory": factory,
-             "fields": fields, "files": files}
+             "fields": fields, "files": files, IDS_KEY: ids_checksum(ids)}
     if ef_search is not None:
         entry["ef_search"] = ef_search  # measured on this graph (vectors.calibrate_ef)
     return entry
 
 
+def read_only_uri(path: Path) -> str:
+    """A SQLite URI that opens ``path`` read-only and immutable. The path is absolute and
+    percent-escaped: unescaped, a ``?`` or ``#`` in it ends the file name (SQLite then opens,
+    or creates, another file) and a ``%41`` reads as ``A``."""
+    return f"{Path(os.path.abspath(path)).as_uri()}?mode=ro&immutable=1"
+
+
 def stored_rows(seg_dir: Path, columns: str) -> list[tuple]:
     """``columns`` of every row of the document store in ``seg_dir``, in row order (tombstoned
     rows included), read once without a ``Segment``; raises ``sqlite3.Error``."""
-    db = sqlite3.connect(f"file:{seg_dir / DOCS_DB}?mode=ro&immutable=1", uri=True)
+    db = sqlite3.connect(read_only_uri(seg_dir / DOCS_DB), uri=True)
     try:
         return db.execute(f"SELECT {columns} FROM docs ORDER BY pos").fetchall()
     finally:
@@ -289,15 +299,30 @@ def damaged(index_path: Path, problem: str, fix: str) -> IndexDamagedError:
 
 
 def fix_for(file: str, index_path: Path) -> str:
-    """How to recover from a damaged ``file`` of a segment."""
+    """How to recover from a damaged ``file`` of a segment. Never the destructive
+    ``--drop-damaged``: that is named only once ``optimize`` has confirmed the damage against
+    the recorded checksums and found no intact copy to rebuild from (``lost_fix``)."""
     if file in (FAISS_FILE, *bm25_lib.FILES, *textstore.FILES):
         return (f"run 'hybrid-qpr index optimize {index_path}', which rebuilds this part from the segment's "
                 "documents and vectors")
     if file == VECTORS:
         return (f"run 'hybrid-qpr index optimize {index_path}', which re-encodes the segment's texts with the "
                 "index's model")
-    return (f"the segment's texts are lost: run 'hybrid-qpr index optimize {index_path} --drop-damaged' to keep "
-            "the other segments, then re-ingest your source file (re-ingesting never duplicates)")
+    return (f"run 'hybrid-qpr index optimize {index_path}', which rebuilds the segment's documents and tombstones "
+            "from its intact copies (docs.text, the ids live in other segments) and says what it cannot rebuild")
+
+
+def lost_fix(index_path: Path) -> str:
+    """The fix for a segment whose documents or tombstones are confirmed damaged (size or
+    CRC32 against the manifest) and cannot be rebuilt from an intact copy."""
+    return (f"run 'hybrid-qpr index optimize {index_path} --drop-damaged' to keep the other segments, then "
+            "re-ingest your source file (re-ingesting never duplicates)")
+
+
+def ids_checksum(ids: Sequence[str]) -> int:
+    """CRC32 of a segment's ids in row order (the manifest's ``ids_crc32``): what lets
+    ``optimize`` trust the ids it reads from a damaged ``docs.sqlite``."""
+    return zlib.crc32(json.dumps(list(ids), ensure_ascii=False).encode("utf-8"))
 
 
 def expected_files(entry: dict[str, Any]) -> dict[str, dict[str, int]]:
@@ -393,7 +418,8 @@ class Segment:
         if has_text_store(entry):
             self._text_file = self._load(TEXT_FILE, lambda p: open(p, "rb"))
             self._offsets_file = self._load(OFFSETS_FILE, lambda p: open(p, "rb"))
-            self.texts = self._load(TEXT_FILE, lambda p: TextStore(self._text_file, map_npy(self._offsets_file)))
+            offsets = self._load(OFFSETS_FILE, lambda p: map_npy(self._offsets_file))  # a bad header names this file
+            self.texts = self._load(TEXT_FILE, lambda p: TextStore(self._text_file, offsets))
 
     # ------------------------------------------------------------------ checks
     def rel(self, file: str) -> str:
@@ -435,9 +461,8 @@ class Segment:
             raise damaged(self.index_path, f"{self.rel(file)} cannot be read ({exc})", fix_for(file, self.index_path)) from None
 
     def _connect(self) -> sqlite3.Connection:
-        uri = f"file:{self.dir / DOCS_DB}?mode=ro&immutable=1"
         try:
-            db = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            db = sqlite3.connect(read_only_uri(self.dir / DOCS_DB), uri=True, check_same_thread=False)
             # pages read through a memory map, not a read() call each: fetching a result page's
             # documents at 1M documents in four segments 0.14-0.16 -> 0.10-0.11 ms (docs/search.md)
             db.execute(f"PRAGMA mmap_size={MMAP_BYTES}")
@@ -507,7 +532,7 @@ class Segment:
     @property
     def ef_search(self) -> int:
         """The efSearch this segment's HNSW graph is searched with."""
-        return self.search.ef_for(self.entry.get("ef_search"))
+        return self.search.ef_for(self.entry.get("ef_search"), self.count)
 
     def lookup(self, ids: Sequence[str], columns: str = "id, pos") -> list[tuple]:
         """Rows of ``ids`` that are live in this segment (``columns`` selected)."""

@@ -212,7 +212,7 @@ class VectorBase:
 
     @property
     def ef_search(self) -> int:
-        return self.search.ef_for(self.record.get("ef_search"))
+        return self.search.ef_for(self.record.get("ef_search"), base_nodes(self.record))
 
     def _loaded(self) -> tuple[Any, np.ndarray | None]:
         """The FAISS graph and its node order, read (and checked) on first use."""

@@ -228,13 +228,18 @@ class SearchSettings:
         ef = faiss_info.get("ef_search")
         return cls(int(faiss_info.get("nprobe") or NPROBE), int(ef) if ef else None)
 
-    def ef_for(self, calibrated: int | None) -> int:
+    def ef_for(self, calibrated: int | None, vectors: int | None = None) -> int:
         """efSearch for a segment whose graph measured ``calibrated`` (``None``: built before
-        calibration): the explicit setting wins."""
-        return self.ef_search or calibrated or EF_SEARCH
+        calibration): the explicit setting wins. Never above the graph's ``vectors``: a larger
+        candidate list finds nothing more, and FAISS allocates for it per query (efSearch 1e9
+        took 32 s and 8 GB on a 30k index)."""
+        ef = self.ef_search or calibrated or EF_SEARCH
+        return ef if vectors is None else max(1, min(ef, int(vectors)))
 
     def apply(self, index, calibrated: int | None = None) -> None:
-        set_search_params(index, self.nprobe, self.ef_for(calibrated))
+        """Set these settings on the FAISS ``index``: efSearch bounded by its vectors, nprobe by its lists."""
+        nprobe = min(self.nprobe, int(index.nlist)) if hasattr(index, "nlist") else self.nprobe
+        set_search_params(index, max(1, nprobe), self.ef_for(calibrated, index.ntotal))
 
 
 @contextlib.contextmanager

@@ -1,11 +1,10 @@
-"""The process's one helper thread for the local index's queries: a hybrid query's BM25 half,
+"""The process's one worker thread for the local index's queries: a hybrid query's BM25 half,
 and a share of a large index's BM25 segments (``reading.py``, ``ranking.shared_with_worker``).
 
 A task is handed over through a queue and its end signalled through a bare lock, which the
 asking thread waits on. A ``ThreadPoolExecutor`` does the same with a ``Future`` (a condition
 variable with its own lock), a work item and an idle-thread check: 52.7-65.2 against 46.9-49.7
-us per round trip of an empty task on this project's 2-core machine
-(``benchmarks/bench_worker_handoff.py``), and its ``submit`` sits on a hybrid query's critical
+us per round trip of an empty task on this project's 2-core machine, and its ``submit`` sits on a hybrid query's critical
 path: the encoding starts after it."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 "use strict";
 
 const $ = (selector, root = document) => root.querySelector(selector);
-const state = { query: "", data: null, judgments: {}, timer: null, running: 0 };
+const state = { query: "", data: null, judgments: {}, timer: null, running: 0, session: null };
 const METRICS = ["MRR@20", "H@1", "H@10", "nDCG@10", "MAP"];
 
 function el(tag, attrs = {}, ...children) {
@@ -21,6 +21,8 @@ async function api(path, options = {}) {
   const headers = { ...(options.headers || {}) };
   const key = sessionStorage.getItem("workbench-key");
   if (key) headers["X-API-Key"] = key;
+  // every write carries this run's token, which only this page can read (GET /api/session)
+  if (options.method && options.method !== "GET") headers[state.session.header] = state.session.token;
   const response = await fetch(path, { ...options, headers });
   let body;
   try { body = await response.json(); } catch { body = { error: `HTTP ${response.status}` }; }
@@ -48,6 +50,13 @@ function params() {
   return out;
 }
 
+async function loadSession() {
+  state.session = await api("/api/session");
+  $("#writes").textContent = state.session.index_writes
+    ? "Index writes on: tune stores the winning fusion as the index default."
+    : "Index writes off: tune reports its result and stores nothing (start serve with --allow-index-writes to store).";
+}
+
 async function loadHealth() {
   try {
     const h = await api("/api/health");
@@ -57,6 +66,9 @@ async function loadHealth() {
     const fusion = $("#fusion");  // the server's fusion methods, after "index default"
     fusion.replaceChildren(fusion.options[0], ...h.fusions.map((name) => new Option(name, name)));
     showCounts(h.judgments, h.judged_queries);
+    if (h.judgment_lines_skipped) {
+      $("#judge-count").textContent += ` · ${h.judgment_lines_skipped} unreadable line(s) of the judgment files skipped (the server log names them)`;
+    }
   } catch (error) {
     setStatus("#health", `health check failed: ${error.message}`, true);
   }
@@ -187,7 +199,9 @@ async function tune() {
     table.hidden = false;
     const c = r.chosen;
     setStatus("#tune-status", `tuned on ${r.queries} queries (${r.metric}); ` +
-      (r.stored ? `stored as the index default: ${c.fusion} α=${c.alpha} depth ${c.depth}` : "not stored"));
+      (r.stored ? `stored as the index default: ${c.fusion} α=${c.alpha} depth ${c.depth}`
+                : `best: ${c.fusion} α=${c.alpha} depth ${c.depth}, not stored` + (r.index_writes ? "" : " (index writes are off)")) +
+      (r.gain ? `. ${r.gain.sentence}` : ""));
     loadHealth();
     if (state.query) runQuery();
   } catch (error) {
@@ -257,9 +271,10 @@ function start() {
   });
   $("#tune").addEventListener("click", tune);
   document.addEventListener("keydown", onKey);
-  loadHealth().then(() => {
-    if (url.get("q")) { $("#q").value = url.get("q"); runQuery(); }
-  });
+  loadSession().catch((error) => setStatus("#writes", `session failed: ${error.message}`, true))
+    .then(loadHealth).then(() => {
+      if (url.get("q")) { $("#q").value = url.get("q"); runQuery(); }
+    });
 }
 
 document.addEventListener("DOMContentLoaded", start);
