@@ -10,6 +10,7 @@ is in the corpus: evaluation must drop it from the results
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
@@ -20,6 +21,17 @@ from hybrid_qpr.errors import BadLines, ConfigError, InputError
 
 EvalSplit = Literal["val", "test"]
 QRELS_HEADER = ("query-id", "corpus-id", "score")
+
+
+def normalize_query(text: str) -> str:
+    """A query as judgments store and match it: whitespace runs collapsed, ends stripped."""
+    return " ".join(text.split())
+
+
+def query_id(text: str) -> str:
+    """A stable id for a judged query text (never equal to a document id of a normal corpus, so the
+    evaluator's 'drop the query's own id' rule never removes a judged document)."""
+    return "wb-" + hashlib.sha1(normalize_query(text).encode("utf-8")).hexdigest()[:16]
 
 
 def write_beir(beir_dir: str | Path, splits: Mapping[str, Sequence[Cluster]]) -> dict[str, int]:

@@ -6,7 +6,7 @@ Judgments (qrels: query id -> document id -> grade):
   input).
 * ``quepid``: Quepid's ratings CSV, header ``query,docid,rating``, keyed by the query's *text*;
   the texts are mapped to ids through a BEIR ``queries.jsonl`` (``queries=``), and a text
-  without an id gets a stable one derived from it (``hybrid_qpr.workbench.judgments.query_id``).
+  without an id gets a stable one derived from it (``hybrid_qpr.data.beir.query_id``).
 * ``beir``: a BEIR directory: ``qrels/<split>.tsv`` (header ``query-id corpus-id score``), with
   the texts in ``queries.jsonl``.
 
@@ -119,7 +119,7 @@ def _sorted_rows(qrels: Mapping[str, Mapping[str, int]]) -> list[tuple[str, str,
 def read_quepid(path: str | Path, queries: Mapping[str, str] | None = None) -> tuple[Qrels, dict[str, str]]:
     """``(qrels, query id -> text)`` of a Quepid ratings CSV. ``queries`` (id -> text) gives the
     ids of known texts; other texts get ids derived from the text."""
-    from hybrid_qpr.workbench.judgments import normalize_query, query_id
+    from hybrid_qpr.data.beir import normalize_query, query_id
 
     path = Path(path)
     by_text = {normalize_query(text): qid for qid, text in (queries or {}).items()}

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import logging
 import shutil
 import threading
@@ -35,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hybrid_qpr.artifacts import iter_jsonl, open_text, skip_undecodable
-from hybrid_qpr.data.beir import load_qrels, write_beir_files
+from hybrid_qpr.data.beir import load_qrels, normalize_query, query_id, write_beir_files
 from hybrid_qpr.errors import BadLines, ConfigError, SkippedLine
 from hybrid_qpr.text.ids import id_problem
 
@@ -44,17 +43,6 @@ logger = logging.getLogger(__name__)
 SPLIT = "val"  # what 'hybrid-qpr tune' tunes on by default
 LOCK_FILE = ".lock"
 RELEVANCE_LEVELS = (0, 1, 2)
-
-def normalize_query(text: str) -> str:
-    """The query as it is stored and matched: whitespace runs collapsed, ends stripped."""
-    return " ".join(text.split())
-
-
-def query_id(text: str) -> str:
-    """A stable id for a query text (never equal to a document id of a normal corpus, so the
-    evaluator's 'drop the query's own id' rule never removes a judged document)."""
-    return "wb-" + hashlib.sha1(normalize_query(text).encode("utf-8")).hexdigest()[:16]
-
 
 @dataclass(frozen=True)
 class Judgments:
