@@ -3,7 +3,7 @@ and evaluation.
 
 A backend stores documents with their encoder vectors (write side: ``ingest``, ``delete``),
 answers the two first-stage retrievals (BM25 and kNN), re-scores a given candidate set with
-stored vectors (the MSEM rerank flow), returns stored documents, and keeps the fusion
+stored vectors (the MSEM rescore flow), returns stored documents, and keeps the fusion
 settings tuned for it. Fusion, modes, pagination and result explanation live above it, in
 code shared by all backends. Scores are "higher is better" (see ``hybrid_qpr.distance``).
 
@@ -106,7 +106,7 @@ class Backend(Protocol):
         """Top ``depth`` documents by vector similarity, filters applied before truncation."""
 
     def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
-        """Exact similarity of ``vector`` to each stored document in ``ids`` (for rerank)."""
+        """Exact similarity of ``vector`` to each stored document in ``ids`` (the rescore mode)."""
 
     def documents(self, ids: Sequence[str], places: Sequence[Any] | None = None) -> dict[str, Document]:
         """Stored text and metadata of ``ids`` (missing ids are absent from the result).

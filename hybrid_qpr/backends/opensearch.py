@@ -19,7 +19,7 @@ HNSW also filters efficiently inside the graph search, so filters go inside the 
 
 Server side (``capabilities``): neural-search's ``hybrid`` query fuses in the cluster with a
 search pipeline sent inline in the request, built from the same method, ``alpha`` and depth
-the client side would use; the MSEM rerank runs as a ``rescore`` with the k-NN plugin's
+the client side would use; the MSEM rescore mode runs as a ``rescore`` with the k-NN plugin's
 ``knn_score`` script.
 """
 
@@ -260,7 +260,7 @@ class OpenSearchBackend(ClusterBackend):
 
     def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
         """Exact similarity of ``vector`` to the stored vectors of ``ids``, computed in the
-        cluster by the k-NN ``knn_score`` script over an ``ids`` query (MSEM rerank)."""
+        cluster by the k-NN ``knn_score`` script over an ``ids`` query (the MSEM rescore mode)."""
         ids = list(dict.fromkeys(ids))
         if not ids:
             return {}
@@ -319,7 +319,7 @@ class OpenSearchBackend(ClusterBackend):
                 "rescore": {"window_size": depth, "query": {
                     "rescore_query": {"script_score": {"query": {"match_all": {}}, "script": self._score_script(vector)}},
                     "query_weight": 0.0, "rescore_query_weight": 1.0}}}
-        return self._to_hits(self._search(body, "server-side rerank", self._bm25_params()))
+        return self._to_hits(self._search(body, "server-side rescore", self._bm25_params()))
 
     def _require_pipeline(self, name: str) -> None:
         with translate(f"looking up search pipeline {name!r}", self.engine):

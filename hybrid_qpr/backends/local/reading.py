@@ -219,7 +219,7 @@ class IndexReading:
         return self._bm25_merged(either(mine, theirs), depth), knn_list
 
     def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
-        """Exact similarity of ``vector`` to the stored vectors of ``ids`` (MSEM rerank)."""
+        """Exact similarity of ``vector`` to the stored vectors of ``ids`` (the MSEM rescore mode)."""
         wanted = list(dict.fromkeys(ids))
         query = np.asarray(vector, dtype=np.float32).reshape(1, -1)
         out: dict[str, float] = {}
