@@ -25,6 +25,7 @@ from hybrid_qpr.backends.local.ranking import (Candidates, Entry, SegmentQueue, 
                                                entry_list, ranked_entries, settled,
                                                shared_with_worker)
 from hybrid_qpr.backends.local.segment import Segment
+from hybrid_qpr.backends.local.snapshot import Bm25Tables, IndexSnapshot
 from hybrid_qpr.backends.local.vectorbase import knn_units
 from hybrid_qpr.backends.local.worker import query_worker
 from hybrid_qpr.distance import prepare_vectors, similarity
@@ -36,15 +37,25 @@ from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList, bu
 # From this many documents in several segments, a BM25 list's segments are shared with the
 # worker thread when it is free (smaller lists take a few hundred microseconds on one thread).
 PARALLEL_BM25_DOCS = 200_000
-IDF_CACHE_TOKENS = 100_000  # distinct query tokens whose idf a commit remembers
 # Ids whose segment row a thread remembers for the documents fetch (a few dozen queries' lists;
 # a forgotten id is looked up by id, as any other).
 LOCATED_IDS = 4096
 
 
 class IndexReading:
-    """Queries over ``self.segments`` (mixed into ``LocalIndex``, which opens them and keeps the
-    corpus statistics: ``_stats``, ``_weights``, ``_dense``, ``_blocks``, ``_rank_bm25``)."""
+    """Queries over ``self.snapshot`` (mixed into ``LocalIndex``, which opens each commit's
+    segments and vector base into an ``IndexSnapshot``; ``segments`` and ``base`` are its)."""
+
+    snapshot: IndexSnapshot
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        return self.snapshot.segments
+
+    @property
+    def base(self) -> Any:
+        """The vector base (``vectorbase.VectorBase``) of the current commit, or None."""
+        return self.snapshot.base
 
     def _located(self) -> dict[str, tuple[Segment, int]]:
         """This thread's memory of where the ids of its last lists live (id -> segment, row).
@@ -61,25 +72,12 @@ class IndexReading:
         """Per segment, the live rows matching ``filters`` (``None`` = no filter; ``matching.py``)."""
         return matching_rows(self.segments, filters, self.path) if filters else None
 
-    def _bm25_parts(self) -> list[tuple[Any, np.ndarray | None]]:
-        """(postings, deleted mask) per segment, with the corpus statistics and term weights
-        computed once per commit."""
-        parts = [(s.postings, s.deleted) for s in self.segments]
-        if self._stats is None:
-            self._stats = bm25_lib.corpus_stats(parts)
-            self._weights = bm25_lib.term_weights(parts, self._stats)
-            # only the compiled scorer reads them (up to 8 columns of 4 bytes per document; 9 bytes per 64 postings)
-            compiled = blockmax.has_compiled_scorer()
-            self._dense = bm25_lib.dense_columns(parts, self._weights) if compiled else None
-            self._blocks = [blockmax.block_maxima(p, w) for (p, _), w in zip(parts, self._weights)] if compiled else None
-        return parts
-
     def _bm25_scores(self, tokens: list[str]) -> list[np.ndarray]:
         """BM25 score of every row of every segment (deleted rows 0)."""
         if self.bm25_impl == "rank-bm25":  # the reference for benchmarks: built once per commit
-            scores, self._rank_bm25 = bm25_lib.rank_bm25_scores(self.segments, tokens, self._rank_bm25)
-            return scores
-        return bm25_lib.score_segments(self._bm25_parts(), tokens, self._stats, self._weights)
+            return self.snapshot.rank_bm25_scores(tokens)
+        tables = self.snapshot.bm25_tables()
+        return bm25_lib.score_segments(tables.parts, tokens, tables.stats, tables.weights)
 
     def _bounded(self, depth: int) -> int:
         """``depth`` clamped to the documents the index holds: a list is never longer, and
@@ -109,27 +107,12 @@ class IndexReading:
     def _bm25_scorer(self, query: str, depth: int, allowed: list[np.ndarray] | None) -> Callable[[Callable[[], Any]], list]:
         """``score(take)``: the best rows of each segment number ``take`` hands out (``None``
         for the others), by the compiled scorer; two threads may share one ``take``."""
-        parts, tokens = self._bm25_parts(), tokenize(query)
-        idfs = self._query_idfs(parts, tokens) if tokens else {}  # once for both threads
+        snapshot, tokens = self.snapshot, tokenize(query)
+        tables = snapshot.bm25_tables()
+        idfs = _query_idfs(snapshot, tables, tokens) if tokens else {}  # once for both threads
         plans: dict = {}  # shared by the threads that score this list (blockmax.top_rows)
-        return lambda take: blockmax.top_rows(parts, tokens, self._stats, self._weights, depth, self._dense,
-                                              self._blocks, allowed, take, idfs, plans)
-
-    def _query_idfs(self, parts: list, tokens: list[str]) -> dict[str, float]:
-        """``bm25.query_idfs``, remembered per commit (its corpus statistics): summing a
-        token's document frequency over the segments was 40 us of a query at 1M documents."""
-        stats = self._stats
-        owner, cache = self._idf_cache
-        if owner is not stats or len(cache) > IDF_CACHE_TOKENS:  # a new dict: a reader may hold the old one
-            cache = {}
-            self._idf_cache = (stats, cache)
-        known = {token: cache.get(token, False) for token in dict.fromkeys(tokens)}  # False: not looked up yet
-        missing = [token for token, value in known.items() if value is False]
-        if missing:
-            found = bm25_lib.query_idfs(parts, missing, stats)
-            for token in missing:
-                known[token] = cache[token] = found.get(token)  # None: in no live document
-        return {token: value for token, value in known.items() if value is not None}
+        return lambda take: blockmax.top_rows(tables.parts, tokens, tables.stats, tables.weights, depth, tables.dense,
+                                              tables.blocks, allowed, take, idfs, plans)
 
     def _bm25_merged(self, best: list, depth: int) -> list[Entry]:
         return ranked_entries([Candidates(seg, *found) for seg, found in zip(self.segments, best)], depth)
@@ -258,3 +241,16 @@ def _documents(rows: Iterable[tuple[str, str, str]]) -> dict[str, Document]:
     """``Document`` per stored ``(id, text, metadata JSON)`` row."""
     return {doc_id: built(Document, id=doc_id, text=text, metadata=json.loads(metadata) if metadata and metadata != "{}" else {})
             for doc_id, text, metadata in rows}
+
+
+def _query_idfs(snapshot: IndexSnapshot, tables: Bm25Tables, tokens: list[str]) -> dict[str, float]:
+    """``bm25.query_idfs``, remembered per snapshot (its corpus statistics): summing a token's
+    document frequency over the segments was 40 us of a query at 1M documents."""
+    cache = snapshot.remembered_idfs()
+    known = {token: cache.get(token, False) for token in dict.fromkeys(tokens)}  # False: not looked up yet
+    missing = [token for token, value in known.items() if value is False]
+    if missing:
+        found = bm25_lib.query_idfs(tables.parts, missing, tables.stats)
+        for token in missing:
+            known[token] = cache[token] = found.get(token)  # None: in no live document
+    return {token: value for token, value in known.items() if value is not None}

@@ -39,8 +39,12 @@ class WritableIndex(Protocol):
 
     path: Path
     manifest: dict[str, Any]
-    segments: list[Segment]
-    base: Any  # the vector base (vectorbase.VectorBase) or None
+    @property
+    def segments(self) -> Sequence[Segment]: ...
+
+    @property
+    def base(self) -> Any:
+        """The vector base (``vectorbase.VectorBase``) or None."""
     dim: int
     distance: Distance
 
