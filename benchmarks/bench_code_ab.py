@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import command_line, read_queries
+from _common import read_queries, record_ab
 
 MODES = ("bm25", "knn", "hybrid")
 
@@ -89,13 +89,7 @@ def main() -> None:
         raise SystemExit("the two checkouts answer the first 50 queries differently")
     result = {"index": args.index.name, "queries": args.n, "rounds": args.rounds, "passes": args.passes,
               "p50_ms": p50s}
-    for mode in MODES:
-        a, b = (statistics.median(p50s[side][mode]) for side in ("A", "B"))
-        result[mode] = {"a_median_p50_ms": round(a, 3), "b_median_p50_ms": round(b, 3), "change": f"{(b / a - 1) * 100:+.1f}%"}
-        print(f"{mode:7s} A median p50 {a:.3f} ms  B median p50 {b:.3f} ms  ({(b / a - 1) * 100:+.1f}%)")
-    runs = json.loads(args.out.read_text(encoding="utf-8"))["runs"] if args.out.exists() else []
-    args.out.write_text(json.dumps({"command": command_line(), "runs": [*runs, result]}, indent=1) + "\n",
-                        encoding="utf-8")
+    record_ab(args.out, result, MODES, lambda side, mode: statistics.median(p50s[side][mode]), "median_p50")
 
 
 if __name__ == "__main__":
