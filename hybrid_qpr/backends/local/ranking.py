@@ -82,14 +82,14 @@ def ranked_entries(found: Sequence[Candidates], depth: int) -> list[Entry]:
 
 def entry_list(entries: Sequence[Entry]) -> RankedList:
     """``entries`` as a ranked list whose places are each id's segment and row."""
-    return RankedList([entry[1] for entry in entries], [-entry[0] for entry in entries],
-                      places=[(entry[3], entry[2]) for entry in entries])
+    return RankedList([doc_id for _, doc_id, _, _ in entries], [-negated for negated, _, _, _ in entries],
+                      places=[(segment, row) for _, _, row, segment in entries])
 
 
 def entry_hits(entries: Sequence[Entry], located: dict[str, tuple["Segment", int]]) -> list[Hit]:
     """``entries`` as ``Hit`` objects; ``located`` gets each id's segment and row."""
     located.update({doc_id: (segment, row) for _, doc_id, row, segment in entries})
-    return Hit.many([entry[1] for entry in entries], [-entry[0] for entry in entries])
+    return Hit.many([doc_id for _, doc_id, _, _ in entries], [-negated for negated, _, _, _ in entries])
 
 
 # efSearch of a segment asked for its share k of a multi-segment kNN list: efSearch * (k / full

@@ -221,8 +221,8 @@ class IndexReading:
         if places is None:
             places = list(map(self._located().get, wanted))
         current = {id(seg): seg for seg in self.segments}
-        found = self._documents_at([place for place in places  # still this snapshot's segment
-                                    if place is not None and current.get(id(place[0])) is place[0]])
+        found = self._documents_at([(segment, row) for segment, row in filter(None, places)
+                                    if current.get(id(segment)) is segment])  # still this snapshot's segment
         rest = [doc_id for doc_id in wanted if doc_id not in found]
         if rest:
             found.update(_documents(row for seg in self.segments for row in seg.lookup(rest, "id, text, metadata")))
