@@ -6,6 +6,7 @@ The CLI turns any ``HybridQPRError`` into a one-line ``click.ClickException``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -140,13 +141,18 @@ OPTIONAL_PACKAGES: dict[str, tuple[str, str | None]] = {
 
 
 class MissingDependencyError(HybridQPRError, ImportError):
-    """An optional package is needed for this feature; the message gives the pip command."""
+    """Optional packages are needed for this feature; the message names every one that is
+    missing (so one install fixes it) and gives the pip command."""
 
-    def __init__(self, package: str, extra: str | None = None, feature: str = "this feature"):
-        distribution, default_extra = OPTIONAL_PACKAGES.get(package, (package, None))
-        extra = extra or default_extra
-        hint = f"pip install {distribution}" + (f" (or pip install 'hybrid-qpr[{extra}]')" if extra else "")
-        super().__init__(f"{feature} needs the '{distribution}' package, which is not installed. Fix: {hint}")
+    def __init__(self, package: str | Sequence[str], extra: str | None = None, feature: str = "this feature"):
+        packages = [package] if isinstance(package, str) else list(package)
+        known = [OPTIONAL_PACKAGES.get(name, (name, None)) for name in packages]
+        distributions = [distribution for distribution, _ in known]
+        extra = extra or next((default for _, default in known if default), None)
+        hint = f"pip install {' '.join(distributions)}" + (f" (or pip install 'hybrid-qpr[{extra}]')" if extra else "")
+        named = " and ".join(", ".join(f"'{d}'" for d in distributions).rsplit(", ", 1))
+        what = "package, which is" if len(distributions) == 1 else "packages, which are"
+        super().__init__(f"{feature} needs the {named} {what} not installed. Fix: {hint}")
 
 
 def missing_dependency(exc: ModuleNotFoundError, feature: str) -> MissingDependencyError | None:
@@ -166,12 +172,23 @@ class ClusterError(BackendError):
 
 def require(module: str, extra: str | None = None, feature: str = "this feature"):
     """Import an optional module or raise ``MissingDependencyError`` with the install command."""
+    return require_all((module,), extra, feature)[0]
+
+
+def require_all(modules: Sequence[str], extra: str | None = None, feature: str = "this feature") -> list:
+    """Import several optional modules, or raise one ``MissingDependencyError`` naming every
+    one that is missing (not the first only, which would send the user back to pip twice)."""
     import importlib
 
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise MissingDependencyError(module.split(".")[0], extra, feature) from exc
+    imported, missing = [], []
+    for module in modules:
+        try:
+            imported.append(importlib.import_module(module))
+        except ImportError:
+            missing.append(module.split(".")[0])
+    if missing:
+        raise MissingDependencyError(missing, extra, feature)
+    return imported
 
 
 class IndexDamagedError(ArtifactError):

@@ -5,17 +5,23 @@ any of them). Batch queries may carry their own (``{"text": ..., "filter": {"gro
 which is merged with the command's ``--filter``: fields of either apply, and a field named
 by both keeps only the values both allow (so a per-query filter can narrow the global one but
 never widen it). An empty intersection matches no document.
+
+Written as text (the command line's ``--filter``, the workbench's ``filter=`` parameter) a
+filter is ``FIELD=VALUE``, everywhere; ``parse_filter_items`` is the one parser.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hybrid_qpr.errors import ConfigError
 from hybrid_qpr.types import Filters
 
 _SCALARS = (str, int, float)
+logger = logging.getLogger(__name__)
+_warned_old_form = False
 
 
 def filter_problem(value: Any) -> str | None:
@@ -50,15 +56,21 @@ def merge_filters(base: Filters | None, extra: Filters | None) -> dict[str, Any]
     return merged
 
 
-def parse_filter_items(items, *, sep: str = "=", option: str = "--filter") -> dict[str, Any] | None:
+def parse_filter_items(items: Iterable[str], *, option: str = "--filter",
+                       accept_colon: bool = False) -> dict[str, Any] | None:
     """``("topic=a", "topic=b", "lang=en")`` -> ``{"topic": ["a", "b"], "lang": "en"}``: the
-    command line's ``--filter FIELD=VALUE`` and the workbench API's ``filter=FIELD:VALUE``
-    (``sep``); ``option`` names the source in the error."""
+    command line's ``--filter FIELD=VALUE`` and the workbench API's ``filter=FIELD=VALUE``;
+    ``option`` names the source in the error. ``accept_colon`` also takes the API's former
+    ``FIELD:VALUE`` (an item without "="), with a deprecation note in the log."""
     filters: dict[str, Any] = {}
     for item in items:
-        field, found, value = item.partition(sep)
+        field, found, value = item.partition("=")
+        if not found and accept_colon and ":" in item:
+            field, found, value = item.partition(":")
+            _note_old_form(item, option)
         if not found or not field.strip():
-            raise ConfigError(f"{option} {item!r}: expected FIELD{sep}VALUE, e.g. {option} topic{sep}account")
+            example = f"{option}=topic=account" if option.isidentifier() else f"{option} topic=account"
+            raise ConfigError(f"{option} {item!r}: expected FIELD=VALUE, e.g. {example}")
         field = field.strip()
         if field in filters:
             previous = filters[field]
@@ -66,3 +78,11 @@ def parse_filter_items(items, *, sep: str = "=", option: str = "--filter") -> di
         else:
             filters[field] = value
     return filters or None
+
+
+def _note_old_form(item: str, option: str) -> None:
+    global _warned_old_form
+    if not _warned_old_form:
+        _warned_old_form = True
+        logger.warning("%s %r: FIELD:VALUE is deprecated, write FIELD=VALUE (%s)", option, item,
+                       item.replace(":", "=", 1))

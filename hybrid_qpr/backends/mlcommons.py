@@ -266,10 +266,47 @@ def status(client, model_id: str) -> dict[str, Any]:
     return model
 
 
+DEPLOYED_STATES = ("DEPLOYED", "PARTIALLY_DEPLOYED", "DEPLOYING")
+BREAKER_OPEN = "Memory Circuit Breaker is open"
+
+
+def deployed_models(client) -> list[dict[str, Any]]:
+    """The models ml-commons holds deployed (or deploying): ``{"id", "name", "state",
+    "created_ms"}`` each, oldest first. Their record outlives a node restart, which deploys
+    them again."""
+    body = {"size": 1000, "_source": ["name", "model_state", "created_time"],
+            "sort": [{"created_time": {"order": "asc", "unmapped_type": "date"}}],
+            "query": {"bool": {"filter": [{"terms": {"model_state": list(DEPLOYED_STATES)}}],
+                               "must_not": [{"exists": {"field": "chunk_number"}}]}}}  # not the upload chunks
+    hits = _request(client, "POST", f"{ML}/models/_search", body)["hits"]["hits"]
+    return [{"id": h["_id"], "name": h["_source"].get("name", ""), "state": h["_source"].get("model_state", ""),
+             "created_ms": int(h["_source"].get("created_time") or 0)} for h in hits]
+
+
+def circuit_breaker_refusal(client, model_id: str, error: str) -> ClusterError:
+    """The one line for a deploy that the memory circuit breaker refused: the models that hold
+    the memory, and the command that frees it."""
+    others = [m for m in deployed_models(client) if m["id"] != model_id]
+    if not others:
+        return ClusterError(f"deploying model {model_id} failed: ml-commons' memory circuit breaker is open (the "
+                            f"node's JVM heap is above plugins.ml_commons.jvm_heap_memory_threshold) and no other "
+                            f"model is deployed. Fix: give the node more heap, or retry in a moment ({error})")
+    listed = ", ".join(f"{m['id']} ({m['name']}, {m['state'].lower()})" for m in others)
+    return ClusterError(f"deploying model {model_id} failed: ml-commons' memory circuit breaker is open; deployed "
+                        f"now: {listed}. Fix: undeploy the ones you do not need, e.g. 'hybrid-qpr mlcommons undeploy "
+                        f"{' '.join(m['id'] for m in others)}', and deploy again")
+
+
 def deploy(client, model_id: str, *, timeout: float = 300.0, poll: float = 1.0) -> dict[str, Any]:
     """Deploy and wait for the task; return the task. A failed task raises ``ClusterError``
-    with ml-commons' error and, for the DJL native-library download, what is missing."""
-    task_id = _request(client, "POST", f"{ML}/models/{model_id}/_deploy")["task_id"]
+    with ml-commons' error and, for the DJL native-library download, what is missing; when the
+    memory circuit breaker refuses it, which models are deployed and how to undeploy them."""
+    try:
+        task_id = _request(client, "POST", f"{ML}/models/{model_id}/_deploy")["task_id"]
+    except ClusterError as exc:
+        if BREAKER_OPEN in str(exc):
+            raise circuit_breaker_refusal(client, model_id, str(exc)) from exc
+        raise
     deadline = time.monotonic() + timeout
     while True:
         task = _request(client, "GET", f"{ML}/tasks/{task_id}")
@@ -277,6 +314,8 @@ def deploy(client, model_id: str, *, timeout: float = 300.0, poll: float = 1.0) 
             return task
         if task.get("state") not in ("CREATED", "RUNNING"):
             error = task.get("error", "")
+            if BREAKER_OPEN in error:
+                raise circuit_breaker_refusal(client, model_id, error)
             hint = ""
             if "pytorch" in error.lower() or "publish.djl.ai" in error:
                 hint = (f"\nDJL needs PyTorch native libraries, which it downloads from {DJL_DOWNLOAD}; this node "
@@ -291,6 +330,7 @@ def deploy(client, model_id: str, *, timeout: float = 300.0, poll: float = 1.0) 
 
 
 def undeploy(client, model_id: str) -> None:
+    """Unload the model from every node (its record and chunks stay; ``deploy`` loads it again)."""
     _request(client, "POST", f"{ML}/models/{model_id}/_undeploy")
 
 

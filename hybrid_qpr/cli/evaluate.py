@@ -101,11 +101,13 @@ def evaluate(beir_dir, split, qrels_file, index, modes, run_files, baseline, met
         results, searcher_context = _search_modes(beir_dir, index, modes, sample, qrels, task, filter_field, fusion,
                                                   alpha, model, reranker_dir, reranker_depth, connection, runs)
         context.update(searcher_context)
-        from hybrid_qpr.evaluation.report import markdown_table, write_report
+        from hybrid_qpr.evaluation.report import markdown_table, plot_unavailable, write_report
 
+        click.echo(markdown_table(results))  # first: the table is the answer, whatever the files do
         paths = write_report(results, out_dir, title=f"hybrid-qpr evaluation ({split})", context=context, plot=not no_plot)
-        click.echo(markdown_table(results))
         click.echo("wrote " + ", ".join(str(p) for p in paths.values()))
+        if not no_plot and "png" not in paths:
+            click.echo(f"skipped report.png: {plot_unavailable()} (--no-plot skips it quietly)", err=True)
     for path in run_files:
         name = Path(path).name.split(".")[0]
         if name in runs:  # e.g. two exported hybrid.run: told apart by their folders

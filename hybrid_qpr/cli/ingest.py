@@ -59,6 +59,9 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
     reads every id back: it succeeds only if each one holds this file's text. The summary says
     what the retries cost. Exit status 1 when any document was not written.
 
+    Ctrl-C stops an ingest and says what it left: a local index keeps its previous commit, a
+    cluster the documents already sent; re-running the same command finishes without duplicates.
+
     An index without tuned fusion takes the defaults its model directory carries ('tune
     --save-to-model': fusion, alpha, depth and reranker depth tuned on the model's own
     validation data); the summary says where the index's defaults come from.
@@ -85,7 +88,12 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
     if strict:
         documents = _stop_at_a_refused_document(documents, backend, input_path, bad_lines)
     sizes = {} if batch_size is None else {"batch_size": batch_size}  # None: the backend's own default
-    report = backend.ingest(documents, encoder, wait=wait, rejects_path=rejects, **sizes)
+    before = _commit_state(backend)
+    try:
+        report = backend.ingest(documents, encoder, wait=wait, rejects_path=rejects, **sizes)
+    except KeyboardInterrupt:
+        click.echo(_interrupted(backend, index, before), err=True)
+        raise SystemExit(130) from None  # the shell's code for an interrupt
     report.notes.append(adopt_model_fusion_defaults(backend, encoder))
     # the backend knows the line of a document it skipped, not the file
     all_skipped = sorted(bad_lines.skipped + [s.in_file(display_name(input_path)) for s in report.skipped],
@@ -105,6 +113,26 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
             f"{len(report.failed)} documents were not written" + (f" (listed in {report.rejects_path})" if report.rejects_path
                                                                   else " (--rejects FILE lists them all)")
             + "; the others are in the index. Fix the cause shown above and re-run the same ingest (ids are stable)")
+
+
+def _commit_state(backend):
+    """What tells whether an ingest committed: the local index's commit generation (None on a cluster)."""
+    from hybrid_qpr.backends.local import LocalIndex
+
+    return int(backend.manifest.get("generation", 0)) if isinstance(backend, LocalIndex) else None
+
+
+def _interrupted(backend, index, before) -> str:
+    """The line after Ctrl-C: what the index holds now and that re-running is safe."""
+    rerun = "re-run the same command to finish; ids are updated in place, never duplicated"
+    if before is None:
+        return (f"interrupted: the documents sent before Ctrl-C are in cluster index {index} (they are kept); "
+                f"{rerun}")
+    if _commit_state(backend) == before:
+        return (f"interrupted: nothing of this ingest was committed (a local ingest commits at its end); index "
+                f"{index} holds its previous {backend.count()} documents; {rerun}")
+    return (f"interrupted after this ingest was committed (index {index} holds {backend.count()} documents); "
+            "re-running it updates the same ids, never duplicates them")
 
 
 def _stop_at_a_refused_document(documents, backend, input_path, bad_lines):

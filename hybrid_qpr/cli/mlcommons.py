@@ -1,4 +1,4 @@
-"""``hybrid-qpr mlcommons register|deploy|ingest-pipeline|status``: let the cluster embed questions itself."""
+"""``hybrid-qpr mlcommons register|deploy|undeploy|ingest-pipeline|status``: let the cluster embed questions itself."""
 
 from __future__ import annotations
 
@@ -80,6 +80,34 @@ def deploy(model_id, wait_s, **connection) -> None:
 
     task = deploy_model(cluster_client(**connection), model_id, timeout=wait_s)
     click.echo(f"{model_id}: {task.get('state')} on {', '.join(task.get('worker_node') or [])}")
+
+
+@mlcommons.command()
+@opensearch_options
+@click.argument("model_ids", metavar="MODEL_ID...", nargs=-1)
+@click.option("--all", "every", is_flag=True, help="Undeploy every model the cluster holds deployed.")
+@friendly_errors
+def undeploy(model_ids, every, **connection) -> None:
+    """Unload MODEL_IDs from the cluster's memory (the models stay registered: 'deploy' loads
+    them again). Deployed models outlive a node restart, and each holds memory that ml-commons'
+    circuit breaker counts: undeploy the ones you do not use.
+
+    \b
+    Examples:
+      hybrid-qpr mlcommons undeploy Xy12abc Zt34def
+      hybrid-qpr mlcommons undeploy --all
+    """
+    from hybrid_qpr.backends.mlcommons import deployed_models, undeploy as undeploy_model
+
+    if bool(model_ids) == every:
+        raise click.UsageError("give the MODEL_IDs to undeploy, or --all")
+    client = cluster_client(**connection)
+    model_ids = model_ids or [m["id"] for m in deployed_models(client)]
+    if not model_ids:
+        click.echo("no model is deployed")
+    for model_id in model_ids:
+        undeploy_model(client, model_id)
+        click.echo(f"{model_id}: undeployed")
 
 
 def _pipeline_command(name: str, kind: str, example: str):

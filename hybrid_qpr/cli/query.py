@@ -12,29 +12,71 @@ from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_DEPTH, DEFAULT_FUSION, FUSI
 from hybrid_qpr.search import DEFAULT_MODE, RESCORE_DEPTH
 
 
-def results_table(query: str, mode: str, results, offset: int = 0):
+TEXT_MIN_WIDTH = 20  # below this the question text is unreadable: drop score columns first
+# Optional columns, the first group dropped first when the table would be wider than the console
+# (BM25's and kNN's columns go in pairs, so that neither list looks more important).
+DROP_ORDER = (("first-stage rank",), ("BM25 rank", "kNN rank"), ("BM25", "kNN"), ("cross-encoder",))
+
+
+def score_decimals(values, significant: int = 4, most: int = 8) -> int:
+    """Decimals to show ``values`` with: ``significant`` digits of the largest, and more (up to
+    ``most``) while two different scores would still print alike (untuned RRF: 0.01639 vs 0.01613)."""
+    import math
+
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    if not values:
+        return significant
+    largest = max(abs(v) for v in values)
+    decimals = min(most, max(0, significant - 1 - math.floor(math.log10(largest)))) if largest > 0 else significant
+    distinct = sorted(set(values))
+    while decimals < most and len({f"{v:.{decimals}f}" for v in distinct}) < len(distinct):
+        decimals += 1
+    return decimals
+
+
+def results_table(query: str, mode: str, results, offset: int = 0, width: int | None = None):
     """A rich table: rank, id, text, fused score and the BM25 / kNN score and rank behind it
-    (and, after a reranker, the first-stage rank and the cross-encoder's score)."""
+    (and, after a reranker, the first-stage rank and the cross-encoder's score). Fitted to
+    ``width`` columns: ids are never broken, the text wraps at words, and the optional columns
+    are left out (``DROP_ORDER``; the caption says which) when they do not fit."""
     from rich.table import Table
 
-    def cell(ranked, what):
-        if ranked is None:
-            return "-"
-        return f"{ranked.score:.4f}" if what == "score" else str(ranked.rank)
+    def formatted(values):
+        decimals = score_decimals(values)
+        return ["-" if v is None else f"{v:.{decimals}f}" for v in values]
 
-    table = Table(title=f"{mode}: {query}", title_justify="left")
-    reranked = any(r.first_stage_rank is not None for r in results)
-    columns = [("rank", "right"), ("id", "left"), ("text", "left"), ("score", "right"), ("BM25", "right"),
-               ("BM25 rank", "right"), ("kNN", "right"), ("kNN rank", "right")]
-    if reranked:
-        columns += [("first-stage rank", "right"), ("cross-encoder", "right")]
-    for name, justify in columns:
-        table.add_column(name, justify=justify, overflow="fold")
-    for rank, r in enumerate(results, start=offset + 1):
-        row = [str(rank), r.id, r.text, f"{r.score:.4f}", cell(r.bm25, "score"), cell(r.bm25, "rank"),
-               cell(r.knn, "score"), cell(r.knn, "rank")]
-        if reranked:
-            row += [str(r.first_stage_rank), cell(r.cross_encoder, "score")]
+    def part(name, what):
+        return [None if getattr(r, name) is None else getattr(getattr(r, name), what) for r in results]
+
+    columns = {"rank": [str(rank) for rank in range(offset + 1, offset + len(results) + 1)],
+               "id": [r.id for r in results], "text": [r.text for r in results],
+               "score": formatted([r.score for r in results]),
+               "BM25": formatted(part("bm25", "score")), "BM25 rank": [str(v or "-") for v in part("bm25", "rank")],
+               "kNN": formatted(part("knn", "score")), "kNN rank": [str(v or "-") for v in part("knn", "rank")]}
+    if any(r.first_stage_rank is not None for r in results):
+        columns["first-stage rank"] = [str(r.first_stage_rank) for r in results]
+        columns["cross-encoder"] = formatted(part("cross_encoder", "score"))
+
+    def needed(name):  # the column's width: its widest cell or header (the text only its minimum)
+        return TEXT_MIN_WIDTH if name == "text" else max(len(name), *(len(c) for c in columns[name]))
+
+    dropped = []
+    if width is not None:
+        for group in DROP_ORDER:
+            # each column adds two spaces of padding and one border; the table one more border
+            if sum(needed(n) + 3 for n in columns) + 1 <= width:
+                break
+            for name in group:
+                if columns.pop(name, None) is not None:
+                    dropped.append(name)
+    caption = f"left out to fit {width} columns: {', '.join(dropped)} (--json shows every field)" if dropped else None
+    table = Table(title=f"{mode}: {query}", title_justify="left", caption=caption, caption_justify="left")
+    for name in columns:
+        if name == "text":
+            table.add_column(name, overflow="fold", ratio=1, min_width=TEXT_MIN_WIDTH)
+        else:
+            table.add_column(name, justify="left" if name == "id" else "right", no_wrap=True, min_width=needed(name))
+    for row in zip(*columns.values()):
         table.add_row(*row)
     return table
 
@@ -68,7 +110,9 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
     """Find the questions in the index that ask the same as TEXT.
 
     The table shows, for each hit, the fused score and the BM25 and kNN score and rank
-    behind it ('-' = not in that list).
+    behind it ('-' = not in that list). It fits the terminal's width (80 columns off a
+    terminal, or $COLUMNS): ids are never broken, and columns that do not fit are left out
+    and named under the table; --json has every field.
 
     \b
     Examples:
@@ -119,4 +163,5 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
         return
     from rich.console import Console
 
-    Console().print(results_table(text, mode, results, offset))
+    console = Console()
+    console.print(results_table(text, mode, results, offset, width=console.width))

@@ -60,10 +60,9 @@ def serve(index, host, port, server_api_key, allowed_hosts, allow_index_writes, 
       hybrid-qpr serve --index questions --opensearch http://127.0.0.1:9200 --port 8080
       hybrid-qpr serve --index ./qidx --reranker onnx/reranker-minilm-l6-int8
     """
-    from hybrid_qpr.errors import require
+    from hybrid_qpr.errors import require_all
 
-    require("starlette", feature="'hybrid-qpr serve'")
-    uvicorn = require("uvicorn", feature="'hybrid-qpr serve'")
+    _, uvicorn = require_all(("starlette", "uvicorn"), feature="'hybrid-qpr serve'")
     from hybrid_qpr.backends.base import takes_knn_settings
     from hybrid_qpr.cli._backend import load_encoder, load_reranker, open_backend, refuse_knn_options_on_a_cluster
     from hybrid_qpr.search import HybridSearcher

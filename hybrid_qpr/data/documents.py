@@ -111,7 +111,7 @@ def _document(record: dict[str, Any], text_column: str, id_column: str) -> Docum
 def _jsonl(path, text_column, id_column, bad_lines: BadLines) -> Iterator[tuple[int, Document]]:
     name = display_name(path)
     with open_text(path) as fh:
-        lines = _refuse_json_array(name, skip_undecodable(fh, bad_lines, header=False))
+        lines = _refuse_other_formats(name, skip_undecodable(fh, bad_lines, header=False), text_column)
         for line, record in iter_jsonl(path, lines, bad_lines):
             doc = _document(record, text_column, id_column)
             if isinstance(doc, str):
@@ -120,9 +120,11 @@ def _jsonl(path, text_column, id_column, bad_lines: BadLines) -> Iterator[tuple[
             yield line, doc
 
 
-def _refuse_json_array(name: str, lines: Iterator[str]) -> Iterator[str]:
-    """``lines`` unchanged, unless the first non-blank one opens a JSON array: then no line of
-    the file is a document (one line or pretty-printed), and the whole file is refused."""
+def _refuse_other_formats(name: str, lines: Iterator[str], text_column: str) -> Iterator[str]:
+    """``lines`` unchanged, unless the first non-blank one shows the file is not JSONL: a JSON
+    array (one line or pretty-printed), or a TSV/CSV header naming the text column (a table
+    saved as .jsonl). Then no line of the file is a document, and the whole file is refused
+    with the fix."""
     checked = False
     for number, line in enumerate(lines, start=1):
         if not checked and line.strip():
@@ -130,6 +132,11 @@ def _refuse_json_array(name: str, lines: Iterator[str]) -> Iterator[str]:
             if line.lstrip().startswith("["):
                 raise InputError(name, number, "this is a JSON array, not JSONL (one JSON object per line); "
                                  f"convert it first, e.g. jq -c '.[]' {name} > documents.jsonl")
+            separator = "\t" if "\t" in line else ","
+            if not line.lstrip().startswith("{") and text_column in (c.strip() for c in line.split(separator)):
+                kind = "TSV" if separator == "\t" else "CSV"
+                raise InputError(name, number, f"this is a {kind} header ({line.strip()[:60]!r}), not JSONL; "
+                                 "read the file as a table with --format table")
         yield line
 
 

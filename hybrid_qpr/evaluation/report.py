@@ -1,7 +1,8 @@
 """Write an evaluation result (from ``evaluator.evaluate``) as report.md, report.json and report.png.
 
 Every file is written aside and renamed into place. matplotlib is imported only here and
-only when the plot is drawn (``pip install 'hybrid-qpr[report]'``).
+only when the plot is drawn (``pip install 'hybrid-qpr[report]'``); without it the plot is
+left out (``plot_unavailable`` says why) and report.md does not link it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hybrid_qpr.artifacts import atomic_write
-from hybrid_qpr.errors import require
+from hybrid_qpr.errors import MissingDependencyError, require
 from hybrid_qpr.evaluation.evaluator import METRIC_NAMES
 
 LATENCY_NAMES = ("p50_ms", "p95_ms", "p99_ms", "qps")
@@ -24,21 +25,67 @@ def metric_names(results: Mapping[str, Mapping[str, Any]]) -> tuple[str, ...]:
     return tuple(first["metrics"]) if first else METRIC_NAMES
 
 
-def markdown_table(results: Mapping[str, Mapping[str, Any]]) -> str:
-    """One row per mode: the quality metrics, then latency and throughput."""
+def table_cells(results: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The header and one row per mode: the quality metrics, then latency and throughput."""
     names = metric_names(results)
     head = ["mode", *names, "p50 ms", "p95 ms", "p99 ms", "queries/s"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    rows = []
     for mode, r in results.items():
         cells = [mode] + [f"{r['metrics'][m]:.4f}" for m in names]
         cells += [f"{r['latency'][k]:.2f}" for k in ("p50_ms", "p95_ms", "p99_ms")] + [f"{r['latency']['qps']:.1f}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append(cells)
+    return head, rows
+
+
+def markdown_table(results: Mapping[str, Mapping[str, Any]]) -> str:
+    """``table_cells`` as a Markdown table (report.md, and evaluate's output to paste)."""
+    head, rows = table_cells(results)
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in rows])
+
+
+# Columns left out first when a terminal table would be too wide (the first one first).
+NARROW_DROP_ORDER = ("p95 ms", "Recall@20", "Recall@10", "MAP", "p99 ms", "Recall@100", "H@10")
+
+
+def rich_table(results: Mapping[str, Mapping[str, Any]], title: str | None = None, width: int | None = None):
+    """``table_cells`` as a rich table for a terminal, ``width`` columns at most: columns are
+    left out (``NARROW_DROP_ORDER``; the caption names them) rather than cut."""
+    from rich.table import Table
+
+    head, rows = table_cells(results)
+    columns = {name: [cells[i] for cells in rows] for i, name in enumerate(head)}
+    dropped = []
+    for name in NARROW_DROP_ORDER if width is not None else ():
+        # each column adds two spaces of padding and one border; the table one more border
+        if sum(max(len(n), *map(len, cells)) + 3 for n, cells in columns.items()) + 1 <= width:
+            break
+        if columns.pop(name, None) is not None:
+            dropped.append(name)
+    caption = f"left out to fit {width} columns: {', '.join(dropped)}" if dropped else None
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+    for i, name in enumerate(columns):
+        table.add_column(name, justify="left" if i == 0 else "right", no_wrap=True)
+    for cells in zip(*columns.values()):
+        table.add_row(*cells)
+    return table
+
+
+def plot_unavailable() -> str | None:
+    """Why ``report.png`` cannot be drawn here (matplotlib is missing, with the install
+    command), or None when it can."""
+    try:
+        require("matplotlib", extra="report", feature="the report plot (report.png)")
+    except MissingDependencyError as exc:
+        return str(exc)
+    return None
 
 
 def write_report(results: Mapping[str, Mapping[str, Any]], out_dir: str | Path, *, title: str = "Evaluation",
                  context: Mapping[str, Any] | None = None, plot: bool = True) -> dict[str, Path]:
-    """Write ``report.md``, ``report.json`` and (``plot=True``) ``report.png`` into ``out_dir``."""
+    """Write ``report.md``, ``report.json`` and (``plot=True``, when matplotlib is installed)
+    ``report.png`` into ``out_dir``; the returned paths hold "png" only when it was written."""
+    plot = plot and plot_unavailable() is None
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     context = dict(context or {})
@@ -50,13 +97,12 @@ def write_report(results: Mapping[str, Mapping[str, Any]], out_dir: str | Path, 
     facts = "\n".join(f"- {k}: {v}" for k, v in context.items())
     body = (f"# {title}\n\n{facts}\n\n{markdown_table(results)}\n\nSettings per mode:\n{settings}\n\n"
             f"{_protocol(results)} Latency per query includes encoding.\n")
-    if plot:
+    if plot:  # drawn before report.md links it
         paths["png"] = out_dir / "report.png"
+        plot_modes(results, paths["png"], title)
         body += "\n![modes compared](report.png)\n"
     with atomic_write(paths["md"]) as fh:
         fh.write(body)
-    if plot:
-        plot_modes(results, paths["png"], title)
     return paths
 
 

@@ -5,6 +5,10 @@ rest of the package imports them.
   memory and reproducible (no data download);
 * ``hybrid_qpr.testing.faultproxy`` - an HTTP proxy in front of a real OpenSearch or
   Elasticsearch node that injects the failures of a busy or flaky cluster;
+* ``hybrid_qpr.testing.mlcommons`` - test models on a shared OpenSearch node: named apart, and
+  what an interrupted run left deployed removed first;
+* ``hybrid_qpr.testing.scores`` - scores of separate cluster searches compared within float32
+  noise, never with ``==``;
 * ``hybrid_qpr.testing.workbench`` - the relevance workbench served on a thread, its API
   called, the examples/ bank judged, and headless Chromium to look at the page (the ``serve``
   extra; the browser needs selenium and Debian's chromium and chromium-driver).

@@ -50,8 +50,9 @@ def openapi_spec(limits: Limits = Limits(), extra_lists: tuple[str, ...] = ()) -
                    {"type": "string", "minLength": 1, "maxLength": limits.max_query_chars, "pattern": "\\S"},
                    required=True)
     k = _param("k", "Hits per list.", {"type": "integer", "minimum": 1, "maximum": limits.max_k, "default": 10})
-    filters = _param("filter", "Exact-match metadata filter FIELD:VALUE (repeatable; the same field twice means "
-                     "either value).", {"type": "string", "pattern": "^[^:]*\\S[^:]*:"}, array=True)
+    filters = _param("filter", "Exact-match metadata filter FIELD=VALUE (repeatable; the same field twice means "
+                     "either value; the older FIELD:VALUE is still read).",
+                     {"type": "string", "pattern": "^[^=:]*\\S[^=:]*[=:]"}, array=True)
     fusion = _param("fusion", "Hybrid fusion method [default: the index's tuned one, else rrf].",
                     {"type": "string", "enum": list(FUSION_METHODS)})
     alpha = _param("alpha", "Weight of kNN in the fusion; BM25 gets 1 - alpha [default: tuned, else 0.5].",

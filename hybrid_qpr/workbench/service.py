@@ -352,10 +352,10 @@ def parse_number(name: str, value: str | None, cast: type = int, default: Any = 
 
 
 def parse_filters(values: Sequence[str]) -> Filters | None:
-    """``filter=field:value`` parameters (repeatable) as a filter."""
+    """``filter=field=value`` parameters (repeatable) as a filter; the former ``field:value`` still works."""
     from hybrid_qpr.filters import parse_filter_items
 
     try:
-        return parse_filter_items(values, sep=":", option="filter")
+        return parse_filter_items(values, option="filter", accept_colon=True)
     except ConfigError as exc:
         raise RequestError(400, str(exc)) from None

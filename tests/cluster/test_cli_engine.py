@@ -145,13 +145,15 @@ def test_tune_then_evaluate_on_the_examples(tmp_path, model_args, monkeypatch):
 def test_demo_runs_on_the_sample_bank(committed_encoder):
     result = run(["demo", "--model", str(committed_encoder.model_dir)])
     assert result.exit_code == 0
-    assert "indexed 384 questions" in result.output and "| rerank |" in result.output
+    assert "indexed 384 questions" in result.output and "│ rerank " in result.output
     assert "tuned on the bank's val groups: fusion=" in result.output
     # the bank is chosen so that fusion adds something: the tuned hybrid is not one of the single modes
     tuned = result.output.split("tuned on the bank's val groups: fusion=")[1]
     assert not tuned.startswith(("rrf alpha=0.0", "rrf alpha=1.0"))
-    rows = {line.split("|")[1].strip(): float(line.split("|")[4]) for line in result.output.splitlines()
-            if line.startswith("| ") and line.split("|")[1].strip() in ("bm25", "knn", "hybrid")}
+    rows = {line.split("│")[1].strip(): float(line.split("│")[4]) for line in result.output.splitlines()
+            if line.startswith("│ ") and line.split("│")[1].strip() in ("bm25", "knn", "hybrid")}
+    header = [line for line in result.output.splitlines() if line.startswith("┃ mode ")][-1]
+    assert header.split("┃")[4].strip() == "MRR@20"  # the column read above
     assert rows["hybrid"] > max(rows["bm25"], rows["knn"])  # MRR@20 on the test groups
     assert "✓" in result.output and "(bm25 #" in result.output
 

@@ -24,6 +24,7 @@ import uuid
 
 import pytest
 
+from hybrid_qpr.testing.scores import same_scores
 from hybrid_qpr.types import Document, QueryVector
 
 pytestmark = [pytest.mark.cluster, pytest.mark.multinode]
@@ -63,7 +64,12 @@ def make_backend(trio):
 
 
 def _scores(hits) -> dict[str, float]:
-    return {h.id: round(h.score, 4) for h in hits}
+    return {h.id: h.score for h in hits}
+
+
+def _same(a: dict[str, float], b: dict[str, float]) -> bool:
+    """Equal up to float32 noise and the order of the sums (dfs gathers statistics from 3 shards)."""
+    return same_scores(a, b, rel_tol=1e-5, abs_tol=1e-4)
 
 
 def test_sharded_bm25_scores_equal_one_shard_by_default(make_backend, committed_encoder, question_bank,
@@ -79,11 +85,11 @@ def test_sharded_bm25_scores_equal_one_shard_by_default(make_backend, committed_
     differs = 0
     for query in queries:
         expected = _scores(single.bm25(query, everything))
-        assert expected and _scores(sharded.bm25(query, everything)) == expected, query
+        assert expected and _same(_scores(sharded.bm25(query, everything)), expected), query
         vector = committed_encoder.encode([query])[0]
         bm25_list, _ = sharded.bm25_and_knn(query, QueryVector.of(vector), everything)
-        assert _scores(bm25_list.hits()) == expected, query
-        differs += _scores(per_shard.bm25(query, everything)) != expected
+        assert _same(_scores(bm25_list.hits()), expected), query
+        differs += not _same(_scores(per_shard.bm25(query, everything)), expected)
     assert differs >= len(queries) // 2  # per-shard statistics really change the scores on this corpus
     # server-side hybrid runs query_then_fetch (under dfs neural-search skips its pipeline and
     # returns raw delimiter scores): fused scores, distinct ids, the exact question first

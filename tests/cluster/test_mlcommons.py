@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import uuid
 import zipfile
 
 import numpy as np
@@ -113,8 +112,14 @@ def test_cluster_embeds_like_hybrid_qpr_and_neural_query_finds_paraphrases(
         cluster_client, cluster_backend, minilm_dir, minilm, question_bank, held_out_queries):
     from opensearchpy import helpers
 
+    from hybrid_qpr.testing.mlcommons import fresh_test_model_name, remove_leftover_test_models
+
     client, backend, index_name = cluster_client, cluster_backend, cluster_backend.index
-    name = f"hqpr-test-{uuid.uuid4().hex[:8]}"
+    # what interrupted runs left deployed holds memory ml-commons' circuit breaker counts
+    for leftover in remove_leftover_test_models(client):
+        with pytest.raises(ClusterError, match="404"):
+            mlcommons.status(client, leftover)
+    name = fresh_test_model_name("minilm")
     pipeline = f"{name}-embed"
     model_id = mlcommons.register_dir(client, minilm_dir, name, allow_local_upload=True)
     try:

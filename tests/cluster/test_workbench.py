@@ -114,7 +114,7 @@ def test_search_fusion_and_alpha_change_the_hybrid(api):
     ({"q": "password", "alpha": 1.5}, 422, "alpha=1.5"),
     ({"q": "password", "alpha": "nan"}, 422, "alpha=nan"),
     ({"q": "password", "alpha": "half"}, 400, "must be a number"),
-    ({"q": "password", "filter": "topic"}, 400, "FIELD:VALUE"),
+    ({"q": "password", "filter": "topic"}, 400, "FIELD=VALUE"),
     ({"q": "password", "filter": "colour:red"}, 422, "colour"),
 ])
 def test_search_refuses_bad_input_with_a_json_error(api, params, status, words):

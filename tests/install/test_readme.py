@@ -129,10 +129,8 @@ def test_install_and_test_commands_are_what_ci_runs():
     extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"])
     all_extras = set(re.search(r"^ALL_EXTRAS=(\S+)", setup, re.M).group(1).split(","))
     where = {  # README command -> (file that runs it, the text there)
-        "pip install .": (setup, 'pip install -q --no-cache-dir -e "$target"'),
-        'pip install ".[train]"': (setup, 'pip install -q --no-cache-dir -e "$target"'),
-        "pip wheel --no-deps -w dist .": (wheel_test, '"pip", "wheel", "--no-deps"'),
         "scripts/setup": (ci_test, "\nscripts/setup --all --node"),
+        "source .venv/bin/activate": (ci_test, '\nsource "$VENV/bin/activate"'),
         "scripts/setup --all --node": (ci_test, "\nscripts/setup --all --node"),
         'python -m pytest -m "not cluster and not slow"': (ci_test, 'python -m pytest -q "$@"'),
         "python -m pytest tests/unit": (ci_test, 'python -m pytest -q "$@"'),
@@ -147,6 +145,35 @@ def test_install_and_test_commands_are_what_ci_runs():
     extras_table = README.read_text(encoding="utf-8").split("| extra | adds | for |")[1].split("\n\n")[0]
     table = set(re.findall(r"^\| `(\w+)` \|", extras_table, re.M))
     assert table == extras, f"README extras table {sorted(table)} vs pyproject {sorted(extras)}"
+
+
+def test_the_install_options_are_real():
+    """Each command of the Install section's options table: a scripts/setup option the script
+    accepts, or the pip command that scripts/setup and the wheel test run, with real extras."""
+    setup = (ROOT / "scripts" / "setup").read_text(encoding="utf-8")
+    wheel_test = (ROOT / "tests" / "install" / "test_wheel_install.py").read_text(encoding="utf-8")
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"])
+    install = README.read_text(encoding="utf-8").split("## Install")[1].split("| extra | adds | for |")[0]
+    rows = [line for line in install.splitlines() if line.startswith("| ") and "`" in line.split("|")[-2]]
+    commands = [c for row in rows for c in re.findall(r"`([^`]+)`", row.split("|")[-2])]
+    assert len(rows) >= 4 and any(c.startswith("scripts/setup --train") for c in commands)
+    accepted = set(re.findall(r"^\s+(?:-\w\|)?(--[\w-]+)\)", setup, re.M))
+    for command in commands:
+        if command.startswith("scripts/setup"):
+            assert set(command.split()[1:]) <= accepted, f"{command}: scripts/setup accepts {sorted(accepted)}"
+        elif command.startswith("pip install "):
+            assert 'pip install -q --no-cache-dir -e "$target"' in setup
+            named = re.search(r"\.\[([\w,]+)\]", command)
+            assert not named or set(named.group(1).split(",")) <= extras, command
+        else:
+            assert command == "pip wheel --no-deps -w dist ." and '"pip", "wheel", "--no-deps"' in wheel_test, command
+
+
+def test_quick_start_runs_in_the_environment_the_install_block_makes():
+    install = "\n".join(blocks("ci")[0].splitlines())
+    assert "source .venv/bin/activate" in install
+    quick = README.read_text(encoding="utf-8").split("## Quick start")[1].split("<!-- readme-test")[0]
+    assert "activated `.venv`" in quick
 
 
 def _slug(heading: str) -> str:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
 from hybrid_qpr.backends.local import LocalIndex
-from hybrid_qpr.evaluation.evaluator import evaluate, latency_summary, sample_queries, score_run, tune
+from hybrid_qpr.evaluation.evaluator import WARM_UP_QUERIES, evaluate, latency_summary, sample_queries, score_run, tune
 from hybrid_qpr.evaluation.report import write_report
 from hybrid_qpr.search import HybridSearcher
 
@@ -74,11 +76,80 @@ def test_tuned_hybrid_is_never_worse_than_the_better_single_mode(bank):
 
 def test_report_files(tmp_path):
     pytest.importorskip("matplotlib")  # report.png (the report extra)
-    results = {m: {"metrics": {k: 0.5 for k in ("H@1", "H@10", "MRR@20", "Recall@10", "Recall@20", "nDCG@10", "MAP")},
-                   "latency": {"p50_ms": 1.0, "p95_ms": 2.0, "p99_ms": 3.0, "mean_ms": 1.2, "qps": 800.0},
-                   "queries": 3, "settings": {"retrieve": 20}} for m in ("bm25", "hybrid")}
-    paths = write_report(results, tmp_path / "r", context={"split": "test"})
+    paths = write_report(_results(), tmp_path / "r", context={"split": "test"})
     assert json.loads(paths["json"].read_text())["results"]["bm25"]["latency"]["qps"] == 800.0
     md = paths["md"].read_text()
     assert "| hybrid | 0.5000" in md and "report.png" in md and "split: test" in md
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _results(modes=("bm25", "hybrid")):
+    return {m: {"metrics": {k: 0.5 for k in ("H@1", "H@10", "MRR@20", "Recall@10", "Recall@20", "nDCG@10", "MAP")},
+                "latency": {"p50_ms": 1.0, "p95_ms": 2.0, "p99_ms": 3.0, "mean_ms": 1.2, "qps": 800.0},
+                "queries": 3, "settings": {"retrieve": 20}} for m in modes}
+
+
+def test_report_without_matplotlib_leaves_the_plot_out(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails as if not installed
+    paths = write_report(_results(), tmp_path / "r")
+    assert set(paths) == {"json", "md"} and not (tmp_path / "r" / "report.png").exists()
+    md = paths["md"].read_text()
+    assert "| hybrid | 0.5000" in md and "report.png" not in md
+
+
+def test_evaluate_cli_without_matplotlib_prints_the_table_and_writes_the_reports(tmp_path, committed_encoder):
+    from click.testing import CliRunner
+
+    from hybrid_qpr.cli.main import cli
+    from hybrid_qpr.testing.corpora import write_paraphrase_answers
+
+    beir, index, out = write_paraphrase_answers(tmp_path / "answers"), tmp_path / "idx", tmp_path / "rep"
+    ingested = CliRunner().invoke(cli, ["ingest", f"{beir}/corpus.jsonl", "--index", str(index)])
+    assert ingested.exit_code == 0, ingested.output
+    args = ["evaluate", "--beir", str(beir), "--split", "val", "--index", str(index), "--modes", "bm25,hybrid",
+            "--out", str(out)]
+    code = f"import sys; sys.modules['matplotlib'] = None\nfrom hybrid_qpr.cli.main import cli\ncli({args!r})"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "| bm25 |" in done.stdout and "| hybrid |" in done.stdout
+    assert "Traceback" not in done.stderr
+    [skipped] = [line for line in done.stderr.splitlines() if "report.png" in line]
+    assert skipped.startswith("skipped report.png:") and "pip install matplotlib" in skipped
+    assert (out / "report.json").is_file() and not (out / "report.png").exists()
+    assert "report.png" not in (out / "report.md").read_text()
+
+
+def test_every_mode_is_warmed_up_before_any_is_timed(bank, monkeypatch):
+    searcher, queries, qrels = bank
+    calls = []
+    search = searcher.search
+
+    def recorded(text, *, mode, **kwargs):
+        calls.append(mode)
+        return search(text, mode=mode, **kwargs)
+
+    monkeypatch.setattr(searcher, "search", recorded)
+    modes = ("bm25", "knn", "hybrid")
+    sample = dict(list(queries.items())[:20])
+    evaluate(searcher, sample, qrels, modes=modes)
+    untimed = ["hybrid"] * len(sample) + [m for m in modes for _ in range(WARM_UP_QUERIES)]  # every query, every mode
+    assert calls == untimed + [m for m in modes for _ in sample]  # then each mode timed over every query
+
+
+@pytest.mark.parametrize("width", [60, 80, 200])
+def test_the_terminal_table_leaves_columns_out_instead_of_cutting_numbers(width):
+    import io
+
+    from rich.console import Console
+
+    from hybrid_qpr.evaluation.report import rich_table
+
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None).print(rich_table(_results(), "test", width=width))
+    lines = out.getvalue().splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= width and "…" not in out.getvalue()
+    header = next(line for line in lines if line.startswith("┃ mode"))
+    assert all(f" {name} " in header for name in ("H@1", "MRR@20", "nDCG@10", "p50 ms"))
+    kept = "Recall@10" in header and "p95 ms" in header
+    assert kept == (width == 200) and kept != any(line.startswith("left out to fit") for line in lines)
+    assert sum(line.startswith("│ ") for line in lines) == 2 and "0.5000" in out.getvalue()

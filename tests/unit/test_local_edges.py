@@ -261,7 +261,9 @@ def test_an_unreadable_file_is_a_permission_problem_not_damage(open_index):
     ('[{"id": "a", "text": "first question?"}, {"id": "b", "text": "second?"}]\n', "this is a JSON array, not JSONL"),
     ('[\n  {"id": "a", "text": "first question?"},\n  {"id": "b", "text": "second?"}\n]\n',
      "this is a JSON array, not JSONL"),
-    ("id,text\na,first question?\nb,second question?\n", "no document could be read (all 3 lines were skipped"),
+    ("id,text\na,first question?\nb,second question?\n", "this is a CSV header ('id,text'), not JSONL; read the "
+                                                        "file as a table with --format table"),
+    ("first question?\nsecond question?\n", "no document could be read (all 2 lines were skipped"),
     ("", "no document could be read (it holds no lines"),
 ])
 def test_an_input_with_no_usable_line_fails_and_creates_nothing(content, expected, tmp_path, committed_encoder):

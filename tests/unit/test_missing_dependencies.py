@@ -13,8 +13,9 @@ import pytest
 from hybrid_qpr.errors import MissingDependencyError, require
 
 
-def _run_blocked(blocked: str, args: list[str], cwd) -> subprocess.CompletedProcess:
-    code = (f"import sys; sys.modules[{blocked!r}] = None\n"
+def _run_blocked(blocked: str | tuple[str, ...], args: list[str], cwd) -> subprocess.CompletedProcess:
+    names = (blocked,) if isinstance(blocked, str) else blocked
+    code = ("import sys\n" + "".join(f"sys.modules[{name!r}] = None\n" for name in names) +
             "from hybrid_qpr.cli.main import cli\n"
             f"cli({args!r}, prog_name='hybrid-qpr')")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=300)
@@ -46,6 +47,14 @@ def test_serve_without_its_extra_says_what_to_install(tmp_path, blocked):
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert f"'hybrid-qpr serve' needs the '{blocked}' package" in done.stderr
     assert f"pip install {blocked} (or pip install 'hybrid-qpr[serve]')" in done.stderr
+
+
+def test_serve_names_every_missing_package_at_once(tmp_path):
+    done = _run_blocked(("starlette", "uvicorn"), ["serve", "--index", "idx"], tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert "'hybrid-qpr serve' needs the 'starlette' and 'uvicorn' packages, which are not installed" in line
+    assert "pip install starlette uvicorn (or pip install 'hybrid-qpr[serve]')" in line
 
 
 @pytest.mark.parametrize("module, distribution", [("faiss", "faiss-cpu"), ("opensearchpy", "opensearch-py"),

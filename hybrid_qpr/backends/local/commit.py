@@ -77,8 +77,7 @@ def read_manifest(path: Path) -> dict[str, Any]:
         manifest = artifacts.read_manifest(
             path / MANIFEST, FORMAT, READABLE_FORMAT_VERSIONS, what="hybrid-qpr local index",
             missing=(f"index {path} is damaged: {MANIFEST} is missing. Fix: {repair_fix(path)}"
-                     if (path / MANIFEST_COPY).is_file() else
-                     f"{path}: not a hybrid-qpr index ({MANIFEST} missing); build one with 'hybrid-qpr ingest FILE --index {path}'"),
+                     if (path / MANIFEST_COPY).is_file() else not_an_index(path)),
             fix=repair_fix(path))
     except PermissionError as exc:
         raise access_refusal(Path(exc.filename or path / MANIFEST), writing=False) from None
@@ -91,6 +90,23 @@ def read_manifest(path: Path) -> dict[str, Any]:
 def _damaged_manifest(path: Path, problem: str) -> IndexDamagedError:
     return IndexDamagedError(f"index {path} is damaged: {MANIFEST} {problem}. Fix: {repair_fix(path)} "
                              f"('hybrid-qpr index check {path}' lists every problem)")
+
+
+def holds_other_files(path: Path) -> bool:
+    """True when the directory ``path`` holds files no index writer left there (an ingest
+    refuses to write into it)."""
+    return path.is_dir() and bool({p.name for p in path.iterdir()} - {LOCK_FILE, SEGMENTS_DIR, MANIFEST_COPY})
+
+
+def not_an_index(path: Path) -> str:
+    """Why ``path`` cannot be read as an index, with advice that works for what is there."""
+    if holds_other_files(path):
+        return (f"{path}: not a hybrid-qpr index (no {MANIFEST}) and it holds other files, so an ingest will not "
+                f"write there either; build the index in a new directory: 'hybrid-qpr ingest FILE --index NEW_DIR'")
+    if path.exists():
+        return f"{path}: not a hybrid-qpr index (no {MANIFEST} yet); build one with 'hybrid-qpr ingest FILE --index {path}'"
+    return (f"{path}: not a hybrid-qpr index (no such directory); build one with 'hybrid-qpr ingest FILE --index "
+            f"{path}' (a cluster index? add --opensearch or --elasticsearch)")
 
 
 def manifest_problem(manifest: dict[str, Any]) -> str | None:

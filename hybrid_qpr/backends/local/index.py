@@ -37,8 +37,8 @@ import numpy as np
 from hybrid_qpr.artifacts import library_versions
 from hybrid_qpr.backends.base import Capabilities, IngestReport, document_problem
 from hybrid_qpr.backends.local import bm25 as bm25_lib
-from hybrid_qpr.backends.local.commit import (FORMAT, FORMAT_VERSION, LOCK_FILE, MANIFEST, WriteLock, read_manifest,
-                                              referenced, remove_paths, remove_unreferenced, write_manifest)
+from hybrid_qpr.backends.local.commit import (FORMAT, FORMAT_VERSION, MANIFEST, WriteLock, holds_other_files,
+                                              read_manifest, referenced, remove_paths, remove_unreferenced, write_manifest)
 from hybrid_qpr.backends.local.matching import index_fields
 from hybrid_qpr.backends.local.merge import plan_merge
 from hybrid_qpr.backends.local.reading import IndexReading
@@ -139,7 +139,7 @@ class LocalIndex(IndexReading):
             raise ConfigError(f"bm25={bm25!r}: allowed values are {', '.join(BM25_IMPLS)}")
         if path.exists() and not path.is_dir():
             raise ConfigError(f"--index {path}: exists and is not a directory; choose another index directory")
-        if path.is_dir() and {p.name for p in path.iterdir()} - {LOCK_FILE, SEGMENTS_DIR}:
+        if holds_other_files(path):
             raise ConfigError(f"--index {path}: exists, is not empty and has no {MANIFEST}; refusing to write into it "
                               "(choose another index directory or remove this one)")
         search = search or SearchSettings()
