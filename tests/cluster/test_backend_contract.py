@@ -118,7 +118,7 @@ def test_capabilities_say_which_optional_protocol_a_backend_offers(filled, commi
     caps = backend.capabilities
     assert batches_lists(backend) == caps.batched_bm25_and_knn
     assert takes_knn_settings(backend) == caps.knn_search_settings
-    for mode, offered in (("hybrid", caps.server_side_hybrid), ("rerank", caps.server_side_rescore)):
+    for mode, offered in (("hybrid", caps.server_side_hybrid), ("rescore", caps.server_side_rescore)):
         assert runs_in_engine(backend, mode) == offered
         searcher = HybridSearcher(backend, committed_encoder)
         if offered:
