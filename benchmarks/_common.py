@@ -9,10 +9,12 @@ Python puts ``benchmarks/`` on the path, so they import this module as ``_common
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,6 +39,18 @@ def command_line() -> str:
     """The command that ran this benchmark, for its result file, with absolute paths made
     repository-relative."""
     return "python " + " ".join(str(relative_if_path(arg)) for arg in sys.argv)
+
+
+def record_ab(out: Path, result: dict, modes: Sequence[str], p50: Callable[[str, str], float], what: str) -> None:
+    """An A/B run's ``what`` (ms) per mode and side, ``p50(side, mode)``, put into ``result``
+    and printed with B's change, and ``result`` appended to the runs in ``out``."""
+    for mode in modes:
+        a, b = p50("A", mode), p50("B", mode)
+        change = f"{(b / a - 1) * 100:+.1f}%"
+        result[mode] = {f"a_{what}_ms": round(a, 3), f"b_{what}_ms": round(b, 3), "change": change}
+        print(f"{mode:7s} A {what} {a:.3f} ms  B {what} {b:.3f} ms  ({change})")
+    runs = json.loads(out.read_text(encoding="utf-8"))["runs"] if out.exists() else []
+    out.write_text(json.dumps({"command": command_line(), "runs": [*runs, result]}, indent=1) + "\n", encoding="utf-8")
 
 
 def cluster_backend(engine: str, url: str, index: str, timeout: float = 60.0):

@@ -17,12 +17,11 @@ equal on both sides (ids and scores to 5 decimals). Prints the p50 of each side 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
 
-from _common import command_line, read_queries
+from _common import read_queries, record_ab
 
 
 def main() -> None:
@@ -72,13 +71,7 @@ def main() -> None:
                     sides[name].search(query, mode=mode, top_k=10)
                     times[(name, mode)].append(time.perf_counter() - start)
     result = {"a": args.a.name, "b": args.b.name, "queries": n, "rounds": args.rounds}
-    for mode in modes:
-        a, b = (statistics.median(times[(name, mode)]) * 1e3 for name in ("A", "B"))
-        result[mode] = {"a_p50_ms": round(a, 3), "b_p50_ms": round(b, 3), "change": f"{(b / a - 1) * 100:+.1f}%"}
-        print(f"{mode:7s} A p50 {a:.3f} ms  B p50 {b:.3f} ms  ({(b / a - 1) * 100:+.1f}%)")
-    runs = json.loads(args.out.read_text(encoding="utf-8"))["runs"] if args.out.exists() else []
-    args.out.write_text(json.dumps({"command": command_line(), "runs": [*runs, result]}, indent=1) + "\n",
-                        encoding="utf-8")
+    record_ab(args.out, result, modes, lambda side, mode: statistics.median(times[(side, mode)]) * 1e3, "p50")
 
 
 if __name__ == "__main__":

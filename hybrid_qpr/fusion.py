@@ -29,14 +29,17 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import count
-from typing import Literal
+from typing import Literal, get_args
 
 from hybrid_qpr.types import Hit, built
 from hybrid_qpr.errors import ConfigError
 
-FusionMethod = Literal["rrf", "minmax", "zscore", "l2"]
-FUSION_METHODS: tuple[str, ...] = ("rrf", "minmax", "zscore", "l2")
+# The one list of fusion methods: every other surface (CLI choices, the workbench's page and
+# OpenAPI, OpenSearch's search pipelines) reads FUSION_METHODS.
 Normalisation = Literal["minmax", "zscore", "l2"]
+FusionMethod = Literal["rrf", Normalisation]
+NORMALISATIONS: tuple[str, ...] = get_args(Normalisation)
+FUSION_METHODS: tuple[str, ...] = ("rrf", *NORMALISATIONS)
 RRF_K = 60
 # Hits each list hands to fusion when nothing else is asked: 30, MSEM's lexical recall depth.
 # Measured on the validation queries of Quora (3,000) and WikiAnswers (2,000) with the embedded index's
@@ -45,8 +48,9 @@ RRF_K = 60
 DEFAULT_DEPTH = 30
 # What a hybrid search uses when neither the caller nor the index's tuned defaults say.
 DEFAULT_FUSION, DEFAULT_ALPHA = "rrf", 0.5
-# BM25 candidates the rerank mode re-orders by the encoder (MSEM's production flow).
-RERANK_DEPTH = 30
+# BM25 candidates the rescore mode re-orders by the encoder (MSEM's production flow).
+RESCORE_DEPTH = 30
+RERANK_DEPTH = RESCORE_DEPTH  # the name before the mode was called rescore
 
 
 @dataclass(frozen=True)
@@ -64,9 +68,6 @@ def check_fusion(fusion: str) -> FusionMethod:
     if fusion not in FUSION_METHODS:
         raise ConfigError(f"fusion={fusion!r}: allowed values are {', '.join(FUSION_METHODS)}")
     return fusion  # type: ignore[return-value]
-
-
-check_method = check_fusion  # the name before 0.x: kept for callers that import it
 
 
 def check_alpha(alpha: float) -> float:
@@ -102,7 +103,7 @@ def normalize(scores: Sequence[float], normalisation: Normalisation) -> list[flo
         if norm == 0.0:
             return [0.0] * len(values)
         return [v / norm for v in values]
-    raise ConfigError(f"normalisation={normalisation!r}: allowed values are minmax, zscore, l2")
+    raise ConfigError(f"normalisation={normalisation!r}: allowed values are {', '.join(NORMALISATIONS)}")
 
 
 def _floor(normalised: list[float], normalisation: Normalisation) -> float:
@@ -165,7 +166,7 @@ def _rrf_totals(ranked: Sequence[RankedIds], weights: Sequence[float], rrf_k: in
 
 def _weighted_totals(ranked: Sequence[RankedIds], normalisation: str, weights: Sequence[float]) -> dict[str, float]:
     if normalisation not in ("minmax", "zscore", "l2"):
-        raise ConfigError(f"normalisation={normalisation!r}: allowed values are minmax, zscore, l2")
+        raise ConfigError(f"normalisation={normalisation!r}: allowed values are {', '.join(NORMALISATIONS)}")
     tables, floors = [], []
     for ids, scores in ranked:
         normed = normalize(scores, normalisation)  # type: ignore[arg-type]
@@ -224,8 +225,8 @@ def fuse(first: Sequence[Hit], second: Sequence[Hit], *, fusion: FusionMethod = 
 def fuse_ranked(first: RankedIds, second: RankedIds, *, fusion: FusionMethod = "rrf", alpha: float = 0.5,
                 rrf_k: int = RRF_K, top_k: int | None = None) -> list[Fused]:
     """``fuse`` of two lists given as ``(ids, scores)``, best first, each id once and each
-    list already cut to its depth: the embedded index hands its lists this way, without
-    building a ``Hit`` per document (``LocalIndex.fused_page``)."""
+    list already cut to its depth (``types.RankedList``): the searcher fuses every backend's
+    lists this way, with no ``Hit`` per listed document."""
     check_fusion(fusion)
     alpha = check_alpha(alpha)
     weights, ranked = (1.0 - alpha, alpha), [first, second]

@@ -1,18 +1,27 @@
-"""Search modes over any ``Backend``: bm25, knn, hybrid (fused) and rerank (MSEM baseline).
+"""Search modes over any ``Backend``: bm25, knn, hybrid (fused) and rescore (MSEM baseline).
 
 The searcher is handed a backend that is already built (a ``LocalIndex``, an
-``OpenSearchBackend`` or an ``ElasticsearchBackend``) and an encoder; it never builds either. Fusion is done by
-``hybrid_qpr.fusion`` only, so every backend fuses identically.
+``OpenSearchBackend`` or an ``ElasticsearchBackend``) and an encoder; it never builds either.
 
-Modes:
+One query takes one path, down and back once: ``HybridSearcher.search`` checks its arguments
+into a ``SearchRequest`` (settings resolved against the index's tuned defaults, the query's
+encoding a ``QueryVector`` computed at most once, when a backend first needs it); the mode asks
+the backend for ranked lists (ids and scores, ``RankedList``); a hybrid search fuses them here,
+the one place fusion runs (``hybrid_qpr.fusion``), so every backend fuses identically; the
+page's documents come with the lists (a cluster) or by one ``documents`` call (the embedded
+index reads the rows it noted while ranking).
+
+Modes (``MODES``, from the ``Mode`` literal):
 
 * ``bm25`` - the backend's BM25 list.
 * ``knn`` - the backend's nearest neighbours of the encoded query.
 * ``hybrid`` - both lists, each ``depth`` long (default: the tuned depth, else
   ``DEFAULT_DEPTH``; never less than ``offset + top_k``), fused with ``fusion`` (rrf, minmax, zscore, l2) and ``alpha`` (weight
   of kNN; BM25 gets ``1 - alpha``). Without arguments the index's tuned defaults are used.
-* ``rerank`` - the MSEM paper's baseline flow (Kim et al. 2019): BM25 recalls
-  ``rerank_depth`` candidates (30) which are re-ordered by encoder similarity.
+* ``rescore`` - the MSEM paper's baseline flow (Kim et al. 2019): BM25 recalls
+  ``rescore_depth`` candidates (30) which are re-ordered by encoder similarity. Its name
+  before was ``rerank``, still accepted everywhere (``MODE_ALIASES``); the cross-encoder
+  second stage below is the reranker.
 
 Every result carries the BM25 and kNN score and rank behind it (``None`` when the document
 was not in that list). Pages (``offset``) are slices of one deterministic ranking: with
@@ -29,31 +38,80 @@ result keeps its first-stage ``score`` and gains ``first_stage_rank`` and ``cros
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple, get_args
 
-from hybrid_qpr.backends.base import Backend, batches_lists, fuses_pages, runs_in_engine
-from hybrid_qpr.types import Document, Filters, Hit, built
+import numpy as np
+
+from hybrid_qpr.backends.base import Backend, batches_lists, runs_in_engine
+from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList, built
 from hybrid_qpr import fusion as fusion_lib
 from hybrid_qpr.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
-Mode = Literal["hybrid", "bm25", "knn", "rerank"]
-MODES: tuple[str, ...] = ("hybrid", "bm25", "knn", "rerank")
+# The one list of modes, in the order reports and the workbench show them; every surface
+# (CLI choices, evaluation, the workbench and its OpenAPI) reads MODES.
+Mode = Literal["bm25", "knn", "hybrid", "rescore"]
+MODES: tuple[str, ...] = get_args(Mode)
+DEFAULT_MODE: Mode = "hybrid"
+# Names a mode had before; accepted everywhere a mode is (CLI, API, library) and read as the new one.
+MODE_ALIASES: dict[str, str] = {"rerank": "rescore"}
+ACCEPTED_MODES: tuple[str, ...] = (*MODES, *MODE_ALIASES)
 DEFAULT_DEPTH = fusion_lib.DEFAULT_DEPTH  # candidates per list (see hybrid_qpr.fusion)
-RERANK_DEPTH = fusion_lib.RERANK_DEPTH
+RESCORE_DEPTH = fusion_lib.RESCORE_DEPTH
+RERANK_DEPTH = RESCORE_DEPTH  # the name before the mode was called rescore
 DEFAULT_RERANKER_DEPTH = 20  # hits re-scored by a cross-encoder reranker (hybrid_qpr.rerankers)
 DEFAULT_FUSION, DEFAULT_ALPHA = fusion_lib.DEFAULT_FUSION, fusion_lib.DEFAULT_ALPHA
 
 
-@dataclass(frozen=True)
-class RankedScore:
+def check_mode(mode: str) -> Mode:
+    """``mode`` as one of ``MODES`` (an old name from ``MODE_ALIASES`` read as its new one)."""
+    mode = MODE_ALIASES.get(mode, mode)
+    if mode not in MODES:
+        raise ConfigError(f"mode={mode!r}: allowed values are {', '.join(MODES)}")
+    return mode  # type: ignore[return-value]
+
+
+class RankedScore(NamedTuple):
     """A document's score in one retriever's list and its 1-based rank there."""
 
     score: float
     rank: int
+
+
+class SearchRequest(NamedTuple):
+    """One search, checked, with its settings resolved (``HybridSearcher.request``): built
+    once and handed down the query path. ``depth`` is the candidates per list before the page
+    is counted in (``list_depth``); ``vector`` the query's encoding, computed on first use."""
+
+    text: str
+    mode: Mode = DEFAULT_MODE
+    top_k: int = 10
+    offset: int = 0
+    filters: Filters | None = None
+    fusion: fusion_lib.FusionMethod = DEFAULT_FUSION  # type: ignore[assignment]
+    alpha: float = DEFAULT_ALPHA
+    depth: int = DEFAULT_DEPTH
+    rescore_depth: int = RESCORE_DEPTH
+    reranker_depth: int = 0  # 0: no cross-encoder for this search
+    server_side: bool = False
+    vector: QueryVector | None = None
+
+    @property
+    def need(self) -> int:
+        """Results the mode must rank: every page up to this one's end."""
+        return self.offset + self.top_k
+
+    @property
+    def list_depth(self) -> int:
+        """Candidates per list for a hybrid search: ``depth``, never less than ``need``."""
+        return max(self.depth, self.need)
+
+    def first_stage(self) -> "SearchRequest":
+        """The request a reranker re-orders: the top ``max(need, reranker_depth)`` from rank 1."""
+        return self._replace(top_k=max(self.need, self.reranker_depth), offset=0)
 
 
 @dataclass(frozen=True)
@@ -92,10 +150,10 @@ class Candidates:
     knn: list[Hit]
 
 
-def _ranked_score(score: float | None, rank: int | None) -> RankedScore | None:
-    """A result's score and rank in one list (``None`` where it was not in that list), built
-    without the frozen dataclass's ``__init__`` (``types.built``): a hybrid page needs two per result."""
-    return None if rank is None else built(RankedScore, score=score, rank=rank)
+def _ranked_score(fused: fusion_lib.Fused, which: int) -> RankedScore | None:
+    """A fused result's score and rank in list ``which`` (``None`` where it was not in it)."""
+    rank = fused.ranks[which]
+    return None if rank is None else RankedScore(fused.scores[which], rank)
 
 
 def _ranked(hits: Sequence[Hit]) -> dict[str, RankedScore]:
@@ -130,44 +188,28 @@ class HybridSearcher:
             alpha = defaults.get("alpha", DEFAULT_ALPHA) if fusion == defaults.get("fusion", fusion) else DEFAULT_ALPHA
         return fusion_lib.check_fusion(fusion), fusion_lib.check_alpha(alpha)
 
-    @staticmethod
-    def _check(mode: str, top_k: int, offset: int, depth: int | None, rerank_depth: int) -> None:
-        if mode not in MODES:
-            raise ConfigError(f"mode={mode!r}: allowed values are {', '.join(MODES)}")
-        if top_k < 1:
-            raise ConfigError(f"top_k={top_k}: must be >= 1")
-        if offset < 0:
-            raise ConfigError(f"offset={offset}: must be >= 0")
+    def fusion_depth(self, depth: int | None, need: int) -> int:
+        """Candidates per list: explicit ``depth``, else the tuned one, else ``DEFAULT_DEPTH``;
+        never less than the ``need`` results asked for."""
+        return max(self._depth(depth), need)
+
+    def _depth(self, depth: int | None) -> int:
+        return depth or int(self.backend.fusion_defaults.get("depth") or DEFAULT_DEPTH)
+
+    def request(self, query: str, *, mode: str = DEFAULT_MODE, top_k: int = 10, offset: int = 0,
+                fusion: str | None = None, alpha: float | None = None, filters: Filters | None = None,
+                depth: int | None = None, rescore_depth: int = RESCORE_DEPTH,
+                vector: QueryVector | np.ndarray | None = None, server_side: bool = False,
+                reranker_depth: int | None = None) -> SearchRequest:
+        """The ``SearchRequest`` of ``search``'s arguments: checked (a ``ConfigError`` names the
+        bad one), the index's tuned defaults filled in, the encoding attached (``vector``: one
+        computed before, e.g. for a batch; else computed on first use)."""
+        mode = check_mode(mode)
+        for name, value, least in (("top_k", top_k, 1), ("offset", offset, 0), ("rescore_depth", rescore_depth, 1)):
+            if value < least:
+                raise ConfigError(f"{name}={value}: must be >= {least}")
         if depth is not None and depth < 1:
             raise ConfigError(f"depth={depth}: must be >= 1")
-        if rerank_depth < 1:
-            raise ConfigError(f"rerank_depth={rerank_depth}: must be >= 1")
-
-    # ------------------------------------------------------------------ search
-    def candidates(self, query: str, vector, depth: int, filters: Filters | None = None) -> Candidates:
-        """BM25 and kNN lists of ``depth`` hits for one query (``vector`` = its encoding, or a
-        function returning it where the backend has ``vector_beside_bm25``)."""
-        backend = self.backend
-        if batches_lists(backend):  # one round trip where a backend offers it
-            return Candidates(*backend.bm25_and_knn(query, vector, depth, filters))
-        return Candidates(backend.bm25(query, depth, filters),
-                          backend.knn(vector() if callable(vector) else vector, depth, filters))
-
-    def search(self, query: str, *, mode: Mode = "hybrid", top_k: int = 10, offset: int = 0,
-               fusion: str | None = None, alpha: float | None = None, filters: Filters | None = None,
-               depth: int | None = None, rerank_depth: int = RERANK_DEPTH, vector=None,
-               server_side: bool = False, reranker_depth: int | None = None) -> list[SearchResult]:
-        """Results ``offset .. offset + top_k`` of ``query`` in ``mode``, best first.
-
-        With a reranker, the first stage returns at least ``reranker_depth`` results (default:
-        the searcher's; 0 skips the reranker for this search), the reranker re-orders them, and
-        the page is cut from that order.
-
-        ``server_side=True`` (backends whose ``capabilities`` offer it: OpenSearch) runs hybrid
-        and rerank inside the engine (``hybrid_server`` with the same fusion method, alpha and depth
-        as client-side fusion would use; ``rerank_server``); the engine then reports only the
-        final score, so ``bm25``/``knn`` are ``None``."""
-        self._check(mode, top_k, offset, depth, rerank_depth)
         if self.encoder is None and mode != "bm25" and vector is None:
             raise ConfigError(f"mode {mode!r} needs the index's model to encode the query; only bm25 works without one")
         if not isinstance(query, str) or not query.strip():
@@ -175,97 +217,129 @@ class HybridSearcher:
         cut = self.reranker_depth if reranker_depth is None else reranker_depth
         if cut < 0:
             raise ConfigError(f"reranker_depth={cut}: must be >= 0 (0: no reranking for this search)")
-        if self.reranker is not None and cut > 0:
-            first = self._first_stage(query, mode, max(offset + top_k, cut), 0, fusion, alpha, filters, depth,
-                                      rerank_depth, vector, server_side)
-            return self.reranker.rerank(query, first, cut)[offset : offset + top_k]
-        return self._first_stage(query, mode, top_k, offset, fusion, alpha, filters, depth, rerank_depth, vector,
-                                 server_side)
-
-    def _first_stage(self, query: str, mode: Mode, top_k: int, offset: int, fusion: str | None, alpha: float | None,
-                     filters: Filters | None, depth: int | None, rerank_depth: int, vector,
-                     server_side: bool) -> list[SearchResult]:
-        need = offset + top_k
-        if server_side and mode in ("hybrid", "rerank"):
-            return self._server_side(query, mode, need, offset, fusion, alpha, filters, depth, rerank_depth, vector)
-        if mode == "bm25":
-            hits = self.backend.bm25(query, need, filters)[offset:need]
-            return self._results([(h.id, h.score, _ranked_score(h.score, offset + i + 1), None) for i, h in enumerate(hits)],
-                                 hits)
-        if mode == "hybrid":
-            return self._hybrid(query, need, offset, fusion, alpha, filters, depth, vector)
-        if vector is None:
-            vector = self.encoder.encode([query])[0]
-        if mode == "knn":
-            hits = self.backend.knn(vector, need, filters)[offset:need]
-            return self._results([(h.id, h.score, None, _ranked_score(h.score, offset + i + 1)) for i, h in enumerate(hits)],
-                                 hits)
-        recalled = self.backend.bm25(query, max(rerank_depth, need), filters)  # rerank
-        return self._results(self._rerank(recalled, vector)[offset:need], recalled)
-
-    def _hybrid(self, query: str, need: int, offset: int, fusion: str | None, alpha: float | None,
-                filters: Filters | None, depth: int | None, vector) -> list[SearchResult]:
         fusion, alpha = self.fusion_settings(fusion, alpha)
-        depth = self.fusion_depth(depth, need)
-        if vector is None:  # encoded beside the BM25 list where the backend can, else first
-            vector = (lambda: self.encoder.encode([query])[0]) if self.backend.capabilities.vector_beside_bm25 \
-                else self.encoder.encode([query])[0]
-        if fuses_pages(self.backend):  # the same fusion, with no Hit per listed document
-            page, docs = self.backend.fused_page(query, vector, depth, filters, fusion=fusion, alpha=alpha,
-                                                 rrf_k=fusion_lib.RRF_K, top_k=need)
-            return self._page(page[offset:need], docs)
-        cands = self.candidates(query, vector, depth, filters)
-        page = self.fuse(cands, fusion=fusion, alpha=alpha, depth=depth, top_k=need)[offset:need]
-        return self._page(page, {hit.id: hit.document for hit in cands.bm25 + cands.knn if hit.document is not None})
+        if vector is None:
+            vector = None if self.encoder is None else QueryVector.encoding(self.encoder, query)
+        elif not isinstance(vector, QueryVector):
+            vector = QueryVector.of(vector)
+        return SearchRequest(query, mode, top_k, offset, filters, fusion, alpha, self._depth(depth),  # type: ignore[arg-type]
+                             rescore_depth, cut if self.reranker is not None else 0, server_side, vector)
 
-    def _page(self, page: list[fusion_lib.Fused], docs: dict[str, Document]) -> list[SearchResult]:
-        """Fused results as search results, each with its score and rank in both lists."""
-        return self._results([(f.id, f.score, _ranked_score(f.scores[0], f.ranks[0]), _ranked_score(f.scores[1], f.ranks[1]))
-                              for f in page], docs=docs)
+    # ------------------------------------------------------------------ search
+    def candidates(self, query: str, vector: QueryVector, depth: int, filters: Filters | None = None) -> Candidates:
+        """BM25 and kNN hits, ``depth`` each, for one query (kept so fusion can be re-run: tuning)."""
+        bm25, knn = self._lists(query, vector, depth, filters)
+        return Candidates(bm25.hits(), knn.hits())
 
-    def fusion_depth(self, depth: int | None, need: int) -> int:
-        """Candidates per list: explicit ``depth``, else the tuned one, else ``DEFAULT_DEPTH``;
-        never less than the ``need`` results asked for."""
-        return max(depth or int(self.backend.fusion_defaults.get("depth") or DEFAULT_DEPTH), need)
+    def search(self, query: str, *, mode: str = DEFAULT_MODE, top_k: int = 10, offset: int = 0,
+               fusion: str | None = None, alpha: float | None = None, filters: Filters | None = None,
+               depth: int | None = None, rescore_depth: int | None = None, vector: QueryVector | np.ndarray | None = None,
+               server_side: bool = False, reranker_depth: int | None = None,
+               rerank_depth: int | None = None) -> list[SearchResult]:
+        """Results ``offset .. offset + top_k`` of ``query`` in ``mode``, best first
+        (``run(request(...))``; ``rerank_depth`` is ``rescore_depth``'s name before).
 
-    def _server_side(self, query, mode, need, offset, fusion, alpha, filters, depth, rerank_depth,
-                     vector) -> list[SearchResult]:
+        With a reranker, the first stage returns at least ``reranker_depth`` results (default:
+        the searcher's; 0 skips the reranker for this search), the reranker re-orders them, and
+        the page is cut from that order.
+
+        ``server_side=True`` (backends whose ``capabilities`` offer it: OpenSearch) runs hybrid
+        and rescore inside the engine (``hybrid_server`` with the same fusion method, alpha and depth
+        as client-side fusion would use; ``rescore_server``); the engine then reports only the
+        final score, so ``bm25``/``knn`` are ``None``."""
+        if rescore_depth is None:
+            rescore_depth = RESCORE_DEPTH if rerank_depth is None else rerank_depth
+        return self.run(self.request(query, mode=mode, top_k=top_k, offset=offset, fusion=fusion, alpha=alpha,
+                                     filters=filters, depth=depth, rescore_depth=rescore_depth, vector=vector,
+                                     server_side=server_side, reranker_depth=reranker_depth))
+
+    def run(self, request: SearchRequest) -> list[SearchResult]:
+        """The page ``request`` asks for (built by ``request``)."""
+        if request.reranker_depth > 0:
+            first = self._first_stage(request.first_stage())
+            return self.reranker.rerank(request.text, first, request.reranker_depth)[request.offset:request.need]
+        return self._first_stage(request)
+
+    def _first_stage(self, request: SearchRequest) -> list[SearchResult]:
+        if request.server_side and request.mode in SERVER_SIDE_MODES:
+            return self._server_side(request)
+        return MODE_RUNNERS[request.mode](self, request)
+
+    def _bm25(self, request: SearchRequest) -> list[SearchResult]:
+        need, offset = request.need, request.offset
+        hits = self.backend.bm25(request.text, need, request.filters)[offset:need]
+        return self._results([(h.id, h.score, RankedScore(h.score, offset + i + 1), None) for i, h in enumerate(hits)], hits)
+
+    def _knn(self, request: SearchRequest) -> list[SearchResult]:
+        need, offset = request.need, request.offset
+        hits = self.backend.knn(request.vector.get(), need, request.filters)[offset:need]  # type: ignore[union-attr]
+        return self._results([(h.id, h.score, None, RankedScore(h.score, offset + i + 1)) for i, h in enumerate(hits)], hits)
+
+    def _rescore_mode(self, request: SearchRequest) -> list[SearchResult]:
+        need = request.need
+        recalled = self.backend.bm25(request.text, max(request.rescore_depth, need), request.filters)
+        return self._results(self._rescore(recalled, request.vector)[request.offset:need], recalled)  # type: ignore[arg-type]
+
+    def _lists(self, query: str, vector: QueryVector, depth: int,
+               filters: Filters | None) -> tuple[RankedList, RankedList]:
+        """The BM25 and kNN lists of one query, ``depth`` each: in one call where the backend
+        offers it (one round trip; the embedded index's two threads), else one after the other."""
         backend = self.backend
+        if batches_lists(backend):
+            return backend.bm25_and_knn(query, vector, depth, filters)
+        return (RankedList.of_hits(backend.bm25(query, depth, filters)),
+                RankedList.of_hits(backend.knn(vector.get(), depth, filters)))
+
+    def _hybrid(self, request: SearchRequest) -> list[SearchResult]:
+        """Both lists fused here, the one place a hybrid page is fused."""
+        bm25, knn = self._lists(request.text, request.vector, request.list_depth, request.filters)  # type: ignore[arg-type]
+        page = fusion_lib.fuse_ranked((bm25.ids, bm25.scores), (knn.ids, knn.scores), fusion=request.fusion,
+                                      alpha=request.alpha, rrf_k=fusion_lib.RRF_K, top_k=request.need)[request.offset:]
+        docs = {**bm25.documents, **knn.documents} if knn.documents else bm25.documents
+        places = None
+        if bm25.places is not None and knn.places is not None:  # where the backend found each result
+            places = [bm25.places[f.ranks[0] - 1] if f.ranks[0] else knn.places[f.ranks[1] - 1] for f in page]
+        return self._results([(f.id, f.score, _ranked_score(f, 0), _ranked_score(f, 1)) for f in page], docs=docs,
+                             places=places)
+
+    def _server_side(self, request: SearchRequest) -> list[SearchResult]:
+        backend, mode, need = self.backend, request.mode, request.need
         if not runs_in_engine(backend, mode):
             raise ConfigError(f"server_side=True for {mode} needs a backend that runs it in the engine "
                               f"(OpenSearch: --opensearch URL); {type(backend).__name__} fuses client-side only")
-        if vector is None:
-            vector = self.encoder.encode([query])[0]
-        if mode == "rerank":
-            hits = backend.rerank_server(query, vector, max(rerank_depth, need), filters)
+        vector = request.vector.get()  # type: ignore[union-attr]
+        if mode == "rescore":
+            hits = backend.rescore_server(request.text, vector, max(request.rescore_depth, need), request.filters)
         else:  # the same method, weights and depth the client side would use
-            fusion, alpha = self.fusion_settings(fusion, alpha)
-            hits = backend.hybrid_server(query, vector, self.fusion_depth(depth, need), filters,
-                                         fusion=fusion, alpha=alpha, rrf_k=fusion_lib.RRF_K)
-        return self._results([(h.id, h.score, None, None) for h in hits[offset:need]], hits)
+            hits = backend.hybrid_server(request.text, vector, request.list_depth, request.filters,
+                                         fusion=request.fusion, alpha=request.alpha, rrf_k=fusion_lib.RRF_K)
+        return self._results([(h.id, h.score, None, None) for h in hits[request.offset:need]], hits)
 
     @staticmethod
     def fuse(cands: Candidates, *, fusion: str, alpha: float, depth: int | None = None,
              rrf_k: int = fusion_lib.RRF_K, top_k: int | None = None) -> list[fusion_lib.Fused]:
-        """Fuse one query's candidate lists (BM25 first, kNN second)."""
+        """Fuse one query's candidate lists (BM25 first, kNN second): tuning re-fuses them."""
         return fusion_lib.fuse(cands.bm25, cands.knn, fusion=fusion, alpha=alpha, rrf_k=rrf_k, depth=depth,  # type: ignore[arg-type]
                                top_k=top_k)
 
-    def _rerank(self, recalled: list[Hit], vector) -> list[tuple[str, float, RankedScore | None, RankedScore | None]]:
+    def _rescore(self, recalled: list[Hit], vector: QueryVector) -> list[tuple[str, float, RankedScore | None, RankedScore | None]]:
         """MSEM flow: order the BM25 candidates by encoder similarity (ties by id)."""
-        sims = self.backend.vector_scores(vector, [h.id for h in recalled])
+        sims = self.backend.vector_scores(vector.get(), [h.id for h in recalled])
         bm25 = _ranked(recalled)
         order = sorted(sims.items(), key=lambda item: (-item[1], item[0]))
         return [(doc_id, score, bm25.get(doc_id), RankedScore(score, rank)) for rank, (doc_id, score) in enumerate(order, 1)]
 
     def _results(self, rows: list[tuple[str, float, RankedScore | None, RankedScore | None]],
-                 hits: Iterable[Hit] = (), docs: dict[str, Document] | None = None) -> list[SearchResult]:
+                 hits: Iterable[Hit] = (), docs: Mapping[str, Document] | None = None,
+                 places: Sequence | None = None) -> list[SearchResult]:
         """``rows`` as results with text and metadata: taken from ``docs`` or from ``hits`` that
-        carry their document (cluster searches), the others fetched in one ``documents`` call."""
+        carry their document (cluster searches), the others fetched in one ``documents`` call
+        (with their ``places``, aligned with ``rows``, where the lists had them)."""
         docs = dict(docs) if docs is not None else {h.id: h.document for h in hits if h.document is not None}
-        missing = [r[0] for r in rows if r[0] not in docs]
+        missing = [i for i, row in enumerate(rows) if row[0] not in docs]
         if missing:
-            docs.update(self.backend.documents(missing))
+            docs.update(self.backend.documents([rows[i][0] for i in missing],
+                                               None if places is None else [places[i] for i in missing]))
         out = []
         for doc_id, score, bm25, knn in rows:
             doc = docs.get(doc_id)
@@ -293,3 +367,11 @@ class HybridSearcher:
             return [self.search(q, filters=f, **kwargs) for q, f in zip(queries, per_query)]
         vectors = self.encoder.encode(queries)
         return [self.search(q, vector=v, filters=f, **kwargs) for q, v, f in zip(queries, vectors, per_query)]
+
+
+# What runs each mode (a mode missing here fails the registry test, never falls through to another);
+# the modes an engine can run whole with ``server_side=True``.
+MODE_RUNNERS: dict[str, Callable[[HybridSearcher, SearchRequest], list[SearchResult]]] = {
+    "bm25": HybridSearcher._bm25, "knn": HybridSearcher._knn, "hybrid": HybridSearcher._hybrid,
+    "rescore": HybridSearcher._rescore_mode}
+SERVER_SIDE_MODES: tuple[str, ...] = ("hybrid", "rescore")

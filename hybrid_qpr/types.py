@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 Filters = Mapping[str, Any]  # field -> value (or list of values): exact match on metadata
 
@@ -46,3 +47,61 @@ class Hit:
             hit.__dict__.update(id=doc_id, score=score, document=None)
             out.append(hit)
         return out
+
+
+class QueryVector:
+    """One query's encoding, computed at most once and only when first asked for (``get``):
+    a request carries it down to the backend, so a hybrid query can encode while its BM25
+    list is scored and no layer encodes the same text twice."""
+
+    __slots__ = ("_encode", "_value")
+
+    def __init__(self, encode: Callable[[], Any] | None = None, value: Any = None):
+        if encode is None and value is None:
+            raise ValueError("QueryVector needs an encoding function or a value")
+        self._encode, self._value = encode, value
+
+    @classmethod
+    def of(cls, value: Any) -> "QueryVector":
+        """An encoding already computed (a batch of queries encoded together)."""
+        return cls(value=value)
+
+    @classmethod
+    def encoding(cls, encoder: Any, text: str) -> "QueryVector":
+        """``encoder``'s vector of ``text``, computed on first use."""
+        return cls(lambda: encoder.encode([text])[0])
+
+    def get(self) -> Any:
+        if self._value is None:
+            self._value = self._encode()  # type: ignore[misc]
+            self._encode = None
+        return self._value
+
+
+class RankedList(NamedTuple):
+    """One retriever's list for one query, best first, each id once: what a backend returns
+    and ``hybrid_qpr.fusion`` reads. ``documents`` holds what came with the hits (a cluster
+    search returns the stored documents); ``places`` (aligned with ``ids``) are where the
+    backend found them, handed back to ``Backend.documents`` so a page is read by position
+    (the embedded index: segment and row); ``None`` where a backend has no use for them."""
+
+    ids: list[str]
+    scores: list[float]
+    documents: Mapping[str, Document] = MappingProxyType({})
+    places: Sequence[Any] | None = None
+
+    @classmethod
+    def of_hits(cls, hits: Iterable[Hit]) -> "RankedList":
+        """The list of ``hits`` (a repeated id keeps its first, best place)."""
+        first: dict[str, Hit] = {}
+        for hit in hits:
+            first.setdefault(hit.id, hit)
+        return cls(list(first), [hit.score for hit in first.values()],
+                   {doc_id: hit.document for doc_id, hit in first.items() if hit.document is not None})
+
+    def hits(self) -> list[Hit]:
+        """The list as ``Hit`` records (with their documents where the list has them)."""
+        docs = self.documents
+        if not docs:
+            return Hit.many(self.ids, self.scores)
+        return [Hit(doc_id, score, docs.get(doc_id)) for doc_id, score in zip(self.ids, self.scores)]

@@ -3,7 +3,7 @@ and evaluation.
 
 A backend stores documents with their encoder vectors (write side: ``ingest``, ``delete``),
 answers the two first-stage retrievals (BM25 and kNN), re-scores a given candidate set with
-stored vectors (the MSEM rerank flow), returns stored documents, and keeps the fusion
+stored vectors (the MSEM rescore flow), returns stored documents, and keeps the fusion
 settings tuned for it. Fusion, modes, pagination and result explanation live above it, in
 code shared by all backends. Scores are "higher is better" (see ``hybrid_qpr.distance``).
 
@@ -18,7 +18,7 @@ concrete classes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeGuard, runtime_checkable
@@ -27,9 +27,9 @@ import numpy as np
 
 from hybrid_qpr.errors import SkippedLine
 from hybrid_qpr.artifacts import ENCODER_FUSION_DEFAULTS
-from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, RERANK_DEPTH, RRF_K, Fused, FusionMethod
+from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, RESCORE_DEPTH, RRF_K
 from hybrid_qpr.text.ids import id_problem
-from hybrid_qpr.types import Document, Filters, Hit
+from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
 
 
 @dataclass(frozen=True)
@@ -40,24 +40,16 @@ class Capabilities:
       round trip (a cluster's ``_msearch``); otherwise the searcher calls ``bm25`` then ``knn``.
     * ``server_side_hybrid`` - ``ServerSideBackend.hybrid_server`` fuses inside the engine with
       the same method, weights and depth as client-side fusion (OpenSearch neural-search).
-    * ``server_side_rerank`` - ``ServerSideBackend.rerank_server`` runs the MSEM flow in one request.
-    * ``vector_beside_bm25`` - ``bm25_and_knn`` also takes the query vector as a function
-      and calls it while the BM25 list is scored (the embedded index: a hybrid query's
-      encoding overlaps BM25 instead of preceding it).
+    * ``server_side_rescore`` - ``ServerSideBackend.rescore_server`` runs the MSEM flow in one request.
     * ``knn_search_settings`` - ``KnnSettingsBackend.set_search_settings`` sets this reader's
       kNN speed/recall trade-off (the embedded index's efSearch / nprobe; a cluster index
       keeps the engine's own).
-    * ``fused_page`` - ``PageBackend.fused_page`` fuses its own two lists with
-      ``hybrid_qpr.fusion`` (the searcher's fusion, fed ids and scores) and returns the page
-      with its documents (the embedded index: its lists never become ``Hit`` objects).
     """
 
     batched_bm25_and_knn: bool = False
     server_side_hybrid: bool = False
-    server_side_rerank: bool = False
-    vector_beside_bm25: bool = False
+    server_side_rescore: bool = False
     knn_search_settings: bool = False
-    fused_page: bool = False
 
 
 def document_problem(doc: Document) -> str | None:
@@ -114,10 +106,11 @@ class Backend(Protocol):
         """Top ``depth`` documents by vector similarity, filters applied before truncation."""
 
     def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
-        """Exact similarity of ``vector`` to each stored document in ``ids`` (for rerank)."""
+        """Exact similarity of ``vector`` to each stored document in ``ids`` (the rescore mode)."""
 
-    def documents(self, ids: Sequence[str]) -> dict[str, Document]:
-        """Stored text and metadata of ``ids`` (missing ids are absent from the result)."""
+    def documents(self, ids: Sequence[str], places: Sequence[Any] | None = None) -> dict[str, Document]:
+        """Stored text and metadata of ``ids`` (missing ids are absent from the result).
+        ``places``: where this backend's lists found them (``RankedList.places``, aligned with ``ids``)."""
 
     # ---- write side
     def document_problem(self, doc: Document) -> str | None:
@@ -155,32 +148,23 @@ class Backend(Protocol):
 class BatchedBackend(Backend, Protocol):
     """A backend whose ``capabilities.batched_bm25_and_knn`` is set."""
 
-    def bm25_and_knn(self, query: str, vector: np.ndarray | Callable[[], np.ndarray], depth: int,
-                     filters: Filters | None = None) -> tuple[list[Hit], list[Hit]]:
-        """``bm25(query, depth, filters)`` and ``knn(vector, depth, filters)`` in one round trip.
-        ``vector`` may be a function returning it only where ``capabilities.vector_beside_bm25``."""
+    def bm25_and_knn(self, query: str, vector: QueryVector, depth: int,
+                     filters: Filters | None = None) -> tuple[RankedList, RankedList]:
+        """The lists of ``bm25(query, depth, filters)`` and ``knn(vector.get(), depth, filters)``
+        in one round trip. The backend asks for the vector when it needs it (the embedded index:
+        while its BM25 list is scored on another thread)."""
 
 
 class ServerSideBackend(Backend, Protocol):
-    """A backend whose ``capabilities`` say ``server_side_hybrid`` / ``server_side_rerank``."""
+    """A backend whose ``capabilities`` say ``server_side_hybrid`` / ``server_side_rescore``."""
 
     def hybrid_server(self, query: str, vector: np.ndarray, depth: int, filters: Filters | None = None, *,
                       fusion: str = DEFAULT_FUSION, alpha: float = DEFAULT_ALPHA, rrf_k: int = RRF_K) -> list[Hit]:
         """Fused top ``depth`` computed by the engine with the ``fusion`` method and weights ``(1 - alpha, alpha)``."""
 
-    def rerank_server(self, query: str, vector: np.ndarray, depth: int = RERANK_DEPTH,
+    def rescore_server(self, query: str, vector: np.ndarray, depth: int = RESCORE_DEPTH,
                       filters: Filters | None = None) -> list[Hit]:
         """BM25 recall of ``depth`` re-ordered by vector similarity, in the engine."""
-
-
-class PageBackend(Backend, Protocol):
-    """A backend whose ``capabilities.fused_page`` is set."""
-
-    def fused_page(self, query: str, vector: np.ndarray | Callable[[], np.ndarray], depth: int,
-                   filters: Filters | None = None, *, fusion: FusionMethod, alpha: float, rrf_k: int,
-                   top_k: int) -> tuple[list[Fused], dict[str, Document]]:
-        """The first ``top_k`` of ``fusion.fuse(*bm25_and_knn(query, vector, depth, filters), ...)``
-        and the documents of those results."""
 
 
 class KnnSettingsBackend(Backend, Protocol):
@@ -196,14 +180,9 @@ def batches_lists(backend: Backend) -> TypeGuard[BatchedBackend]:
 
 
 def runs_in_engine(backend: Backend, mode: str) -> TypeGuard[ServerSideBackend]:
-    """True when ``backend`` runs ``mode`` (hybrid or rerank) inside its engine."""
-    caps = backend.capabilities
-    return caps.server_side_rerank if mode == "rerank" else caps.server_side_hybrid
-
-
-def fuses_pages(backend: Backend) -> TypeGuard[PageBackend]:
-    """True when ``backend`` fuses a hybrid page itself (its capabilities say so)."""
-    return backend.capabilities.fused_page
+    """True when ``backend`` runs ``mode`` (hybrid or rescore) inside its engine: its
+    capability ``server_side_<mode>`` says so."""
+    return bool(getattr(backend.capabilities, f"server_side_{mode}", False))
 
 
 def takes_knn_settings(backend: Backend) -> TypeGuard[KnnSettingsBackend]:

@@ -20,7 +20,7 @@ Why fusion is client-side: Elasticsearch's own hybrid tools (the ``rrf`` and ``l
 retrievers) need an Enterprise licence, and the Maven Central distribution has no
 ``rank-rrf`` module and no ``lang-painless`` (so no ``script_score``). hybrid-qpr sends the
 BM25 and kNN searches in one ``_msearch`` and fuses with ``hybrid_qpr.fusion`` using the
-defaults tuned for the index (kept in the mapping ``_meta``). The MSEM rerank scores the 30
+defaults tuned for the index (kept in the mapping ``_meta``). The MSEM rescore mode scores the 30
 BM25 candidates exactly with a ``knn`` search filtered to their ids.
 """
 
@@ -177,7 +177,7 @@ class ElasticsearchBackend(ClusterBackend):
         return {"size": depth, "_source": source_param(self.documents_in_hits), "knn": knn}
 
     def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
-        """Exact similarity of ``vector`` to the stored vectors of ``ids`` (MSEM rerank), without
+        """Exact similarity of ``vector`` to the stored vectors of ``ids`` (the MSEM rescore mode), without
         painless: a ``knn`` search restricted to those ids by an ``ids`` filter. When the filter
         matches no more documents than ``num_candidates``, Lucene scores them all exactly
         instead of walking the graph; measured exact to 1e-5 and faster than reading the

@@ -19,7 +19,7 @@ HNSW also filters efficiently inside the graph search, so filters go inside the 
 
 Server side (``capabilities``): neural-search's ``hybrid`` query fuses in the cluster with a
 search pipeline sent inline in the request, built from the same method, ``alpha`` and depth
-the client side would use; the MSEM rerank runs as a ``rescore`` with the k-NN plugin's
+the client side would use; the MSEM rescore mode runs as a ``rescore`` with the k-NN plugin's
 ``knn_score`` script.
 """
 
@@ -41,7 +41,7 @@ from hybrid_qpr.backends.cluster.connection import (HttpFailure, Transport, comp
 from hybrid_qpr.backends.cluster.probe import probe
 from hybrid_qpr.distance import check_distance, opensearch_space_type
 from hybrid_qpr.errors import BackendError, ConfigError, require
-from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS, RERANK_DEPTH, RRF_K, check_fusion
+from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS, RESCORE_DEPTH, RRF_K, check_fusion
 from hybrid_qpr.text.tokenizer import TOKEN_PATTERN
 from hybrid_qpr.types import Filters, Hit
 
@@ -226,7 +226,7 @@ class OpenSearchBackend(ClusterBackend):
     engine = "opensearch"
     vector_type = "knn_vector"
     bm25_analyzer = "hybrid_qpr_words"
-    capabilities = Capabilities(batched_bm25_and_knn=True, server_side_hybrid=True, server_side_rerank=True)
+    capabilities = Capabilities(batched_bm25_and_knn=True, server_side_hybrid=True, server_side_rescore=True)
 
     transport_class = OpenSearchTransport
     index_body = staticmethod(index_body)
@@ -260,7 +260,7 @@ class OpenSearchBackend(ClusterBackend):
 
     def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
         """Exact similarity of ``vector`` to the stored vectors of ``ids``, computed in the
-        cluster by the k-NN ``knn_score`` script over an ``ids`` query (MSEM rerank)."""
+        cluster by the k-NN ``knn_score`` script over an ``ids`` query (the MSEM rescore mode)."""
         ids = list(dict.fromkeys(ids))
         if not ids:
             return {}
@@ -309,7 +309,7 @@ class OpenSearchBackend(ClusterBackend):
             hits = [Hit(h.id, 0.5 * h.score, h.document) for h in hits]
         return hits
 
-    def rerank_server(self, query: str, vector: np.ndarray, depth: int = RERANK_DEPTH, filters: Filters | None = None) -> list[Hit]:
+    def rescore_server(self, query: str, vector: np.ndarray, depth: int = RESCORE_DEPTH, filters: Filters | None = None) -> list[Hit]:
         """The MSEM flow in one request: BM25 recall of ``depth``, then a ``rescore`` of that
         window with the ``knn_score`` script (BM25 weight 0), so the order is by vector similarity."""
         self.check_depth(depth, knn=False)
@@ -319,7 +319,7 @@ class OpenSearchBackend(ClusterBackend):
                 "rescore": {"window_size": depth, "query": {
                     "rescore_query": {"script_score": {"query": {"match_all": {}}, "script": self._score_script(vector)}},
                     "query_weight": 0.0, "rescore_query_weight": 1.0}}}
-        return self._to_hits(self._search(body, "server-side rerank", self._bm25_params()))
+        return self._to_hits(self._search(body, "server-side rescore", self._bm25_params()))
 
     def _require_pipeline(self, name: str) -> None:
         with translate(f"looking up search pipeline {name!r}", self.engine):

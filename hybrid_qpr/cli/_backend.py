@@ -44,7 +44,7 @@ def refuse_knn_options_on_a_cluster(connection: dict[str, Any], ef_search: int |
 def open_backend(index: str, connection: dict[str, Any]) -> "Backend":
     """The local index directory ``index``, or the index ``index`` of the cluster chosen by
     ``--opensearch [URL]`` / ``--elasticsearch [URL]``. This module is the one place that names
-    the backend classes: the commands use only the ``Backend`` contract."""
+    the backend classes (through ``connection.ENGINE_SPECS``): the commands use only the ``Backend`` contract."""
     cluster = open_cluster_index(index, connection)
     if cluster is not None:
         return cluster
@@ -56,18 +56,14 @@ def open_backend(index: str, connection: dict[str, Any]) -> "Backend":
 def open_cluster_index(index: str, connection: dict[str, Any]) -> "ClusterBackend | None":
     """The index ``index`` of the cluster chosen by ``--opensearch [URL]`` / ``--elasticsearch
     [URL]`` (None when neither was given), for what only a cluster index has (creation, drop)."""
+    from hybrid_qpr.backends.cluster.connection import ENGINE_SPECS, engine_module
     from hybrid_qpr.cli._common import chosen_engine, cluster_client
 
     engine = chosen_engine(connection)
-    if engine == "opensearch":
-        from hybrid_qpr.backends.opensearch import OpenSearchBackend
-
-        return OpenSearchBackend(cluster_client(**connection), index)
-    if engine == "elasticsearch":
-        from hybrid_qpr.backends.elasticsearch import ElasticsearchBackend
-
-        return ElasticsearchBackend(cluster_client(**connection), index)
-    return None
+    if engine is None:
+        return None
+    backend_class = getattr(engine_module(engine), ENGINE_SPECS[engine].backend_class)
+    return backend_class(cluster_client(**connection), index)
 
 
 def open_for_ingest(index: str, connection: dict[str, Any], model: str | None, *, faiss_kind: str, bm25_impl: str,

@@ -11,6 +11,21 @@ import click
 from hybrid_qpr.errors import HybridQPRError, missing_dependency
 
 
+class ModeChoice(click.Choice):
+    """The search modes (``search.MODES``, listed in ``--help``); a mode's name before
+    (``search.MODE_ALIASES``: ``rerank``) is accepted and read as the new one."""
+
+    def __init__(self) -> None:
+        from hybrid_qpr.search import MODES
+
+        super().__init__(MODES)
+
+    def convert(self, value, param, ctx):
+        from hybrid_qpr.search import MODE_ALIASES
+
+        return super().convert(MODE_ALIASES.get(value, value), param, ctx)
+
+
 # a path the file system refuses before anything is read: said in one line naming the path
 _PATH_ERRNOS = {
     errno.ENAMETOOLONG: "a name in this path is longer than the file system allows (255 bytes per name on most); "
@@ -89,12 +104,11 @@ def cnn_size_options(*, vocab: int, hash_bins: int, embedding_dim: int, channels
     return decorate
 
 
-from hybrid_qpr.backends.cluster.connection import ENGINE_NAMES  # noqa: E402  (stdlib-only module)
+from hybrid_qpr.backends.cluster.connection import (ENGINE_NAMES, ENGINES, engine_flag, engine_module,  # noqa: E402
+                                                    node_command)  # (a stdlib-only module)
 
-ENGINE_FLAGS = {"opensearch": "--opensearch", "elasticsearch": "--elasticsearch"}
 
-
-def cluster_options(func=None, *, engines: tuple[str, ...] = ("opensearch", "elasticsearch"),
+def cluster_options(func=None, *, engines: tuple[str, ...] = ENGINES,
                     selects_backend: bool = False):
     """Add the cluster connection options to a command: one URL flag per engine in ``engines``
     (``--opensearch [URL]``, ``--elasticsearch [URL]``) and ``--user``, ``--password``,
@@ -115,8 +129,8 @@ def cluster_options(func=None, *, engines: tuple[str, ...] = ("opensearch", "ela
         return lambda f: cluster_options(f, engines=engines, selects_backend=selects_backend)
     options = []
     for engine in engines:
-        name, flag, env = ENGINE_NAMES[engine], ENGINE_FLAGS[engine], f"HYBRID_QPR_{engine.upper()}_URL"
-        node = "'hybrid-qpr node start" + (" --engine elasticsearch'" if engine == "elasticsearch" else "'")
+        name, flag, env = ENGINE_NAMES[engine], engine_flag(engine), f"HYBRID_QPR_{engine.upper()}_URL"
+        node = node_command(engine, "start")
         if selects_backend or len(engines) > 1:
             options.append(click.option(
                 flag, engine, metavar="[URL]", is_flag=False, flag_value="", default=None,
@@ -151,30 +165,23 @@ def opensearch_options(func=None, *, selects_backend: bool = False):
 
 def chosen_engine(connection: dict) -> str | None:
     """The engine whose URL flag was given (a bare flag arrives as ""), or None for a local index."""
-    chosen = [engine for engine in ENGINE_FLAGS if connection.get(engine) is not None]
+    chosen = [engine for engine in ENGINES if connection.get(engine) is not None]
     if len(chosen) > 1:
-        raise click.UsageError("give either --opensearch or --elasticsearch, not both")
+        raise click.UsageError(f"give one of {' or '.join(engine_flag(engine) for engine in chosen)}, not several")
     return chosen[0] if chosen else None
 
 
-def cluster_client(opensearch=None, elasticsearch=None, user=None, password=None, api_key=None, ca_certs=None,
-                   verify_certs=None, timeout=30.0):
+def cluster_client(user=None, password=None, api_key=None, ca_certs=None, verify_certs=None, timeout=30.0,
+                   **urls):
     """A checked client of the engine chosen by the values of ``cluster_options``.
 
     The client libraries log every failed request with a traceback at WARNING; the CLI turns
     the failure into one clear line instead, so those loggers are quieted unless -v was given."""
     import logging
 
-    engine = chosen_engine({"opensearch": opensearch, "elasticsearch": elasticsearch}) or "opensearch"
+    engine = chosen_engine(urls) or ENGINES[0]  # the OpenSearch-only commands have no other flag
     if logging.getLogger().getEffectiveLevel() > logging.INFO:
-        for name in ("opensearch", "elasticsearch", "elastic_transport"):
+        for name in (*ENGINES, "elastic_transport"):  # the client libraries' loggers
             logging.getLogger(name).setLevel(logging.ERROR)
-    if engine == "elasticsearch":
-        from hybrid_qpr.backends.elasticsearch import connect
-    else:
-        from hybrid_qpr.backends.opensearch import connect
-    return connect((elasticsearch if engine == "elasticsearch" else opensearch) or None, username=user,
-                   password=password, api_key=api_key, ca_certs=ca_certs, verify_certs=verify_certs, timeout=timeout)
-
-
-opensearch_client = cluster_client  # the OpenSearch-only commands pass no --elasticsearch
+    return engine_module(engine).connect(urls.get(engine) or None, username=user, password=password, api_key=api_key,
+                                         ca_certs=ca_certs, verify_certs=verify_certs, timeout=timeout)

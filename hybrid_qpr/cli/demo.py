@@ -121,7 +121,7 @@ def demo(index, model, examples_dir, top_k, shown_queries) -> None:
                 table.add_row(str(i + 1), *[Text(_cell(answers[m][i] if i < len(answers[m]) else None, m, relevant))
                                             for m in modes])
             console.print(table)
-        results = evaluate(searcher, sample_queries(queries, qrels, None), qrels, modes=("bm25", "knn", "hybrid", "rerank"))
+        results = evaluate(searcher, sample_queries(queries, qrels, None), qrels)  # every mode (search.MODES)
         console.print()
         console.print(rich_table(results, f"Evaluation on the bank's test groups ({len(queries)} queries, retrieve 20, "
                                           "own id dropped; hybrid with the fusion tuned on val)", width=console.width))

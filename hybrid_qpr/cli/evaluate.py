@@ -12,9 +12,7 @@ from hybrid_qpr.cli._backend import model_option, reranker_options
 from hybrid_qpr.cli._tasks import task_options
 from hybrid_qpr.evaluation.significance import RESAMPLES, SEED as DEFAULT_SEED
 from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS
-from hybrid_qpr.search import MODES
-
-EVALUATED_MODES = ("bm25", "knn", "hybrid", "rerank")  # MODES, in the order of the report
+from hybrid_qpr.search import ACCEPTED_MODES, MODES
 
 
 @click.command()
@@ -27,7 +25,7 @@ EVALUATED_MODES = ("bm25", "knn", "hybrid", "rerank")  # MODES, in the order of 
 @click.option("--index", default=None,
               help="Index holding the BEIR corpus (local directory, or a cluster index with --opensearch/--elasticsearch). "
                    "Without it only the --run files are scored.")
-@click.option("--modes", default=",".join(EVALUATED_MODES), show_default=True, help="Comma-separated modes to compare.")
+@click.option("--modes", default=",".join(MODES), show_default=True, help="Comma-separated modes to compare.")
 @click.option("--run", "run_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="A TREC run file (query-id Q0 doc-id rank score tag) made by any system, scored and tested beside "
                    "the modes; named after the file without its suffix (FOLDER/NAME when that name is taken). Repeatable.")
@@ -158,7 +156,7 @@ def _search_modes(beir_dir, index, modes, sample, qrels, task, filter_field, fus
     from hybrid_qpr.search import HybridSearcher
 
     wanted = [m.strip() for m in modes.split(",") if m.strip()]
-    bad = [m for m in wanted if m not in MODES]
+    bad = [m for m in wanted if m not in ACCEPTED_MODES]
     if bad or not wanted:
         raise click.BadParameter(f"{', '.join(bad) or modes!r}: allowed modes are {', '.join(MODES)}", param_hint="--modes")
     backend = open_backend(index, connection)

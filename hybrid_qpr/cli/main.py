@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "reranker": ("hybrid_qpr.cli.reranker", "reranker", "Train or export a cross-encoder reranker (re-scores the top hits; --reranker DIR) [needs torch]."),
     "export": ("hybrid_qpr.cli.export", "export", "Export a trained encoder to ONNX (model.onnx, tokenizer.json, config.json)."),
     "ingest": ("hybrid_qpr.cli.ingest", "ingest", "Index questions into a local index directory or an OpenSearch/Elasticsearch index."),
-    "query": ("hybrid_qpr.cli.query", "query", "Search: bm25, knn, hybrid (fused) or rerank; one query or a batch file."),
+    "query": ("hybrid_qpr.cli.query", "query", "Search: bm25, knn, hybrid (fused) or rescore; one query or a batch file."),
     "delete": ("hybrid_qpr.cli.delete", "delete", "Delete documents by id from an index."),
     "index": ("hybrid_qpr.cli.index", "index", "Check, repair or optimize (merge) a local index directory; drop a cluster index."),
     "tune": ("hybrid_qpr.cli.tune", "tune", "Choose fusion method and weight on validation data; store them as index defaults."),

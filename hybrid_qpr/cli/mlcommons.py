@@ -6,7 +6,7 @@ import json
 
 import click
 
-from hybrid_qpr.cli._common import FiniteFloatRange, friendly_errors, opensearch_client, opensearch_options
+from hybrid_qpr.cli._common import FiniteFloatRange, cluster_client, friendly_errors, opensearch_options
 
 
 class _MLCommonsGroup(click.Group):
@@ -59,7 +59,7 @@ def register(model_dir, name, version, allow_local_upload, **connection) -> None
 
     require("onnx", feature="'hybrid-qpr mlcommons register' (it adapts the ONNX graph)")  # before connecting
 
-    client = opensearch_client(**connection)
+    client = cluster_client(**connection)
     click.echo(register_dir(client, model_dir, name, version=version, allow_local_upload=allow_local_upload))
 
 
@@ -78,7 +78,7 @@ def deploy(model_id, wait_s, **connection) -> None:
     """
     from hybrid_qpr.backends.mlcommons import deploy as deploy_model
 
-    task = deploy_model(opensearch_client(**connection), model_id, timeout=wait_s)
+    task = deploy_model(cluster_client(**connection), model_id, timeout=wait_s)
     click.echo(f"{model_id}: {task.get('state')} on {', '.join(task.get('worker_node') or [])}")
 
 
@@ -101,7 +101,7 @@ def undeploy(model_ids, every, **connection) -> None:
 
     if bool(model_ids) == every:
         raise click.UsageError("give the MODEL_IDs to undeploy, or --all")
-    client = opensearch_client(**connection)
+    client = cluster_client(**connection)
     model_ids = model_ids or [m["id"] for m in deployed_models(client)]
     if not model_ids:
         click.echo("no model is deployed")
@@ -132,7 +132,7 @@ def ingest_pipeline(model_id, name, source, target, **connection) -> None:
     """
     from hybrid_qpr.backends.mlcommons import put_ingest_pipeline
 
-    put_ingest_pipeline(opensearch_client(**connection), name, model_id, source, target)
+    put_ingest_pipeline(cluster_client(**connection), name, model_id, source, target)
     click.echo(f"ingest pipeline {name}: {source} -> {target} with model {model_id}")
 
 
@@ -151,7 +151,7 @@ def rerank_pipeline(model_id, name, field, **connection) -> None:
     """
     from hybrid_qpr.backends.mlcommons import put_rerank_pipeline
 
-    put_rerank_pipeline(opensearch_client(**connection), name, model_id, field)
+    put_rerank_pipeline(cluster_client(**connection), name, model_id, field)
     click.echo(f"search pipeline {name}: rerank on {field} with model {model_id}")
 
 
@@ -168,4 +168,4 @@ def status(model_id, **connection) -> None:
     """
     from hybrid_qpr.backends.mlcommons import status as model_status
 
-    click.echo(json.dumps(model_status(opensearch_client(**connection), model_id), indent=2, sort_keys=True))
+    click.echo(json.dumps(model_status(cluster_client(**connection), model_id), indent=2, sort_keys=True))

@@ -6,10 +6,10 @@ import json
 
 import click
 
-from hybrid_qpr.cli._common import cluster_options, FiniteFloatRange, friendly_errors
+from hybrid_qpr.cli._common import FiniteFloatRange, ModeChoice, cluster_options, friendly_errors
 from hybrid_qpr.cli._backend import FILTER_HELP, knn_search_options, model_option, reranker_options
 from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_DEPTH, DEFAULT_FUSION, FUSION_METHODS
-from hybrid_qpr.search import MODES, RERANK_DEPTH
+from hybrid_qpr.search import DEFAULT_MODE, RESCORE_DEPTH
 
 
 TEXT_MIN_WIDTH = 20  # below this the question text is unreadable: drop score columns first
@@ -86,8 +86,8 @@ def results_table(query: str, mode: str, results, offset: int = 0, width: int | 
 @click.option("--index", required=True, help="Local index directory, or the cluster index name with --opensearch/--elasticsearch.")
 @click.option("--queries", "queries_path", type=click.Path(allow_dash=True, dir_okay=False), default=None,
               help="Batch mode: a file with one query per line, or JSONL with id, text and optionally \"filter\": {\"field\": \"value\"} (merged with --filter) ('-' = stdin). Prints one JSON object per line.")
-@click.option("--mode", type=click.Choice(MODES), default=MODES[0], show_default=True,
-              help="hybrid fuses BM25 and kNN; rerank is the MSEM baseline (BM25 recall of --rerank-depth, re-ranked by the encoder).")
+@click.option("--mode", type=ModeChoice(), default=DEFAULT_MODE, show_default=True,
+              help="hybrid fuses BM25 and kNN; rescore is the MSEM baseline (BM25 recall of --rescore-depth, re-scored by the encoder; 'rerank', its name before, still works).")
 @click.option("-k", "--top-k", type=click.IntRange(min=1), default=10, show_default=True, help="Results per query (per page).")
 @click.option("--from", "offset", type=click.IntRange(min=0), default=0, show_default=True, help="Skip this many results (pagination): --from 10 -k 10 is page 2.")
 @click.option("--fusion", type=click.Choice(FUSION_METHODS), default=None,
@@ -96,7 +96,7 @@ def results_table(query: str, mode: str, results, offset: int = 0, width: int | 
               help=f"Weight of kNN in the fusion, BM25 gets 1 - alpha. [default: tuned value, else {DEFAULT_ALPHA}]")
 @click.option("--depth", type=click.IntRange(min=1), default=None,
               help=f"Candidates taken from each list before fusion. [default: the tuned depth, else {DEFAULT_DEPTH}; at least --from + k]")
-@click.option("--rerank-depth", type=click.IntRange(min=1), default=RERANK_DEPTH, show_default=True, help="BM25 candidates re-ranked in rerank mode.")
+@click.option("--rescore-depth", "--rerank-depth", "rerank_depth", type=click.IntRange(min=1), default=RESCORE_DEPTH, show_default=True, help="BM25 candidates re-scored in rescore mode.")
 @click.option("--filter", "filters", multiple=True, help=FILTER_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--server-side", is_flag=True, help="OpenSearch only: fuse (hybrid, with the same fusion, alpha and depth) or re-rank inside the cluster.")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from hybrid_qpr.cli._common import FiniteFloatRange, friendly_errors, opensearch_client, opensearch_options
+from hybrid_qpr.cli._common import FiniteFloatRange, cluster_client, friendly_errors, opensearch_options
 from hybrid_qpr.fusion import DEFAULT_ALPHA, FUSION_METHODS, RRF_K
 
 
@@ -38,7 +38,7 @@ def install(index, fusions, alpha, rrf_k, **connection) -> None:
     """
     from hybrid_qpr.backends.opensearch import OpenSearchBackend, install_pipelines
 
-    client = opensearch_client(**connection)
+    client = cluster_client(**connection)
     defaults = OpenSearchBackend(client, index).fusion_defaults if index else {}
     alpha = alpha if alpha is not None else float(defaults.get("alpha", DEFAULT_ALPHA))
     rrf_k = rrf_k if rrf_k is not None else int(defaults.get("rrf_k", RRF_K))

@@ -46,7 +46,7 @@ def default_judgments_dir(index: str, engine: str | None) -> Path:
 def serve(index, host, port, server_api_key, allowed_hosts, allow_index_writes, judgments_dir, min_tune_queries,
           ef_search, nprobe, model, reranker_dir, reranker_depth, **connection) -> None:
     """Serve the relevance workbench: a page at http://HOST:PORT/ showing bm25, knn, hybrid and
-    rerank side by side, with relevance buttons on every hit and a 'tune on my judgments'
+    rescore side by side, with relevance buttons on every hit and a 'tune on my judgments'
     button, and its JSON API under /api/ (described at /api/openapi.json).
 
     Other web pages cannot use it through your browser: only Host names it knows are answered,

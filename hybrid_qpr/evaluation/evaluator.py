@@ -26,7 +26,8 @@ from hybrid_qpr.evaluation.metrics import drop_self
 from hybrid_qpr.evaluation.tasks import TASKS, get_task
 from hybrid_qpr.filters import merge_filters
 from hybrid_qpr.fusion import DEFAULT_DEPTH, FUSION_METHODS
-from hybrid_qpr.types import Filters
+from hybrid_qpr.search import MODES, check_mode
+from hybrid_qpr.types import Filters, QueryVector
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ def latency_summary(seconds: Sequence[float]) -> dict[str, float]:
 
 
 def evaluate(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *,
-             modes: Sequence[str] = ("bm25", "knn", "hybrid", "rerank"), retrieve: int | None = None,
+             modes: Sequence[str] = MODES, retrieve: int | None = None,
              task: str = "paraphrase", query_filters: Mapping[str, Filters] | None = None,
              show_progress: bool = False, runs: dict[str, dict[str, list[str]]] | None = None,
              **search_kwargs: Any) -> dict[str, dict[str, Any]]:
@@ -125,6 +126,7 @@ def evaluate(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[s
     retrieve = spec.retrieve if retrieve is None else retrieve
     if retrieve < 1:
         raise ConfigError(f"retrieve={retrieve}: must be >= 1")
+    modes = [check_mode(mode) for mode in modes]  # an old name (rerank) is reported as the mode it now is
     shared = search_kwargs.pop("filters", None)
     filters = {q: merge_filters(shared, (query_filters or {}).get(q)) for q in queries}
     # With a reranker each mode is reported alone and as "<mode>+reranker" (its top
@@ -226,7 +228,7 @@ def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
     if depth < retrieve:
         raise ConfigError(f"depth={depth}: must be >= retrieve ({retrieve}) so fusion sees every candidate")
     own = query_filters or {}
-    cands = {qid: searcher.candidates(text, searcher.encoder.encode([text])[0], depth, own.get(qid))
+    cands = {qid: searcher.candidates(text, QueryVector.encoding(searcher.encoder, text), depth, own.get(qid))
              for qid, text in _maybe_track(queries.items(), len(queries), "tune: BM25 and kNN lists", show_progress)}
     return tune_candidates(cands, qrels, fusions=fusions, alphas=alphas, depth=depth, retrieve=retrieve, task=task,
                            show_progress=show_progress)

@@ -103,13 +103,13 @@ class Configuration:
     def parse(cls, spec: str) -> "Configuration":
         """``MODE[,fusion=F][,alpha=A][,index=DIR]``, e.g. ``hybrid,fusion=rrf,alpha=0.3`` or ``knn``."""
         from hybrid_qpr.fusion import FUSION_METHODS
-        from hybrid_qpr.search import MODES
+        from hybrid_qpr.search import ACCEPTED_MODES, MODE_ALIASES, MODES
 
         parts = [part.strip() for part in spec.split(",") if part.strip()]
-        if not parts or parts[0] not in MODES:
+        if not parts or parts[0] not in ACCEPTED_MODES:
             raise ConfigError(f"{spec!r}: a configuration starts with a mode ({', '.join(MODES)}), "
                               "e.g. 'hybrid,fusion=rrf,alpha=0.3'")
-        values: dict[str, Any] = {"mode": parts[0]}
+        values: dict[str, Any] = {"mode": MODE_ALIASES.get(parts[0], parts[0])}
         for part in parts[1:]:
             key, sep, value = part.partition("=")
             if not sep or key not in ("fusion", "alpha", "index") or key in values:

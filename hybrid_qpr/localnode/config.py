@@ -8,25 +8,47 @@ import json
 import logging
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from hybrid_qpr.artifacts import atomic_write
 from hybrid_qpr.localnode import security
+from hybrid_qpr.localnode.distributions import Distribution
 from hybrid_qpr.localnode.jdk import Jdk, modules
 from hybrid_qpr.localnode.layout import Member
 
-if TYPE_CHECKING:
-    from hybrid_qpr.localnode.node import LocalNode
-
 logger = logging.getLogger(__name__)
+
+
+class NodeView(Protocol):
+    """What configuring and checking a node (this module, ``health.py``) reads of a
+    ``node.LocalNode``: a protocol, so neither module imports ``node.py``, which imports them."""
+
+    engine: str
+    home: Path
+    node_dir: Path
+    dist: Distribution
+    cluster_name: str
+    nodes: int
+    members: list[Member]
+    secure: bool
+    credentials_file: Path
+    say: Callable[[str], None]  # reports a slow step
+
+    @property
+    def url(self) -> str: ...
+
+    def access(self) -> security.Access | None: ...
+
+    def log_tail(self, lines: int = 40, members: list[Member] | None = None) -> str: ...
 
 TOKEN_ATTRIBUTE = "hybrid_qpr_token"  # node.attr.<this>: proves a port is answered by our node
 VECTOR_MODULE = "jdk.incubator.vector"
 _DISABLED = f"# hybrid-qpr: this Java has no {VECTOR_MODULE}: "
 
 
-def prepare_member(node: "LocalNode", member: Member, token: str, jdk: Jdk) -> None:
+def prepare_member(node: NodeView, member: Member, token: str, jdk: Jdk) -> None:
     """The member's config/ (a copy of the installed one for a cluster node), data/, logs/, its
     yml and its jvm.options for ``jdk``."""
     config_dir = member.root / "config"
@@ -43,7 +65,7 @@ def prepare_member(node: "LocalNode", member: Member, token: str, jdk: Jdk) -> N
     (config_dir / node.dist.config_file).write_text(text, encoding="utf-8")
 
 
-def node_settings(node: "LocalNode", member: Member, token: str) -> dict[str, object]:
+def node_settings(node: NodeView, member: Member, token: str) -> dict[str, object]:
     """The settings of ``member``'s yml: names, token, paths, loopback ports, discovery, plugins, security."""
     dist = node.dist
     config: dict[str, object] = {
@@ -84,7 +106,7 @@ def node_settings(node: "LocalNode", member: Member, token: str) -> dict[str, ob
     return config
 
 
-def provision_secured(node: "LocalNode", member: Member) -> None:
+def provision_secured(node: NodeView, member: Member) -> None:
     """First start of the secured node: a fresh config/ and data/, a CA and node certificate,
     random passwords, and the users' bcrypt hashes in the engine's files (Elasticsearch's file
     realm, OpenSearch's security plugin configuration). The credentials file is written last:

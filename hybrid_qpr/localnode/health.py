@@ -8,16 +8,14 @@ import logging
 import time
 import urllib.error
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from hybrid_qpr.errors import ClusterError
 from hybrid_qpr.localnode import security
-from hybrid_qpr.localnode.config import TOKEN_ATTRIBUTE
+from hybrid_qpr.localnode.config import TOKEN_ATTRIBUTE, NodeView
 from hybrid_qpr.localnode.layout import Member
 from hybrid_qpr.localnode.process import live_pid
 
-if TYPE_CHECKING:
-    from hybrid_qpr.localnode.node import LocalNode
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +44,7 @@ class NodeStatus:
     credentials_file: str | None = None  # the secured node's URL, CA and users (mode 0600)
 
 
-def read_status(node: "LocalNode", token: str | None, with_plugins: bool = False) -> NodeStatus:
+def read_status(node: NodeView, token: str | None, with_plugins: bool = False) -> NodeStatus:
     """Each member's process and identity (``token``: the one the recorded start drew), then the
     health, version and (``with_plugins``) plugins from the first member that answers as ours."""
     rows, problem = [], None
@@ -81,7 +79,7 @@ def read_status(node: "LocalNode", token: str | None, with_plugins: bool = False
                       credentials_file=str(node.credentials_file) if node.secure else None)
 
 
-def wait_ready(node: "LocalNode", launched: list[Member], deadline: float, settle: float = 10.0) -> None:
+def wait_ready(node: NodeView, launched: list[Member], deadline: float, settle: float = 10.0) -> None:
     """Wait until every node has joined and health is green. Yellow that stays yellow with
     nothing initialising for ``settle`` seconds is accepted with a warning: an index created
     with more replicas than the nodes can hold can never be green, and that must not make
@@ -118,7 +116,7 @@ def wait_ready(node: "LocalNode", launched: list[Member], deadline: float, settl
                        f"(last: {last})\n{node.log_tail()}")
 
 
-def verify(node: "LocalNode", token: str) -> None:
+def verify(node: NodeView, token: str) -> None:
     """Each HTTP port must be answered by the node launched there, not by another server."""
     for member in node.members:
         found = identify(member.url, node.access())

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hybrid_qpr.fusion import FUSION_METHODS
+from hybrid_qpr.search import ACCEPTED_MODES, MODE_ALIASES
 from hybrid_qpr.workbench.guard import TOKEN_HEADER
 from hybrid_qpr.workbench.service import API_VERSION, COMPARE_MODES, Limits
 
@@ -52,7 +54,7 @@ def openapi_spec(limits: Limits = Limits(), extra_lists: tuple[str, ...] = ()) -
                      "either value; the older FIELD:VALUE is still read).",
                      {"type": "string", "pattern": "^[^=:]*\\S[^=:]*[=:]"}, array=True)
     fusion = _param("fusion", "Hybrid fusion method [default: the index's tuned one, else rrf].",
-                    {"type": "string", "enum": ["rrf", "minmax", "zscore", "l2"]})
+                    {"type": "string", "enum": list(FUSION_METHODS)})
     alpha = _param("alpha", "Weight of kNN in the fusion; BM25 gets 1 - alpha [default: tuned, else 0.5].",
                    {"type": "number", "minimum": 0, "maximum": 1})
     common_errors = _errors(400, 401, 413, 422, 502)
@@ -74,8 +76,9 @@ def openapi_spec(limits: Limits = Limits(), extra_lists: tuple[str, ...] = ()) -
                                                    **_errors(401)}}},
             "/api/search": {"get": {
                 "summary": "The hits of one mode, as 'hybrid-qpr query --json' prints them.",
-                "parameters": [query, _param("mode", "Search mode.", {"type": "string", "enum": list(COMPARE_MODES),
-                                                                      "default": "hybrid"}),
+                "parameters": [query, _param("mode", "Search mode" + "".join(
+                    f"; {old} is {new}'s name before" for old, new in MODE_ALIASES.items()) + ".", {
+                    "type": "string", "enum": list(ACCEPTED_MODES), "default": "hybrid"}),
                                k, _param("offset", "Hits skipped (pagination).",
                                          {"type": "integer", "minimum": 0, "maximum": limits.max_offset, "default": 0}),
                                filters, fusion, alpha],

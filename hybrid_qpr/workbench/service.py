@@ -22,13 +22,13 @@ from typing import Any
 
 from hybrid_qpr import fusion as fusion_lib
 from hybrid_qpr.errors import ConfigError, HybridQPRError
-from hybrid_qpr.search import MODES, HybridSearcher, SearchResult
+from hybrid_qpr.search import MODES, HybridSearcher, SearchResult, check_mode
 from hybrid_qpr.text.ids import id_problem
-from hybrid_qpr.types import Filters
+from hybrid_qpr.types import Filters, QueryVector
 from hybrid_qpr.workbench.judgments import RELEVANCE_LEVELS, JudgmentStore, lone_surrogate, normalize_query, query_id
 
 API_VERSION = "v1"
-COMPARE_MODES: tuple[str, ...] = ("bm25", "knn", "hybrid", "rerank")
+COMPARE_MODES: tuple[str, ...] = MODES  # one column each, in this order
 READ_ONLY = "this workbench does not write to the index (start serve with --allow-index-writes to let tune store its winner)"
 RERANKER_LIST = "reranker"  # the column of the searcher's cross-encoder over the hybrid's top hits, when it has one
 
@@ -175,7 +175,7 @@ class Workbench:
         return {"status": "ok", "api": API_VERSION, "index": self.index, "backend": self.backend, "documents": count,
                 "model": Path(str(self.searcher.encoder.model_dir)).name,
                 "fusion_defaults": {k: defaults[k] for k in ("fusion", "alpha", "depth") if k in defaults},
-                "modes": self.list_names, "judgments": judgments.count,
+                "modes": self.list_names, "fusions": list(fusion_lib.FUSION_METHODS), "judgments": judgments.count,
                 "reranker": None if self.searcher.reranker is None else {
                     "model": Path(str(self.searcher.reranker.model_dir)).name, "depth": self.searcher.reranker_depth},
                 "judged_queries": len(judgments.judged_queries()), "min_tune_queries": self.limits.min_tune_queries,
@@ -187,8 +187,10 @@ class Workbench:
                filters: Filters | None = None, fusion: str | None = None, alpha: float | None = None) -> dict[str, Any]:
         """The hits of ``hybrid-qpr query --json`` for one mode and page."""
         text = self.check_query(text)
-        if mode not in MODES:
-            raise RequestError(422, f"mode={mode!r}: allowed values are {', '.join(MODES)}")
+        try:
+            mode = check_mode(mode)  # an old name (rerank) answers as the mode it now is
+        except ConfigError as exc:
+            raise RequestError(422, str(exc)) from None
         self.check_page(k, offset)
         self.check_fusion(fusion, alpha)
         self.check_filters(filters)
@@ -207,16 +209,16 @@ class Workbench:
         self.check_fusion(fusion, alpha)
         self.check_filters(filters)
         with self._lock.reading():
-            vector = self.searcher.encoder.encode([text])[0]  # once for every list that needs it
+            vector = QueryVector.encoding(self.searcher.encoder, text)  # once, for every list that needs it
             # the modes' own lists (reranker_depth 0), then the reranker's order of the hybrid's top hits
             lists = {mode: self.searcher.search(text, mode=mode, top_k=k, filters=filters, fusion=fusion,  # type: ignore[arg-type]
-                                                alpha=alpha, vector=None if mode == "bm25" else vector, reranker_depth=0)
+                                                alpha=alpha, vector=vector, reranker_depth=0)
                      for mode in COMPARE_MODES}
             if self.searcher.reranker is not None:
                 lists[RERANKER_LIST] = self.searcher.search(text, mode="hybrid", top_k=k, filters=filters, fusion=fusion,
                                                             alpha=alpha, vector=vector)
             for name, source in self.extra_lists.items():
-                lists[name] = source(text, vector, k, filters)
+                lists[name] = source(text, vector.get(), k, filters)
             settings = self._settings(fusion, alpha, k)
         ranks = {name: {r.id: rank for rank, r in enumerate(results, start=1)} for name, results in lists.items()}
         out_lists = {}

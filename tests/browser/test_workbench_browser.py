@@ -49,7 +49,7 @@ def test_page_queries_judges_and_tunes(browser, tmp_path, committed_encoder):
         browser.get(f"{url}/?" + urllib.parse.urlencode({"q": query, "k": 5}))
         wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".column .hit")) == 20)
         columns = browser.find_elements(By.CSS_SELECTOR, ".column")
-        assert [c.get_attribute("data-mode") for c in columns] == ["bm25", "knn", "hybrid", "rerank"]
+        assert [c.get_attribute("data-mode") for c in columns] == ["bm25", "knn", "hybrid", "rescore"]
         assert browser.find_element(By.ID, "q").get_attribute("value") == query
         assert "270 documents" in browser.find_element(By.ID, "health").text
         assert browser.find_element(By.ID, "writes").text.startswith("Index writes on")

@@ -19,7 +19,7 @@ import pytest
 from hybrid_qpr.backends.base import (Backend, Capabilities, batches_lists, runs_in_engine, takes_knn_settings)
 from hybrid_qpr.errors import ConfigError
 from hybrid_qpr.search import HybridSearcher
-from hybrid_qpr.types import Document
+from hybrid_qpr.types import Document, QueryVector
 
 BACKENDS = ("local", pytest.param("opensearch", marks=pytest.mark.cluster),
             pytest.param("elasticsearch", marks=pytest.mark.cluster))
@@ -118,7 +118,7 @@ def test_capabilities_say_which_optional_protocol_a_backend_offers(filled, commi
     caps = backend.capabilities
     assert batches_lists(backend) == caps.batched_bm25_and_knn
     assert takes_knn_settings(backend) == caps.knn_search_settings
-    for mode, offered in (("hybrid", caps.server_side_hybrid), ("rerank", caps.server_side_rerank)):
+    for mode, offered in (("hybrid", caps.server_side_hybrid), ("rescore", caps.server_side_rescore)):
         assert runs_in_engine(backend, mode) == offered
         searcher = HybridSearcher(backend, committed_encoder)
         if offered:
@@ -136,7 +136,7 @@ def test_a_backend_without_batched_lists_is_searched_list_by_list(filled, commit
     searcher = HybridSearcher(backend, committed_encoder)
     vector = committed_encoder.encode([QUERY])[0]
     filters = {"lang": "en"}
-    batched = searcher.candidates(QUERY, vector, 20, filters)
+    batched = searcher.candidates(QUERY, QueryVector.of(vector), 20, filters)
     batched_results = searcher.search(QUERY, top_k=10, fusion="rrf", alpha=0.5)
 
     def unreachable(*args, **kwargs):
@@ -146,12 +146,12 @@ def test_a_backend_without_batched_lists_is_searched_list_by_list(filled, commit
     backend.bm25_and_knn = unreachable
     try:
         assert not batches_lists(backend)
-        separate = searcher.candidates(QUERY, vector, 20, filters)
+        separate = searcher.candidates(QUERY, QueryVector.of(vector), 20, filters)
         _assert_same_hits(separate.bm25, batched.bm25)
         _assert_same_hits(separate.knn, batched.knn)
         _assert_same_hits(separate.bm25, backend.bm25(QUERY, 20, filters))
         _assert_same_hits(separate.knn, backend.knn(vector, 20, filters))
-        # hybrid search through the fallback: the encoding is a function where vector_beside_bm25 is set
+        # hybrid search through the fallback: the query's encoding asked for by the kNN call
         results = searcher.search(QUERY, top_k=10, fusion="rrf", alpha=0.5)
         assert [(r.id, r.text, r.bm25 and r.bm25.rank, r.knn and r.knn.rank) for r in results] == \
             [(r.id, r.text, r.bm25 and r.bm25.rank, r.knn and r.knn.rank) for r in batched_results]

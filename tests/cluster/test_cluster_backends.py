@@ -15,7 +15,7 @@ from hybrid_qpr.backends.base import Backend
 from hybrid_qpr.distance import similarity
 from hybrid_qpr.errors import BackendError, ClusterError, ModelMismatchError
 from hybrid_qpr.search import HybridSearcher
-from hybrid_qpr.types import Document
+from hybrid_qpr.types import Document, QueryVector
 
 # The backend contract also runs in the smoke phase against OpenSearch 2.19.6 (scripts/test).
 pytestmark = [pytest.mark.cluster, pytest.mark.smoke]
@@ -126,10 +126,10 @@ def test_bm25_and_knn_in_one_round_trip_match_the_separate_searches(filled, comm
     backend, _ = filled
     vector = committed_encoder.encode(["how do i change my password?"])[0]
     for filters in (None, {"lang": "de"}):
-        bm25, knn = backend.bm25_and_knn("change my password", vector, 20, filters)
-        assert bm25 and knn
-        assert [h.id for h in bm25] == [h.id for h in backend.bm25("change my password", 20, filters)]
-        assert [h.id for h in knn] == [h.id for h in backend.knn(vector, 20, filters)]
+        bm25, knn = backend.bm25_and_knn("change my password", QueryVector.of(vector), 20, filters)
+        assert bm25.ids and knn.ids
+        assert bm25.ids == [h.id for h in backend.bm25("change my password", 20, filters)]
+        assert knn.ids == [h.id for h in backend.knn(vector, 20, filters)]
 
 
 def test_delete_removes_and_counts(filled, question_bank):
@@ -176,7 +176,7 @@ def test_missing_index_and_unreachable_node_give_clear_errors(cluster_backend, c
     with pytest.raises(BackendError, match=f"does not exist; create it with 'hybrid-qpr ingest FILE --{cluster_engine}"):
         cluster_backend.bm25("x", 5)
     with pytest.raises(BackendError, match="does not exist"):
-        cluster_backend.bm25_and_knn("x", vector, 5)  # _msearch reports it per item, not as an HTTP error
+        cluster_backend.bm25_and_knn("x", QueryVector.of(vector), 5)  # _msearch reports it per item, not as an HTTP error
     with pytest.raises(BackendError, match="does not exist"):
         cluster_backend.delete(["a"])
     engine = importlib.import_module(f"hybrid_qpr.backends.{cluster_engine}")

@@ -150,7 +150,7 @@ def test_a_node_that_starts_refusing_mid_ingest_stops_it_with_its_own_error_and_
         # the requests in flight when the first refusal came are refused too, and nothing after them
         assert 1 <= proxy.counts["refused_requests"] <= PINNED_IN_FLIGHT
         assert not [t for t in threading.enumerate() if t.name.startswith(("hybrid-qpr-read-ahead", "hybrid-qpr-bulk"))]
-        direct._refresh()  # the failed ingest did not get to its refresh
+        direct.refresh_index()  # the failed ingest did not get to its refresh
         assert direct.count() == 40  # the two requests let through, nothing after the refusal
     finally:
         direct.drop()

@@ -25,7 +25,7 @@ import uuid
 import pytest
 
 from hybrid_qpr.testing.scores import same_scores
-from hybrid_qpr.types import Document
+from hybrid_qpr.types import Document, QueryVector
 
 pytestmark = [pytest.mark.cluster, pytest.mark.multinode]
 
@@ -87,8 +87,8 @@ def test_sharded_bm25_scores_equal_one_shard_by_default(make_backend, committed_
         expected = _scores(single.bm25(query, everything))
         assert expected and _same(_scores(sharded.bm25(query, everything)), expected), query
         vector = committed_encoder.encode([query])[0]
-        bm25_list, _ = sharded.bm25_and_knn(query, vector, everything)
-        assert _same(_scores(bm25_list), expected), query
+        bm25_list, _ = sharded.bm25_and_knn(query, QueryVector.of(vector), everything)
+        assert _same(_scores(bm25_list.hits()), expected), query
         differs += not _same(_scores(per_shard.bm25(query, everything)), expected)
     assert differs >= len(queries) // 2  # per-shard statistics really change the scores on this corpus
     # server-side hybrid runs query_then_fetch (under dfs neural-search skips its pipeline and
@@ -98,7 +98,7 @@ def test_sharded_bm25_scores_equal_one_shard_by_default(make_backend, committed_
         fused = sharded.hybrid_server(doc.text, vector, 30)
         assert fused[0].id == doc.id and len({h.id for h in fused}) == len(fused) == 30
         assert all(0.0 < h.score < 1.0 for h in fused)
-        assert sharded.rerank_server(doc.text, vector, 30)[0].id == doc.id
+        assert sharded.rescore_server(doc.text, vector, 30)[0].id == doc.id
 
 
 def _node_pid(trio, position: int) -> int:

@@ -13,6 +13,7 @@ import pytest
 from hybrid_qpr.backends.opensearch import OpenSearchBackend, index_body, install_pipelines, pipeline_body
 from hybrid_qpr.errors import BackendError, ModelMismatchError
 from hybrid_qpr.search import HybridSearcher
+from hybrid_qpr.types import QueryVector
 
 pytestmark = [pytest.mark.cluster, pytest.mark.engines("opensearch")]
 
@@ -28,7 +29,7 @@ def test_layout_is_a_lucene_knn_vector(filled, committed_encoder):
     backend, _ = filled
     vector = backend.meta["_properties"]["embedding"]
     assert (vector["type"], vector["dimension"], vector["method"]["engine"]) == ("knn_vector", committed_encoder.dim, "lucene")
-    assert backend.capabilities.server_side_hybrid and backend.capabilities.server_side_rerank
+    assert backend.capabilities.server_side_hybrid and backend.capabilities.server_side_rescore
 
 
 def test_wrong_dims_field_type_or_model_is_refused(cluster_client, cluster_backend, committed_encoder, question_bank):
@@ -61,7 +62,7 @@ def test_filters_apply_to_every_mode(filled, committed_encoder, question_bank):
     runs = {
         "bm25": backend.bm25("change my password", 20, {"lang": "de"}),
         "knn": backend.knn(vector, 20, {"lang": "de"}),
-        "rerank": backend.rerank_server("change my password", vector, 30, {"lang": "de"}),
+        "rerank": backend.rescore_server("change my password", vector, 30, {"lang": "de"}),
         "hybrid_server": backend.hybrid_server("change my password", vector, 20, {"lang": "de"}),
     }
     for mode, hits in runs.items():
@@ -116,7 +117,7 @@ def test_missing_pipeline_and_index_give_clear_errors(cluster_client, filled, co
     with pytest.raises(BackendError, match="does not exist; create it with 'hybrid-qpr ingest"):
         absent.bm25("x", 5)
     with pytest.raises(BackendError, match="does not exist; create it with 'hybrid-qpr ingest"):
-        absent.bm25_and_knn("x", vector, 5)  # _msearch reports it per item, not as an HTTP error
+        absent.bm25_and_knn("x", QueryVector.of(vector), 5)  # _msearch reports it per item, not as an HTTP error
 
 
 

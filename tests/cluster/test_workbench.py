@@ -69,13 +69,14 @@ def test_health(api):
     assert status == 200
     assert body["documents"] == 270 and body["status"] == "ok"
     assert body["model"] and body["index"] and body["backend"] in ("local", "opensearch", "elasticsearch")
-    assert body["modes"] == ["bm25", "knn", "hybrid", "rerank"]
+    assert body["modes"] == ["bm25", "knn", "hybrid", "rescore"]
 
 
-@pytest.mark.parametrize("mode", ["bm25", "knn", "hybrid", "rerank"])
+@pytest.mark.parametrize("mode", ["bm25", "knn", "hybrid", "rescore", "rerank"])
 def test_search_returns_the_query_json_hits(api, mode):
+    """Every mode, and ``rerank`` (rescore's name before), answered as the mode it is."""
     status, body = get(api, "search", q="how do i reset my netflix password", mode=mode, k=5)
-    assert status == 200 and body["mode"] == mode and len(body["hits"]) == 5
+    assert status == 200 and body["mode"] == {"rerank": "rescore"}.get(mode, mode) and len(body["hits"]) == 5
     for hit in body["hits"]:
         assert set(hit) == HIT_KEYS
     assert body["hits"][0]["id"].startswith("netflix-password")
@@ -125,7 +126,7 @@ def test_search_refuses_bad_input_with_a_json_error(api, params, status, words):
 
 def test_compare_lists_every_mode_with_cross_ranks(api):
     status, body = get(api, "compare", q="i can't remember my netflix login", k=5)
-    assert status == 200 and body["modes"] == ["bm25", "knn", "hybrid", "rerank"]
+    assert status == 200 and body["modes"] == ["bm25", "knn", "hybrid", "rescore"]
     lists = body["lists"]
     for mode, hits in lists.items():
         assert [h["rank"] for h in hits] == list(range(1, len(hits) + 1)) and len(hits) == 5
@@ -344,7 +345,7 @@ def test_compare_adds_the_reranker_column_when_one_is_configured(tmp_path, commi
                 reranker=str(reranker_dir)) as url:
         api = url + "/api"
         status, health = get(api, "health")
-        assert status == 200 and health["modes"] == ["bm25", "knn", "hybrid", "rerank", "reranker"]
+        assert status == 200 and health["modes"] == ["bm25", "knn", "hybrid", "rescore", "reranker"]
         assert health["reranker"]["model"] == reranker_dir.name and health["reranker"]["depth"] == 20
         status, body = get(api, "compare", q="i can't remember my netflix login", k=5)
         assert status == 200 and body["modes"] == health["modes"]
@@ -354,6 +355,6 @@ def test_compare_adds_the_reranker_column_when_one_is_configured(tmp_path, commi
         assert len(reranked) == 5 and [h["cross_encoder"]["rank"] for h in reranked] == [1, 2, 3, 4, 5]
         scores = [h["cross_encoder"]["score"] for h in reranked]
         assert scores == sorted(scores, reverse=True)
-        assert all(set(h["ranks"]) == {"bm25", "knn", "hybrid", "rerank"} for h in reranked)
+        assert all(set(h["ranks"]) == {"bm25", "knn", "hybrid", "rescore"} for h in reranked)
         status, spec = get(api, "openapi.json")
         assert status == 200 and "reranker" in json.dumps(spec)

@@ -37,5 +37,5 @@ def test_sample_pairs_go_from_dataset_to_evaluation(tmp_path):
     assert "stored as the default fusion" in tuned
     run("evaluate", "--beir", f"{data}/beir", "--split", "test", "--index", index, "--out", report, "--no-plot")
     results = json.loads((Path(report) / "report.json").read_text())["results"]
-    assert set(results) == {"bm25", "knn", "hybrid", "rerank"}
+    assert set(results) == {"bm25", "knn", "hybrid", "rescore"}  # rerank: rescore's name before
     assert all(0 < r["metrics"]["MRR@20"] <= 1 for r in results.values())

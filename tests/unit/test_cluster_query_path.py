@@ -15,6 +15,7 @@ from hybrid_qpr.backends.elasticsearch import ElasticsearchBackend
 from hybrid_qpr.backends.opensearch import OpenSearchBackend
 from hybrid_qpr.errors import ClusterError, ConfigError
 from hybrid_qpr.search import HybridSearcher
+from hybrid_qpr.types import QueryVector
 
 
 class StubEncoder:
@@ -107,7 +108,7 @@ def test_bm25_search_type_follows_the_shard_count(shards, expected):
     backend = backend_over(transport)
     backend.bm25("question", 5)
     assert transport.requests[-1][3]["search_type"] == expected
-    backend.bm25_and_knn("question", np.ones(4, dtype=np.float32), 5)
+    backend.bm25_and_knn("question", QueryVector.of(np.ones(4, dtype=np.float32)), 5)
     headers = [json.loads(line) for line in transport.requests[-1][2].splitlines()[0::2]]
     assert headers == [{"index": "idx", "search_type": expected}, {"index": "idx"}]  # kNN needs no term statistics
     backend.hybrid_server("question", np.ones(4, dtype=np.float32), 5)
@@ -141,8 +142,8 @@ def test_a_search_that_lost_shards_is_sent_again_then_refused(monkeypatch):
     assert [h.id for h in backend_over(transport).bm25("question", 3)] == ["d0", "d1", "d2"]
     assert transport.paths().count("/idx/_search") == 3
     transport.failures = 4  # two tries of a two-search _msearch
-    bm25, knn = backend_over(transport).bm25_and_knn("question", np.ones(4, dtype=np.float32), 3)
-    assert len(bm25) == len(knn) == 3 and transport.paths().count("/_msearch") == 3
+    bm25, knn = backend_over(transport).bm25_and_knn("question", QueryVector.of(np.ones(4, dtype=np.float32)), 3)
+    assert len(bm25.ids) == len(knn.ids) == 3 and transport.paths().count("/_msearch") == 3
     transport.failures = cluster_backend.PARTIAL_RETRIES + 1
     with pytest.raises(ClusterError, match="shard\\(s\\) failed on each of 4 tries"):
         backend_over(transport).bm25("question", 3)

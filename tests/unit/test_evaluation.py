@@ -47,7 +47,7 @@ def bank(tmp_path_factory, committed_encoder, question_bank):
 def test_evaluate_drops_the_query_itself_and_times_each_mode(bank):
     searcher, queries, qrels = bank
     results = evaluate(searcher, queries, qrels, modes=("bm25", "knn", "hybrid", "rerank"))
-    assert set(results) == {"bm25", "knn", "hybrid", "rerank"}
+    assert set(results) == {"bm25", "knn", "hybrid", "rescore"}  # rerank: rescore's name before
     for r in results.values():
         assert r["queries"] == 200 and 0.0 < r["metrics"]["MRR@20"] <= 1.0
         assert r["latency"]["p50_ms"] > 0 and r["latency"]["qps"] > 0

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from hybrid_qpr.backends.local import LocalIndex
 from hybrid_qpr.cli.main import cli
 from hybrid_qpr.errors import IndexDamagedError, IndexStorageError
-from hybrid_qpr.types import Document
+from hybrid_qpr.types import Document, QueryVector
 
 NOBODY = 65534
 
@@ -96,8 +96,8 @@ def test_a_huge_k_or_offset_is_clamped_to_the_index(small_index, committed_encod
     vector = committed_encoder.encode([question_bank[3].text])[0]
     assert len(idx.knn(vector, 1_000_000_000)) == len(question_bank)
     assert len(idx.bm25("password", 1_000_000_000)) == 10  # only the documents that match
-    bm25_hits, knn_hits = idx.bm25_and_knn("password", vector, 1_000_000_000)
-    assert len(knn_hits) == len(question_bank) and len(bm25_hits) == 10
+    bm25_list, knn_list = idx.bm25_and_knn("password", QueryVector.of(vector), 1_000_000_000)
+    assert len(knn_list.ids) == len(question_bank) and len(bm25_list.ids) == 10
     for mode in ("hybrid", "knn", "bm25", "rerank"):
         out = run("query", "how do i change my password?", "--index", str(small_index), "--mode", mode, "--json",
                   "-k", "1000000000")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from hybrid_qpr.backends.base import Backend
-from hybrid_qpr.types import Document
+from hybrid_qpr.types import Document, QueryVector
 from hybrid_qpr.backends.local import LocalIndex, faiss_factory
 from hybrid_qpr.distance import similarity
 from hybrid_qpr.encoders import Encoder
@@ -310,14 +310,16 @@ def test_first_kept_counts_a_vector_exactly_as_near_as_the_exact_first():
 def test_bm25_and_knn_together_equal_the_two_lists(index, committed_encoder):
     for query in ("how do i change my password", "delete my account"):
         vec = committed_encoder.encode([query])[0]
-        assert index.bm25_and_knn(query, vec, 20) == (index.bm25(query, 20), index.knn(vec, 20))
+        lists = index.bm25_and_knn(query, QueryVector.of(vec), 20)
+        assert [found.hits() for found in lists] == [index.bm25(query, 20), index.knn(vec, 20)]
         filters = {"topic": "password"}
-        assert index.bm25_and_knn(query, vec, 5, filters) == (index.bm25(query, 5, filters), index.knn(vec, 5, filters))
+        lists = index.bm25_and_knn(query, QueryVector.of(vec), 5, filters)
+        assert [found.hits() for found in lists] == [index.bm25(query, 5, filters), index.knn(vec, 5, filters)]
 
 
 def test_bm25_list_is_scored_on_the_worker_while_the_query_is_encoded(index, committed_encoder, monkeypatch):
-    """A hybrid query's encoding overlaps the BM25 list: ``bm25_and_knn`` takes the vector as a
-    function and calls it on the calling thread while the worker scores BM25 (the encoding here
+    """A hybrid query's encoding overlaps the BM25 list: ``bm25_and_knn`` takes the query's
+    ``QueryVector`` and computes it on the calling thread while the worker scores BM25 (the encoding here
     waits until the worker has scored it); lists and search results are unchanged."""
     from hybrid_qpr.backends.local import blockmax
     from hybrid_qpr.search import HybridSearcher
@@ -344,11 +346,12 @@ def test_bm25_list_is_scored_on_the_worker_while_the_query_is_encoded(index, com
             assert scored.wait(10), "the worker did not score BM25 while the query was encoded"
             return vec
 
-        assert index.bm25_and_knn(query, vector_of, 20) == index.bm25_and_knn(query, vec, 20)
+        assert index.bm25_and_knn(query, QueryVector(vector_of), 20) == index.bm25_and_knn(query, QueryVector.of(vec), 20)
         assert threads == [threading.current_thread().name] and scored_on[0].startswith("hybrid-qpr-query")
         assert searcher.search(query, mode="hybrid") == searcher.search(query, mode="hybrid", vector=vec)
-    assert index.bm25_and_knn("delete my account", vector_of, 5, {"topic": "password"}) == \
-        (index.bm25("delete my account", 5, {"topic": "password"}), index.knn(vec, 5, {"topic": "password"}))
+    lists = index.bm25_and_knn("delete my account", QueryVector(vector_of), 5, {"topic": "password"})
+    assert [found.hits() for found in lists] == \
+        [index.bm25("delete my account", 5, {"topic": "password"}), index.knn(vec, 5, {"topic": "password"})]
 
 
 def test_an_index_that_records_the_old_scorer_name_still_opens(index):

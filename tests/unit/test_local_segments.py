@@ -13,7 +13,7 @@ from hybrid_qpr.backends.local.bm25 import BM25_B, BM25_K1
 from hybrid_qpr.backends.local.merge import plan_merge
 from hybrid_qpr.errors import ConfigError
 from hybrid_qpr.text import tokenize
-from hybrid_qpr.types import Document
+from hybrid_qpr.types import Document, QueryVector
 
 QUERIES = ["how do i change my password", "where do i find my invoice invoice", "who can see my avatar",
            "delete my bank account", "what is the way to reset my security question", "zzz unknown words"]
@@ -63,14 +63,14 @@ def test_compiled_bm25_top_list_equals_scoring_every_document(segmented):
     when numba is missing (the NumPy path). tests/unit/test_bm25_pruning.py checks the scorer on
     random corpora."""
     from hybrid_qpr.backends.local import blockmax
-    from hybrid_qpr.backends.local.ranking import Candidates, merge_ranked
+    from hybrid_qpr.backends.local.ranking import Candidates, entry_hits, ranked_entries
 
     def reference(query: str, depth: int):
         found = []
         for seg, scores in zip(segmented.segments, segmented._bm25_scores(tokenize(query))):
             rows = np.flatnonzero(scores > 0)
             found.append(Candidates.best(seg, scores[rows], rows, depth))
-        return merge_ranked(found, depth)
+        return entry_hits(ranked_entries(found, depth), {})
 
     assert blockmax._top_kernel() is not None, "numba is a core dependency"
     for query in QUERIES + ["my my my password password ?"]:
@@ -193,7 +193,7 @@ def test_several_hnsw_segments_asked_for_their_share_lose_nothing(tmp_path, comm
     exact = similarity(vec[None, :], committed_encoder.encode([d.text for d in docs]), idx.distance)[0]
     best = sorted(zip(exact.tolist(), [d.id for d in docs]), key=lambda sd: (-sd[0], sd[1]))[:20]
     assert all(doc_id.startswith("p") for _, doc_id in best)  # the small segment holds the whole top 20
-    for hits in (idx.knn(vec, 20), idx.bm25_and_knn("how do i change my password", vec, 20)[1]):
+    for hits in (idx.knn(vec, 20), idx.bm25_and_knn("how do i change my password", QueryVector.of(vec), 20)[1].hits()):
         assert [h.id for h in hits] == [doc_id for _, doc_id in best]
         assert [h.score for h in hits] == pytest.approx([score for score, _ in best], abs=1e-3)
 

@@ -114,9 +114,10 @@ def segmented_searcher(tmp_path_factory, committed_encoder, question_bank):
 
 @pytest.mark.parametrize("fusion", ["rrf", "minmax", "zscore", "l2"])
 @pytest.mark.parametrize("which", ["searcher", "segmented_searcher"])
-def test_local_fused_page_is_the_fusion_of_the_two_lists(request, which, fusion, held_out_queries):
-    """``LocalIndex.fused_page`` (ids and scores, no Hit objects) gives exactly what
-    ``fusion.fuse`` of ``bm25_and_knn``'s lists gives: ids, scores, ranks, order and documents."""
+def test_local_hybrid_page_is_the_fusion_of_the_two_lists(request, which, fusion, held_out_queries):
+    """A hybrid page (``bm25_and_knn``'s ranked lists fused by ids and scores, documents read by
+    the rows noted while ranking) is exactly ``fusion.fuse`` of the separate ``bm25`` and ``knn``
+    hits: ids, scores, ranks, order and documents."""
     from hybrid_qpr.fusion import fuse
 
     searcher = request.getfixturevalue(which)
@@ -128,7 +129,7 @@ def test_local_fused_page_is_the_fusion_of_the_two_lists(request, which, fusion,
                                                      (0.8, 30, 7, 2, {"lang": "de"})]:
             got = searcher.search(query, mode="hybrid", fusion=fusion, alpha=alpha, depth=depth, top_k=top_k,
                                   offset=offset, filters=filters)
-            bm25, knn = backend.bm25_and_knn(query, vector, depth, filters)
+            bm25, knn = backend.bm25(query, depth, filters), backend.knn(vector, depth, filters)
             page = fuse(bm25, knn, fusion=fusion, alpha=alpha, depth=depth, top_k=offset + top_k)[offset:]
             docs = backend.documents([item.id for item in page])
             want = [(f.id, f.score, f.scores, f.ranks, docs[f.id].text, docs[f.id].metadata) for f in page]

@@ -12,6 +12,7 @@ import numpy as np
 from hybrid_qpr.backends.local import LocalIndex
 from hybrid_qpr.backends.local.commit import write_manifest
 from hybrid_qpr.backends.local.textstore import FILES, TextStore, write_texts
+from hybrid_qpr.search import HybridSearcher
 from hybrid_qpr.types import Document
 
 TEXTS = ["how do i change my password?", "", "größe ändern – ça marche? 🙂", "a\nb\tc"]
@@ -48,9 +49,9 @@ def test_pages_read_the_store_and_equal_sqlite(tmp_path, committed_encoder, ques
     assert not {doc_id for doc_id, _, _ in seg.documents_at(rows)} & set(gone)
     texts = {d.id: d.text for d in question_bank}
     vector = committed_encoder.encode(["how do i change my password"], show_progress=False)[0]
-    page, docs = idx.fused_page("how do i change my password", vector, 20, fusion="rrf", alpha=0.5, rrf_k=60, top_k=10)
-    assert len(page) == 10 and all(docs[item.id].text == texts[item.id] for item in page)
-    assert all(docs[item.id].metadata == next(d.metadata for d in question_bank if d.id == item.id) for item in page)
+    page = HybridSearcher(idx, committed_encoder).search("how do i change my password", vector=vector, depth=20)
+    assert len(page) == 10 and all(item.text == texts[item.id] for item in page)
+    assert all(item.metadata == next(d.metadata for d in question_bank if d.id == item.id) for item in page)
 
 
 def test_an_index_written_before_reads_sqlite_and_optimize_adds_the_store(tmp_path, committed_encoder, question_bank):
@@ -70,14 +71,14 @@ def test_an_index_written_before_reads_sqlite_and_optimize_adds_the_store(tmp_pa
     assert {doc_id: doc.text for doc_id, doc in found.items()} == {d.id: d.text for d in question_bank[:20]}
     hits = older.bm25("how do i change my password", 10)
     vector = committed_encoder.encode(["how do i change my password"], show_progress=False)[0]
-    page, docs = older.fused_page("how do i change my password", vector, 20, fusion="rrf", alpha=0.5, rrf_k=60, top_k=10)
+    page = HybridSearcher(older, committed_encoder).search("how do i change my password", vector=vector, depth=20)
     generation = older.manifest["generation"]
     older.optimize()
     assert older.manifest["generation"] == generation + 1 and older.manifest["segments"][0]["name"] == entry["name"]
     assert older.segments[0].texts is not None and set(FILES) <= set(older.segments[0].entry["files"])
     assert older.bm25("how do i change my password", 10) == hits
-    again, stored = older.fused_page("how do i change my password", vector, 20, fusion="rrf", alpha=0.5, rrf_k=60, top_k=10)
-    assert again == page and stored == docs and all(doc.text == texts[doc_id] for doc_id, doc in stored.items())
+    again = HybridSearcher(older, committed_encoder).search("how do i change my password", vector=vector, depth=20)
+    assert again == page and all(item.text == texts[item.id] for item in again)
     older.optimize()  # nothing left to add
     assert older.manifest["generation"] == generation + 1
     assert json.loads((idx.path / "manifest.json").read_text())["format_version"] == 3

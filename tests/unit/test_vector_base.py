@@ -16,7 +16,7 @@ from hybrid_qpr.backends.local.check import check_index
 from hybrid_qpr.backends.local.commit import write_manifest
 from hybrid_qpr.backends.local.writer import knn_note
 from hybrid_qpr.errors import ArtifactError, IndexDamagedError
-from hybrid_qpr.types import Document
+from hybrid_qpr.types import Document, QueryVector
 
 THRESHOLD = 40  # segments of at least this many documents join the base
 EXHAUSTIVE = SearchSettings(ef_search=512)
@@ -55,7 +55,7 @@ def test_base_segments_share_one_graph_and_lists_equal_exact_search(based, tmp_p
     exact.ingest(question_bank, committed_encoder, show_progress=False)
     assert _lists(based, committed_encoder) == _lists(exact, committed_encoder)
     vector = committed_encoder.encode([QUERIES[0]], show_progress=False)[0]
-    assert based.bm25_and_knn(QUERIES[0], vector, 25)[1] == based.knn(vector, 25)
+    assert based.bm25_and_knn(QUERIES[0], QueryVector.of(vector), 25)[1].hits() == based.knn(vector, 25)
     assert check_index(based.path).problems == []
     based.set_search_settings(ef_search=20)  # query --ef-search: the graph is searched with it
     assert based.base.ef_search == 20 and record["ef_search"] >= 1  # the measured value stays stored

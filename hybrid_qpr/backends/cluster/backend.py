@@ -24,11 +24,12 @@ from hybrid_qpr.backends.base import Capabilities, IngestReport, document_proble
 from hybrid_qpr.backends.cluster import writer
 from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, METADATA_FIELD, SEARCH_FILTER, TEXT_FIELD, VECTOR_FIELD,
                                                 bm25_body, check_shards)
-from hybrid_qpr.backends.cluster.connection import Engine, HttpFailure, Transport, error_for, reason, translate
+from hybrid_qpr.backends.cluster.connection import (ENGINE_NAMES, Engine, HttpFailure, Transport, error_for, reason,
+                                                    translate)
 from hybrid_qpr.backends.cluster.names import check_index_name, id_problem, index_path
 from hybrid_qpr.distance import Distance, check_distance, prepare_vectors, score_from_opensearch
 from hybrid_qpr.errors import BackendError, ClusterError, ConfigError, ModelMismatchError
-from hybrid_qpr.types import Document, Filters, Hit
+from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ class ClusterBackend:
 
     @property
     def engine_name(self) -> str:
-        return {"opensearch": "OpenSearch", "elasticsearch": "Elasticsearch"}[self.engine]
+        return ENGINE_NAMES[self.engine]
 
     # ---- requests
     def request(self, method: str, path: str, body: Any = None, params: dict | None = None, *, what: str,
@@ -201,7 +202,8 @@ class ClusterBackend:
             out.append(response.get("hits", {}).get("hits", []))
         return out
 
-    def _refresh(self) -> None:
+    def refresh_index(self) -> None:
+        """Make what was written searchable (the engine's ``_refresh``)."""
         self.request("POST", self.path("_refresh"), what="refreshing")
 
     # ---- index facts
@@ -459,17 +461,18 @@ class ClusterBackend:
         filters = self.checked_filters(filters)
         return self._to_hits(self._search(self.knn_body(vector, depth, filters), "kNN search"))
 
-    def bm25_and_knn(self, query: str, vector: np.ndarray, depth: int,
-                     filters: Filters | None = None) -> tuple[list[Hit], list[Hit]]:
+    def bm25_and_knn(self, query: str, vector: QueryVector, depth: int,
+                     filters: Filters | None = None) -> tuple[RankedList, RankedList]:
         """``bm25`` and ``knn`` in one ``_msearch`` round trip (client-side hybrid's candidates)."""
         self.check_depth(depth, knn=True)
         filters = self.checked_filters(filters)
         bm25_hits, knn_hits = self._msearch([bm25_body(query, depth, filters, self.bm25_field, self.documents_in_hits),
-                                             self.knn_body(vector, depth, filters)],
+                                             self.knn_body(vector.get(), depth, filters)],
                                             ["BM25 search", "kNN search"], [self._bm25_params(), {}])
-        return self._raw_hits(bm25_hits), self._to_hits(knn_hits)
+        return RankedList.of_hits(self._raw_hits(bm25_hits)), RankedList.of_hits(self._to_hits(knn_hits))
 
-    def documents(self, ids: Sequence[str]) -> dict[str, Document]:
+    def documents(self, ids: Sequence[str], places: Sequence[Any] | None = None) -> dict[str, Document]:
+        """``_mget`` of ``ids`` (a cluster's lists carry no ``places``)."""
         ids = list(dict.fromkeys(ids))
         if not ids:
             return {}

@@ -14,6 +14,7 @@ the bulk writer's capped backoff (``cluster.bulk``) is the one retry layer.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from collections.abc import Iterator, Mapping
@@ -21,16 +22,47 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
-from typing import Any, Literal
+from types import ModuleType
+from typing import Any, Literal, NamedTuple, get_args
 from urllib.parse import urlsplit, urlunsplit
 
 from hybrid_qpr.errors import BackendError, ClusterError, ConfigError
 
 logger = logging.getLogger(__name__)
 
+class EngineSpec(NamedTuple):
+    """What the CLI and the error messages need of one cluster engine: its name as users read
+    it and where its backend lives (a module with ``connect`` and the ``Backend`` class)."""
+
+    name: str
+    module: str
+    backend_class: str
+
+
+# The one list of cluster engines: the CLI's URL flags, client and backend choice, and the
+# error messages all read it. The first is the local node's default engine.
 Engine = Literal["opensearch", "elasticsearch"]
-ENGINES: tuple[str, ...] = ("opensearch", "elasticsearch")
-ENGINE_NAMES = {"opensearch": "OpenSearch", "elasticsearch": "Elasticsearch"}
+ENGINES: tuple[str, ...] = get_args(Engine)
+ENGINE_SPECS: dict[str, EngineSpec] = {
+    "opensearch": EngineSpec("OpenSearch", "hybrid_qpr.backends.opensearch", "OpenSearchBackend"),
+    "elasticsearch": EngineSpec("Elasticsearch", "hybrid_qpr.backends.elasticsearch", "ElasticsearchBackend"),
+}
+ENGINE_NAMES = {engine: spec.name for engine, spec in ENGINE_SPECS.items()}
+
+
+def engine_flag(engine: str) -> str:
+    """The CLI flag that chooses ``engine`` (``--opensearch``)."""
+    return f"--{engine}"
+
+
+def node_command(engine: str, verb: str) -> str:
+    """``'hybrid-qpr node start'`` for the default engine, ``... --engine elasticsearch'`` else."""
+    return f"'hybrid-qpr node {verb}" + ("" if engine == ENGINES[0] else f" --engine {engine}") + "'"
+
+
+def engine_module(engine: str) -> ModuleType:
+    """The backend module of ``engine`` (imported on first use: each needs its client library)."""
+    return importlib.import_module(ENGINE_SPECS[engine].module)
 TOO_MANY_CLAUSES = {"too_many_clauses", "too_many_nested_clauses"}  # Lucene's maxClauseCount, as each engine names it
 PROBE_PATH = "/_cluster/health"  # the Maven Central Elasticsearch has no rest-root: GET / answers 405
 
@@ -288,7 +320,7 @@ def error_for(failure: HttpFailure, what: str, engine: Engine, index: str | None
     """The hybrid-qpr error for ``failure``, chosen by HTTP status and error type."""
     name = ENGINE_NAMES[engine]
     status = failure.status
-    flag = "--elasticsearch" if engine == "elasticsearch" else "--opensearch"
+    flag = engine_flag(engine)
     if failure.cause == "tls":
         return ClusterError(f"{what}: the TLS handshake with {name} failed ({failure.detail}). If the node serves plain "
                             f"HTTP, use an http:// URL; if it uses TLS with its own CA, give --ca-certs CA.pem")
@@ -298,13 +330,13 @@ def error_for(failure: HttpFailure, what: str, engine: Engine, index: str | None
                   else f"answered with something else ({' '.join(failure.detail.split())[:120]})")
         return ClusterError(f"{what}: the server is not {name}: it {answer}. "
                             f"Fix: point {flag} at the node's HTTP address (the local node's is shown by "
-                            f"'hybrid-qpr node status" + (" --engine elasticsearch'" if engine == "elasticsearch" else "'") + ")")
+                            f"{node_command(engine, 'status')})")
     if status is None and failure.cause == "timeout":
         return ClusterError(f"{what}: {name} did not answer in time ({failure.detail}). The node may be overloaded; "
                             "raise --timeout or retry later")
     if status is None:
         return ClusterError(f"{what}: cannot reach {name} ({failure.detail}). Is the node running? Start one with "
-                            f"'hybrid-qpr node start" + (" --engine elasticsearch'" if engine == "elasticsearch" else "'"))
+                            f"{node_command(engine, 'start')}")
     if status == 401:
         return ClusterError(f"{what}: {name} refused the credentials (401: wrong or missing user/password or API key); "
                             f"check --user/--password or --api-key (or ${env_name(engine, 'USER')}, _PASSWORD, _API_KEY)")

@@ -21,10 +21,9 @@ of a live index keep their refreshes.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from hybrid_qpr.backends.cluster.backend import ClusterBackend
+from hybrid_qpr.backends.cluster.target import ClusterIndex
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +31,7 @@ LOAD_SETTINGS = {"refresh_interval": "-1"}
 MARK = "bulk_load"  # the mapping _meta key holding the settings to restore
 
 
-def begin(backend: ClusterBackend, created: bool) -> dict[str, Any] | None:
+def begin(backend: ClusterIndex, created: bool) -> dict[str, Any] | None:
     """Switch the index to ``LOAD_SETTINGS`` when this ingest ``created`` it or an earlier one
     left it marked; returns the settings ``end`` restores, or None (settings left alone)."""
     restore = backend.meta.get(MARK)
@@ -51,7 +50,7 @@ def begin(backend: ClusterBackend, created: bool) -> dict[str, Any] | None:
     return dict(restore)
 
 
-def end(backend: ClusterBackend, restore: dict[str, Any] | None, *, failing: bool = False) -> None:
+def end(backend: ClusterIndex, restore: dict[str, Any] | None, *, failing: bool = False) -> None:
     """Put back the settings ``begin`` saved and remove the mark. While an error is on its way
     (``failing``), a failure here is only logged: the mark stays, and the next ingest restores."""
     if restore is None:
@@ -67,7 +66,7 @@ def end(backend: ClusterBackend, restore: dict[str, Any] | None, *, failing: boo
                        exc)
 
 
-def _mark(backend: ClusterBackend, restore: dict[str, Any] | None) -> None:
+def _mark(backend: ClusterIndex, restore: dict[str, Any] | None) -> None:
     """Write (or, with None, remove) the ``bulk_load`` mark in the mapping ``_meta``, other keys kept."""
     meta = {k: v for k, v in backend.refresh_meta().items() if not k.startswith("_") and k != MARK}
     if restore is not None:

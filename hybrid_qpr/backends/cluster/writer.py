@@ -21,19 +21,18 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from queue import Full, Queue
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from hybrid_qpr.backends.base import IngestReport
 from hybrid_qpr.backends.cluster import loading
 from hybrid_qpr.backends.cluster.bodies import METADATA_FIELD, TEXT_FIELD, VECTOR_FIELD, bm25_tokens
 from hybrid_qpr.backends.cluster.bulk import BulkAction, BulkStats, RetryPolicy, VersionClock, write_bulk
 from hybrid_qpr.backends.cluster.connection import missing_index
+from hybrid_qpr.backends.cluster.target import ClusterIndex
 from hybrid_qpr.distance import prepare_vectors
 from hybrid_qpr.errors import BackendError, ConfigError, SkippedLine
 from hybrid_qpr.types import Document
 
-if TYPE_CHECKING:
-    from hybrid_qpr.backends.cluster.backend import ClusterBackend
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +51,7 @@ WORKER_JOIN_SECONDS = 120.0
 Written = Mapping[str, tuple[int, bytes, int | None]]  # id -> (version, text digest, line) of its newest write
 
 
-def ingest(backend: ClusterBackend, documents: Iterable[Document | tuple[int, Document]], encoder, *,
+def ingest(backend: ClusterIndex, documents: Iterable[Document | tuple[int, Document]], encoder, *,
            batch_size: int = BULK_BATCH_SIZE, rejects_path: str | Path | None = None, show_progress: bool = True,
            max_retries: int = 6, initial_backoff: float = 0.5, max_backoff: float = 30.0, shards: int | None = None,
            replicas: int | None = None, bulk_timeout: float | None = None,
@@ -67,7 +66,7 @@ def ingest(backend: ClusterBackend, documents: Iterable[Document | tuple[int, Do
     created = backend.ensure_index(encoder, shards=shards, replicas=replicas)
     restore = loading.begin(backend, created)
     try:
-        backend._refresh()
+        backend.refresh_index()
         count_before = backend.count()
     except BaseException:
         loading.end(backend, restore, failing=True)
@@ -128,7 +127,7 @@ def ingest(backend: ClusterBackend, documents: Iterable[Document | tuple[int, Do
     writing.close()
     loading.end(backend, restore)
 
-    backend._refresh()
+    backend.refresh_index()
     unmatched = list(_unmatched(backend, written))
     for doc_id, problem in unmatched:
         report.failed.append({"id": doc_id, "line": written[doc_id][2], "status": None, "error": problem})
@@ -152,7 +151,7 @@ def ingest(backend: ClusterBackend, documents: Iterable[Document | tuple[int, Do
     return report
 
 
-def _unmatched(backend: ClusterBackend, written: Written, batch: int = 1000,
+def _unmatched(backend: ClusterIndex, written: Written, batch: int = 1000,
                in_flight: int = READ_BACK_IN_FLIGHT) -> Iterator[tuple[str, str]]:
     """``(id, problem)`` for each id of ``written`` that the index does not hold with the
     text whose digest is recorded (read back with ``_mget``, ``batch`` ids at a time,
@@ -173,7 +172,7 @@ def _unmatched(backend: ClusterBackend, written: Written, batch: int = 1000,
                                        "the ingest); re-run the ingest to write this file's version")
 
 
-def delete(backend: ClusterBackend, ids: Sequence[str]) -> int:
+def delete(backend: ClusterIndex, ids: Sequence[str]) -> int:
     """What ``ClusterBackend.delete`` does."""
     if not backend.exists():
         raise missing_index("deleting documents", backend.index, backend.engine)
@@ -183,7 +182,7 @@ def delete(backend: ClusterBackend, ids: Sequence[str]) -> int:
         if not outcome.ok:
             raise BackendError(f"deleting {outcome.action.id!r} from {backend.index!r} failed: {outcome.error}")
         deleted += outcome.result == "deleted"
-    backend._refresh()
+    backend.refresh_index()
     return deleted
 
 
@@ -240,7 +239,7 @@ def read_ahead(items: Iterable[T], depth: int) -> Iterator[T]:
                            WORKER_JOIN_SECONDS)
 
 
-def _writable(documents: Iterable[Document | tuple[int, Document]], backend: ClusterBackend,
+def _writable(documents: Iterable[Document | tuple[int, Document]], backend: ClusterIndex,
               skipped: list[SkippedLine]) -> Iterator[tuple[int, Document]]:
     """``documents`` as ``(line, Document)``, without those the backend would not index (``document_problem``):
     each of those is added to ``skipped`` with its line, like any other bad input line.

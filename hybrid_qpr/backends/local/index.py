@@ -42,6 +42,7 @@ from hybrid_qpr.backends.local.commit import (FORMAT, FORMAT_VERSION, MANIFEST, 
 from hybrid_qpr.backends.local.matching import index_fields
 from hybrid_qpr.backends.local.merge import plan_merge
 from hybrid_qpr.backends.local.reading import IndexReading
+from hybrid_qpr.backends.local.snapshot import IndexSnapshot
 from hybrid_qpr.backends.local.segment import (BASE_FACTORY, SEGMENTS_DIR, Segment, add_text_store, file_problems,
                                                has_text_store, write_segment)
 from hybrid_qpr.backends.local.storage import access_refusal
@@ -77,8 +78,7 @@ class LocalIndex(IndexReading):
     """``hybrid_qpr.backends.base.Backend`` over a local index directory (see the module docstring)."""
 
     # bm25_and_knn runs the two lists on two threads (both release the GIL while they score)
-    capabilities = Capabilities(batched_bm25_and_knn=True, vector_beside_bm25=True, knn_search_settings=True,
-                                fused_page=True)
+    capabilities = Capabilities(batched_bm25_and_knn=True, knn_search_settings=True)
 
     def __init__(self, path: Path, manifest: dict[str, Any], bm25: Bm25Impl | None = None, *, load: bool = True):
         self.path = Path(path)
@@ -90,11 +90,10 @@ class LocalIndex(IndexReading):
         if self.bm25_impl not in BM25_IMPLS:
             raise ConfigError(f"bm25={self.bm25_impl!r}: allowed values are {', '.join(BM25_IMPLS)}")
         self._lock = WriteLock(self.path)
-        self.segments: list[Segment] = []
-        self.base: VectorBase | None = None  # one HNSW graph over the large segments (vectorbase.py)
+        # the commit readers see: segments, the one HNSW graph over the large ones (vectorbase.py), BM25 tables
+        self.snapshot = IndexSnapshot()
         self._search_override: SearchSettings | None = None
         self._locations = threading.local()  # per reader thread: where its last lists' ids live (reading.py)
-        self._idf_cache: tuple[Any, dict[str, float | None]] = (None, {})  # (corpus statistics, idfs): reading.py
         if load:
             self._load_segments()
 
@@ -199,10 +198,9 @@ class LocalIndex(IndexReading):
         for seg in self.segments:
             if fresh.get(seg.name) is not seg:
                 seg.close()
-        self.segments = [fresh[e["name"]] for e in self.manifest["segments"]]
-        self.base = VectorBase.open(self.path, self.manifest, self.segments, self.dim, search, self.base)
-        self._stats: bm25_lib.CorpusStats | None = None
-        self._rank_bm25 = None
+        segments = [fresh[e["name"]] for e in self.manifest["segments"]]
+        self.snapshot = IndexSnapshot(segments, VectorBase.open(self.path, self.manifest, segments, self.dim, search,
+                                                                self.base))
 
     def refresh(self) -> None:
         """Re-read the manifest: see what other writers committed since this index was opened.
@@ -438,7 +436,7 @@ class LocalIndex(IndexReading):
                          and not file_problems(self.path, manifest["segments"][0], checksums=True)
                          and not base_problems(self.path, manifest, checksums=True))
             self.close()
-            self.segments = []  # the old readers may not open (damage); the commit reloads
+            self.snapshot = IndexSnapshot()  # the old readers may not open (damage); the commit reloads
             if before and not untouched:
                 try:
                     self._write_merged(parts, [e["name"] for e in manifest["segments"]])

@@ -17,7 +17,7 @@ from hybrid_qpr.backends.local.vectors import one_thread
 from hybrid_qpr.backends.local.worker import query_worker
 from hybrid_qpr.distance import Distance, score_from_faiss
 from hybrid_qpr.errors import require
-from hybrid_qpr.types import Hit
+from hybrid_qpr.types import Hit, RankedList
 
 if TYPE_CHECKING:
     from hybrid_qpr.backends.local.segment import Segment
@@ -80,17 +80,16 @@ def ranked_entries(found: Sequence[Candidates], depth: int) -> list[Entry]:
     return entries
 
 
-def entry_hits(entries: Sequence[Entry], located: dict[str, tuple["Segment", int]] | None = None) -> list[Hit]:
-    """``entries`` as ``Hit`` objects; ``located`` (optional) gets each id's segment and row."""
-    if located is not None:
-        located.update({doc_id: (segment, row) for _, doc_id, row, segment in entries})
-    return Hit.many([entry[1] for entry in entries], [-entry[0] for entry in entries])
+def entry_list(entries: Sequence[Entry]) -> RankedList:
+    """``entries`` as a ranked list whose places are each id's segment and row."""
+    return RankedList([doc_id for _, doc_id, _, _ in entries], [-negated for negated, _, _, _ in entries],
+                      places=[(segment, row) for _, _, row, segment in entries])
 
 
-def merge_ranked(found: Sequence[Candidates], depth: int,
-                 located: dict[str, tuple["Segment", int]] | None = None) -> list[Hit]:
-    """``ranked_entries`` as hits (``entry_hits``)."""
-    return entry_hits(ranked_entries(found, depth), located)
+def entry_hits(entries: Sequence[Entry], located: dict[str, tuple["Segment", int]]) -> list[Hit]:
+    """``entries`` as ``Hit`` objects; ``located`` gets each id's segment and row."""
+    located.update({doc_id: (segment, row) for _, doc_id, row, segment in entries})
+    return Hit.many([doc_id for _, doc_id, _, _ in entries], [-negated for negated, _, _, _ in entries])
 
 
 # efSearch of a segment asked for its share k of a multi-segment kNN list: efSearch * (k / full

@@ -1,14 +1,13 @@
 """The read side of ``LocalIndex``: BM25 and kNN lists over the segments, both at once on two
-threads for a hybrid query, the fused page of a hybrid query, and the stored documents of the hits.
+threads for a hybrid query, and the stored documents of the hits.
 
 Every list is merged exactly across segments (``ranking.ranked_entries``, ties broken by id)
 into ``(-score, id, row, segment)`` entries. ``bm25``, ``knn`` and ``bm25_and_knn`` turn them
-into hits and note, per thread, which segment row each listed id came from, so fetching the
+into hits (``bm25_and_knn``: ranked lists of ids and scores, no ``Hit`` per listed document)
+and note, per thread, which segment row each listed id came from, so fetching the
 documents of a result page reads those rows by position (SQLite's rowid) instead of looking
 every id up in every segment: at one million documents in four segments that fetch was a
-sixth of a BM25 query (docs/search.md). ``fused_page`` hands the entries' ids and scores to
-``fusion.fuse_ranked`` and reads the page's rows directly: a hybrid query builds no ``Hit``
-for the sixty documents of its two lists (docs/search.md)."""
+sixth of a BM25 query (docs/search.md). Fusion is the searcher's (``hybrid_qpr.search``)."""
 
 from __future__ import annotations
 
@@ -23,29 +22,40 @@ from hybrid_qpr.backends.local import blockmax
 from hybrid_qpr.backends.local import bm25 as bm25_lib
 from hybrid_qpr.backends.local.matching import matching_rows
 from hybrid_qpr.backends.local.ranking import (Candidates, Entry, SegmentQueue, either, entry_hits, faiss_candidates,
-                                               ranked_entries, settled, shared_with_worker)
+                                               entry_list, ranked_entries, settled,
+                                               shared_with_worker)
 from hybrid_qpr.backends.local.segment import Segment
+from hybrid_qpr.backends.local.snapshot import Bm25Tables, IndexSnapshot
 from hybrid_qpr.backends.local.vectorbase import knn_units
 from hybrid_qpr.backends.local.worker import query_worker
 from hybrid_qpr.distance import prepare_vectors, similarity
 from hybrid_qpr.errors import ModelMismatchError
-from hybrid_qpr.fusion import FusionMethod, Fused, fuse, fuse_ranked
 from hybrid_qpr.text import tokenize
-from hybrid_qpr.types import Document, Filters, Hit, built
+from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList, built
 
 
 # From this many documents in several segments, a BM25 list's segments are shared with the
 # worker thread when it is free (smaller lists take a few hundred microseconds on one thread).
 PARALLEL_BM25_DOCS = 200_000
-IDF_CACHE_TOKENS = 100_000  # distinct query tokens whose idf a commit remembers
 # Ids whose segment row a thread remembers for the documents fetch (a few dozen queries' lists;
 # a forgotten id is looked up by id, as any other).
 LOCATED_IDS = 4096
 
 
 class IndexReading:
-    """Queries over ``self.segments`` (mixed into ``LocalIndex``, which opens them and keeps the
-    corpus statistics: ``_stats``, ``_weights``, ``_dense``, ``_blocks``, ``_rank_bm25``)."""
+    """Queries over ``self.snapshot`` (mixed into ``LocalIndex``, which opens each commit's
+    segments and vector base into an ``IndexSnapshot``; ``segments`` and ``base`` are its)."""
+
+    snapshot: IndexSnapshot
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        return self.snapshot.segments
+
+    @property
+    def base(self) -> Any:
+        """The vector base (``vectorbase.VectorBase``) of the current commit, or None."""
+        return self.snapshot.base
 
     def _located(self) -> dict[str, tuple[Segment, int]]:
         """This thread's memory of where the ids of its last lists live (id -> segment, row).
@@ -62,25 +72,12 @@ class IndexReading:
         """Per segment, the live rows matching ``filters`` (``None`` = no filter; ``matching.py``)."""
         return matching_rows(self.segments, filters, self.path) if filters else None
 
-    def _bm25_parts(self) -> list[tuple[Any, np.ndarray | None]]:
-        """(postings, deleted mask) per segment, with the corpus statistics and term weights
-        computed once per commit."""
-        parts = [(s.postings, s.deleted) for s in self.segments]
-        if self._stats is None:
-            self._stats = bm25_lib.corpus_stats(parts)
-            self._weights = bm25_lib.term_weights(parts, self._stats)
-            # only the compiled scorer reads them (up to 8 columns of 4 bytes per document; 9 bytes per 64 postings)
-            compiled = blockmax.has_compiled_scorer()
-            self._dense = bm25_lib.dense_columns(parts, self._weights) if compiled else None
-            self._blocks = [blockmax.block_maxima(p, w) for (p, _), w in zip(parts, self._weights)] if compiled else None
-        return parts
-
     def _bm25_scores(self, tokens: list[str]) -> list[np.ndarray]:
         """BM25 score of every row of every segment (deleted rows 0)."""
         if self.bm25_impl == "rank-bm25":  # the reference for benchmarks: built once per commit
-            scores, self._rank_bm25 = bm25_lib.rank_bm25_scores(self.segments, tokens, self._rank_bm25)
-            return scores
-        return bm25_lib.score_segments(self._bm25_parts(), tokens, self._stats, self._weights)
+            return self.snapshot.rank_bm25_scores(tokens)
+        tables = self.snapshot.bm25_tables()
+        return bm25_lib.score_segments(tables.parts, tokens, tables.stats, tables.weights)
 
     def _bounded(self, depth: int) -> int:
         """``depth`` clamped to the documents the index holds: a list is never longer, and
@@ -110,27 +107,12 @@ class IndexReading:
     def _bm25_scorer(self, query: str, depth: int, allowed: list[np.ndarray] | None) -> Callable[[Callable[[], Any]], list]:
         """``score(take)``: the best rows of each segment number ``take`` hands out (``None``
         for the others), by the compiled scorer; two threads may share one ``take``."""
-        parts, tokens = self._bm25_parts(), tokenize(query)
-        idfs = self._query_idfs(parts, tokens) if tokens else {}  # once for both threads
+        snapshot, tokens = self.snapshot, tokenize(query)
+        tables = snapshot.bm25_tables()
+        idfs = _query_idfs(snapshot, tables, tokens) if tokens else {}  # once for both threads
         plans: dict = {}  # shared by the threads that score this list (blockmax.top_rows)
-        return lambda take: blockmax.top_rows(parts, tokens, self._stats, self._weights, depth, self._dense,
-                                              self._blocks, allowed, take, idfs, plans)
-
-    def _query_idfs(self, parts: list, tokens: list[str]) -> dict[str, float]:
-        """``bm25.query_idfs``, remembered per commit (its corpus statistics): summing a
-        token's document frequency over the segments was 40 us of a query at 1M documents."""
-        stats = self._stats
-        owner, cache = self._idf_cache
-        if owner is not stats or len(cache) > IDF_CACHE_TOKENS:  # a new dict: a reader may hold the old one
-            cache = {}
-            self._idf_cache = (stats, cache)
-        known = {token: cache.get(token, False) for token in dict.fromkeys(tokens)}  # False: not looked up yet
-        missing = [token for token, value in known.items() if value is False]
-        if missing:
-            found = bm25_lib.query_idfs(parts, missing, stats)
-            for token in missing:
-                known[token] = cache[token] = found.get(token)  # None: in no live document
-        return {token: value for token, value in known.items() if value is not None}
+        return lambda take: blockmax.top_rows(tables.parts, tokens, tables.stats, tables.weights, depth, tables.dense,
+                                              tables.blocks, allowed, take, idfs, plans)
 
     def _bm25_merged(self, best: list, depth: int) -> list[Entry]:
         return ranked_entries([Candidates(seg, *found) for seg, found in zip(self.segments, best)], depth)
@@ -158,42 +140,20 @@ class IndexReading:
             raise ModelMismatchError(f"query vector has {query.shape[1]} dims; index {self.path} has {self.dim}")
         return query
 
-    def bm25_and_knn(self, query: str, vector: np.ndarray | Callable[[], np.ndarray], depth: int,
-                     filters: Filters | None = None) -> tuple[list[Hit], list[Hit]]:
-        """``bm25`` and ``knn`` at once (``_both_lists``); ``vector`` may be a function that
-        returns it, called while the BM25 list is scored."""
+    def bm25_and_knn(self, query: str, vector: QueryVector, depth: int,
+                     filters: Filters | None = None) -> tuple[RankedList, RankedList]:
+        """The ``bm25`` and ``knn`` lists at once (``_both_lists``); ``vector`` is encoded while
+        the BM25 list is scored."""
         depth = self._bounded(depth)
         if not self.segments or depth == 0:
-            return [], []
+            return RankedList([], []), RankedList([], [])
         if filters:  # filtered lists are exact scans over the matching rows: no FAISS call to overlap
-            return self.bm25(query, depth, filters), self.knn(vector() if callable(vector) else vector, depth, filters)
-        located = self._located()
+            return (RankedList.of_hits(self.bm25(query, depth, filters)),
+                    RankedList.of_hits(self.knn(vector.get(), depth, filters)))
         bm25_list, knn_list = self._both_lists(query, vector, depth)
-        return entry_hits(bm25_list, located), entry_hits(knn_list, located)
+        return entry_list(bm25_list), entry_list(knn_list)
 
-    def fused_page(self, query: str, vector: np.ndarray | Callable[[], np.ndarray], depth: int,
-                   filters: Filters | None = None, *, fusion: FusionMethod, alpha: float, rrf_k: int,
-                   top_k: int) -> tuple[list[Fused], dict[str, Document]]:
-        """The first ``top_k`` of ``fusion.fuse`` over ``bm25_and_knn``'s lists, with their
-        documents: the same fusion as the searcher's, fed the lists as ids and scores (no
-        ``Hit`` per listed document) and the page's documents read by segment row."""
-        depth = self._bounded(depth)
-        if not self.segments or depth == 0:
-            return [], {}
-        if filters:  # filtered lists are exact scans: through bm25_and_knn's hits
-            bm25_hits, knn_hits = self.bm25_and_knn(query, vector, depth, filters)
-            fused = fuse(bm25_hits, knn_hits, fusion=fusion, alpha=alpha, rrf_k=rrf_k, depth=depth, top_k=top_k)
-            return fused, self.documents([item.id for item in fused])
-        bm25_list, knn_list = self._both_lists(query, vector, depth)
-        fused = fuse_ranked(([e[1] for e in bm25_list], [-e[0] for e in bm25_list]),
-                            ([e[1] for e in knn_list], [-e[0] for e in knn_list]),
-                            fusion=fusion, alpha=alpha, rrf_k=rrf_k, top_k=top_k)
-        # each result's entry, by its rank in a list it is in: (-score, id, row, segment)
-        entries = [bm25_list[item.ranks[0] - 1] if item.ranks[0] else knn_list[item.ranks[1] - 1] for item in fused]
-        return fused, self._documents_at([(entry[3], entry[2]) for entry in entries])
-
-    def _both_lists(self, query: str, vector: np.ndarray | Callable[[], np.ndarray],
-                    depth: int) -> tuple[list[Entry], list[Entry]]:
+    def _both_lists(self, query: str, vector: QueryVector, depth: int) -> tuple[list[Entry], list[Entry]]:
         """The unfiltered BM25 and kNN lists (``depth`` >= 1) on two threads: the BM25 list on
         the worker while this thread encodes the query and searches the vectors. FAISS, the
         compiled BM25 scorer and onnxruntime release the GIL, so on two cores a hybrid query
@@ -227,7 +187,7 @@ class IndexReading:
         mine: list = []
         knn_list = None
         try:
-            ready.append(self._knn_query(vector() if callable(vector) else vector))
+            ready.append(self._knn_query(vector.get()))
             found = faiss_candidates(units, ready[0], depth, vector_units, self.distance)
             if not several_graphs:  # the whole kNN list is here: merge it while the worker scores
                 knn_list = ranked_entries(settled(found, ready[0], depth, self.distance), depth)
@@ -242,7 +202,7 @@ class IndexReading:
         return self._bm25_merged(either(mine, theirs), depth), knn_list
 
     def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
-        """Exact similarity of ``vector`` to the stored vectors of ``ids`` (MSEM rerank)."""
+        """Exact similarity of ``vector`` to the stored vectors of ``ids`` (the MSEM rescore mode)."""
         wanted = list(dict.fromkeys(ids))
         query = np.asarray(vector, dtype=np.float32).reshape(1, -1)
         out: dict[str, float] = {}
@@ -253,14 +213,16 @@ class IndexReading:
                 out.update((doc_id, float(s)) for (doc_id, _), s in zip(rows, scores))
         return out
 
-    def documents(self, ids: Sequence[str]) -> dict[str, Document]:
-        """The live documents of ``ids``: those this thread's last lists returned are read by
-        segment row, the others looked up by id in every segment."""
+    def documents(self, ids: Sequence[str], places: Sequence[tuple[Segment, int]] | None = None) -> dict[str, Document]:
+        """The live documents of ``ids``: read by segment row where ``places`` (from
+        ``bm25_and_knn``'s lists) or this thread's last ``bm25``/``knn`` lists say where they
+        are, the others looked up by id in every segment."""
         wanted = list(dict.fromkeys(ids))
-        located, current = self._located(), {id(seg): seg for seg in self.segments}
-        places = [place for place in map(located.get, wanted)
-                  if place is not None and current.get(id(place[0])) is place[0]]  # still this snapshot's segment
-        found = self._documents_at(places)
+        if places is None:
+            places = list(map(self._located().get, wanted))
+        current = {id(seg): seg for seg in self.segments}
+        found = self._documents_at([(segment, row) for segment, row in filter(None, places)
+                                    if current.get(id(segment)) is segment])  # still this snapshot's segment
         rest = [doc_id for doc_id in wanted if doc_id not in found]
         if rest:
             found.update(_documents(row for seg in self.segments for row in seg.lookup(rest, "id, text, metadata")))
@@ -279,3 +241,16 @@ def _documents(rows: Iterable[tuple[str, str, str]]) -> dict[str, Document]:
     """``Document`` per stored ``(id, text, metadata JSON)`` row."""
     return {doc_id: built(Document, id=doc_id, text=text, metadata=json.loads(metadata) if metadata and metadata != "{}" else {})
             for doc_id, text, metadata in rows}
+
+
+def _query_idfs(snapshot: IndexSnapshot, tables: Bm25Tables, tokens: list[str]) -> dict[str, float]:
+    """``bm25.query_idfs``, remembered per snapshot (its corpus statistics): summing a token's
+    document frequency over the segments was 40 us of a query at 1M documents."""
+    cache = snapshot.remembered_idfs()
+    known = {token: cache.get(token, False) for token in dict.fromkeys(tokens)}  # False: not looked up yet
+    missing = [token for token, value in known.items() if value is False]
+    if missing:
+        found = bm25_lib.query_idfs(tables.parts, missing, tables.stats)
+        for token in missing:
+            known[token] = cache[token] = found.get(token)  # None: in no live document
+    return {token: value for token, value in known.items() if value is not None}

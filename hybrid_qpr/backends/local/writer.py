@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -30,10 +30,31 @@ from hybrid_qpr.distance import Distance, prepare_vectors
 from hybrid_qpr.errors import ConfigError, IndexDamagedError, SkippedLine
 from hybrid_qpr.types import Document
 
-if TYPE_CHECKING:
-    from hybrid_qpr.backends.local.index import LocalIndex
-
 logger = logging.getLogger(__name__)
+
+
+class WritableIndex(Protocol):
+    """What the ingest writer and ``knn_note`` use of a ``LocalIndex`` (a protocol, so this
+    module need not import ``index.py``, which imports it)."""
+
+    path: Path
+    manifest: dict[str, Any]
+    @property
+    def segments(self) -> Sequence[Segment]: ...
+
+    @property
+    def base(self) -> Any:
+        """The vector base (``vectorbase.VectorBase``) or None."""
+    dim: int
+    distance: Distance
+
+    @property
+    def search_settings(self) -> Any: ...
+
+    def write_new_segment(self, counter: int, ids: list[str], texts: list[str], metadata: list[str],
+                          vectors: np.ndarray) -> dict[str, Any]: ...
+
+    def commit(self, entries: list[dict[str, Any]], *, next_segment: int | None = None) -> None: ...
 
 
 def with_deletions(seg: Segment, rows: Sequence[int], generation: int) -> dict[str, Any]:
@@ -222,7 +243,7 @@ def read_for_optimize(index_path: Path, entries: Sequence[dict[str, Any]], dim: 
 class IngestWriter:
     """The segments and tombstones of one ingest, committed together by ``commit``."""
 
-    def __init__(self, index: "LocalIndex", encoder, report: IngestReport, batch_size: int, show_progress: bool):
+    def __init__(self, index: WritableIndex, encoder, report: IngestReport, batch_size: int, show_progress: bool):
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ConfigError(f"batch_size={batch_size!r}: must be a whole number >= 1")
         self.index = index
@@ -340,7 +361,7 @@ class IngestWriter:
         self.index.commit(entries, next_segment=self.counter)
 
 
-def knn_note(index: "LocalIndex") -> str | None:
+def knn_note(index: WritableIndex) -> str | None:
     """The kNN speed/recall setting an ingest leaves in force, as a line for the user (None
     without HNSW graphs). Read from the manifest entries: loading each FAISS file (and its
     CRC check) only to say this would cost seconds."""

@@ -63,6 +63,8 @@ async function loadHealth() {
     const f = h.fusion_defaults.fusion ? `tuned fusion ${h.fusion_defaults.fusion} α=${h.fusion_defaults.alpha}` : "untuned (rrf α=0.5)";
     $("#health").textContent = `${h.index} · ${h.backend} · ${h.documents.toLocaleString()} documents · model ${h.model} · ${f}`;
     state.minTune = h.min_tune_queries;
+    const fusion = $("#fusion");  // the server's fusion methods, after "index default"
+    fusion.replaceChildren(fusion.options[0], ...h.fusions.map((name) => new Option(name, name)));
     showCounts(h.judgments, h.judged_queries);
     if (h.judgment_lines_skipped) {
       $("#judge-count").textContent += ` · ${h.judgment_lines_skipped} unreadable line(s) of the judgment files skipped (the server log names them)`;

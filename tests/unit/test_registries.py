@@ -1,0 +1,120 @@
+"""Each option list is kept in one place (the modes in ``search.MODES``, the fusion methods in
+``fusion.FUSION_METHODS``, the cluster engines in ``connection.ENGINE_SPECS``) and every surface
+reads it: a value added there reaches the CLI, the library, the workbench page and its OpenAPI,
+or fails loudly (a fusion method without its OpenSearch search-pipeline file)."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from importlib import resources
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from hybrid_qpr import fusion, search
+from hybrid_qpr.backends.base import Capabilities
+from hybrid_qpr.backends.cluster import connection
+from hybrid_qpr.errors import BackendError, ConfigError
+
+
+def _choices(command: click.Command, option: str) -> tuple[str, ...]:
+    [param] = [p for p in command.params if option in p.opts]
+    return tuple(param.type.choices)
+
+
+# ---------------------------------------------------------------------- modes
+def test_the_modes_come_from_the_literal_and_each_has_a_runner():
+    assert search.MODES == typing.get_args(search.Mode) and search.DEFAULT_MODE in search.MODES
+    assert set(search.MODE_RUNNERS) == set(search.MODES)
+    assert set(search.SERVER_SIDE_MODES) <= set(search.MODES)
+    fields = {f.name for f in dataclasses.fields(Capabilities)}
+    assert all(f"server_side_{mode}" in fields for mode in search.SERVER_SIDE_MODES)
+    assert all(new in search.MODES and old not in search.MODES for old, new in search.MODE_ALIASES.items())
+    assert search.ACCEPTED_MODES == (*search.MODES, *search.MODE_ALIASES)
+
+
+def test_a_mode_and_its_old_name_are_read_alike_and_a_wrong_one_is_named():
+    assert [search.check_mode(mode) for mode in search.MODES] == list(search.MODES)
+    assert search.check_mode("rerank") == "rescore"
+    with pytest.raises(ConfigError, match="mode='nope': allowed values are bm25, knn, hybrid, rescore"):
+        search.check_mode("nope")
+
+
+def test_every_surface_lists_the_modes():
+    from hybrid_qpr.cli.evaluate import evaluate as evaluate_command
+    from hybrid_qpr.cli.query import query
+    from hybrid_qpr.evaluation.evaluator import evaluate
+    from hybrid_qpr.workbench.openapi import openapi_spec
+    from hybrid_qpr.workbench.service import COMPARE_MODES
+
+    assert _choices(query, "--mode") == search.MODES
+    assert [p.default for p in evaluate_command.params if "--modes" in p.opts] == [",".join(search.MODES)]
+    assert tuple(inspect.signature(evaluate).parameters["modes"].default) == search.MODES
+    assert COMPARE_MODES == search.MODES
+    [mode] = [p for p in openapi_spec()["paths"]["/api/search"]["get"]["parameters"] if p["name"] == "mode"]
+    assert mode["schema"]["enum"] == list(search.ACCEPTED_MODES)
+
+
+def test_the_cli_accepts_a_modes_old_name_and_its_help_lists_the_new_one():
+    from hybrid_qpr.cli.query import query
+
+    context = query.make_context("query", ["x", "--index", "idx", "--mode", "rerank"])
+    assert context.params["mode"] == "rescore"
+    help_text = CliRunner().invoke(query, ["--help"], terminal_width=200).output
+    assert "[bm25|knn|hybrid|rescore]" in help_text and "--rescore-depth" in help_text
+
+
+# ---------------------------------------------------------------------- fusion methods
+def test_the_fusion_methods_come_from_the_literals_and_each_fuses():
+    assert fusion.FUSION_METHODS == typing.get_args(fusion.FusionMethod) == ("rrf", *fusion.NORMALISATIONS)
+    first, second = (["a", "b", "c"], [3.0, 2.0, 1.0]), (["c", "d"], [0.9, 0.5])
+    for method in fusion.FUSION_METHODS:
+        fused = fusion.fuse_ranked(first, second, fusion=method, alpha=0.5)
+        assert sorted(f.id for f in fused) == ["a", "b", "c", "d"], method
+    for normalisation in fusion.NORMALISATIONS:
+        assert len(fusion.normalize([1.0, 2.0], normalisation)) == 2  # type: ignore[arg-type]
+
+
+def test_every_surface_lists_the_fusion_methods():
+    from hybrid_qpr.cli.evaluate import evaluate as evaluate_command
+    from hybrid_qpr.cli.query import query
+    from hybrid_qpr.cli.search_pipeline import install
+    from hybrid_qpr.workbench.openapi import openapi_spec
+
+    for command, option in ((query, "--fusion"), (evaluate_command, "--fusion"), (install, "--fusion")):
+        assert _choices(command, option) == fusion.FUSION_METHODS, command.name
+    [method] = [p for p in openapi_spec()["paths"]["/api/search"]["get"]["parameters"] if p["name"] == "fusion"]
+    assert method["schema"]["enum"] == list(fusion.FUSION_METHODS)
+    static = resources.files("hybrid_qpr.workbench") / "static"
+    page, script = (static / "index.html").read_text(encoding="utf-8"), (static / "app.js").read_text(encoding="utf-8")
+    assert not [m for m in fusion.FUSION_METHODS if f'value="{m}"' in page]  # the page lists none itself
+    assert "h.fusions" in script  # it reads them from /api/health
+
+
+def test_every_fusion_method_has_its_opensearch_pipeline_and_a_new_one_without_fails_loudly(monkeypatch):
+    from hybrid_qpr.backends.opensearch import pipeline_body
+
+    for method in fusion.FUSION_METHODS:
+        assert pipeline_body(method, 0.3)["description"], method
+    monkeypatch.setattr(fusion, "FUSION_METHODS", (*fusion.FUSION_METHODS, "newmethod"))
+    with pytest.raises(BackendError, match="pipeline-newmethod.json: mapping file is missing"):
+        pipeline_body("newmethod")
+
+
+# ---------------------------------------------------------------------- engines
+def test_every_engine_names_its_backend_and_gets_a_cli_flag():
+    from hybrid_qpr.cli._common import chosen_engine, cluster_options
+
+    assert connection.ENGINES == tuple(connection.ENGINE_SPECS) == typing.get_args(connection.Engine)
+    for engine, spec in connection.ENGINE_SPECS.items():
+        module = connection.engine_module(engine)
+        assert callable(module.connect) and getattr(module, spec.backend_class).engine == engine
+    command = cluster_options(click.command()(lambda **kwargs: None))
+    assert {engine for engine in connection.ENGINES if any(f"--{engine}" in p.opts for p in command.params)} == \
+        set(connection.ENGINES)
+    assert chosen_engine({engine: "" for engine in connection.ENGINES[1:]}) == connection.ENGINES[1]
+    with pytest.raises(click.UsageError, match="not several"):
+        chosen_engine({engine: "" for engine in connection.ENGINES})
