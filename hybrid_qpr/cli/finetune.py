@@ -65,7 +65,7 @@ def finetune(dataset_dir: str, out_dir: str, loss: str, base_model: str | None, 
     \b
     Example (a few minutes on 2 cores):
       hybrid-qpr finetune data/quora --out models/minilm-sdml --loss sdml --max-length 32 --steps 200
-      hybrid-qpr export --kind transformer models/minilm-sdml --out models/minilm-sdml
+      hybrid-qpr export --kind transformer models/minilm-sdml --out models/minilm-sdml-onnx
     """
     from hybrid_qpr.training.transformer import FinetuneSettings, finetune as run
 
