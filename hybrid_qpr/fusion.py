@@ -341,18 +341,16 @@ def fuse_ranked(first: RankedIds, second: RankedIds, *, fusion: FusionMethod = "
 
 def autocut(scores: Sequence[float], jumps: int) -> int:
     """How many of ``scores`` (best first) to keep when the tail after a score gap is dropped
-    (Weaviate's autocut, this project's reading): each gap between neighbours is measured
-    against the whole list's score range; the list is cut after the deepest of its ``jumps``
-    largest gaps (1: after the largest). Never fewer than one result; ``jumps`` 0, a list of
+    (Weaviate's autocut, this project's reading): the list is cut after the deepest of its
+    ``jumps`` largest gaps between neighbouring scores (1: after the largest gap). Never fewer than one result; ``jumps`` 0, a list of
     at most two results, or one where every score is equal keeps everything."""
     if jumps < 0:
         raise ConfigError(f"autocut={jumps}: must be >= 0 (0 = off)")
     n = len(scores)
     if jumps == 0 or n <= 2 or scores[0] == scores[-1]:
         return n
+    # the first and last scores differ, so the largest gap is positive: something is cut
     gaps = sorted(range(n - 1), key=lambda i: (-(scores[i] - scores[i + 1]), i))[:jumps]
-    if all(scores[i] - scores[i + 1] <= 0 for i in gaps):
-        return n
     return max(i for i in gaps if scores[i] - scores[i + 1] > 0) + 1
 
 
