@@ -232,3 +232,24 @@ def test_query_explain_and_one_line_errors(dated, tmp_path):
         bad = runner.invoke(main, ["query", QUERY, "--index", index, *args])
         assert bad.exit_code != 0 and message in bad.output, (args, bad.output)
         assert "Traceback" not in bad.output
+
+
+def test_tuned_signals_reach_every_search_and_the_workbenchs_hit_details(tmp_path, committed_encoder, question_bank):
+    from hybrid_qpr.backends.local import LocalIndex
+    from hybrid_qpr.search import HybridSearcher
+    from hybrid_qpr.workbench.judgments import JudgmentStore
+    from hybrid_qpr.workbench.service import Workbench
+
+    docs = [replace(d, metadata={**d.metadata, "votes": i}) for i, d in enumerate(question_bank[:40])]
+    idx = LocalIndex.create(tmp_path / "idx", committed_encoder)
+    idx.ingest(docs, committed_encoder, show_progress=False)
+    formula = Signals(decay=Decay("votes", "exp", 40.0, 10.0), weight=0.1)
+    idx.set_fusion_defaults({"fusion": "dbsf", "alpha": 0.5, "signals": formula.as_dict()})
+    searcher = HybridSearcher(idx, committed_encoder)
+    assert all(r.signals is not None for r in searcher.search(QUERY, top_k=5))
+    assert searcher.search(QUERY, top_k=5, signals=Signals())[0].signals is None  # an empty formula turns them off
+    workbench = Workbench(searcher, JudgmentStore(tmp_path / "judgments"), index="idx", backend="local")
+    hit = workbench.search(QUERY, k=3)["hits"][0]
+    assert set(hit["signals"]) == {"decay:votes"}
+    assert hit["score"] == pytest.approx(hit["fused_score"] + hit["signals"]["decay:votes"])
+    idx.close()
