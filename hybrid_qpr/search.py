@@ -167,6 +167,13 @@ def _ranked_score(fused: fusion_lib.Fused, which: int) -> RankedScore | None:
     return None if rank is None else RankedScore(fused.scores[which], rank)
 
 
+def _places(bm25: RankedList, knn: RankedList, fused: Sequence[fusion_lib.Fused]) -> list | None:
+    """Where the backend found each fused document (``None`` where it keeps no places)."""
+    if bm25.places is None or knn.places is None:
+        return None
+    return [bm25.places[f.ranks[0] - 1] if f.ranks[0] else knn.places[f.ranks[1] - 1] for f in fused]
+
+
 def _ranked(hits: Sequence[Hit]) -> dict[str, RankedScore]:
     return {h.id: RankedScore(h.score, rank) for rank, h in enumerate(hits, start=1)}
 
@@ -204,6 +211,8 @@ class HybridSearcher:
         """Min-max ``bounds`` and business ``signals``: explicit ones win; else the index's tuned
         ones (bounds only for the tuned fusion method)."""
         defaults = self.backend.fusion_defaults
+        if bounds is None and signals is None and "bounds" not in defaults and "signals" not in defaults:
+            return {}, None  # the usual search: nothing to check
         if bounds is None and fusion == defaults.get("fusion"):
             bounds = defaults.get("bounds")
         if signals is None and defaults.get("signals") is not None:
@@ -338,18 +347,12 @@ class HybridSearcher:
                                        alpha=request.alpha, rrf_k=fusion_lib.RRF_K,
                                        top_k=None if signals else request.need, bounds=request.bounds)
         docs = {**bm25.documents, **knn.documents} if knn.documents else bm25.documents
-
-        def places_of(results):  # where the backend found each result
-            if bm25.places is None or knn.places is None:
-                return None
-            return [bm25.places[f.ranks[0] - 1] if f.ranks[0] else knn.places[f.ranks[1] - 1] for f in results]
-
         explained: dict[str, tuple[float, dict[str, float]]] = {}
         if signals:
             docs = dict(docs)
             missing = [f for f in fused if f.id not in docs]
             if missing:
-                places = places_of(missing)
+                places = _places(bm25, knn, missing)
                 docs.update(self.backend.documents([f.id for f in missing], places))
             fused, explained = apply_signals(fused, signals, docs)
             fused = fused[:request.need]
@@ -357,7 +360,7 @@ class HybridSearcher:
             fused = fused[:fusion_lib.autocut([f.score for f in fused], request.autocut)]
         page = fused[request.offset:]
         results = self._results([(f.id, f.score, _ranked_score(f, 0), _ranked_score(f, 1)) for f in page], docs=docs,
-                                places=places_of(page))
+                                places=_places(bm25, knn, page))
         if explained:
             results = [replace(r, fused_score=explained[r.id][0], signals=explained[r.id][1]) for r in results]
         return results
