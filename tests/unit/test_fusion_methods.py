@@ -253,3 +253,34 @@ def test_tuned_signals_reach_every_search_and_the_workbenchs_hit_details(tmp_pat
     assert set(hit["signals"]) == {"decay:votes"}
     assert hit["score"] == pytest.approx(hit["fused_score"] + hit["signals"]["decay:votes"])
     idx.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=40))
+def test_dbsf_stays_in_the_unit_interval_and_keeps_the_order(values):
+    normed = normalize(values, "dbsf")
+    assert all(0.0 <= v <= 1.0 for v in normed)
+    for (a, na), (b, nb) in zip(zip(values, normed), list(zip(values, normed))[1:]):
+        assert (a - b) * (na - nb) >= 0  # a higher score never normalises lower
+
+
+def test_tune_command_tries_bounds_and_a_signal_weight_and_stores_them(tmp_path, dated):
+    from hybrid_qpr.cli.main import cli
+
+    beir = tmp_path / "beir"
+    (beir / "qrels").mkdir(parents=True)
+    ids = [f"q{i:03d}" for i in range(0, 200, 7)]
+    texts = {d.id: d.text for d in dated.backend.documents(ids).values()}
+    (beir / "corpus.jsonl").write_text("".join(json.dumps({"_id": i, "text": t}) + "\n" for i, t in texts.items()))
+    (beir / "queries.jsonl").write_text("".join(json.dumps({"_id": i, "text": t}) + "\n" for i, t in texts.items()))
+    rows = [f"{q}\tq{(int(q[1:]) // 10) * 10 + j:03d}\t1" for q in ids for j in range(10) if (int(q[1:]) // 10) * 10 + j != int(q[1:])]
+    (beir / "qrels" / "val.tsv").write_text("query-id\tcorpus-id\tscore\n" + "\n".join(rows) + "\n")
+    out = CliRunner().invoke(cli, ["tune", "--beir", str(beir), "--index", str(dated.backend.path), "--dry-run",
+                                   "--fusions", "rrf,dbsf,minmax", "--lower-bound-grid", "knn=clip:0.2,0.5",
+                                   "--decay", "votes:linear:50:100", "--signal-weights", "0,0.01,0.5"])
+    assert out.exit_code == 0, out.output
+    assert "signal weight 0.01" in out.output and "signal weight 0.5" in out.output
+    assert "best: fusion=" in out.output and ("signals: weight" in out.output or "signals: do not help" in out.output)
+    bad = CliRunner().invoke(cli, ["tune", "--beir", str(beir), "--index", str(dated.backend.path), "--dry-run",
+                                   "--fusions", "rrf,nope"])
+    assert bad.exit_code == 2 and "choose among rrf, minmax, zscore, l2, dbsf" in bad.output
