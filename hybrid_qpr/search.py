@@ -209,13 +209,13 @@ class HybridSearcher:
     def fusion_extras(self, fusion: str, bounds: Mapping | None, signals: Signals | Mapping | None
                       ) -> tuple[dict[str, fusion_lib.Bounds], Signals | None]:
         """Min-max ``bounds`` and business ``signals``: explicit ones win; else the index's tuned
-        ones (bounds only for the tuned fusion method)."""
+        ones when ``fusion`` is the tuned method (a signal weight is tuned on its fused scores' scale)."""
         defaults = self.backend.fusion_defaults
         if bounds is None and signals is None and "bounds" not in defaults and "signals" not in defaults:
             return {}, None  # the usual search: nothing to check
         if bounds is None and fusion == defaults.get("fusion"):
             bounds = defaults.get("bounds")
-        if signals is None and defaults.get("signals") is not None:
+        if signals is None and defaults.get("signals") is not None and fusion == defaults.get("fusion"):
             signals = defaults["signals"]
         checked = fusion_lib.check_bounds(bounds)
         if checked and fusion != "minmax":
