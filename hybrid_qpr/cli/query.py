@@ -104,7 +104,7 @@ def results_table(query: str, mode: str, results, offset: int = 0, width: int | 
               help="Hybrid: drop the results after the deepest of the N largest gaps between neighbouring scores "
                    "(1: cut at the largest gap; never the top hit; 0: off).")
 @click.option("--explain", is_flag=True, help="Under the table, each hit's score broken down: fused score, BM25 and kNN "
-                                              "score and rank, each business signal's contribution.")
+                                              "score and rank, each business signal's contribution (--json carries them on each hit).")
 @click.option("--rescore-depth", "--rerank-depth", "rerank_depth", type=click.IntRange(min=1), default=RESCORE_DEPTH, show_default=True, help="BM25 candidates re-scored in rescore mode.")
 @click.option("--filter", "filters", multiple=True, help=FILTER_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
