@@ -1,4 +1,5 @@
-"""Pure fusion of ranked lists: reciprocal rank fusion and normalised weighted sums.
+"""Pure fusion of ranked lists: reciprocal rank fusion and normalised weighted sums
+(min-max, optionally with bounds; z-score; L2; distribution-based), and autocut.
 
 Every backend (embedded and OpenSearch) fuses through these functions, so a hybrid
 result means the same thing everywhere. Three numbers are kept apart, as Pyserini does:
@@ -15,8 +16,8 @@ Documents missing from a list (not in its top ``depth``) are handled explicitly:
 
 * RRF: the missing list contributes 0 (the document has no rank there).
 * weighted sum: the missing list contributes its *floor*, the lowest value its retrieved
-  documents can have after normalisation (0 for min-max; the list's minimum for z-score
-  and L2), because a document the retriever did not return is at best as good as the
+  documents can have after normalisation (0 for min-max and DBSF; the list's minimum for
+  z-score and L2), because a document the retriever did not return is at best as good as the
   worst one it did return.
 
 Ties in the fused score are broken by document id (ascending), so the output (and hence
@@ -26,7 +27,7 @@ every page of it) is deterministic. Inputs are never modified.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import count
 from typing import Literal, get_args
@@ -36,7 +37,7 @@ from hybrid_qpr.errors import ConfigError
 
 # The one list of fusion methods: every other surface (CLI choices, the workbench's page and
 # OpenAPI, OpenSearch's search pipelines) reads FUSION_METHODS.
-Normalisation = Literal["minmax", "zscore", "l2"]
+Normalisation = Literal["minmax", "zscore", "l2", "dbsf"]
 FusionMethod = Literal["rrf", Normalisation]
 NORMALISATIONS: tuple[str, ...] = get_args(Normalisation)
 FUSION_METHODS: tuple[str, ...] = ("rrf", *NORMALISATIONS)
@@ -51,6 +52,82 @@ DEFAULT_FUSION, DEFAULT_ALPHA = "rrf", 0.5
 # BM25 candidates the rescore mode re-orders by the encoder (MSEM's production flow).
 RESCORE_DEPTH = 30
 RERANK_DEPTH = RESCORE_DEPTH  # the name before the mode was called rescore
+# The lists a hybrid search fuses, in order (bounds and explanations name them).
+LIST_NAMES: tuple[str, ...] = ("bm25", "knn")
+BoundMode = Literal["apply", "clip", "ignore"]
+BOUND_MODES: tuple[str, ...] = get_args(BoundMode)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A fixed end of one list's min-max range (OpenSearch 3.x's ``lower_bounds``/``upper_bounds``,
+    a documented subset). ``value`` is on the list's own score scale.
+
+    * ``apply`` - the bound replaces the list's own minimum (maximum) when it lies beyond it, so a
+      list whose scores are all strong is not stretched down to 0 (weak ones up to 1);
+    * ``clip`` - the bound always replaces it, and scores beyond the bound normalise to 0 (1);
+    * ``ignore`` - plain min-max (written out so a tuned setting can say "no bound")."""
+
+    mode: BoundMode
+    value: float
+
+    @classmethod
+    def parse(cls, text: str, where: str = "bound") -> "Bound":
+        """``MODE:VALUE``, e.g. ``clip:0.3``."""
+        mode, _, value = str(text).partition(":")
+        if mode not in BOUND_MODES:
+            raise ConfigError(f"{where}={text!r}: the mode must be one of {', '.join(BOUND_MODES)} (e.g. clip:0.3)")
+        try:
+            number = float(value) if value else 0.0
+        except ValueError:
+            raise ConfigError(f"{where}={text!r}: {value!r} is not a number (e.g. clip:0.3)") from None
+        if not math.isfinite(number):
+            raise ConfigError(f"{where}={text!r}: the value must be finite")
+        return cls(mode, number)  # type: ignore[arg-type]
+
+    def __str__(self) -> str:
+        return f"{self.mode}:{self.value:g}"
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Min-max bounds of one list: ``lower`` and/or ``upper`` (``None``: the list's own)."""
+
+    lower: Bound | None = None
+    upper: Bound | None = None
+
+    def range(self, lo: float, hi: float) -> tuple[float, float]:
+        """The ``(min, max)`` a list with scores in ``[lo, hi]`` is normalised over."""
+        low, up = self.lower, self.upper
+        if low is not None and (low.mode == "clip" or (low.mode == "apply" and low.value < lo)):
+            lo = low.value
+        if up is not None and (up.mode == "clip" or (up.mode == "apply" and up.value > hi)):
+            hi = up.value
+        return lo, hi
+
+    def as_dict(self) -> dict[str, str]:
+        return {side: str(bound) for side, bound in (("lower", self.lower), ("upper", self.upper)) if bound is not None}
+
+
+def check_bounds(bounds: object, where: str = "bounds") -> dict[str, Bounds]:
+    """``{"bm25"|"knn": {"lower"?: "MODE:VALUE", "upper"?: ...}}`` (as stored with tuned defaults
+    and given by ``query --lower-bound/--upper-bound``), checked, as ``Bounds`` per list name."""
+    if bounds is None:
+        return {}
+    if not isinstance(bounds, dict):
+        raise ConfigError(f"{where}: must be an object {{list: {{lower, upper}}}}, found {bounds!r}")
+    out = {}
+    for name, sides in bounds.items():
+        if isinstance(sides, Bounds):
+            out[name] = sides
+            continue
+        if name not in LIST_NAMES or not isinstance(sides, dict) or set(sides) - {"lower", "upper"}:
+            raise ConfigError(f"{where}.{name}: expected one of {', '.join(LIST_NAMES)} with lower and/or upper "
+                              f"as MODE:VALUE, found {sides!r}")
+        parsed = {side: text if isinstance(text, Bound) else Bound.parse(text, f"{where}.{name}.{side}")
+                  for side, text in sides.items()}
+        out[name] = Bounds(parsed.get("lower"), parsed.get("upper"))
+    return out
 
 
 @dataclass(frozen=True)
@@ -76,11 +153,14 @@ def check_alpha(alpha: float) -> float:
     return float(alpha)
 
 
-def normalize(scores: Sequence[float], normalisation: Normalisation) -> list[float]:
+def normalize(scores: Sequence[float], normalisation: Normalisation, bounds: Bounds | None = None) -> list[float]:
     """Normalise one list of scores (higher is better stays higher is better).
 
     * ``minmax``: ``(s - min) / (max - min)``; when ``max == min`` every score becomes 1.0
       (all retrieved documents are equally good, and better than a missing one at 0).
+      ``bounds`` (min-max only) fix ``min``/``max`` (``Bound``); results are clipped to [0, 1].
+    * ``dbsf``: distribution-based score fusion (Qdrant): ``(s - (mean - 3 std)) / (6 std)``
+      clipped to [0, 1] (population std); when ``std == 0`` every score is 0.5 (the mean's value).
     * ``zscore``: ``(s - mean) / std`` (population std); when ``std == 0`` every score is 0.
     * ``l2``: ``s / ||s||_2`` (OpenSearch's ``l2`` normalisation); an all-zero list stays 0.
     """
@@ -89,9 +169,21 @@ def normalize(scores: Sequence[float], normalisation: Normalisation) -> list[flo
         return []
     if normalisation == "minmax":
         lo, hi = min(values), max(values)
+        if bounds is not None:
+            lo, hi = bounds.range(lo, hi)
+            if hi <= lo:  # bounds that leave no range: at or above the top is 1, below 0
+                return [1.0 if v >= hi else 0.0 for v in values]
+            return [min(1.0, max(0.0, (v - lo) / (hi - lo))) for v in values]
         if hi == lo:
             return [1.0] * len(values)
         return [(v - lo) / (hi - lo) for v in values]
+    if normalisation == "dbsf":
+        mean = sum(values) / len(values)
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+        if std == 0.0:
+            return [0.5] * len(values)
+        lo = mean - 3.0 * std
+        return [min(1.0, max(0.0, (v - lo) / (6.0 * std))) for v in values]
     if normalisation == "zscore":
         mean = sum(values) / len(values)
         std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
@@ -108,7 +200,7 @@ def normalize(scores: Sequence[float], normalisation: Normalisation) -> list[flo
 
 def _floor(normalised: list[float], normalisation: Normalisation) -> float:
     """What a list contributes for a document it did not return (see the module docstring)."""
-    if normalisation == "minmax" or not normalised:
+    if normalisation in ("minmax", "dbsf") or not normalised:
         return 0.0
     return min(normalised)
 
@@ -164,12 +256,15 @@ def _rrf_totals(ranked: Sequence[RankedIds], weights: Sequence[float], rrf_k: in
     return totals
 
 
-def _weighted_totals(ranked: Sequence[RankedIds], normalisation: str, weights: Sequence[float]) -> dict[str, float]:
-    if normalisation not in ("minmax", "zscore", "l2"):
+def _weighted_totals(ranked: Sequence[RankedIds], normalisation: str, weights: Sequence[float],
+                     bounds: Sequence[Bounds | None] | None = None) -> dict[str, float]:
+    if normalisation not in NORMALISATIONS:
         raise ConfigError(f"normalisation={normalisation!r}: allowed values are {', '.join(NORMALISATIONS)}")
+    if bounds and any(bounds) and normalisation != "minmax":
+        raise ConfigError(f"bounds apply to minmax fusion only, not {normalisation}")
     tables, floors = [], []
-    for ids, scores in ranked:
-        normed = normalize(scores, normalisation)  # type: ignore[arg-type]
+    for i, (ids, scores) in enumerate(ranked):
+        normed = normalize(scores, normalisation, bounds[i] if bounds else None)  # type: ignore[arg-type]
         tables.append(dict(zip(ids, normed)))
         floors.append(_floor(normed, normalisation))  # type: ignore[arg-type]
     every = {doc_id for ids, _ in ranked for doc_id in ids}  # _finish orders them (score, then id)
@@ -206,43 +301,74 @@ def rrf(lists: Sequence[Sequence[Hit]], *, rrf_k: int = RRF_K, weights: Sequence
 
 def weighted_sum(lists: Sequence[Sequence[Hit]], *, normalisation: Normalisation = "minmax",
                  weights: Sequence[float] | None = None, depth: int | None = None,
-                 top_k: int | None = None) -> list[Fused]:
+                 top_k: int | None = None, bounds: Sequence[Bounds | None] | None = None) -> list[Fused]:
     """Convex combination of normalised scores (Bruch, Gai & Ingber, ACM TOIS 2023, "An
     analysis of fusion functions for hybrid retrieval"):
     ``score(d) = sum_i w_i * norm_i(d)``, where ``norm_i(d)`` is ``d``'s score in list i
     normalised over that list's first ``depth`` hits, or the list's floor when ``d`` is
-    missing from it (0 for min-max, the list's minimum for z-score and L2)."""
+    missing from it (0 for min-max and DBSF, the list's minimum for z-score and L2);
+    ``bounds``: min-max bounds per list (``Bounds``)."""
     ranked = _as_ranked(lists, depth)
-    return _finish(_weighted_totals(ranked, normalisation, _weights(len(ranked), weights)), ranked, top_k)
+    return _finish(_weighted_totals(ranked, normalisation, _weights(len(ranked), weights), bounds), ranked, top_k)
 
 
 def fuse(first: Sequence[Hit], second: Sequence[Hit], *, fusion: FusionMethod = "rrf", alpha: float = 0.5,
-         rrf_k: int = RRF_K, depth: int | None = None, top_k: int | None = None) -> list[Fused]:
+         rrf_k: int = RRF_K, depth: int | None = None, top_k: int | None = None,
+         bounds: Mapping[str, Bounds] | None = None) -> list[Fused]:
     """Fuse two ranked lists (BM25 first, kNN second) with weights ``(1 - alpha, alpha)``."""
-    return fuse_ranked(*_as_ranked([first, second], depth), fusion=fusion, alpha=alpha, rrf_k=rrf_k, top_k=top_k)
+    return fuse_ranked(*_as_ranked([first, second], depth), fusion=fusion, alpha=alpha, rrf_k=rrf_k, top_k=top_k,
+                       bounds=bounds)
 
 
 def fuse_ranked(first: RankedIds, second: RankedIds, *, fusion: FusionMethod = "rrf", alpha: float = 0.5,
-                rrf_k: int = RRF_K, top_k: int | None = None) -> list[Fused]:
+                rrf_k: int = RRF_K, top_k: int | None = None, bounds: Mapping[str, Bounds] | None = None) -> list[Fused]:
     """``fuse`` of two lists given as ``(ids, scores)``, best first, each id once and each
     list already cut to its depth (``types.RankedList``): the searcher fuses every backend's
-    lists this way, with no ``Hit`` per listed document."""
+    lists this way, with no ``Hit`` per listed document. ``bounds``: min-max bounds by list
+    name (``LIST_NAMES``; ``check_bounds``), for ``fusion="minmax"`` only."""
     check_fusion(fusion)
     alpha = check_alpha(alpha)
     weights, ranked = (1.0 - alpha, alpha), [first, second]
-    totals = _rrf_totals(ranked, weights, rrf_k) if fusion == "rrf" else _weighted_totals(ranked, fusion, weights)
+    if fusion == "rrf":
+        if bounds:
+            raise ConfigError("bounds apply to minmax fusion only, not rrf")
+        totals = _rrf_totals(ranked, weights, rrf_k)
+    else:
+        per_list = [bounds.get(name) for name in LIST_NAMES] if bounds else None
+        totals = _weighted_totals(ranked, fusion, weights, per_list)
     return _finish(totals, ranked, top_k)
+
+
+def autocut(scores: Sequence[float], jumps: int) -> int:
+    """How many of ``scores`` (best first) to keep when the tail after a score gap is dropped
+    (Weaviate's autocut, this project's reading): the list is cut after the deepest of its
+    ``jumps`` largest gaps between neighbouring scores (1: after the largest gap). Never fewer than one result; ``jumps`` 0, a list of
+    at most two results, or one where every score is equal keeps everything."""
+    if jumps < 0:
+        raise ConfigError(f"autocut={jumps}: must be >= 0 (0 = off)")
+    n = len(scores)
+    if jumps == 0 or n <= 2 or scores[0] == scores[-1]:
+        return n
+    # the first and last scores differ, so the largest gap is positive: something is cut
+    gaps = sorted(range(n - 1), key=lambda i: (-(scores[i] - scores[i + 1]), i))[:jumps]
+    return max(i for i in gaps if scores[i] - scores[i + 1] > 0) + 1
 
 
 def check_fusion_defaults(defaults: object, where: str) -> dict:
     """Tuned fusion defaults as ``tune`` stores them with an index and a model directory carries
-    them in its config.json (``{"fusion", "alpha", "depth"?, "tuned"?, "reranker"?: {"depth", "model"}}``),
+    them in its config.json (``{"fusion", "alpha", "depth"?, "bounds"?, "signals"?, "tuned"?,
+    "reranker"?: {"depth", "model"}}``),
     checked; ``where`` names their file in the one-line error."""
     if not isinstance(defaults, dict):
         raise ConfigError(f"{where}: fusion_defaults must be an object with fusion and alpha, found {defaults!r}")
     try:
         check_fusion(defaults.get("fusion"))  # type: ignore[arg-type]
         check_alpha(defaults.get("alpha"))  # type: ignore[arg-type]
+        check_bounds(defaults.get("bounds"), "bounds")
+        if defaults.get("signals") is not None:
+            from hybrid_qpr.signals import Signals
+
+            Signals.from_dict(defaults["signals"], "signals")
     except ConfigError as exc:
         raise ConfigError(f"{where}: fusion_defaults: {exc}") from None
     reranker = defaults.get("reranker", {})

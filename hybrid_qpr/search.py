@@ -16,8 +16,10 @@ Modes (``MODES``, from the ``Mode`` literal):
 * ``bm25`` - the backend's BM25 list.
 * ``knn`` - the backend's nearest neighbours of the encoded query.
 * ``hybrid`` - both lists, each ``depth`` long (default: the tuned depth, else
-  ``DEFAULT_DEPTH``; never less than ``offset + top_k``), fused with ``fusion`` (rrf, minmax, zscore, l2) and ``alpha`` (weight
-  of kNN; BM25 gets ``1 - alpha``). Without arguments the index's tuned defaults are used.
+  ``DEFAULT_DEPTH``; never less than ``offset + top_k``), fused with ``fusion`` (``FUSION_METHODS``;
+  minmax optionally with ``bounds``) and ``alpha`` (weight of kNN; BM25 gets ``1 - alpha``), then
+  re-scored by business ``signals`` (``hybrid_qpr.signals``) and cut by ``autocut`` when asked.
+  Without arguments the index's tuned defaults are used.
 * ``rescore`` - the MSEM paper's baseline flow (Kim et al. 2019): BM25 recalls
   ``rescore_depth`` candidates (30) which are re-ordered by encoder similarity. Its name
   before was ``rerank``, still accepted everywhere (``MODE_ALIASES``); the cross-encoder
@@ -47,6 +49,7 @@ import numpy as np
 from hybrid_qpr.backends.base import Backend, batches_lists, runs_in_engine
 from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList, built
 from hybrid_qpr import fusion as fusion_lib
+from hybrid_qpr.signals import Signals
 from hybrid_qpr.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -98,6 +101,9 @@ class SearchRequest(NamedTuple):
     reranker_depth: int = 0  # 0: no cross-encoder for this search
     server_side: bool = False
     vector: QueryVector | None = None
+    bounds: Mapping[str, fusion_lib.Bounds] | None = None  # min-max bounds by list name
+    signals: Signals | None = None
+    autocut: int = 0  # jumps (fusion.autocut); 0: off
 
     @property
     def need(self) -> int:
@@ -124,6 +130,9 @@ class SearchResult:
     knn: RankedScore | None = None
     first_stage_rank: int | None = None  # set when a reranker ran
     cross_encoder: RankedScore | None = None  # the reranker's score and rank (None beyond its depth)
+    # with business signals: the fused score before them and each signal's contribution
+    fused_score: float | None = None
+    signals: dict[str, float] | None = None
 
     def with_cross_encoder(self, score: float | None, rank: int | None, first_stage_rank: int) -> "SearchResult":
         """This result after a reranker: ``score`` stays the first-stage score."""
@@ -139,6 +148,8 @@ class SearchResult:
             out["first_stage_rank"] = self.first_stage_rank
             out["cross_encoder"] = None if self.cross_encoder is None else {
                 "score": self.cross_encoder.score, "rank": self.cross_encoder.rank}
+        if self.signals is not None:
+            out["fused_score"], out["signals"] = self.fused_score, dict(self.signals)
         return out
 
 
@@ -154,6 +165,13 @@ def _ranked_score(fused: fusion_lib.Fused, which: int) -> RankedScore | None:
     """A fused result's score and rank in list ``which`` (``None`` where it was not in it)."""
     rank = fused.ranks[which]
     return None if rank is None else RankedScore(fused.scores[which], rank)
+
+
+def _places(bm25: RankedList, knn: RankedList, fused: Sequence[fusion_lib.Fused]) -> list | None:
+    """Where the backend found each fused document (``None`` where it keeps no places)."""
+    if bm25.places is None or knn.places is None:
+        return None
+    return [bm25.places[f.ranks[0] - 1] if f.ranks[0] else knn.places[f.ranks[1] - 1] for f in fused]
 
 
 def _ranked(hits: Sequence[Hit]) -> dict[str, RankedScore]:
@@ -188,6 +206,24 @@ class HybridSearcher:
             alpha = defaults.get("alpha", DEFAULT_ALPHA) if fusion == defaults.get("fusion", fusion) else DEFAULT_ALPHA
         return fusion_lib.check_fusion(fusion), fusion_lib.check_alpha(alpha)
 
+    def fusion_extras(self, fusion: str, bounds: Mapping | None, signals: Signals | Mapping | None
+                      ) -> tuple[dict[str, fusion_lib.Bounds], Signals | None]:
+        """Min-max ``bounds`` and business ``signals``: explicit ones win; else the index's tuned
+        ones when ``fusion`` is the tuned method (a signal weight is tuned on its fused scores' scale)."""
+        defaults = self.backend.fusion_defaults
+        if bounds is None and signals is None and "bounds" not in defaults and "signals" not in defaults:
+            return {}, None  # the usual search: nothing to check
+        if bounds is None and fusion == defaults.get("fusion"):
+            bounds = defaults.get("bounds")
+        if signals is None and defaults.get("signals") is not None and fusion == defaults.get("fusion"):
+            signals = defaults["signals"]
+        checked = fusion_lib.check_bounds(bounds)
+        if checked and fusion != "minmax":
+            raise ConfigError(f"bounds apply to minmax fusion only, not {fusion}")
+        if signals is not None and not isinstance(signals, Signals):
+            signals = Signals.from_dict(signals)
+        return checked, (signals or None)
+
     def fusion_depth(self, depth: int | None, need: int) -> int:
         """Candidates per list: explicit ``depth``, else the tuned one, else ``DEFAULT_DEPTH``;
         never less than the ``need`` results asked for."""
@@ -200,7 +236,8 @@ class HybridSearcher:
                 fusion: str | None = None, alpha: float | None = None, filters: Filters | None = None,
                 depth: int | None = None, rescore_depth: int = RESCORE_DEPTH,
                 vector: QueryVector | np.ndarray | None = None, server_side: bool = False,
-                reranker_depth: int | None = None) -> SearchRequest:
+                reranker_depth: int | None = None, bounds: Mapping | None = None,
+                signals: Signals | Mapping | None = None, autocut: int = 0) -> SearchRequest:
         """The ``SearchRequest`` of ``search``'s arguments: checked (a ``ConfigError`` names the
         bad one), the index's tuned defaults filled in, the encoding attached (``vector``: one
         computed before, e.g. for a batch; else computed on first use)."""
@@ -218,12 +255,16 @@ class HybridSearcher:
         if cut < 0:
             raise ConfigError(f"reranker_depth={cut}: must be >= 0 (0: no reranking for this search)")
         fusion, alpha = self.fusion_settings(fusion, alpha)
+        bounds, signals = self.fusion_extras(fusion, bounds, signals)
+        if autocut < 0:
+            raise ConfigError(f"autocut={autocut}: must be >= 0 (0 = off)")
         if vector is None:
             vector = None if self.encoder is None else QueryVector.encoding(self.encoder, query)
         elif not isinstance(vector, QueryVector):
             vector = QueryVector.of(vector)
         return SearchRequest(query, mode, top_k, offset, filters, fusion, alpha, self._depth(depth),  # type: ignore[arg-type]
-                             rescore_depth, cut if self.reranker is not None else 0, server_side, vector)
+                             rescore_depth, cut if self.reranker is not None else 0, server_side, vector,
+                             bounds, signals, autocut)
 
     # ------------------------------------------------------------------ search
     def candidates(self, query: str, vector: QueryVector, depth: int, filters: Filters | None = None) -> Candidates:
@@ -235,7 +276,8 @@ class HybridSearcher:
                fusion: str | None = None, alpha: float | None = None, filters: Filters | None = None,
                depth: int | None = None, rescore_depth: int | None = None, vector: QueryVector | np.ndarray | None = None,
                server_side: bool = False, reranker_depth: int | None = None,
-               rerank_depth: int | None = None) -> list[SearchResult]:
+               rerank_depth: int | None = None, bounds: Mapping | None = None,
+               signals: Signals | Mapping | None = None, autocut: int = 0) -> list[SearchResult]:
         """Results ``offset .. offset + top_k`` of ``query`` in ``mode``, best first
         (``run(request(...))``; ``rerank_depth`` is ``rescore_depth``'s name before).
 
@@ -246,12 +288,17 @@ class HybridSearcher:
         ``server_side=True`` (backends whose ``capabilities`` offer it: OpenSearch) runs hybrid
         and rescore inside the engine (``hybrid_server`` with the same fusion method, alpha and depth
         as client-side fusion would use; ``rescore_server``); the engine then reports only the
-        final score, so ``bm25``/``knn`` are ``None``."""
+        final score, so ``bm25``/``knn`` are ``None``.
+
+        Hybrid extras (``HybridSearcher.request``): ``bounds`` for minmax (by list name, see
+        ``fusion.check_bounds``), business ``signals`` (``hybrid_qpr.signals.Signals``) added to
+        each fused score, and ``autocut`` (jumps; 0: off) dropping the tail after a score gap."""
         if rescore_depth is None:
             rescore_depth = RESCORE_DEPTH if rerank_depth is None else rerank_depth
         return self.run(self.request(query, mode=mode, top_k=top_k, offset=offset, fusion=fusion, alpha=alpha,
                                      filters=filters, depth=depth, rescore_depth=rescore_depth, vector=vector,
-                                     server_side=server_side, reranker_depth=reranker_depth))
+                                     server_side=server_side, reranker_depth=reranker_depth, bounds=bounds,
+                                     signals=signals, autocut=autocut))
 
     def run(self, request: SearchRequest) -> list[SearchResult]:
         """The page ``request`` asks for (built by ``request``)."""
@@ -291,36 +338,58 @@ class HybridSearcher:
                 RankedList.of_hits(backend.knn(vector.get(), depth, filters)))
 
     def _hybrid(self, request: SearchRequest) -> list[SearchResult]:
-        """Both lists fused here, the one place a hybrid page is fused."""
+        """Both lists fused here, the one place a hybrid page is fused (then business signals
+        and autocut, when asked)."""
         bm25, knn = self._lists(request.text, request.vector, request.list_depth, request.filters)  # type: ignore[arg-type]
-        page = fusion_lib.fuse_ranked((bm25.ids, bm25.scores), (knn.ids, knn.scores), fusion=request.fusion,
-                                      alpha=request.alpha, rrf_k=fusion_lib.RRF_K, top_k=request.need)[request.offset:]
+        signals = request.signals
+        # with signals every fused document may climb onto the page: fuse them all
+        fused = fusion_lib.fuse_ranked((bm25.ids, bm25.scores), (knn.ids, knn.scores), fusion=request.fusion,
+                                       alpha=request.alpha, rrf_k=fusion_lib.RRF_K,
+                                       top_k=None if signals else request.need, bounds=request.bounds)
         docs = {**bm25.documents, **knn.documents} if knn.documents else bm25.documents
-        places = None
-        if bm25.places is not None and knn.places is not None:  # where the backend found each result
-            places = [bm25.places[f.ranks[0] - 1] if f.ranks[0] else knn.places[f.ranks[1] - 1] for f in page]
-        return self._results([(f.id, f.score, _ranked_score(f, 0), _ranked_score(f, 1)) for f in page], docs=docs,
-                             places=places)
+        explained: dict[str, tuple[float, dict[str, float]]] = {}
+        if signals:
+            docs = dict(docs)
+            missing = [f for f in fused if f.id not in docs]
+            if missing:
+                places = _places(bm25, knn, missing)
+                docs.update(self.backend.documents([f.id for f in missing], places))
+            fused, explained = apply_signals(fused, signals, docs)
+            fused = fused[:request.need]
+        if request.autocut:
+            fused = fused[:fusion_lib.autocut([f.score for f in fused], request.autocut)]
+        page = fused[request.offset:]
+        results = self._results([(f.id, f.score, _ranked_score(f, 0), _ranked_score(f, 1)) for f in page], docs=docs,
+                                places=_places(bm25, knn, page))
+        if explained:
+            results = [replace(r, fused_score=explained[r.id][0], signals=explained[r.id][1]) for r in results]
+        return results
 
     def _server_side(self, request: SearchRequest) -> list[SearchResult]:
         backend, mode, need = self.backend, request.mode, request.need
         if not runs_in_engine(backend, mode):
             raise ConfigError(f"server_side=True for {mode} needs a backend that runs it in the engine "
                               f"(OpenSearch: --opensearch URL); {type(backend).__name__} fuses client-side only")
+        if mode == "hybrid":
+            refuse_in_engine(request)
         vector = request.vector.get()  # type: ignore[union-attr]
         if mode == "rescore":
             hits = backend.rescore_server(request.text, vector, max(request.rescore_depth, need), request.filters)
         else:  # the same method, weights and depth the client side would use
             hits = backend.hybrid_server(request.text, vector, request.list_depth, request.filters,
                                          fusion=request.fusion, alpha=request.alpha, rrf_k=fusion_lib.RRF_K)
+        hits = hits[:need]
+        if request.autocut and mode == "hybrid":
+            hits = hits[:fusion_lib.autocut([h.score for h in hits], request.autocut)]
         return self._results([(h.id, h.score, None, None) for h in hits[request.offset:need]], hits)
 
     @staticmethod
     def fuse(cands: Candidates, *, fusion: str, alpha: float, depth: int | None = None,
-             rrf_k: int = fusion_lib.RRF_K, top_k: int | None = None) -> list[fusion_lib.Fused]:
+             rrf_k: int = fusion_lib.RRF_K, top_k: int | None = None,
+             bounds: Mapping[str, fusion_lib.Bounds] | None = None) -> list[fusion_lib.Fused]:
         """Fuse one query's candidate lists (BM25 first, kNN second): tuning re-fuses them."""
         return fusion_lib.fuse(cands.bm25, cands.knn, fusion=fusion, alpha=alpha, rrf_k=rrf_k, depth=depth,  # type: ignore[arg-type]
-                               top_k=top_k)
+                               top_k=top_k, bounds=bounds)
 
     def _rescore(self, recalled: list[Hit], vector: QueryVector) -> list[tuple[str, float, RankedScore | None, RankedScore | None]]:
         """MSEM flow: order the BM25 candidates by encoder similarity (ties by id)."""
@@ -367,6 +436,40 @@ class HybridSearcher:
             return [self.search(q, filters=f, **kwargs) for q, f in zip(queries, per_query)]
         vectors = self.encoder.encode(queries)
         return [self.search(q, vector=v, filters=f, **kwargs) for q, v, f in zip(queries, vectors, per_query)]
+
+
+def apply_signals(fused: Sequence[fusion_lib.Fused], signals: Signals, docs: Mapping[str, Document]
+                  ) -> tuple[list[fusion_lib.Fused], dict[str, tuple[float, dict[str, float]]]]:
+    """``fused`` re-scored by the business-signal formula on each document's metadata and
+    re-sorted (score, then id), with each document's fused score and the formula's terms
+    (``boost:<field>``, ``decay:<field>``) for explanations."""
+    origin = signals.origin()
+    rescored, explained = [], {}
+    for f in fused:
+        doc = docs.get(f.id)
+        terms = signals.contributions(doc.metadata if doc is not None else {}, origin)
+        named = {f"boost:{name}": value for name, value in terms.boosts.items()}
+        if signals.decay is not None:
+            named[f"decay:{signals.decay.field}"] = terms.decay
+        explained[f.id] = (f.score, named)
+        rescored.append(replace(f, score=f.score + terms.total))
+    rescored.sort(key=lambda f: (-f.score, f.id))
+    return rescored, explained
+
+
+def refuse_in_engine(request: SearchRequest) -> None:
+    """One line for what a server-side hybrid search cannot do: the engine's pipelines know no
+    DBSF, no min-max bounds and no business signals (they run client-side only)."""
+    from hybrid_qpr.backends.opensearch import CLIENT_SIDE_ONLY
+
+    if request.fusion in CLIENT_SIDE_ONLY:
+        raise ConfigError(f"--server-side: fusion {request.fusion} runs client-side only (no search pipeline "
+                          "offers it); drop --server-side")
+    if request.bounds:
+        raise ConfigError("--server-side: min-max bounds run client-side only; drop --server-side or the bounds")
+    if request.signals:
+        raise ConfigError("--server-side: business signals (--boost, --decay) run client-side only; drop --server-side "
+                          "or the signals")
 
 
 # What runs each mode (a mode missing here fails the registry test, never falls through to another);

@@ -181,11 +181,19 @@ def unweighted_rrf(alpha: float) -> bool:
     return round(1.0 - alpha, 6) == round(alpha, 6)
 
 
+# Fusion methods no search pipeline can run (neural-search normalises by min_max, l2 and z_score
+# only): a hybrid search with one of them fuses client-side, and --server-side refuses it.
+CLIENT_SIDE_ONLY: tuple[str, ...] = ("dbsf",)
+
+
 def pipeline_body(fusion: str, alpha: float = DEFAULT_ALPHA, rrf_k: int = RRF_K) -> dict:
     """Search pipeline for server-side fusion with the client side's meaning of every setting:
     ``alpha`` is the weight of the kNN list and ``1 - alpha`` that of BM25 (for RRF too: the
-    weights go into the score-ranker when they are not equal); ``rrf_k`` is RRF's rank constant."""
+    weights go into the score-ranker when they are not equal); ``rrf_k`` is RRF's rank constant.
+    A method in ``CLIENT_SIDE_ONLY`` has none (``ConfigError``)."""
     check_fusion(fusion)
+    if fusion in CLIENT_SIDE_ONLY:
+        raise ConfigError(f"fusion {fusion} runs client-side only: neural-search has no such normalization technique")
     if not 0.0 <= alpha <= 1.0:
         raise ConfigError(f"alpha={alpha}: must be between 0 and 1 (weight of the kNN side)")
     if rrf_k < 1:
@@ -208,6 +216,9 @@ def install_pipelines(client, fusions: Sequence[str] = FUSION_METHODS, alpha: fl
     outcome: dict[str, str] = {}
     for fusion in fusions:
         name = pipeline_name(fusion)
+        if fusion in CLIENT_SIDE_ONLY:
+            outcome[name] = f"not installed: {fusion} runs client-side only (neural-search has no such technique)"
+            continue
         with translate(f"installing search pipeline {name}", "opensearch"):
             try:
                 transport.request("PUT", f"/_search/pipeline/{name}", pipeline_body(fusion, alpha, rrf_k))

@@ -8,6 +8,7 @@ import click
 
 from hybrid_qpr.cli._common import FiniteFloatRange, ModeChoice, cluster_options, friendly_errors
 from hybrid_qpr.cli._backend import FILTER_HELP, knn_search_options, model_option, reranker_options
+from hybrid_qpr.cli._fusion import bounds_option, explanation, read_fusion_extras, signal_options
 from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_DEPTH, DEFAULT_FUSION, FUSION_METHODS
 from hybrid_qpr.search import DEFAULT_MODE, RESCORE_DEPTH
 
@@ -96,6 +97,14 @@ def results_table(query: str, mode: str, results, offset: int = 0, width: int | 
               help=f"Weight of kNN in the fusion, BM25 gets 1 - alpha. [default: tuned value, else {DEFAULT_ALPHA}]")
 @click.option("--depth", type=click.IntRange(min=1), default=None,
               help=f"Candidates taken from each list before fusion. [default: the tuned depth, else {DEFAULT_DEPTH}; at least --from + k]")
+@bounds_option("lower")
+@bounds_option("upper")
+@signal_options
+@click.option("--autocut", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Hybrid: drop the results after the deepest of the N largest gaps between neighbouring scores "
+                   "(1: cut at the largest gap; never the top hit; 0: off).")
+@click.option("--explain", is_flag=True, help="Under the table, each hit's score broken down: fused score, BM25 and kNN "
+                                              "score and rank, each business signal's contribution (--json carries them on each hit).")
 @click.option("--rescore-depth", "--rerank-depth", "rerank_depth", type=click.IntRange(min=1), default=RESCORE_DEPTH, show_default=True, help="BM25 candidates re-scored in rescore mode.")
 @click.option("--filter", "filters", multiple=True, help=FILTER_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
@@ -105,8 +114,9 @@ def results_table(query: str, mode: str, results, offset: int = 0, width: int | 
 @reranker_options
 @cluster_options(selects_backend=True)
 @friendly_errors
-def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, rerank_depth, filters, as_json,
-          server_side, ef_search, nprobe, model, reranker_dir, reranker_depth, **connection) -> None:
+def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, lower_bounds, upper_bounds, boosts,
+          decay, signal_weight, autocut, explain, rerank_depth, filters, as_json, server_side, ef_search, nprobe, model,
+          reranker_dir, reranker_depth, **connection) -> None:
     """Find the questions in the index that ask the same as TEXT.
 
     The table shows, for each hit, the fused score and the BM25 and kNN score and rank
@@ -121,6 +131,8 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
       hybrid-qpr query "cheap flights?" --index ./qidx --filter topic=travel --from 10 -k 10
       hybrid-qpr query --queries questions.txt --index ./qidx --json > hits.jsonl
       hybrid-qpr query "how do i reset my password" --index ./qidx --reranker onnx/reranker-minilm-l6-int8
+      hybrid-qpr query "cheap flights?" --index ./qidx --fusion dbsf --decay created:exp:30d --explain
+      hybrid-qpr query "cheap flights?" --index ./qidx --fusion minmax --lower-bound knn=clip:0.3 --autocut 1
     """
     from hybrid_qpr.backends.base import takes_knn_settings
     from hybrid_qpr.cli._backend import (load_encoder, load_reranker, open_backend, parse_filters,
@@ -133,6 +145,7 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
         raise click.UsageError("the query TEXT is empty; give the question to search for, e.g. "
                                "hybrid-qpr query \"how do i reset my password\" --index DIR")
     refuse_knn_options_on_a_cluster(connection, ef_search, nprobe)
+    bounds, signals = read_fusion_extras(lower_bounds, upper_bounds, boosts, decay, signal_weight)
     backend = open_backend(index, connection)
     if backend.count() == 0:
         raise click.ClickException(backend.empty_reason())
@@ -146,7 +159,8 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
     reranker, reranker_depth = load_reranker(reranker_dir, reranker_depth, backend)
     searcher = HybridSearcher(backend, encoder, reranker=reranker, reranker_depth=reranker_depth)
     options = dict(mode=mode, top_k=top_k, offset=offset, fusion=fusion, alpha=alpha, depth=depth,
-                   rerank_depth=rerank_depth, filters=parse_filters(filters), server_side=server_side)
+                   rerank_depth=rerank_depth, filters=parse_filters(filters), server_side=server_side, bounds=bounds,
+                   signals=signals, autocut=autocut)
     if queries_path is not None:
         from hybrid_qpr.data.documents import iter_batch_queries
 
@@ -165,3 +179,5 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
 
     console = Console()
     console.print(results_table(text, mode, results, offset, width=console.width))
+    if explain:
+        click.echo(explanation(results, offset))

@@ -30,13 +30,14 @@ def install(index, fusions, alpha, rrf_k, **connection) -> None:
     hybrid-qpr-minmax / -l2 / -zscore use neural-search's normalization-processor with
     weights [1 - alpha, alpha] for [BM25, kNN]; hybrid-qpr-rrf uses the score-ranker-processor
     (RRF). A pipeline the cluster rejects is reported and the others are still installed
-    (neural-search 2.19 has no z_score technique; it arrived in 3.0).
+    (neural-search 2.19 has no z_score technique; it arrived in 3.0). A method no pipeline
+    can run (dbsf) is named with one line and fuses client-side only.
 
     \b
     Example:
       hybrid-qpr search-pipeline install --opensearch http://127.0.0.1:9200 --index questions
     """
-    from hybrid_qpr.backends.opensearch import OpenSearchBackend, install_pipelines
+    from hybrid_qpr.backends.opensearch import CLIENT_SIDE_ONLY, OpenSearchBackend, install_pipelines
 
     client = cluster_client(**connection)
     defaults = OpenSearchBackend(client, index).fusion_defaults if index else {}
@@ -46,5 +47,9 @@ def install(index, fusions, alpha, rrf_k, **connection) -> None:
     for name, result in outcome.items():
         click.echo(f"{name}: {result}")
     click.echo(f"(alpha={alpha} for the kNN side, rrf_k={rrf_k})")
+    if fusions and not any(result == "installed" for result in outcome.values()):
+        if all(f in CLIENT_SIDE_ONLY for f in fusions):
+            raise click.ClickException(f"{', '.join(fusions)}: client-side only, there is no search pipeline to install")
+        raise click.ClickException("no pipeline could be installed")
     if not any(result == "installed" for result in outcome.values()):
         raise click.ClickException("no pipeline could be installed")

@@ -7,8 +7,10 @@ import click
 from hybrid_qpr.cli._common import cluster_options, friendly_errors
 from hybrid_qpr.cli._backend import model_option, reranker_options
 from hybrid_qpr.cli._tasks import task_options
+from hybrid_qpr.cli._fusion import read_bound_grid, read_fusion_extras, signal_options
 from hybrid_qpr.evaluation.evaluator import RERANKER_DEPTHS
-from hybrid_qpr.fusion import DEFAULT_DEPTH
+from hybrid_qpr.fusion import DEFAULT_DEPTH, FUSION_METHODS
+from hybrid_qpr.signals import SIGNAL_WEIGHTS
 
 
 @click.command()
@@ -26,14 +28,23 @@ from hybrid_qpr.fusion import DEFAULT_DEPTH
                    "validation data.")
 @click.option("--reranker-depths", default=",".join(map(str, RERANKER_DEPTHS)), show_default=True,
               help="With --reranker: the depths tried (comma-separated).")
+@click.option("--fusions", default=",".join(FUSION_METHODS), show_default=True,
+              help="Fusion methods in the grid (comma-separated).")
+@click.option("--lower-bound-grid", "bound_grid", multiple=True, metavar="LIST=MODE:V1,V2,...",
+              help="Also try minmax (at every alpha) with this lower bound on LIST (bm25 or knn) at each value, "
+                   "e.g. knn=clip:0.2,0.4,0.6 (repeatable: each setting tried on its own).")
+@signal_options
+@click.option("--signal-weights", default=",".join(map(str, SIGNAL_WEIGHTS)), show_default=True,
+              help="With --decay: the weights of the decay term tried on the tuned fusion (comma-separated).")
 @task_options
 @model_option
 @reranker_options
 @cluster_options(selects_backend=True)
 @friendly_errors
-def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, reranker_depths, task, filter_field, model,
-         reranker_dir, reranker_depth, **connection) -> None:
-    """Grid-search fusion (rrf, minmax, zscore, l2) x alpha (0, 0.1, ..., 1) for the best
+def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, reranker_depths, fusions, bound_grid, boosts,
+         decay, signal_weight, signal_weights, task, filter_field, model, reranker_dir, reranker_depth,
+         **connection) -> None:
+    """Grid-search fusion (--fusions: rrf, minmax, zscore, l2, dbsf) x alpha (0, 0.1, ..., 1) for the best
     MRR@20 (retrieve 20, drop the query's own id) and store the winner as the index's
     default for 'query --mode hybrid'. The grid contains the pure BM25 and pure kNN
     rankings, so the tuned hybrid is never worse than the better single mode on these queries.
@@ -49,14 +60,20 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, rer
     own validation data, it becomes the fusion of every new index 'ingest' builds with the model.
 
     \b
+    --lower-bound-grid adds minmax with bounds to the grid. With --decay (and --boost) it then
+    tries each of --signal-weights for the decay on the tuned fusion and stores the formula
+    with the best weight when it beats the fusion without it (and is below it on no metric).
+
+    \b
     Example:
       hybrid-qpr ingest data/quora/beir/corpus.jsonl --index ./quora-idx
       hybrid-qpr tune --beir data/quora/beir --split val --index ./quora-idx
+      hybrid-qpr tune --beir data/quora/beir --index ./quora-idx --lower-bound-grid knn=clip:0.2,0.4 --decay created:exp:365d
     """
     from hybrid_qpr.artifacts import ENCODER_FUSION_DEFAULTS, recorded_path, update_encoder_config
     from hybrid_qpr.cli._backend import load_encoder, load_reranker, open_backend
     from hybrid_qpr.data.beir import load_beir
-    from hybrid_qpr.evaluation.evaluator import sample_queries, tune as run_tune, tune_reranker
+    from hybrid_qpr.evaluation.evaluator import sample_queries, tune as run_tune, tune_reranker, tune_signals
     from hybrid_qpr.evaluation.significance import gain, gain_sentence
     from hybrid_qpr.search import HybridSearcher
 
@@ -78,18 +95,47 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, rer
         depths = [int(d) for d in reranker_depths.split(",") if d.strip()]
     except ValueError:
         raise click.BadParameter(f"{reranker_depths!r}: expected comma-separated integers", param_hint="--reranker-depths")
+    bounds_tried = read_bound_grid(bound_grid)
+    methods = [m.strip() for m in fusions.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in FUSION_METHODS]
+    if unknown or not methods:
+        raise click.BadParameter(f"{fusions!r}: choose among {', '.join(FUSION_METHODS)}", param_hint="--fusions")
+    if signal_weight is not None:
+        raise click.UsageError("tune chooses the signal weight among --signal-weights; --signal-weight is for query")
+    _, signals = read_fusion_extras((), (), boosts, decay, None)
+    try:
+        weights = [float(w) for w in signal_weights.split(",") if w.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{signal_weights!r}: expected comma-separated numbers", param_hint="--signal-weights")
     reranker, _ = load_reranker(reranker_dir, None, backend)
     searcher = HybridSearcher(backend, load_encoder(model, backend), reranker=reranker)
     sample = sample_queries(queries, qrels, max_queries)
     own_filters = task_query_filters(beir_dir, task, filter_field, list(sample))
-    result = run_tune(searcher, sample, qrels, depth=depth, task=task, query_filters=own_filters, show_progress=True)
+    result = run_tune(searcher, sample, qrels, depth=depth, task=task, query_filters=own_filters, show_progress=True,
+                      bound_grid=bounds_tried, fusions=methods)
     metric = result.metric
     best_grid = sorted(result.grid, key=lambda g: -g[metric])[:5]
     click.echo(f"{metric} on {result.queries} {split} queries: bm25 {result.bm25_mrr:.4f}, knn {result.knn_mrr:.4f}")
     for g in best_grid:
         below = "" if g["allowed"] else "  (not chosen: another metric is below the better single mode)"
-        click.echo(f"  {g['fusion']:<7} alpha={g['alpha']:.1f}  {metric} {g[metric]:.4f}{below}")
-    click.echo(f"best: fusion={result.fusion} alpha={result.alpha:.1f} {metric} {result.mrr:.4f}")
+        bounds = "".join(f" {name}:{b}" for name, b in g.get("bounds", {}).items())
+        click.echo(f"  {g['fusion']:<7} alpha={g['alpha']:.1f}{bounds}  {metric} {g[metric]:.4f}{below}")
+    chosen_bounds = "".join(f" {name}:{b.as_dict()}" for name, b in result.bounds.items())
+    click.echo(f"best: fusion={result.fusion} alpha={result.alpha:.1f}{chosen_bounds} {metric} {result.mrr:.4f}")
+    if signals is not None:
+        formula = signals if signals.decay is not None else None
+        if formula is None:  # boosts alone have their own weights: nothing to choose
+            click.echo("signals: --boost without --decay has no weight to tune; not stored")
+        else:
+            found = tune_signals(searcher, sample, qrels, result, formula, weights=weights, task=task,
+                                 query_filters=own_filters)
+            for w, row in found.by_weight.items():
+                click.echo(f"  signal weight {w:<5g} {metric} {row[metric]:.4f}")
+            if found.weight:
+                result.signals = formula.with_weight(found.weight)
+                click.echo(f"signals: weight {found.weight:g}")
+            else:
+                click.echo("signals: do not help on these queries; not stored")
     single = "bm25" if result.bm25_mrr >= result.knn_mrr else "knn"
     click.echo("  " + gain_sentence(gain(result.per_query[single], result.per_query["tuned"]), "tuned hybrid", single, metric))
     defaults = {**result.defaults, "tuned": {**result.defaults["tuned"], "on": f"{recorded_path(beir_dir)} {split}"}}

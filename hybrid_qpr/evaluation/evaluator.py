@@ -25,7 +25,8 @@ from hybrid_qpr.errors import ConfigError
 from hybrid_qpr.evaluation.metrics import drop_self
 from hybrid_qpr.evaluation.tasks import TASKS, get_task
 from hybrid_qpr.filters import merge_filters
-from hybrid_qpr.fusion import DEFAULT_DEPTH, FUSION_METHODS
+from hybrid_qpr.fusion import DEFAULT_DEPTH, FUSION_METHODS, check_bounds
+from hybrid_qpr.signals import SIGNAL_WEIGHTS
 from hybrid_qpr.search import MODES, check_mode
 from hybrid_qpr.types import Filters, QueryVector
 
@@ -192,19 +193,28 @@ class TuneResult:
     # query id -> ``metric`` of the chosen fusion ("tuned"), of BM25 and of kNN alone: for
     # telling a real gain from noise (``hybrid_qpr.evaluation.significance``)
     per_query: dict[str, dict[str, float]] = field(default_factory=dict)
+    # the chosen min-max bounds (list name -> Bounds) and business signals, where tuned
+    bounds: dict[str, Any] = field(default_factory=dict)
+    signals: Any = None
 
     @property
     def defaults(self) -> dict[str, Any]:
         """What is stored as the index's fusion defaults."""
-        return {"fusion": self.fusion, "alpha": self.alpha, "depth": self.depth,
-                "tuned": {"metric": self.metric, "value": self.mrr, "bm25": self.bm25_mrr, "knn": self.knn_mrr,
-                          "queries": self.queries}}
+        out = {"fusion": self.fusion, "alpha": self.alpha, "depth": self.depth,
+               "tuned": {"metric": self.metric, "value": self.mrr, "bm25": self.bm25_mrr, "knn": self.knn_mrr,
+                         "queries": self.queries}}
+        if self.bounds:
+            out["bounds"] = {name: b.as_dict() for name, b in self.bounds.items()}
+        if self.signals:
+            out["signals"] = self.signals.as_dict()
+        return out
 
 
 def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *,
          fusions: Sequence[str] = FUSION_METHODS, alphas: Sequence[float] = ALPHAS, depth: int | None = None,
          retrieve: int | None = None, task: str = "paraphrase",
-         query_filters: Mapping[str, Filters] | None = None, show_progress: bool = False) -> TuneResult:
+         query_filters: Mapping[str, Filters] | None = None, show_progress: bool = False,
+         bound_grid: Sequence[Mapping[str, Any]] = ()) -> TuneResult:
     """Choose the fusion method and ``alpha`` maximising the task's main metric on ``queries``
     (MRR@20 for paraphrase retrieval, MAP for answer selection, MRR for answer retrieval),
     among the grid points that are not below the better single mode (the one with the higher
@@ -220,7 +230,8 @@ def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
     BM25 alone and kNN alone (documents from the other list only follow), so the better single
     mode is itself a candidate and the tuned hybrid is never worse than it on these queries;
     this is checked. Ties between grid points go to the earlier one (``fusions`` order, then smaller alpha).
-    ``show_progress``: progress of the retrieval and of the grid on stderr.
+    ``bound_grid``: min-max bounds settings (``fusion.check_bounds`` form) each tried with minmax
+    at every alpha, after the plain grid. ``show_progress``: progress of the retrieval and of the grid on stderr.
     """
     spec = get_task(task)
     retrieve = spec.retrieve if retrieve is None else retrieve
@@ -231,7 +242,7 @@ def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
     cands = {qid: searcher.candidates(text, QueryVector.encoding(searcher.encoder, text), depth, own.get(qid))
              for qid, text in _maybe_track(queries.items(), len(queries), "tune: BM25 and kNN lists", show_progress)}
     return tune_candidates(cands, qrels, fusions=fusions, alphas=alphas, depth=depth, retrieve=retrieve, task=task,
-                           show_progress=show_progress)
+                           show_progress=show_progress, bound_grid=bound_grid)
 
 
 def _maybe_track(items, total: int, description: str, show: bool):
@@ -249,7 +260,8 @@ def _tuning_depth(depth: int | None, retrieve: int) -> int:
 
 def tune_candidates(cands: Mapping[str, Any], qrels: Mapping[str, Mapping[str, int]], *,
                     fusions: Sequence[str] = FUSION_METHODS, alphas: Sequence[float] = ALPHAS, depth: int | None = None,
-                    retrieve: int | None = None, task: str = "paraphrase", show_progress: bool = False) -> TuneResult:
+                    retrieve: int | None = None, task: str = "paraphrase", show_progress: bool = False,
+                    bound_grid: Sequence[Mapping[str, Any]] = ()) -> TuneResult:
     """The grid search of :func:`tune` on candidate lists already fetched (query id ->
     ``hybrid_qpr.search.Candidates`` of ``depth`` hits each), e.g. by a batched benchmark."""
     from hybrid_qpr.search import HybridSearcher
@@ -264,28 +276,80 @@ def tune_candidates(cands: Mapping[str, Any], qrels: Mapping[str, Mapping[str, i
     main = spec.main_metric
     better = bm25_metrics if bm25_metrics[main] >= knn_metrics[main] else knn_metrics
     guarded = spec.guarded or (main,)
-    grid_points = [(m, float(a)) for m in fusions for a in alphas]
-    for forced in (("rrf", 0.0), ("rrf", 1.0)):
+    no_bounds: dict[str, Any] = {}
+    grid_points = [(m, float(a), no_bounds) for m in fusions for a in alphas]
+    for forced in (("rrf", 0.0, no_bounds), ("rrf", 1.0, no_bounds)):
         if forced not in grid_points:
             grid_points.append(forced)
+    grid_points += [("minmax", float(a), check_bounds(b, "bound grid")) for b in bound_grid for a in alphas]
     grid = []
-    best: tuple[float, str, float] | None = None
-    for fusion, alpha in _maybe_track(grid_points, len(grid_points), "tune: fusion grid", show_progress):
-        run = {q: [f.id for f in HybridSearcher.fuse(c, fusion=fusion, alpha=alpha, depth=depth, top_k=retrieve)]
+    best: tuple[float, str, float, dict[str, Any]] | None = None
+    for fusion, alpha, bounds in _maybe_track(grid_points, len(grid_points), "tune: fusion grid", show_progress):
+        run = {q: [f.id for f in HybridSearcher.fuse(c, fusion=fusion, alpha=alpha, depth=depth, top_k=retrieve,
+                                                     bounds=bounds)]
                for q, c in cands.items()}
         metrics = spec.score(run, qrels)
         allowed = all(metrics[m] + 1e-12 >= better[m] for m in guarded)
-        grid.append({"fusion": fusion, "alpha": alpha, **metrics, "allowed": allowed})
+        point = {"fusion": fusion, "alpha": alpha}
+        if bounds:
+            point["bounds"] = {name: b.as_dict() for name, b in bounds.items()}
+        grid.append({**point, **metrics, "allowed": allowed})
         if allowed and (best is None or metrics[main] > best[0]):
-            best = (metrics[main], fusion, alpha)
+            best = (metrics[main], fusion, alpha, bounds)
             best_run = run
     if best is None:  # cannot happen with the forced points; kept as a check
         raise ConfigError(f"no fusion setting is at least the better single mode on "
                           f"{', '.join(f'{k} {better[k]:.4f}' for k in guarded)}; report this as a bug")
-    value, fusion, alpha = best
+    value, fusion, alpha, bounds = best
     bm25_value, knn_value = bm25_metrics[main], knn_metrics[main]
     per_query = {name: spec.per_query(r, qrels, main) for name, r in (("tuned", best_run), ("bm25", bm25_run), ("knn", knn_run))}
-    return TuneResult(fusion, alpha, value, bm25_value, knn_value, depth, len(cands), grid, spec.main_metric, per_query)
+    return TuneResult(fusion, alpha, value, bm25_value, knn_value, depth, len(cands), grid, spec.main_metric, per_query,
+                      dict(bounds))
+
+
+@dataclass
+class SignalTuneResult:
+    """The business-signal weight chosen for the tuned fusion (``weight`` 0: the signals do not
+    help on these queries and are not stored) and the main metric at each weight tried."""
+
+    weight: float
+    metric: str
+    by_weight: dict[float, dict[str, Any]]
+
+
+def tune_signals(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], tuned: TuneResult,
+                 signals, *, weights: Sequence[float] = SIGNAL_WEIGHTS, retrieve: int | None = None,
+                 task: str = "paraphrase", query_filters: Mapping[str, Filters] | None = None) -> SignalTuneResult:
+    """Choose the weight of ``signals``' decay term (``hybrid_qpr.signals.Signals``) on the tuned
+    fusion: each weight re-scores the same fused candidates exactly as a query would
+    (``search.apply_signals`` on the documents' metadata, fetched once per query). A weight is
+    allowed when no guarded metric falls below weight 0; the best allowed main metric wins
+    (ties: the smaller weight), and 0 when no weight beats the fusion without signals."""
+    from hybrid_qpr.search import apply_signals
+
+    spec = get_task(task)
+    retrieve = spec.retrieve if retrieve is None else retrieve
+    own = query_filters or {}
+    fused, docs = {}, {}
+    for qid, text in queries.items():
+        cands = searcher.candidates(text, QueryVector.encoding(searcher.encoder, text), tuned.depth, own.get(qid))
+        fused[qid] = searcher.fuse(cands, fusion=tuned.fusion, alpha=tuned.alpha, depth=tuned.depth,
+                                   bounds=tuned.bounds or None)
+        docs[qid] = searcher.backend.documents([f.id for f in fused[qid]])
+    main, guarded = spec.main_metric, spec.guarded or (spec.main_metric,)
+    by_weight: dict[float, dict[str, Any]] = {}
+    for weight in sorted({0.0, *map(float, weights)}):
+        formula = signals.with_weight(weight)
+        run = {q: [f.id for f in (apply_signals(fs, formula, docs[q])[0] if formula else fs)[:retrieve]]
+               for q, fs in fused.items()}
+        by_weight[weight] = spec.score(run, qrels)
+    base = by_weight[0.0]
+    best = 0.0
+    for weight, metrics in by_weight.items():
+        metrics["allowed"] = all(metrics[m] + 1e-12 >= base[m] for m in guarded)
+        if weight and metrics["allowed"] and metrics[main] > by_weight[best][main] + 1e-12:
+            best = weight
+    return SignalTuneResult(best, main, by_weight)
 
 
 RERANKER_DEPTHS: tuple[int, ...] = (10, 20, 50)

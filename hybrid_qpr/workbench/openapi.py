@@ -118,7 +118,10 @@ def openapi_spec(limits: Limits = Limits(), extra_lists: tuple[str, ...] = ()) -
             "Hit": {"type": "object", "required": ["id", "text", "score"], "properties": {
                 "id": {"type": "string"}, "text": {"type": "string"}, "score": {"type": "number"},
                 "metadata": {"type": "object"}, "bm25": {"$ref": "#/components/schemas/Ranked"},
-                "knn": {"$ref": "#/components/schemas/Ranked"}}},
+                "knn": {"$ref": "#/components/schemas/Ranked"},
+                "fused_score": {"type": "number", "description": "with business signals: the score before them"},
+                "signals": {"type": "object", "additionalProperties": {"type": "number"},
+                            "description": "with business signals: each one's contribution to score"}}},
             "SearchAnswer": {"type": "object", "properties": {
                 "query": {"type": "string"}, "mode": {"type": "string"}, "settings": {"type": "object"},
                 "hits": {"type": "array", "items": {"$ref": "#/components/schemas/Hit"}},

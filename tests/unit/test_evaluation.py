@@ -62,7 +62,7 @@ def test_tuned_hybrid_is_never_worse_than_the_better_single_mode(bank):
     searcher, queries, qrels = bank
     result = tune(searcher, queries, qrels, depth=50)
     assert result.mrr >= max(result.bm25_mrr, result.knn_mrr)
-    assert len(result.grid) == 44 and {g["fusion"] for g in result.grid} == {"rrf", "minmax", "zscore", "l2"}
+    assert len(result.grid) == 11 * 5 and {g["fusion"] for g in result.grid} == {"rrf", "minmax", "zscore", "l2", "dbsf"}
     assert max(g["MRR@20"] for g in result.grid if g["allowed"]) == result.mrr
     # the stored defaults really give that MRR in hybrid mode
     evaluated = evaluate(searcher, queries, qrels, modes=("hybrid", "bm25", "knn"), fusion=result.fusion,

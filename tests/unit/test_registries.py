@@ -94,11 +94,19 @@ def test_every_surface_lists_the_fusion_methods():
     assert "h.fusions" in script  # it reads them from /api/health
 
 
-def test_every_fusion_method_has_its_opensearch_pipeline_and_a_new_one_without_fails_loudly(monkeypatch):
-    from hybrid_qpr.backends.opensearch import pipeline_body
+def test_every_fusion_method_has_its_opensearch_pipeline_or_says_it_runs_client_side_only(monkeypatch):
+    from hybrid_qpr.backends.opensearch import CLIENT_SIDE_ONLY, pipeline_body
+
+    assert set(CLIENT_SIDE_ONLY) < set(fusion.FUSION_METHODS)
+    from hybrid_qpr.resources import mapping_file
 
     for method in fusion.FUSION_METHODS:
-        assert pipeline_body(method, 0.3)["description"], method
+        if method in CLIENT_SIDE_ONLY:
+            with pytest.raises(ConfigError, match=f"fusion {method} runs client-side only"):
+                pipeline_body(method, 0.3)
+            assert not mapping_file(f"opensearch/pipeline-{method}.json").is_file()
+        else:
+            assert pipeline_body(method, 0.3)["description"], method
     monkeypatch.setattr(fusion, "FUSION_METHODS", (*fusion.FUSION_METHODS, "newmethod"))
     with pytest.raises(BackendError, match="pipeline-newmethod.json: mapping file is missing"):
         pipeline_body("newmethod")

@@ -127,6 +127,12 @@ function hitNode(mode, hit) {
   if (hit.cross_encoder !== undefined) {
     meta.append(el("span", { class: "ce", title: "cross-encoder (reranker) score and rank" }, scorePart("CE", hit.cross_encoder)));
   }
+  if (hit.signals) {  // business signals after fusion (the index's tuned formula): what each added
+    meta.append(el("span", { class: "fused", title: "fused score before the business signals" }, `fused ${hit.fused_score.toFixed(3)}`));
+    for (const [name, value] of Object.entries(hit.signals)) {
+      meta.append(el("span", { class: "signal", title: "this signal's contribution to the score" }, `${name} ${value >= 0 ? "+" : ""}${value.toFixed(3)}`));
+    }
+  }
   for (const [field, value] of Object.entries(hit.metadata || {})) meta.append(el("span", { class: "chip" }, `${field}: ${value}`));
   node.append(meta);
   const moves = el("div", { class: "moves", "aria-label": "rank in the other lists" });
