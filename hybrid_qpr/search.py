@@ -39,13 +39,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, get_args
 
 import numpy as np
 
 from hybrid_qpr.backends.base import Backend, batches_lists, runs_in_engine
-from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList, built
+from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
 from hybrid_qpr import fusion as fusion_lib
 from hybrid_qpr.errors import ConfigError
 
@@ -114,21 +114,32 @@ class SearchRequest(NamedTuple):
         return self._replace(top_k=max(self.need, self.reranker_depth), offset=0)
 
 
-@dataclass(frozen=True)
-class SearchResult:
+class _SearchResultFields(NamedTuple):
     id: str
     text: str
     score: float
-    metadata: dict[str, Any] = field(default_factory=dict)
-    bm25: RankedScore | None = None
-    knn: RankedScore | None = None
-    first_stage_rank: int | None = None  # set when a reranker ran
-    cross_encoder: RankedScore | None = None  # the reranker's score and rank (None beyond its depth)
+    metadata: dict[str, Any]
+    bm25: RankedScore | None
+    knn: RankedScore | None
+    first_stage_rank: int | None  # set when a reranker ran
+    cross_encoder: RankedScore | None  # the reranker's score and rank (None beyond its depth)
+
+
+class SearchResult(_SearchResultFields):
+    """One result of a search (immutable; a NamedTuple, cheap to build: ``hybrid_qpr.types``)."""
+
+    __slots__ = ()
+
+    def __new__(cls, id: str, text: str, score: float, metadata: dict[str, Any] | None = None,
+                bm25: RankedScore | None = None, knn: RankedScore | None = None, first_stage_rank: int | None = None,
+                cross_encoder: RankedScore | None = None) -> "SearchResult":
+        return tuple.__new__(cls, (id, text, score, {} if metadata is None else metadata, bm25, knn, first_stage_rank,
+                                   cross_encoder))
 
     def with_cross_encoder(self, score: float | None, rank: int | None, first_stage_rank: int) -> "SearchResult":
         """This result after a reranker: ``score`` stays the first-stage score."""
-        return replace(self, first_stage_rank=first_stage_rank,
-                       cross_encoder=None if score is None or rank is None else RankedScore(score, rank))
+        return self._replace(first_stage_rank=first_stage_rank,
+                             cross_encoder=None if score is None or rank is None else RankedScore(score, rank))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, as printed by ``hybrid-qpr query --json``."""
@@ -343,9 +354,8 @@ class HybridSearcher:
         out = []
         for doc_id, score, bm25, knn in rows:
             doc = docs.get(doc_id)
-            out.append(built(SearchResult, id=doc_id, text=doc.text if doc else "", score=float(score),
-                             metadata=dict(doc.metadata) if doc else {}, bm25=bm25, knn=knn, first_stage_rank=None,
-                             cross_encoder=None))
+            out.append(SearchResult(doc_id, doc.text if doc else "", float(score), dict(doc.metadata) if doc else {},
+                                    bm25, knn))
         return out
 
     def search_many(self, queries: Iterable[str], *, query_filters: Sequence[Filters | None] | None = None,

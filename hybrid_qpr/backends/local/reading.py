@@ -31,7 +31,7 @@ from hybrid_qpr.backends.local.worker import query_worker
 from hybrid_qpr.distance import prepare_vectors, similarity
 from hybrid_qpr.errors import ModelMismatchError
 from hybrid_qpr.text import tokenize
-from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList, built
+from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
 
 
 # From this many documents in several segments, a BM25 list's segments are shared with the
@@ -239,7 +239,7 @@ class IndexReading:
 
 def _documents(rows: Iterable[tuple[str, str, str]]) -> dict[str, Document]:
     """``Document`` per stored ``(id, text, metadata JSON)`` row."""
-    return {doc_id: built(Document, id=doc_id, text=text, metadata=json.loads(metadata) if metadata and metadata != "{}" else {})
+    return {doc_id: Document(doc_id, text, json.loads(metadata) if metadata and metadata != "{}" else {})
             for doc_id, text, metadata in rows}
 
 
