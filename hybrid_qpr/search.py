@@ -84,7 +84,9 @@ class RankedScore(NamedTuple):
 class SearchRequest(NamedTuple):
     """One search, checked, with its settings resolved (``HybridSearcher.request``): built
     once and handed down the query path. ``depth`` is the candidates per list before the page
-    is counted in (``list_depth``); ``vector`` the query's encoding, computed on first use."""
+    is counted in (``list_depth``); ``vector`` the query's encoding, computed on first use.
+    ``fusion``, ``alpha`` and ``depth`` fall back on the index's tuned defaults in the hybrid
+    mode, the one that fuses; the other modes carry the package defaults."""
 
     text: str
     mode: Mode = DEFAULT_MODE
@@ -228,12 +230,18 @@ class HybridSearcher:
         cut = self.reranker_depth if reranker_depth is None else reranker_depth
         if cut < 0:
             raise ConfigError(f"reranker_depth={cut}: must be >= 0 (0: no reranking for this search)")
-        fusion, alpha = self.fusion_settings(fusion, alpha)
+        if mode == "hybrid":  # the one mode that fuses reads the index's tuned defaults
+            fusion, alpha = self.fusion_settings(fusion, alpha)
+            depth = self._depth(depth)
+        else:  # given settings are still checked; the others skip two reads of the manifest (a bm25 query's microseconds)
+            fusion = DEFAULT_FUSION if fusion is None else fusion_lib.check_fusion(fusion)
+            alpha = DEFAULT_ALPHA if alpha is None else fusion_lib.check_alpha(alpha)
+            depth = depth or DEFAULT_DEPTH
         if vector is None:
             vector = None if self.encoder is None else QueryVector.encoding(self.encoder, query)
         elif not isinstance(vector, QueryVector):
             vector = QueryVector.of(vector)
-        return SearchRequest(query, mode, top_k, offset, filters, fusion, alpha, self._depth(depth),  # type: ignore[arg-type]
+        return SearchRequest(query, mode, top_k, offset, filters, fusion, alpha, depth,  # type: ignore[arg-type]
                              rescore_depth, cut if self.reranker is not None else 0, server_side, vector)
 
     # ------------------------------------------------------------------ search

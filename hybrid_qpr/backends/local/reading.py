@@ -89,11 +89,12 @@ class IndexReading:
         return entry_hits(self._bm25_entries(query, self._bounded(depth), self.matching(filters)), self._located())
 
     def _bm25_entries(self, query: str, depth: int, allowed: list[np.ndarray] | None) -> list[Entry]:
-        if not self.segments:
+        segments = self.segments  # one read of the snapshot (a property)
+        if not segments:
             return []
         if self._compiled_bm25():
-            best = shared_with_worker(self._bm25_scorer(query, depth, allowed), len(self.segments),
-                                      share=len(self.segments) > 1 and self.count() >= PARALLEL_BM25_DOCS)
+            best = shared_with_worker(self._bm25_scorer(query, depth, allowed), len(segments),
+                                      share=len(segments) > 1 and self.count() >= PARALLEL_BM25_DOCS)
             return self._bm25_merged(best, depth)
         found = []
         for i, (seg, scores) in enumerate(zip(self.segments, self._bm25_scores(tokenize(query)))):
