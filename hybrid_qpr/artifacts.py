@@ -23,7 +23,7 @@ import threading
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, get_args
 
 from hybrid_qpr.errors import ArtifactError, BadLines, InputError
 
@@ -347,6 +347,18 @@ ENCODER_TOKENIZER_FILE = "tokenizer.json"
 ENCODER_FORMAT = "hybrid-qpr-encoder"
 ENCODER_FORMAT_VERSION = 1  # what write_encoder_config writes for a single model
 ENCODER_READABLE_VERSIONS = (1, 2)  # 2 added kind "asymmetric" (a question side and an answer side)
+# The one list of model kinds (config.json "kind"), every surface reads it: 'hybrid-qpr export'
+# writes the single-model kinds (the first is its default), Encoder.load reads every encoder kind
+# (hybrid_qpr.encoders.<kind>), an asymmetric directory pairs two single models
+# (hybrid_qpr.export.asymmetric), and a cross-encoder is a reranker (hybrid_qpr.rerankers).
+SingleModelKind = Literal["transformer", "cnn"]
+EncoderKind = Literal[SingleModelKind, "asymmetric"]
+ModelKind = Literal[EncoderKind, "cross-encoder"]
+SINGLE_MODEL_KINDS: tuple[str, ...] = get_args(SingleModelKind)
+ENCODER_KINDS: tuple[str, ...] = get_args(EncoderKind)
+MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
+ASYMMETRIC_KIND: EncoderKind = "asymmetric"
+CROSS_ENCODER_KIND: ModelKind = "cross-encoder"
 EncoderSide = Literal["query", "document"]
 ENCODER_SIDES: tuple[str, ...] = ("query", "document")
 # The fusion (and reranker depth) tuned on the model's own validation data ('tune --save-to-model'),
@@ -382,11 +394,11 @@ def read_encoder_config(model_dir: str | Path) -> dict[str, Any]:
     if not model_dir.is_dir():
         raise ArtifactError(f"{model_dir}: model directory does not exist (expected {ENCODER_MODEL_FILE}, "
                             f"{ENCODER_TOKENIZER_FILE}, {ENCODER_CONFIG_FILE})")
-    if _config_kind(config_path) == "cross-encoder":
+    if _config_kind(config_path) == CROSS_ENCODER_KIND:
         raise ArtifactError(f"{model_dir}: a cross-encoder reranker, not an encoder; give it to --reranker "
                             "(the encoder is --model)")
-    files = [ENCODER_CONFIG_FILE] if _config_kind(config_path) == "asymmetric" else [ENCODER_CONFIG_FILE, ENCODER_MODEL_FILE,
-                                                                        ENCODER_TOKENIZER_FILE]
+    files = [ENCODER_CONFIG_FILE] if _config_kind(config_path) == ASYMMETRIC_KIND else [ENCODER_CONFIG_FILE, ENCODER_MODEL_FILE,
+                                                                           ENCODER_TOKENIZER_FILE]
     for name in files:
         if not (model_dir / name).is_file():
             raise ArtifactError(f"{model_dir}: {name} is missing; export the model again with 'hybrid-qpr export'")
@@ -403,7 +415,7 @@ def read_encoder_config(model_dir: str | Path) -> dict[str, Any]:
         raise ArtifactError(f"{config_path}: format_version {version} is not supported (this hybrid-qpr reads "
                             f"{', '.join(map(str, ENCODER_READABLE_VERSIONS))}); export the model again with "
                             "'hybrid-qpr export' or upgrade hybrid-qpr")
-    if config["kind"] == "asymmetric":
+    if config["kind"] == ASYMMETRIC_KIND:
         encoder_side_dirs(model_dir, config)  # checks that both sides exist
     return config
 

@@ -30,9 +30,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import count
-from typing import Literal, get_args
+from typing import Literal, NamedTuple, get_args
 
-from hybrid_qpr.types import Hit, built
+from hybrid_qpr.types import Hit
 from hybrid_qpr.errors import ConfigError
 
 # The one list of fusion methods: every other surface (CLI choices, the workbench's page and
@@ -130,8 +130,7 @@ def check_bounds(bounds: object, where: str = "bounds") -> dict[str, Bounds]:
     return out
 
 
-@dataclass(frozen=True)
-class Fused:
+class Fused(NamedTuple):
     """One fused document: its fused score and, per input list, its score and 1-based rank
     there (``None`` where the document was missing from that list)."""
 
@@ -285,7 +284,7 @@ def _finish(totals: dict[str, float], ranked: Sequence[RankedIds], top_k: int | 
     fused = []
     for negated, doc_id in order:
         ranks, scores = zip(*[where.get(doc_id, missing) for where in positions])
-        fused.append(built(Fused, id=doc_id, score=-negated, scores=scores, ranks=ranks))
+        fused.append(Fused(doc_id, -negated, scores, ranks))
     return fused
 
 

@@ -41,13 +41,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, get_args
 
 import numpy as np
 
 from hybrid_qpr.backends.base import Backend, batches_lists, runs_in_engine
-from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList, built
+from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
 from hybrid_qpr import fusion as fusion_lib
 from hybrid_qpr.signals import Signals
 from hybrid_qpr.errors import ConfigError
@@ -87,7 +87,9 @@ class RankedScore(NamedTuple):
 class SearchRequest(NamedTuple):
     """One search, checked, with its settings resolved (``HybridSearcher.request``): built
     once and handed down the query path. ``depth`` is the candidates per list before the page
-    is counted in (``list_depth``); ``vector`` the query's encoding, computed on first use."""
+    is counted in (``list_depth``); ``vector`` the query's encoding, computed on first use.
+    ``fusion``, ``alpha`` and ``depth`` fall back on the index's tuned defaults in the hybrid
+    mode, the one that fuses; the other modes carry the package defaults."""
 
     text: str
     mode: Mode = DEFAULT_MODE
@@ -120,24 +122,36 @@ class SearchRequest(NamedTuple):
         return self._replace(top_k=max(self.need, self.reranker_depth), offset=0)
 
 
-@dataclass(frozen=True)
-class SearchResult:
+class _SearchResultFields(NamedTuple):
     id: str
     text: str
     score: float
-    metadata: dict[str, Any] = field(default_factory=dict)
-    bm25: RankedScore | None = None
-    knn: RankedScore | None = None
-    first_stage_rank: int | None = None  # set when a reranker ran
-    cross_encoder: RankedScore | None = None  # the reranker's score and rank (None beyond its depth)
+    metadata: dict[str, Any]
+    bm25: RankedScore | None
+    knn: RankedScore | None
+    first_stage_rank: int | None  # set when a reranker ran
+    cross_encoder: RankedScore | None  # the reranker's score and rank (None beyond its depth)
     # with business signals: the fused score before them and each signal's contribution
-    fused_score: float | None = None
-    signals: dict[str, float] | None = None
+    fused_score: float | None
+    signals: dict[str, float] | None
+
+
+class SearchResult(_SearchResultFields):
+    """One result of a search (immutable; a NamedTuple, cheap to build: ``hybrid_qpr.types``)."""
+
+    __slots__ = ()
+
+    def __new__(cls, id: str, text: str, score: float, metadata: dict[str, Any] | None = None,
+                bm25: RankedScore | None = None, knn: RankedScore | None = None, first_stage_rank: int | None = None,
+                cross_encoder: RankedScore | None = None, fused_score: float | None = None,
+                signals: dict[str, float] | None = None) -> "SearchResult":
+        return tuple.__new__(cls, (id, text, score, {} if metadata is None else metadata, bm25, knn, first_stage_rank,
+                                   cross_encoder, fused_score, signals))
 
     def with_cross_encoder(self, score: float | None, rank: int | None, first_stage_rank: int) -> "SearchResult":
         """This result after a reranker: ``score`` stays the first-stage score."""
-        return replace(self, first_stage_rank=first_stage_rank,
-                       cross_encoder=None if score is None or rank is None else RankedScore(score, rank))
+        return self._replace(first_stage_rank=first_stage_rank,
+                             cross_encoder=None if score is None or rank is None else RankedScore(score, rank))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, as printed by ``hybrid-qpr query --json``."""
@@ -254,7 +268,13 @@ class HybridSearcher:
         cut = self.reranker_depth if reranker_depth is None else reranker_depth
         if cut < 0:
             raise ConfigError(f"reranker_depth={cut}: must be >= 0 (0: no reranking for this search)")
-        fusion, alpha = self.fusion_settings(fusion, alpha)
+        if mode == "hybrid":  # the one mode that fuses reads the index's tuned defaults
+            fusion, alpha = self.fusion_settings(fusion, alpha)
+            depth = self._depth(depth)
+        else:  # given settings are still checked; the others skip two reads of the manifest (a bm25 query's microseconds)
+            fusion = DEFAULT_FUSION if fusion is None else fusion_lib.check_fusion(fusion)
+            alpha = DEFAULT_ALPHA if alpha is None else fusion_lib.check_alpha(alpha)
+            depth = depth or DEFAULT_DEPTH
         bounds, signals = self.fusion_extras(fusion, bounds, signals)
         if autocut < 0:
             raise ConfigError(f"autocut={autocut}: must be >= 0 (0 = off)")
@@ -262,7 +282,7 @@ class HybridSearcher:
             vector = None if self.encoder is None else QueryVector.encoding(self.encoder, query)
         elif not isinstance(vector, QueryVector):
             vector = QueryVector.of(vector)
-        return SearchRequest(query, mode, top_k, offset, filters, fusion, alpha, self._depth(depth),  # type: ignore[arg-type]
+        return SearchRequest(query, mode, top_k, offset, filters, fusion, alpha, depth,  # type: ignore[arg-type]
                              rescore_depth, cut if self.reranker is not None else 0, server_side, vector,
                              bounds, signals, autocut)
 
@@ -362,7 +382,7 @@ class HybridSearcher:
         results = self._results([(f.id, f.score, _ranked_score(f, 0), _ranked_score(f, 1)) for f in page], docs=docs,
                                 places=_places(bm25, knn, page))
         if explained:
-            results = [replace(r, fused_score=explained[r.id][0], signals=explained[r.id][1]) for r in results]
+            results = [r._replace(fused_score=explained[r.id][0], signals=explained[r.id][1]) for r in results]
         return results
 
     def _server_side(self, request: SearchRequest) -> list[SearchResult]:
@@ -412,9 +432,8 @@ class HybridSearcher:
         out = []
         for doc_id, score, bm25, knn in rows:
             doc = docs.get(doc_id)
-            out.append(built(SearchResult, id=doc_id, text=doc.text if doc else "", score=float(score),
-                             metadata=dict(doc.metadata) if doc else {}, bm25=bm25, knn=knn, first_stage_rank=None,
-                             cross_encoder=None))
+            out.append(SearchResult(doc_id, doc.text if doc else "", float(score), dict(doc.metadata) if doc else {},
+                                    bm25, knn))
         return out
 
     def search_many(self, queries: Iterable[str], *, query_filters: Sequence[Filters | None] | None = None,
@@ -452,7 +471,7 @@ def apply_signals(fused: Sequence[fusion_lib.Fused], signals: Signals, docs: Map
         if signals.decay is not None:
             named[f"decay:{signals.decay.field}"] = terms.decay
         explained[f.id] = (f.score, named)
-        rescored.append(replace(f, score=f.score + terms.total))
+        rescored.append(f._replace(score=f.score + terms.total))
     rescored.sort(key=lambda f: (-f.score, f.id))
     return rescored, explained
 

@@ -3,50 +3,62 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
 Filters = Mapping[str, Any]  # field -> value (or list of values): exact match on metadata
 
 
-def built(cls: type, **fields: Any) -> Any:
-    """An instance of the frozen dataclass ``cls`` with ``fields`` (all of them), equal to
-    ``cls(**fields)`` at about half the cost: a frozen dataclass's ``__init__`` sets each field
-    through ``object.__setattr__``, and a query builds dozens of these records."""
-    item = object.__new__(cls)
-    item.__dict__.update(fields)
-    return item
+# The records below are NamedTuples (tuple subclasses): a query builds dozens of them, and a
+# tuple is built in one C call where a frozen dataclass's ``__init__`` sets each field through
+# ``object.__setattr__`` (benchmarks/bench_records.py measures both). They stay immutable, and
+# equal to, and printed as, what they were; a missing ``metadata`` is a new empty dict.
+_new_tuple = tuple.__new__
 
 
-@dataclass(frozen=True)
-class Document:
+class _DocumentFields(NamedTuple):
     id: str
     text: str
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class Hit:
+class Document(_DocumentFields):
+    """A stored document: its id, its text and its metadata (field -> value)."""
+
+    __slots__ = ()
+
+    def __new__(cls, id: str, text: str, metadata: dict[str, Any] | None = None) -> "Document":
+        return _new_tuple(cls, (id, text, {} if metadata is None else metadata))
+
+
+class Hit(NamedTuple):
     """One document from one retriever, with that retriever's score. A cluster search returns
     the stored ``document`` with the hit (one request instead of search + fetch); ``None``
-    means the caller fetches it (``Backend.documents``). Not part of equality."""
+    means the caller fetches it (``Backend.documents``). Not part of equality or the repr."""
 
     id: str
     score: float
-    document: Document | None = field(default=None, compare=False, repr=False)
+    document: Document | None = None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Hit):
+            return NotImplemented
+        return self.id == other.id and self.score == other.score
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __hash__(self) -> int:
+        return hash((self.id, self.score))
+
+    def __repr__(self) -> str:
+        return f"Hit(id={self.id!r}, score={self.score!r})"
 
     @classmethod
     def many(cls, ids: Iterable[str], scores: Iterable[float]) -> list["Hit"]:
-        """Hits without a document, equal to ``[Hit(i, s) ...]``: ``built`` inlined (a call
-        per hit costs a third more, and a hybrid query builds both of its candidate lists this way)."""
-        new = object.__new__
-        out = []
-        for doc_id, score in zip(ids, scores):
-            hit = new(cls)
-            hit.__dict__.update(id=doc_id, score=score, document=None)
-            out.append(hit)
-        return out
+        """Hits without a document, ``[Hit(i, s) ...]``."""
+        return list(map(cls, ids, scores))
 
 
 class QueryVector:

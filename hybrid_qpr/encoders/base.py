@@ -2,7 +2,8 @@
 
 This module never imports torch, so ingest and query run where torch is not installed.
 A model directory holds ``model.onnx``, ``tokenizer.json`` and ``config.json``;
-``config.json["kind"]`` says which encoder reads it ("cnn" or "transformer").
+``config.json["kind"]`` says which encoder reads it (``artifacts.ENCODER_KINDS``: "transformer",
+"cnn", "asymmetric"; the module ``hybrid_qpr.encoders.<kind>``).
 
 An **asymmetric** model directory (``kind: "asymmetric"``, ``format_version`` 2) holds one
 such directory per side instead: ``config.json["sides"]`` names the subdirectory that
@@ -25,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from hybrid_qpr import resources
-from hybrid_qpr.artifacts import (ENCODER_CONFIG_FILE, ENCODER_FORMAT, ENCODER_MODEL_FILE, ENCODER_SIDES,
+from hybrid_qpr.artifacts import (ENCODER_CONFIG_FILE, ENCODER_FORMAT, ENCODER_KINDS, ENCODER_MODEL_FILE, ENCODER_SIDES,
                                   ENCODER_TOKENIZER_FILE, EncoderSide, encoder_side_dirs, read_encoder_config)
 from hybrid_qpr.distance import Distance
 from hybrid_qpr.errors import ArtifactError, ConfigError, ModelMismatchError
@@ -181,9 +182,5 @@ def _import_encoder_kinds() -> None:
     """Register the encoder kinds (each module subclasses ``Encoder`` with its ``kind``)."""
     import importlib
 
-    for module in ("hybrid_qpr.encoders.cnn", "hybrid_qpr.encoders.transformer", "hybrid_qpr.encoders.asymmetric"):
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
+    for kind in ENCODER_KINDS:  # a kind without its module fails here, never reads as unknown
+        importlib.import_module(f"hybrid_qpr.encoders.{kind}")

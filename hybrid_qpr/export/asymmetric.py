@@ -12,7 +12,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from hybrid_qpr.artifacts import ENCODER_CONFIG_FILE, atomic_directory, read_encoder_config, write_encoder_config
+from hybrid_qpr.artifacts import (ASYMMETRIC_KIND, ENCODER_CONFIG_FILE, SINGLE_MODEL_KINDS, atomic_directory, read_encoder_config,
+                                  write_encoder_config)
 from hybrid_qpr.errors import ArtifactError
 
 QUESTION_SUBDIR, ANSWER_SUBDIR, SHARED_SUBDIR = "question", "answer", "shared"
@@ -32,11 +33,12 @@ def assemble_asymmetric(out_dir: str | Path, query_dir: str | Path, document_dir
         if q_config[key] != d_config[key]:
             raise ArtifactError(f"{query_dir} has {key} {q_config[key]!r} but {document_dir} has {d_config[key]!r}; "
                                 "the two sides must embed into one space")
-    if "asymmetric" in (q_config["kind"], d_config["kind"]):
-        raise ArtifactError("a side of an asymmetric model must be an ordinary (cnn or transformer) model directory")
+    if ASYMMETRIC_KIND in (q_config["kind"], d_config["kind"]):
+        raise ArtifactError(f"a side of an asymmetric model must be a single model directory "
+                            f"({' or '.join(SINGLE_MODEL_KINDS)})")
     sides = ({"query": SHARED_SUBDIR, "document": SHARED_SUBDIR} if shared
              else {"query": QUESTION_SUBDIR, "document": ANSWER_SUBDIR})
-    config = {"format_version": ASYMMETRIC_FORMAT_VERSION, "kind": "asymmetric",
+    config = {"format_version": ASYMMETRIC_FORMAT_VERSION, "kind": ASYMMETRIC_KIND,
               "dim": q_config["dim"], "distance": q_config["distance"], "sides": sides, "shared": shared,
               "side_kinds": {"query": q_config["kind"], "document": d_config["kind"]}, **(extra or {})}
     with atomic_directory(out_dir, ENCODER_CONFIG_FILE) as tmp:

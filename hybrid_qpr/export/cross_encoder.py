@@ -20,14 +20,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from hybrid_qpr.artifacts import atomic_directory, write_encoder_config
+from hybrid_qpr.artifacts import CROSS_ENCODER_KIND, atomic_directory, write_encoder_config
 from hybrid_qpr.encoders import CONFIG_FILE, TOKENIZER_FILE
 from hybrid_qpr.errors import ArtifactError
 from hybrid_qpr.export.transformer import export_record, write_checked_onnx, write_dynamo_onnx
 from hybrid_qpr.model.cross_encoder import CrossEncoder
 from hybrid_qpr.rerankers.pairs import tokenizer_sha256
 
-KIND = "cross-encoder"
+KIND = CROSS_ENCODER_KIND
 OUTPUT = "scores"
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 

@@ -26,11 +26,12 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from hybrid_qpr.artifacts import ENCODER_CONFIG_FILE, ENCODER_FORMAT, ENCODER_MODEL_FILE, ENCODER_TOKENIZER_FILE, read_manifest
+from hybrid_qpr.artifacts import (CROSS_ENCODER_KIND, ENCODER_CONFIG_FILE, ENCODER_FORMAT, ENCODER_MODEL_FILE,
+                                  ENCODER_TOKENIZER_FILE, read_manifest)
 from hybrid_qpr.errors import ArtifactError, ConfigError, RerankerError
 from hybrid_qpr.rerankers.pairs import PairTokenizer, tokenizer_sha256
 
-KIND = "cross-encoder"
+KIND = CROSS_ENCODER_KIND
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUT = "scores"
 DEFAULT_RERANK_DEPTH = 20

@@ -97,27 +97,37 @@ def test_bad_arguments_raise_config_error(kwargs):
 
 
 def test_hits_built_in_bulk_equal_hits_built_one_by_one():
-    from hybrid_qpr.types import Hit
+    from hybrid_qpr.types import Document, Hit
 
     bulk = Hit.many(["a", "b"], [2.0, 1.5])
     assert bulk == [Hit("a", 2.0), Hit("b", 1.5)] and bulk[0].document is None
     assert hash(bulk[1]) == hash(Hit("b", 1.5)) and repr(bulk[0]) == "Hit(id='a', score=2.0)"
+    with_doc = Hit("a", 2.0, Document("a", "text"))
+    assert with_doc == bulk[0] and not with_doc != bulk[0] and hash(with_doc) == hash(bulk[0])  # document not compared
+    assert Hit("a", 2.0) != Hit("a", 2.5) and Hit("a", 2.0) != Hit("b", 2.0)
     with pytest.raises(AttributeError):
-        bulk[0].score = 3.0  # still frozen
+        bulk[0].score = 3.0  # still immutable
 
 
-def test_records_built_cheaply_equal_records_built_by_their_constructor():
+def test_records_keep_their_fields_defaults_and_immutability():
     from hybrid_qpr.fusion import Fused
     from hybrid_qpr.search import RankedScore, SearchResult
-    from hybrid_qpr.types import Document, built
+    from hybrid_qpr.types import Document
 
     cases = [(Document, {"id": "d1", "text": "how do i learn python ?", "metadata": {"lang": "en"}}),
              (Fused, {"id": "d1", "score": 0.03, "scores": (2.5, None), "ranks": (1, None)}),
              (SearchResult, {"id": "d1", "text": "t", "score": 0.03, "metadata": {}, "bm25": RankedScore(2.5, 1),
                              "knn": None, "first_stage_rank": None, "cross_encoder": None})]
     for cls, fields in cases:
-        cheap, usual = built(cls, **fields), cls(**fields)
-        assert cheap == usual and repr(cheap) == repr(usual) and type(cheap) is cls
+        by_name, by_place = cls(**fields), cls(*fields.values())
+        assert by_name == by_place and type(by_place) is cls and by_place._fields == tuple(fields)
+        assert repr(by_place) == f"{cls.__name__}(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
         with pytest.raises(AttributeError):
-            cheap.id = "d2"  # still frozen
-    assert hash(built(Fused, **cases[1][1])) == hash(Fused(**cases[1][1]))
+            by_place.id = "d2"  # immutable
+    assert hash(Fused(**cases[1][1])) == hash(Fused(*cases[1][1].values()))
+    # a missing metadata is a new dict each time, never one shared between records
+    first, second = Document("a", "x"), SearchResult("a", "x", 1.0)
+    assert first.metadata == {} and second.metadata == {} and first.metadata is not Document("b", "y").metadata
+    assert second.bm25 is None and second.cross_encoder is None
+    reranked = second.with_cross_encoder(0.9, 1, first_stage_rank=3)
+    assert (reranked.score, reranked.first_stage_rank, reranked.cross_encoder) == (1.0, 3, RankedScore(0.9, 1))

@@ -1,7 +1,8 @@
 """Each option list is kept in one place (the modes in ``search.MODES``, the fusion methods in
-``fusion.FUSION_METHODS``, the cluster engines in ``connection.ENGINE_SPECS``) and every surface
-reads it: a value added there reaches the CLI, the library, the workbench page and its OpenAPI,
-or fails loudly (a fusion method without its OpenSearch search-pipeline file)."""
+``fusion.FUSION_METHODS``, the cluster engines in ``connection.ENGINE_SPECS``, the model kinds in
+``artifacts.ModelKind``) and every surface reads it: a value added there reaches the CLI, the
+library, the workbench page and its OpenAPI, or fails loudly (a fusion method without its
+OpenSearch search-pipeline file, an encoder kind without its module)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import dataclasses
 import inspect
 import typing
 from importlib import resources
+from pathlib import Path
 
 import click
 import pytest
@@ -126,3 +128,68 @@ def test_every_engine_names_its_backend_and_gets_a_cli_flag():
     assert chosen_engine({engine: "" for engine in connection.ENGINES[1:]}) == connection.ENGINES[1]
     with pytest.raises(click.UsageError, match="not several"):
         chosen_engine({engine: "" for engine in connection.ENGINES})
+
+
+# ---------------------------------------------------------------------- model kinds
+def test_the_model_kinds_come_from_the_literals():
+    from hybrid_qpr import artifacts
+
+    assert artifacts.MODEL_KINDS == typing.get_args(artifacts.ModelKind) == \
+        (*artifacts.ENCODER_KINDS, artifacts.CROSS_ENCODER_KIND)
+    assert artifacts.ENCODER_KINDS == typing.get_args(artifacts.EncoderKind) == \
+        (*artifacts.SINGLE_MODEL_KINDS, artifacts.ASYMMETRIC_KIND)
+    assert artifacts.SINGLE_MODEL_KINDS == typing.get_args(artifacts.SingleModelKind)
+
+
+def test_every_encoder_kind_loads_by_its_own_class_and_every_single_kind_exports():
+    from hybrid_qpr import artifacts
+    from hybrid_qpr.cli.export import EXPORTERS, export
+    from hybrid_qpr.encoders.base import Encoder, _import_encoder_kinds
+    from hybrid_qpr.export.cross_encoder import KIND as EXPORTED_RERANKER_KIND
+    from hybrid_qpr.rerankers.cross_encoder import KIND as RERANKER_KIND
+
+    _import_encoder_kinds()
+    assert set(Encoder._kinds) == set(artifacts.ENCODER_KINDS)
+    for kind, cls in Encoder._kinds.items():
+        assert cls.kind == kind and cls.__module__ == f"hybrid_qpr.encoders.{kind}", kind
+    assert _choices(export, "--kind") == artifacts.SINGLE_MODEL_KINDS == tuple(EXPORTERS)
+    assert [p.default for p in export.params if "--kind" in p.opts] == [artifacts.SINGLE_MODEL_KINDS[0]]
+    assert RERANKER_KIND == EXPORTED_RERANKER_KIND == artifacts.CROSS_ENCODER_KIND
+
+
+def test_a_new_encoder_kind_without_its_module_fails_loudly_and_an_unknown_kind_is_named(tmp_path, monkeypatch):
+    from hybrid_qpr import artifacts
+    from hybrid_qpr.encoders import base
+    from hybrid_qpr.errors import ArtifactError
+
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in (artifacts.ENCODER_MODEL_FILE, artifacts.ENCODER_TOKENIZER_FILE):
+        (model / name).write_bytes(b"")
+    artifacts.write_encoder_config(model, {"kind": "nope", "dim": 4, "distance": "cosine"})
+    with pytest.raises(ArtifactError, match=r"kind='nope'; allowed kinds are \['asymmetric', 'cnn', 'transformer'\]"):
+        base.Encoder.load(model)
+    monkeypatch.setattr(base, "ENCODER_KINDS", (*artifacts.ENCODER_KINDS, "newkind"))
+    with pytest.raises(ModuleNotFoundError, match="hybrid_qpr.encoders.newkind"):
+        base.Encoder.load(model)
+
+
+def test_every_kind_the_package_writes_or_reads_is_a_registered_one():
+    """Any kind named in the code (a config.json written, a kind compared, a class's kind, a
+    ``--kind`` in a message) is one of ``artifacts.MODEL_KINDS``, and each of those is named."""
+    import re
+
+    from hybrid_qpr import artifacts
+
+    patterns = [r'"kind":\s*"([\w-]+)"', r'config(?:\.get\("kind"\)|\["kind"\])\s*[!=]=\s*"([\w-]+)"', r'^\s+kind = "([\w-]+)"$',
+                r"--kind ([\w-]+)", r'kind: "([\w-]+)"']
+    package = resources.files("hybrid_qpr")
+    named: dict[str, set[str]] = {}
+    for path in sorted(Path(str(package)).rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        for pattern in patterns:
+            for kind in re.findall(pattern, text, flags=re.MULTILINE):
+                named.setdefault(kind, set()).add(path.name)
+    unknown = {kind: files for kind, files in named.items() if kind not in artifacts.MODEL_KINDS}
+    assert not unknown, f"kinds missing from artifacts.ModelKind: {unknown}"
+    assert set(named) == set(artifacts.MODEL_KINDS)

@@ -245,7 +245,7 @@ def _writable(documents: Iterable[Document | tuple[int, Document]], backend: Clu
     each of those is added to ``skipped`` with its line, like any other bad input line.
     A plain ``Document`` is numbered by its position in ``documents`` (from 1)."""
     for position, item in enumerate(documents, 1):
-        line, doc = item if isinstance(item, tuple) else (position, item)
+        line, doc = (position, item) if isinstance(item, Document) else item  # a Document is a tuple too
         problem = backend.document_problem(doc)
         if problem:
             skipped.append(SkippedLine(None, line, problem))

@@ -31,7 +31,7 @@ from hybrid_qpr.backends.local.worker import query_worker
 from hybrid_qpr.distance import prepare_vectors, similarity
 from hybrid_qpr.errors import ModelMismatchError
 from hybrid_qpr.text import tokenize
-from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList, built
+from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
 
 
 # From this many documents in several segments, a BM25 list's segments are shared with the
@@ -89,11 +89,12 @@ class IndexReading:
         return entry_hits(self._bm25_entries(query, self._bounded(depth), self.matching(filters)), self._located())
 
     def _bm25_entries(self, query: str, depth: int, allowed: list[np.ndarray] | None) -> list[Entry]:
-        if not self.segments:
+        segments = self.segments  # one read of the snapshot (a property)
+        if not segments:
             return []
         if self._compiled_bm25():
-            best = shared_with_worker(self._bm25_scorer(query, depth, allowed), len(self.segments),
-                                      share=len(self.segments) > 1 and self.count() >= PARALLEL_BM25_DOCS)
+            best = shared_with_worker(self._bm25_scorer(query, depth, allowed), len(segments),
+                                      share=len(segments) > 1 and self.count() >= PARALLEL_BM25_DOCS)
             return self._bm25_merged(best, depth)
         found = []
         for i, (seg, scores) in enumerate(zip(self.segments, self._bm25_scores(tokenize(query)))):
@@ -239,7 +240,7 @@ class IndexReading:
 
 def _documents(rows: Iterable[tuple[str, str, str]]) -> dict[str, Document]:
     """``Document`` per stored ``(id, text, metadata JSON)`` row."""
-    return {doc_id: built(Document, id=doc_id, text=text, metadata=json.loads(metadata) if metadata and metadata != "{}" else {})
+    return {doc_id: Document(doc_id, text, json.loads(metadata) if metadata and metadata != "{}" else {})
             for doc_id, text, metadata in rows}
 
 

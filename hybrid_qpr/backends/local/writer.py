@@ -264,7 +264,7 @@ class IngestWriter:
         would silently replace the document with the stripped id)."""
         pending: dict[str, tuple[str, str]] = {}
         for number, item in enumerate(documents, start=1):
-            line, doc = item if isinstance(item, tuple) else (number, item)
+            line, doc = (number, item) if isinstance(item, Document) else item  # a Document is a tuple too
             problem = document_problem(doc)
             if problem:
                 self.report.skipped.append(SkippedLine(None, line, problem))
