@@ -6,7 +6,6 @@ the client side can do, in one line."""
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
@@ -32,7 +31,7 @@ SETTINGS = {
 
 
 def dated_bank(question_bank):
-    return [replace(d, metadata={**d.metadata, "created": f"2024-{1 + i // 28 % 12:02d}-{1 + i % 28:02d}",
+    return [d._replace(metadata={**d.metadata, "created": f"2024-{1 + i // 28 % 12:02d}-{1 + i % 28:02d}",
                                  "votes": (i * 37) % 101}) for i, d in enumerate(question_bank)]
 
 

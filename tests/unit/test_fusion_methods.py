@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
@@ -139,7 +138,7 @@ def dated(tmp_path_factory, committed_encoder, question_bank):
     from hybrid_qpr.backends.local import LocalIndex
     from hybrid_qpr.search import HybridSearcher
 
-    docs = [replace(d, metadata={**d.metadata, "created": f"2024-{1 + i // 28 % 12:02d}-{1 + i % 28:02d}",
+    docs = [d._replace(metadata={**d.metadata, "created": f"2024-{1 + i // 28 % 12:02d}-{1 + i % 28:02d}",
                                  "votes": (i * 37) % 101}) for i, d in enumerate(question_bank)]
     idx = LocalIndex.create(tmp_path_factory.mktemp("signals") / "idx", committed_encoder)
     idx.ingest(docs, committed_encoder, show_progress=False)
@@ -240,7 +239,7 @@ def test_tuned_signals_reach_every_search_and_the_workbenchs_hit_details(tmp_pat
     from hybrid_qpr.workbench.judgments import JudgmentStore
     from hybrid_qpr.workbench.service import Workbench
 
-    docs = [replace(d, metadata={**d.metadata, "votes": i}) for i, d in enumerate(question_bank[:40])]
+    docs = [d._replace(metadata={**d.metadata, "votes": i}) for i, d in enumerate(question_bank[:40])]
     idx = LocalIndex.create(tmp_path / "idx", committed_encoder)
     idx.ingest(docs, committed_encoder, show_progress=False)
     formula = Signals(decay=Decay("votes", "exp", 40.0, 10.0), weight=0.1)
