@@ -123,11 +123,13 @@ class SearchResult:
     bm25: RankedScore | None = None
     knn: RankedScore | None = None
     first_stage_rank: int | None = None  # set when a reranker ran
-    cross_encoder: RankedScore | None = None  # the reranker's score and rank (None beyond its depth)
+    cross_encoder: RankedScore | None = None  # the reranker's logit and final rank (None beyond its depth)
+    reranked: Any = None  # hybrid_qpr.rerankers.Reranked: the final score = logit + weight * first-stage part
 
-    def with_cross_encoder(self, score: float | None, rank: int | None, first_stage_rank: int) -> "SearchResult":
+    def with_cross_encoder(self, score: float | None, rank: int | None, first_stage_rank: int,
+                           parts: Any = None) -> "SearchResult":
         """This result after a reranker: ``score`` stays the first-stage score."""
-        return replace(self, first_stage_rank=first_stage_rank,
+        return replace(self, first_stage_rank=first_stage_rank, reranked=parts,
                        cross_encoder=None if score is None or rank is None else RankedScore(score, rank))
 
     def to_dict(self) -> dict[str, Any]:
@@ -139,6 +141,9 @@ class SearchResult:
             out["first_stage_rank"] = self.first_stage_rank
             out["cross_encoder"] = None if self.cross_encoder is None else {
                 "score": self.cross_encoder.score, "rank": self.cross_encoder.rank}
+            if self.reranked is not None:  # both parts of the order the reranker chose
+                out["cross_encoder"].update(first_stage=self.reranked.first_stage, weight=self.reranked.weight,
+                                            final=self.reranked.score)
         return out
 
 
