@@ -772,3 +772,44 @@ def test_reranker_train_takes_a_paraphrase_dataset_as_dev(tmp_path, committed_en
     assert report["dev_questions"] == 6 and [h["step"] for h in report["history"]] == [0, 2]
     assert all(0 <= h["dev_mrr20"] <= 1 for h in report["history"])
     assert report["best_metric"] == max(h["dev_mrr20"] for h in report["history"])
+
+
+# ---------------------------------------------------------------------- backends agree
+COMMITTED_ENCODERS = sorted(p.parent.name for p in (resources.model_dir().parent).glob("*/config.json")
+                            if json.loads(p.read_text()).get("kind") != "cross-encoder")
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("model_name", COMMITTED_ENCODERS)
+def test_committed_models_score_alike_on_every_backend(model_name, cluster_backend, tmp_path):
+    """Each committed encoder, with and without the committed reranker, on a small fixed set
+    (the bundled examples: 300 questions, the 120 queries of val and test): the cluster
+    backend's MRR@20 (the number the docs report) is the embedded index's within 0.005 (BM25
+    differs slightly between engines; one query's hit moving from rank 1 to 2 is 0.0042)."""
+    from hybrid_qpr.backends.local import LocalIndex
+    from hybrid_qpr.data.beir import load_beir
+    from hybrid_qpr.encoders import Encoder
+    from hybrid_qpr.evaluation.evaluator import evaluate, sample_queries
+    from hybrid_qpr.rerankers import Reranker
+    from hybrid_qpr.search import HybridSearcher
+    from hybrid_qpr.types import Document
+
+    encoder = Encoder.load(resources.model_dir().parent / model_name)
+    reranker = Reranker(resources.model_dir().parent / "reranker-minilm-l6-int8")
+    corpus, queries, qrels = load_beir(resources.examples_dir() / "beir", "test")
+    _, val_queries, val_qrels = load_beir(resources.examples_dir() / "beir", "val")
+    queries, qrels = {**queries, **val_queries}, {**qrels, **val_qrels}
+    documents = [Document(i, t) for i, t in corpus.items()]
+    some = sample_queries(queries, qrels, None)
+    local = LocalIndex.create(tmp_path / "idx", encoder)
+    local.ingest(documents, encoder, show_progress=False)
+    cluster_backend.ingest(documents, encoder, batch_size=100, show_progress=False)
+    scores = {}
+    for name, backend in (("embedded", LocalIndex.open(tmp_path / "idx")), ("cluster", cluster_backend)):
+        searcher = HybridSearcher(backend, encoder, reranker=reranker, reranker_depth=10)
+        report = evaluate(searcher, some, qrels, modes=("bm25", "knn", "hybrid"), fusion="rrf", alpha=0.5)
+        scores[name] = {mode: row["metrics"]["MRR@20"] for mode, row in report.items()}
+    assert len(some) >= 100 and set(scores["cluster"]) == {
+        "bm25", "bm25+reranker", "knn", "knn+reranker", "hybrid", "hybrid+reranker"}
+    apart = {mode: abs(value - scores["cluster"][mode]) for mode, value in scores["embedded"].items()}
+    assert max(apart.values()) <= 0.005, (scores, apart)
