@@ -147,8 +147,9 @@ def model_option(func):
 def reranker_options(func):
     """``--reranker DIR`` and ``--reranker-depth N``: a cross-encoder second stage."""
     func = click.option("--reranker-depth", type=click.IntRange(min=1), default=None,
-                        help="Hits of the first stage re-scored by --reranker. [default: the depth 'tune' chose for "
-                             "this reranker on the index, else 20]")(func)
+                        help="Hits of the first stage re-scored by --reranker (forces it where 'tune' chose depth 0). "
+                             "[default: the depth 'tune' chose for this reranker on the index, else the one its "
+                             "config.json carries, else 20]")(func)
     return click.option("--reranker", "reranker_dir", type=click.Path(file_okay=False), default=None,
                         help="Cross-encoder directory ('hybrid-qpr reranker export'): re-scores the top "
                              "--reranker-depth hits of whatever mode ran.")(func)
