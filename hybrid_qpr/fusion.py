@@ -373,7 +373,8 @@ def check_fusion_defaults(defaults: object, where: str) -> dict:
     reranker = defaults.get("reranker", {})
     if not isinstance(reranker, dict):
         raise ConfigError(f"{where}: fusion_defaults.reranker must be an object with depth and model, found {reranker!r}")
-    for name, value in (("depth", defaults.get("depth")), ("reranker.depth", reranker.get("depth"))):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ConfigError(f"{where}: fusion_defaults.{name}={value!r}: must be a whole number >= 1")
+    # reranker depth 0: tuning found the reranker no help on this index (a query says so)
+    for name, value, least in (("depth", defaults.get("depth"), 1), ("reranker.depth", reranker.get("depth"), 0)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise ConfigError(f"{where}: fusion_defaults.{name}={value!r}: must be a whole number >= {least}")
     return dict(defaults)

@@ -130,7 +130,8 @@ class _SearchResultFields(NamedTuple):
     bm25: RankedScore | None
     knn: RankedScore | None
     first_stage_rank: int | None  # set when a reranker ran
-    cross_encoder: RankedScore | None  # the reranker's score and rank (None beyond its depth)
+    cross_encoder: RankedScore | None  # the reranker's logit and final rank (None beyond its depth)
+    reranked: Any  # hybrid_qpr.rerankers.Reranked: the final score = logit + weight * first-stage part
     # with business signals: the fused score before them and each signal's contribution
     fused_score: float | None
     signals: dict[str, float] | None
@@ -143,14 +144,15 @@ class SearchResult(_SearchResultFields):
 
     def __new__(cls, id: str, text: str, score: float, metadata: dict[str, Any] | None = None,
                 bm25: RankedScore | None = None, knn: RankedScore | None = None, first_stage_rank: int | None = None,
-                cross_encoder: RankedScore | None = None, fused_score: float | None = None,
+                cross_encoder: RankedScore | None = None, reranked: Any = None, fused_score: float | None = None,
                 signals: dict[str, float] | None = None) -> "SearchResult":
         return tuple.__new__(cls, (id, text, score, {} if metadata is None else metadata, bm25, knn, first_stage_rank,
-                                   cross_encoder, fused_score, signals))
+                                   cross_encoder, reranked, fused_score, signals))
 
-    def with_cross_encoder(self, score: float | None, rank: int | None, first_stage_rank: int) -> "SearchResult":
+    def with_cross_encoder(self, score: float | None, rank: int | None, first_stage_rank: int,
+                           parts: Any = None) -> "SearchResult":
         """This result after a reranker: ``score`` stays the first-stage score."""
-        return self._replace(first_stage_rank=first_stage_rank,
+        return self._replace(first_stage_rank=first_stage_rank, reranked=parts,
                              cross_encoder=None if score is None or rank is None else RankedScore(score, rank))
 
     def to_dict(self) -> dict[str, Any]:
@@ -162,6 +164,9 @@ class SearchResult(_SearchResultFields):
             out["first_stage_rank"] = self.first_stage_rank
             out["cross_encoder"] = None if self.cross_encoder is None else {
                 "score": self.cross_encoder.score, "rank": self.cross_encoder.rank}
+            if self.reranked is not None:  # both parts of the order the reranker chose
+                out["cross_encoder"].update(first_stage=self.reranked.first_stage, weight=self.reranked.weight,
+                                            final=self.reranked.score)
         if self.signals is not None:
             out["fused_score"], out["signals"] = self.fused_score, dict(self.signals)
         return out

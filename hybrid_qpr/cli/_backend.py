@@ -147,16 +147,22 @@ def model_option(func):
 def reranker_options(func):
     """``--reranker DIR`` and ``--reranker-depth N``: a cross-encoder second stage."""
     func = click.option("--reranker-depth", type=click.IntRange(min=1), default=None,
-                        help="Hits of the first stage re-scored by --reranker. [default: the depth 'tune' chose for "
-                             "this reranker on the index, else 20]")(func)
+                        help="Hits of the first stage re-scored by --reranker (forces it where 'tune' chose depth 0). "
+                             "[default: the depth 'tune' chose for this reranker on the index, else the one its "
+                             "config.json carries, else 20]")(func)
     return click.option("--reranker", "reranker_dir", type=click.Path(file_okay=False), default=None,
                         help="Cross-encoder directory ('hybrid-qpr reranker export'): re-scores the top "
                              "--reranker-depth hits of whatever mode ran.")(func)
 
 
-def load_reranker(reranker_dir: str | None, depth: int | None, backend) -> tuple[Any, int]:
+def load_reranker(reranker_dir: str | None, depth: int | None, backend, *, off_when_tuned_off: bool = False) -> tuple[Any, int]:
     """The reranker of ``--reranker`` (``None`` without it) and its depth: ``--reranker-depth``,
-    else the depth ``tune`` stored for this very reranker on the index, else the default."""
+    else the depth ``tune`` stored for this very reranker on the index, else the one its
+    config.json carries ('tune --save-to-model'), else the default. Its interpolation with the
+    first stage comes from the same place as the depth. A tuned depth of 0 (the reranker did
+    not help): with ``off_when_tuned_off`` one line says so and no reranker is returned, else
+    the default depth is used."""
+    from hybrid_qpr.rerankers.cross_encoder import Interpolation
     from hybrid_qpr.search import DEFAULT_RERANKER_DEPTH
 
     if reranker_dir is None:
@@ -166,7 +172,19 @@ def load_reranker(reranker_dir: str | None, depth: int | None, backend) -> tuple
     from hybrid_qpr.rerankers import Reranker
 
     reranker = Reranker(reranker_dir)
+    tuned = (backend.fusion_defaults or {}).get("reranker") or {}
+    where = "the index's tuned defaults"
+    if tuned.get("model") != reranker.fingerprint:
+        tuned, where = reranker.tuned or {}, f"{reranker.model_dir}/config.json"
+    if tuned:
+        reranker.interpolation = Interpolation.of(tuned, where)
+    if depth is None and tuned.get("depth") == 0:
+        if off_when_tuned_off:
+            click.echo(f"note: 'tune' found that {reranker_dir} does not help here ({where}: reranker depth 0, "
+                       f"{tuned.get('metric', 'metric')} {tuned.get('without', float('nan')):.4f} without it); "
+                       "searching without it (--reranker-depth N forces it)", err=True)
+            return None, DEFAULT_RERANKER_DEPTH
+        reranker.interpolation = Interpolation()
     if depth is None:
-        tuned = (backend.fusion_defaults or {}).get("reranker") or {}
-        depth = int(tuned.get("depth") or 0) if tuned.get("model") == reranker.fingerprint else 0
+        depth = int(tuned.get("depth") or 0)
     return reranker, depth or DEFAULT_RERANKER_DEPTH

@@ -156,7 +156,7 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
         backend.set_search_settings(nprobe=nprobe, ef_search=ef_search)
     # BM25 needs no encoder: an index whose model directory is gone still answers --mode bm25
     encoder = None if mode == "bm25" and model is None else load_encoder(model, backend)
-    reranker, reranker_depth = load_reranker(reranker_dir, reranker_depth, backend)
+    reranker, reranker_depth = load_reranker(reranker_dir, reranker_depth, backend, off_when_tuned_off=True)
     searcher = HybridSearcher(backend, encoder, reranker=reranker, reranker_depth=reranker_depth)
     options = dict(mode=mode, top_k=top_k, offset=offset, fusion=fusion, alpha=alpha, depth=depth,
                    rerank_depth=rerank_depth, filters=parse_filters(filters), server_side=server_side, bounds=bounds,

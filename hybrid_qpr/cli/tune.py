@@ -51,13 +51,16 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, rer
 
     \b
     With --reranker DIR it then re-scores the tuned hybrid's top N (each of --reranker-depths)
-    with the cross-encoder and keeps the best depth only if it beats the hybrid without it on
-    the main metric and is below it on none of the task's metrics; the depth is stored with the
-    fusion, and 'query --reranker DIR' uses it for this reranker.
+    with the cross-encoder, orders them by the logit + w x the first-stage score normalised over
+    the N (min-max, or the rank as (k+1)/(k+rank); w in 0, 0.5, 1, 2, 4, 8, 16), and keeps the best
+    setting only if it beats the hybrid without it on the main metric and is below it on none of
+    the task's metrics; else depth 0. It is stored with the fusion, and 'query --reranker DIR'
+    uses it for this reranker (depth 0: one line says so and the query runs without it).
 
     \b
     --save-to-model also writes the result into the model's config.json: tuned on the model's
-    own validation data, it becomes the fusion of every new index 'ingest' builds with the model.
+    own validation data, it becomes the fusion of every new index 'ingest' builds with the model;
+    with --reranker, the depth, norm and weight go into the reranker's config.json as well.
 
     \b
     --lower-bound-grid adds minmax with bounds to the grid. With --decay (and --boost) it then
@@ -141,12 +144,15 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, rer
     defaults = {**result.defaults, "tuned": {**result.defaults["tuned"], "on": f"{recorded_path(beir_dir)} {split}"}}
     if reranker is not None:
         chosen = tune_reranker(searcher, sample, qrels, result, depths=depths, task=task, query_filters=own_filters)
-        click.echo(f"reranker {reranker_dir} on the tuned hybrid ({metric} without it {chosen.without[metric]:.4f}):")
+        click.echo(f"reranker {reranker_dir} on the tuned hybrid ({metric} without it {chosen.without[metric]:.4f}; "
+                   "final score = cross-encoder logit + weight x first-stage score normalised over the depth):")
         for d, row in chosen.by_depth.items():
             note = "" if row["allowed"] else "  (not chosen: no gain, or another metric below the hybrid without it)"
-            click.echo(f"  depth {d:<3} {metric} {row[metric]:.4f}{note}")
-        click.echo(f"reranker: depth {chosen.depth}" if chosen.depth else "reranker: does not help on these queries; not stored")
-        defaults = {**defaults, "reranker": chosen.defaults} if chosen.depth else defaults
+            click.echo(f"  depth {d:<3} best {row['norm']:<6} weight {row['weight']:<4g} {metric} {row[metric]:.4f}{note}")
+        click.echo(f"reranker: depth {chosen.depth}, {chosen.norm} weight {chosen.weight:g}" if chosen.depth else
+                   "reranker: does not help on these queries; stored as depth 0 ('query --reranker' says so and "
+                   "searches without it)")
+        defaults = {**defaults, "reranker": {**chosen.defaults, "on": defaults["tuned"]["on"]}}
     if not dry_run:
         backend.set_fusion_defaults(defaults)
         click.echo(f"stored as the default fusion of {index}")
@@ -154,3 +160,11 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, rer
         update_encoder_config(searcher.encoder.model_dir, **{ENCODER_FUSION_DEFAULTS: defaults})
         click.echo(f"stored in {searcher.encoder.model_dir / 'config.json'}: an index built with this model starts "
                    "from these defaults")
+        if reranker is not None:  # the depth, norm and weight travel with the reranker too
+            from hybrid_qpr.artifacts import write_encoder_config
+            from hybrid_qpr.rerankers.cross_encoder import TUNED_KEY
+
+            write_encoder_config(reranker.model_dir, {**reranker.config, TUNED_KEY: {
+                **defaults["reranker"], "first_stage_model": searcher.encoder.fingerprint}})
+            click.echo(f"stored in {reranker.model_dir / 'config.json'} ({TUNED_KEY}): 'query --reranker' on an index "
+                       "tuned without it uses this depth and weight")

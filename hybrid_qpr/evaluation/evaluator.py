@@ -353,35 +353,46 @@ def tune_signals(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mappi
 
 
 RERANKER_DEPTHS: tuple[int, ...] = (10, 20, 50)
+# Weights of the first stage's normalised score added to the cross-encoder's logit (0: the
+# cross-encoder alone); logits of the committed reranker spread over about 10 within a query.
+RERANKER_WEIGHTS: tuple[float, ...] = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 
 
 @dataclass
 class RerankerTuneResult:
-    """Whether the reranker helps the tuned hybrid on the tuning queries, and at which depth
-    (``depth`` 0: it does not, and is not stored)."""
+    """Whether the reranker helps the tuned hybrid on the tuning queries, and at which depth,
+    norm and weight (``depth`` 0: it does not; stored so that a query says so)."""
 
     depth: int
     metric: str
     without: dict[str, float]
-    by_depth: dict[int, dict[str, Any]]
+    by_depth: dict[int, dict[str, Any]]  # per depth: its best (norm, weight) and metrics
     model: str
+    norm: str = "minmax"
+    weight: float = 0.0
+    grid: list[dict[str, Any]] = field(default_factory=list)  # every (depth, norm, weight) tried
 
     @property
     def defaults(self) -> dict[str, Any]:
         """What is stored beside the index's fusion defaults (``"reranker"``)."""
         return {"depth": self.depth, "model": self.model, "metric": self.metric,
                 "value": self.by_depth[self.depth][self.metric] if self.depth else self.without[self.metric],
-                "without": self.without[self.metric]}
+                "without": self.without[self.metric], "norm": self.norm, "weight": self.weight}
 
 
 def tune_reranker(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], tuned: TuneResult, *,
-                  depths: Sequence[int] = RERANKER_DEPTHS, retrieve: int | None = None, task: str = "paraphrase",
+                  depths: Sequence[int] = RERANKER_DEPTHS, weights: Sequence[float] = RERANKER_WEIGHTS,
+                  norms: Sequence[str] | None = None, retrieve: int | None = None, task: str = "paraphrase",
                   query_filters: Mapping[str, Filters] | None = None) -> RerankerTuneResult:
-    """Re-score the tuned hybrid's top ``d`` for each ``d`` in ``depths`` with ``searcher.reranker``
-    and choose the depth with the best main metric among those not below the hybrid without the
-    reranker on any guarded metric (as :func:`tune` guards fusion); none such, or no gain on the
-    main metric: depth 0 (no reranker). Each depth runs the reranker exactly as a query would
-    (``Reranker.rerank`` on the first ``d`` hits), the first stage is fetched once per query."""
+    """Re-score the tuned hybrid's top ``d`` for each ``d`` in ``depths`` with ``searcher.reranker``,
+    ordered by the logit plus ``w`` times the normalised first-stage score for each ``w`` in
+    ``weights`` and each norm, and choose the setting with the best main metric among those
+    not below the hybrid without the reranker on any guarded metric (as :func:`tune` guards
+    fusion); none such, or no gain on the main metric: depth 0 (no reranker). The cross-encoder
+    scores each query's top ``d`` once per depth, exactly as a query would (one run per query
+    for an int8 model); the first stage is fetched once per query."""
+    from hybrid_qpr.rerankers.cross_encoder import NORMS, Interpolation
+
     if searcher.reranker is None:
         raise ConfigError("tune_reranker needs a searcher with a reranker")
     spec = get_task(task)
@@ -389,19 +400,33 @@ def tune_reranker(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapp
     depths = sorted({int(d) for d in depths})
     if not depths or depths[0] < 1:
         raise ConfigError(f"reranker depths {depths}: give depths >= 1")
+    settings = [Interpolation.of({"weight": w, "norm": n}, "tune") for n in (norms or NORMS)
+                for w in sorted({float(w) for w in weights})]
+    settings = list(dict.fromkeys(Interpolation(s.weight, "minmax" if s.weight == 0 else s.norm) for s in settings))
     own = query_filters or {}
+    reranker = searcher.reranker
     firsts = {qid: searcher.search(text, mode="hybrid", fusion=tuned.fusion, alpha=tuned.alpha, depth=tuned.depth,
                                    top_k=max(retrieve, depths[-1]), filters=own.get(qid), reranker_depth=0)
               for qid, text in queries.items()}
     without = spec.score({q: [r.id for r in hits[:retrieve]] for q, hits in firsts.items()}, qrels)
     main, guarded = spec.main_metric, spec.guarded or (spec.main_metric,)
     by_depth: dict[int, dict[str, Any]] = {}
-    best = 0
+    grid: list[dict[str, Any]] = []
+    best: dict[str, Any] | None = None
     for depth in depths:
-        run = {q: [r.id for r in searcher.reranker.rerank(queries[q], hits, depth)[:retrieve]] for q, hits in firsts.items()}
-        metrics = spec.score(run, qrels)
-        allowed = all(metrics[m] + 1e-12 >= without[m] for m in guarded) and metrics[main] > without[main] + 1e-12
-        by_depth[depth] = {**metrics, "allowed": allowed}
-        if allowed and (best == 0 or metrics[main] > by_depth[best][main]):
-            best = depth
-    return RerankerTuneResult(best, main, without, by_depth, searcher.reranker.fingerprint)
+        logits = {q: reranker.score(queries[q], [h.text for h in hits[:depth]]) for q, hits in firsts.items()}
+        for setting in settings:
+            run = {q: [r.id for r in reranker.reorder(hits, depth, logits[q], setting)[:retrieve]]
+                   for q, hits in firsts.items()}
+            metrics = spec.score(run, qrels)
+            allowed = all(metrics[m] + 1e-12 >= without[m] for m in guarded) and metrics[main] > without[main] + 1e-12
+            row = {**metrics, "depth": depth, "norm": setting.norm, "weight": setting.weight, "allowed": allowed}
+            grid.append(row)
+            if depth not in by_depth or metrics[main] > by_depth[depth][main]:
+                by_depth[depth] = row
+            if allowed and (best is None or metrics[main] > best[main] + 1e-12):
+                best = row
+    if best is None:
+        return RerankerTuneResult(0, main, without, by_depth, reranker.fingerprint, grid=grid)
+    return RerankerTuneResult(best["depth"], main, without, by_depth, reranker.fingerprint, best["norm"],
+                              best["weight"], grid)

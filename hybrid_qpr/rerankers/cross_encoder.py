@@ -16,13 +16,20 @@ less consistently against each other (measured, TrecQA dev MAP after BM25 / kNN:
 0.831, int8 one run 0.803 / 0.822, int8 length-sorted runs 0.790 / 0.810; docs/reranker.md).
 A candidate's int8 score thus depends slightly on the other candidates of the query; the same
 query over the same hits always gets the same scores.
+
+**Interpolation with the first stage.** A reranked hit is ordered by the cross-encoder's logit
+plus ``weight`` times its first-stage score normalised over the reranked head (:data:`NORMS`:
+``minmax``, the first-stage score scaled to [0, 1]; ``rank``, ``(k + 1) / (k + rank)`` with the
+RRF constant, 1 at rank 1). ``weight`` 0 is the cross-encoder alone; a large weight keeps the
+first-stage order. ``tune --reranker`` chooses depth, norm and weight on validation queries
+(:class:`Interpolation`), so that a second stage which does not help is switched off (depth 0).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
@@ -39,6 +46,44 @@ DEFAULT_RERANK_DEPTH = 20
 # timed alike on the 6-layer model (docs/reranker.md); 16 keeps the runs per query few.
 RUN_COST_TOKENS = 16
 ONE_RUN = 10**9  # a run cost no cut can beat: every pair of a query in one run (int8 models)
+NORMS = ("minmax", "rank")
+RANK_K = 60  # the RRF constant (hybrid_qpr.fusion.RRF_K): the rank norm is RRF's 1/(k + rank), scaled
+TUNED_KEY = "second_stage"  # config.json: the depth, norm and weight 'tune --reranker --save-to-model' chose
+
+
+class Interpolation(NamedTuple):
+    """How a reranked hit's final score mixes in its first-stage score (module docstring)."""
+
+    weight: float = 0.0
+    norm: str = "minmax"
+
+    @classmethod
+    def of(cls, tuned: dict[str, Any] | None, where: str) -> "Interpolation":
+        """The interpolation stored as ``{"weight", "norm"}`` (absent: the cross-encoder alone)."""
+        tuned = tuned or {}
+        weight, norm = tuned.get("weight", 0.0), tuned.get("norm", "minmax")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight < float("inf"):
+            raise ConfigError(f"{where}: reranker weight={weight!r}: must be a number >= 0")
+        if norm not in NORMS:
+            raise ConfigError(f"{where}: reranker norm={norm!r}: must be one of {', '.join(NORMS)}")
+        return cls(float(weight), norm)
+
+    def first_stage(self, scores: Sequence[float]) -> np.ndarray:
+        """The normalised first-stage part of each reranked hit (best first-stage hit first)."""
+        if self.norm == "rank":
+            return (RANK_K + 1) / (RANK_K + np.arange(1, len(scores) + 1, dtype=np.float64))
+        values = np.asarray(scores, dtype=np.float64)
+        spread = float(values.max() - values.min()) if len(values) else 0.0
+        return (values - values.min()) / spread if spread > 0 else np.ones(len(values))
+
+
+class Reranked(NamedTuple):
+    """A reranked hit's final score and its two parts (``score = logit + weight * first_stage``)."""
+
+    logit: float
+    first_stage: float
+    weight: float
+    score: float
 
 
 def length_runs(lengths: Sequence[int], run_cost: int = RUN_COST_TOKENS) -> list[list[int]]:
@@ -65,8 +110,10 @@ class Rerankable(Protocol):
     """What :meth:`Reranker.rerank` needs of a hit (``hybrid_qpr.search.SearchResult`` is one)."""
 
     text: str
+    score: float  # the first stage's
 
-    def with_cross_encoder(self, score: float | None, rank: int | None, first_stage_rank: int) -> Any: ...
+    def with_cross_encoder(self, score: float | None, rank: int | None, first_stage_rank: int,
+                           parts: Reranked | None = None) -> Any: ...
 
 
 HitT = TypeVar("HitT", bound=Rerankable)
@@ -102,6 +149,8 @@ class Reranker:
 
         self.model_dir = Path(model_dir)
         self.config = read_reranker_config(self.model_dir)
+        # what 'tune --reranker --save-to-model' stored; an index's own tuned values replace it
+        self.interpolation = Interpolation.of(self.tuned, str(self.model_dir / ENCODER_CONFIG_FILE))
         # None: length-sorted runs for an fp32 graph, one run for an int8 one (module docstring)
         self.run_cost = run_cost if run_cost is not None else (
             ONE_RUN if self.config.get("quantization") else RUN_COST_TOKENS)
@@ -123,6 +172,15 @@ class Reranker:
     @property
     def name(self) -> str:
         return str(self.model_dir)
+
+    @property
+    def tuned(self) -> dict[str, Any] | None:
+        """The depth, norm and weight this directory's config.json carries (None: never tuned)."""
+        tuned = self.config.get(TUNED_KEY)
+        if tuned is not None and not isinstance(tuned, dict):
+            raise ArtifactError(f"{self.model_dir / ENCODER_CONFIG_FILE}: {TUNED_KEY} must be an object with depth, "
+                                f"norm and weight, found {tuned!r}")
+        return tuned
 
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
         """float32 [len(texts)]: the relevance logit of each text for ``query`` (higher is better).
@@ -156,16 +214,27 @@ class Reranker:
                                 "for the first-stage results")
         return scores
 
-    def rerank(self, query: str, hits: Sequence[HitT], depth: int = DEFAULT_RERANK_DEPTH) -> list:
-        """The top ``depth`` of ``hits`` re-ordered by cross-encoder score (ties keep the
-        first-stage order), followed by the rest in their first-stage order. Each hit keeps its
-        first-stage score and gains its first-stage rank and cross-encoder score and rank
-        (``None`` beyond ``depth``)."""
+    def rerank(self, query: str, hits: Sequence[HitT], depth: int = DEFAULT_RERANK_DEPTH,
+               interpolation: Interpolation | None = None) -> list:
+        """The top ``depth`` of ``hits`` re-ordered by final score (the cross-encoder's logit plus
+        the interpolated first-stage part; default: this reranker's ``interpolation``), ties in
+        first-stage order, followed by the rest in their first-stage order. Each hit keeps its
+        first-stage score and gains its first-stage rank, its cross-encoder score and rank and
+        the parts of its final score (``None`` beyond ``depth``)."""
         if depth < 1:
             raise ConfigError(f"reranker depth={depth}: must be >= 1")
+        head = list(hits[:depth])
+        return self.reorder(hits, depth, self.score(query, [h.text for h in head]), interpolation)
+
+    def reorder(self, hits: Sequence[HitT], depth: int, logits: Sequence[float],
+                interpolation: Interpolation | None = None) -> list:
+        """``rerank`` with the head's logits given (tuning scores a head once, tries many weights)."""
+        interpolation = self.interpolation if interpolation is None else interpolation
         head, tail = list(hits[:depth]), list(hits[depth:])
-        scores = self.score(query, [h.text for h in head])
-        order = sorted(range(len(head)), key=lambda i: (-float(scores[i]), i))
-        out = [head[i].with_cross_encoder(float(scores[i]), rank, i + 1) for rank, i in enumerate(order, start=1)]
+        first = interpolation.first_stage([h.score for h in head])
+        parts = [Reranked(float(logit), float(part), interpolation.weight, float(logit) + interpolation.weight * float(part))
+                 for logit, part in zip(logits, first)]
+        order = sorted(range(len(head)), key=lambda i: (-parts[i].score, i))
+        out = [head[i].with_cross_encoder(parts[i].logit, rank, i + 1, parts[i]) for rank, i in enumerate(order, start=1)]
         out.extend(h.with_cross_encoder(None, None, len(head) + j + 1) for j, h in enumerate(tail))
         return out

@@ -307,6 +307,138 @@ def test_evaluate_reports_each_mode_with_and_without_the_reranker(exported, tmp_
     # a random cross-encoder: whatever it chose is not below the hybrid without it
     assert chosen.depth == 0 or chosen.by_depth[chosen.depth][main] > chosen.without[main]
     assert set(chosen.by_depth) == {5, 10}
+    # the grid: every depth x norm x weight (weight 0 once: the cross-encoder alone, whatever the norm)
+    assert len(chosen.grid) == 2 * (1 + 2 * 6)
+    assert {(r["norm"], r["weight"]) for r in chosen.grid if r["weight"] == 0} == {("minmax", 0.0)}
+    stored = chosen.defaults
+    assert set(stored) >= {"depth", "model", "norm", "weight", "without"}
+    assert stored["depth"] == 0 or chosen.grid and any(
+        r["depth"] == stored["depth"] and r["weight"] == stored["weight"] and r["allowed"] for r in chosen.grid)
+
+
+def _hits(scores):
+    from hybrid_qpr.search import SearchResult
+
+    return [SearchResult(f"d{i}", f"text {i}", s) for i, s in enumerate(scores)]
+
+
+def test_interpolation_mixes_the_logit_with_the_normalised_first_stage(exported):
+    from hybrid_qpr.rerankers import Interpolation, Reranker
+    from hybrid_qpr.rerankers.cross_encoder import RANK_K
+
+    reranker = Reranker(exported[0])
+    assert reranker.interpolation == Interpolation()  # never tuned: the cross-encoder alone
+    hits = _hits([9.0, 7.0, 5.0, 1.0, 0.5])
+    logits = [0.0, 1.0, 3.0, 2.0, 9.0]
+    # weight 0: the logits' order; the tail (beyond depth 4) keeps its place
+    plain = reranker.reorder(hits, 4, logits[:4])
+    assert [h.id for h in plain] == ["d2", "d3", "d1", "d0", "d4"] and plain[-1].reranked is None
+    # min-max over the reranked head: 9 -> 1, 1 -> 0; final = logit + weight x part
+    mixed = reranker.reorder(hits, 4, logits[:4], Interpolation(4.0, "minmax"))
+    by_id = {h.id: h.reranked for h in mixed[:4]}
+    assert by_id["d0"].first_stage == 1.0 and by_id["d3"].first_stage == 0.0
+    assert by_id["d1"].first_stage == pytest.approx(0.75)
+    assert by_id["d1"].score == pytest.approx(1.0 + 4.0 * 0.75)
+    # finals 4, 4, 5, 2: d2 first, then d0 and d1 (a tie keeps the first-stage order)
+    assert [h.id for h in mixed] == ["d2", "d0", "d1", "d3", "d4"]
+    assert [h.cross_encoder.rank for h in mixed[:4]] == [1, 2, 3, 4]
+    # a large weight keeps the first-stage order; the rank norm is (k + 1) / (k + rank)
+    assert [h.id for h in reranker.reorder(hits, 4, logits[:4], Interpolation(1e6, "rank"))] == [h.id for h in hits]
+    ranked = reranker.reorder(hits, 4, logits[:4], Interpolation(1.0, "rank"))
+    assert {h.id: h.reranked.first_stage for h in ranked[:4]}["d2"] == pytest.approx((RANK_K + 1) / (RANK_K + 3))
+    # equal first-stage scores: min-max has no spread, every part is the same
+    flat = reranker.reorder(_hits([2.0, 2.0]), 2, [0.0, 1.0], Interpolation(3.0, "minmax"))
+    assert [h.id for h in flat] == ["d1", "d0"]
+    # JSON shows both parts of the final score
+    shown = mixed[0].to_dict()["cross_encoder"]
+    assert shown == {"score": 3.0, "rank": 1, "first_stage": 0.5, "weight": 4.0, "final": pytest.approx(5.0)}
+    for bad in ({"weight": -1}, {"weight": "x"}, {"norm": "zscore"}):
+        with pytest.raises(ConfigError, match="reranker"):
+            Interpolation.of(bad, "config.json")
+
+
+def test_query_follows_the_tuned_second_stage_and_says_when_it_is_off(exported, tmp_path, question_bank,
+                                                                      committed_encoder):
+    from click.testing import CliRunner
+
+    from hybrid_qpr.backends.local import LocalIndex
+    from hybrid_qpr.cli.main import cli
+    from hybrid_qpr.rerankers import Reranker
+
+    reranker_dir = tmp_path / "reranker"
+    shutil.copytree(exported[0], reranker_dir)
+    fingerprint = Reranker(reranker_dir).fingerprint
+    index = LocalIndex.create(tmp_path / "idx", committed_encoder)
+    index.ingest(question_bank[:40], committed_encoder, show_progress=False)
+    base = ["query", "how do i change my email address", "--index", str(tmp_path / "idx"), "--json", "-k", "4"]
+    runner = CliRunner()
+    plain = json.loads(runner.invoke(cli, base).output)["hits"]
+    with_reranker = [*base, "--reranker", str(reranker_dir)]
+
+    def store(reranker):
+        opened = LocalIndex.open(tmp_path / "idx")
+        opened.set_fusion_defaults({"fusion": "rrf", "alpha": 0.5, "reranker": reranker})
+        opened.close()
+
+    # tuned off: one line on stderr, the first stage's results, no cross-encoder fields
+    store({"depth": 0, "model": fingerprint, "metric": "MRR@20", "without": 0.5, "weight": 0.0, "norm": "minmax"})
+    off = runner.invoke(cli, with_reranker)
+    assert off.exit_code == 0, off.output
+    assert off.stderr.count("\n") == 1 and "does not help here" in off.stderr and "--reranker-depth" in off.stderr
+    assert [h["id"] for h in json.loads(off.stdout)["hits"]] == [h["id"] for h in plain]
+    assert "cross_encoder" not in json.loads(off.stdout)["hits"][0]
+    forced = json.loads(runner.invoke(cli, [*with_reranker, "--reranker-depth", "3"]).stdout)["hits"]
+    assert forced[0]["cross_encoder"]["weight"] == 0.0
+    # tuned on: its depth and weight are applied, and the JSON shows both parts
+    store({"depth": 3, "model": fingerprint, "weight": 2.0, "norm": "minmax"})
+    hits = json.loads(runner.invoke(cli, with_reranker).stdout)["hits"]
+    parts = [h["cross_encoder"] for h in hits[:3]]
+    assert all(p["weight"] == 2.0 and p["final"] == pytest.approx(p["score"] + 2.0 * p["first_stage"]) for p in parts)
+    assert [p["final"] for p in parts] == sorted((p["final"] for p in parts), reverse=True)
+    assert hits[3]["cross_encoder"] is None
+    # an index tuned for another reranker: the reranker's own config.json (tune --save-to-model) applies
+    store({"depth": 3, "model": "another", "weight": 2.0})
+    config = json.loads((reranker_dir / "config.json").read_text())
+    config["second_stage"] = {"depth": 2, "weight": 1.0, "norm": "rank"}
+    (reranker_dir / "config.json").write_text(json.dumps(config))
+    hits = json.loads(runner.invoke(cli, with_reranker).stdout)["hits"]
+    assert [h["cross_encoder"] is not None for h in hits] == [True, True, False, False]
+    assert hits[0]["cross_encoder"]["weight"] == 1.0
+    config["second_stage"] = {"depth": 2, "weight": -1}
+    (reranker_dir / "config.json").write_text(json.dumps(config))
+    bad = runner.invoke(cli, with_reranker)
+    assert bad.exit_code == 1 and "weight=-1" in bad.output and "Traceback" not in bad.output
+
+
+def test_tune_cli_stores_the_second_stage_in_the_index_and_the_reranker(exported, tmp_path, committed_encoder):
+    from click.testing import CliRunner
+
+    from hybrid_qpr.backends.local import LocalIndex
+    from hybrid_qpr.cli.main import cli
+    from hybrid_qpr.data.beir import load_beir
+    from hybrid_qpr.types import Document
+
+    beir = resources.examples_dir() / "beir"
+    corpus, _, _ = load_beir(beir, "test")
+    model_dir = tmp_path / "model"
+    shutil.copytree(committed_encoder.model_dir, model_dir)
+    reranker_dir = tmp_path / "reranker"
+    shutil.copytree(exported[0], reranker_dir)
+    from hybrid_qpr.encoders import Encoder
+
+    encoder = Encoder.load(model_dir)
+    index = LocalIndex.create(tmp_path / "idx", encoder)
+    index.ingest([Document(i, t) for i, t in corpus.items()], encoder, show_progress=False)
+    index.close()
+    result = CliRunner().invoke(cli, ["tune", "--beir", str(beir), "--split", "test", "--index", str(tmp_path / "idx"),
+                                      "--model", str(model_dir), "--max-queries", "6", "--reranker", str(reranker_dir),
+                                      "--reranker-depths", "5", "--save-to-model"])
+    assert result.exit_code == 0, result.output
+    assert "weight" in result.output
+    stored = LocalIndex.open(tmp_path / "idx").fusion_defaults["reranker"]
+    travelled = json.loads((reranker_dir / "config.json").read_text())["second_stage"]
+    assert stored["depth"] in (0, 5) and {k: travelled[k] for k in stored} == stored
+    assert travelled["first_stage_model"] == encoder.fingerprint
 
 
 @pytest.mark.cluster
@@ -640,3 +772,44 @@ def test_reranker_train_takes_a_paraphrase_dataset_as_dev(tmp_path, committed_en
     assert report["dev_questions"] == 6 and [h["step"] for h in report["history"]] == [0, 2]
     assert all(0 <= h["dev_mrr20"] <= 1 for h in report["history"])
     assert report["best_metric"] == max(h["dev_mrr20"] for h in report["history"])
+
+
+# ---------------------------------------------------------------------- backends agree
+COMMITTED_ENCODERS = sorted(p.parent.name for p in (resources.model_dir().parent).glob("*/config.json")
+                            if json.loads(p.read_text()).get("kind") != "cross-encoder")
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("model_name", COMMITTED_ENCODERS)
+def test_committed_models_score_alike_on_every_backend(model_name, cluster_backend, tmp_path):
+    """Each committed encoder, with and without the committed reranker, on a small fixed set
+    (the bundled examples: 300 questions, the 120 queries of val and test): the cluster
+    backend's MRR@20 (the number the docs report) is the embedded index's within 0.005 (BM25
+    differs slightly between engines; one query's hit moving from rank 1 to 2 is 0.0042)."""
+    from hybrid_qpr.backends.local import LocalIndex
+    from hybrid_qpr.data.beir import load_beir
+    from hybrid_qpr.encoders import Encoder
+    from hybrid_qpr.evaluation.evaluator import evaluate, sample_queries
+    from hybrid_qpr.rerankers import Reranker
+    from hybrid_qpr.search import HybridSearcher
+    from hybrid_qpr.types import Document
+
+    encoder = Encoder.load(resources.model_dir().parent / model_name)
+    reranker = Reranker(resources.model_dir().parent / "reranker-minilm-l6-int8")
+    corpus, queries, qrels = load_beir(resources.examples_dir() / "beir", "test")
+    _, val_queries, val_qrels = load_beir(resources.examples_dir() / "beir", "val")
+    queries, qrels = {**queries, **val_queries}, {**qrels, **val_qrels}
+    documents = [Document(i, t) for i, t in corpus.items()]
+    some = sample_queries(queries, qrels, None)
+    local = LocalIndex.create(tmp_path / "idx", encoder)
+    local.ingest(documents, encoder, show_progress=False)
+    cluster_backend.ingest(documents, encoder, batch_size=100, show_progress=False)
+    scores = {}
+    for name, backend in (("embedded", LocalIndex.open(tmp_path / "idx")), ("cluster", cluster_backend)):
+        searcher = HybridSearcher(backend, encoder, reranker=reranker, reranker_depth=10)
+        report = evaluate(searcher, some, qrels, modes=("bm25", "knn", "hybrid"), fusion="rrf", alpha=0.5)
+        scores[name] = {mode: row["metrics"]["MRR@20"] for mode, row in report.items()}
+    assert len(some) >= 100 and set(scores["cluster"]) == {
+        "bm25", "bm25+reranker", "knn", "knn+reranker", "hybrid", "hybrid+reranker"}
+    apart = {mode: abs(value - scores["cluster"][mode]) for mode, value in scores["embedded"].items()}
+    assert max(apart.values()) <= 0.005, (scores, apart)
