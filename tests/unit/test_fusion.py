@@ -117,7 +117,7 @@ def test_records_keep_their_fields_defaults_and_immutability():
     cases = [(Document, {"id": "d1", "text": "how do i learn python ?", "metadata": {"lang": "en"}}),
              (Fused, {"id": "d1", "score": 0.03, "scores": (2.5, None), "ranks": (1, None)}),
              (SearchResult, {"id": "d1", "text": "t", "score": 0.03, "metadata": {}, "bm25": RankedScore(2.5, 1),
-                             "knn": None, "first_stage_rank": None, "cross_encoder": None,
+                             "knn": None, "first_stage_rank": None, "cross_encoder": None, "reranked": None,
                              "fused_score": None, "signals": None})]
     for cls, fields in cases:
         by_name, by_place = cls(**fields), cls(*fields.values())
