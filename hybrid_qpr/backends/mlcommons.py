@@ -375,3 +375,94 @@ def put_rerank_pipeline(client, name: str, model_id: str, field: str = "text") -
 def rerank_ext(query_text: str) -> dict[str, Any]:
     """The ``ext`` a search through a rerank pipeline carries: the text the documents are scored against."""
     return {"rerank": {"query_context": {"query_text": query_text}}}
+
+
+def find_model(client, name: str, sha256: str) -> str | None:
+    """The id of a model already registered under ``name`` with these very bytes, else ``None``
+    (so running ``setup`` again reuses the model instead of uploading a second copy)."""
+    body = {"size": 1, "query": {"bool": {"must": [{"term": {"name.keyword": name}},
+                                                   {"term": {"model_content_hash_value": sha256}}],
+                                          "must_not": [{"exists": {"field": "chunk_number"}}]}}}
+    try:
+        hits = _request(client, "POST", f"{ML}/models/_search", body)["hits"]["hits"]
+    except ClusterError as exc:
+        if " 404 " in str(exc) or "index_not_found" in str(exc):  # no model registered yet on this cluster
+            return None
+        raise
+    return hits[0]["_id"] if hits else None
+
+
+def search_template_body(model_id: str, depth: int, size: int = 10, text: str = "text",
+                         vector: str = "embedding") -> dict[str, Any]:
+    """A stored mustache template of the hybrid query: BM25 ``match`` on ``text`` and a ``neural``
+    query (the cluster embeds the text with ``model_id``) on ``vector``, each taking ``depth``
+    candidates. The only parameter a caller must send is ``query_text`` (``size`` is optional).
+    Mustache escapes the text for JSON, so quotes in a question cannot break the query."""
+    source = ('{"size": {{size}}{{^size}}%d{{/size}}, "_source": ["%s", "metadata"], "query": {"hybrid": {"queries": ['
+              '{"match": {"%s": {"query": "{{query_text}}"}}}, '
+              '{"neural": {"%s": {"query_text": "{{query_text}}", "model_id": "%s", "k": %d}}}]}}}'
+              % (size, text, text, vector, model_id, depth))
+    return {"script": {"lang": "mustache", "source": source}}
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What ``setup`` made: the names a user (or ``curl``) needs."""
+
+    model_id: str
+    reused_model: bool
+    index: str
+    ingest_pipeline: str
+    search_pipeline: str
+    template: str
+    fusion: dict[str, Any]
+
+
+def setup(client, model_dir: str | Path, index: str, *, name: str | None = None, allow_local_upload: bool = False,
+          deploy_timeout: float = 300.0) -> Setup:
+    """Everything a cluster needs to embed and search by itself, in one call (idempotent):
+
+    1. the model registered (or the one already registered with the same bytes reused) and deployed;
+    2. ingest pipeline ``<index>-embed`` (``text`` -> ``embedding``), the index's default pipeline,
+       so a plain ``{"text": ...}`` document is embedded by the cluster;
+    3. the index in hybrid-qpr's layout for this model (created when missing; an index made by
+       ``hybrid-qpr ingest`` with the same model works with it as it is);
+    4. search pipeline ``<index>-hybrid`` with the index's tuned fusion (``hybrid-qpr tune``; the
+       model's defaults, else the library's, when it was never tuned), the index's default search pipeline;
+    5. stored search template ``<index>-hybrid``: the hybrid query that needs only ``query_text``.
+    """
+    import tempfile
+
+    from hybrid_qpr.backends.base import adopt_model_fusion_defaults
+    from hybrid_qpr.backends.opensearch import OpenSearchBackend, pipeline_body
+    from hybrid_qpr.encoders import Encoder
+    from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_DEPTH, DEFAULT_FUSION, RRF_K
+
+    model_dir = Path(model_dir)
+    encoder = Encoder.load(model_dir)  # checks the directory before anything is sent
+    name = name or f"hybrid-qpr-{model_dir.resolve().name}"
+    with tempfile.TemporaryDirectory(prefix="hqpr-mlcommons-") as work:
+        package = package_model(model_dir, Path(work) / "model.zip")
+        model_id = find_model(client, name, package.sha256)
+        reused = model_id is not None
+        if model_id is None:
+            if allow_local_upload:
+                allow_local_upload_setting(client)
+            model_id = register(client, package, name)
+    deploy(client, model_id, timeout=deploy_timeout)
+
+    embed_pipeline, hybrid_pipeline = f"{index}-embed", f"{index}-hybrid"
+    put_ingest_pipeline(client, embed_pipeline, model_id)
+    backend = OpenSearchBackend(client, index)
+    backend.ensure_index(encoder)
+    adopt_model_fusion_defaults(backend, encoder)  # keeps the index's own tuned defaults
+    tuned = dict(backend.fusion_defaults or {})
+    fusion = {"fusion": tuned.get("fusion", DEFAULT_FUSION), "alpha": float(tuned.get("alpha", DEFAULT_ALPHA)),
+              "rrf_k": int(tuned.get("rrf_k", RRF_K)), "depth": int(tuned.get("depth", DEFAULT_DEPTH)),
+              "tuned": bool(tuned)}
+    _request(client, "PUT", f"/_search/pipeline/{hybrid_pipeline}",
+             pipeline_body(fusion["fusion"], fusion["alpha"], fusion["rrf_k"]))
+    _request(client, "PUT", f"/{index}/_settings",
+             {"index": {"default_pipeline": embed_pipeline, "search": {"default_pipeline": hybrid_pipeline}}})
+    _request(client, "PUT", f"/_scripts/{hybrid_pipeline}", search_template_body(model_id, fusion["depth"]))
+    return Setup(model_id, reused, index, embed_pipeline, hybrid_pipeline, hybrid_pipeline, fusion)
