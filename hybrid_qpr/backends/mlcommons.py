@@ -122,12 +122,22 @@ def ml_model_config(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _write_zip(out_zip: Path, files: dict[str, Path]) -> None:
+    """A zip whose bytes depend on the files' contents only (fixed timestamps), so the same model
+    always has the same sha256 and ``find_model`` recognises it on a second ``setup``."""
+    from hybrid_qpr.artifacts import atomic_write
+
+    with atomic_write(out_zip, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, path in files.items():
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type, info.external_attr = zipfile.ZIP_DEFLATED, 0o644 << 16
+            archive.writestr(info, Path(path).read_bytes())
+
+
 def package_model(model_dir: str | Path, out_zip: str | Path) -> ModelPackage:
     """Zip an exported transformer directory in the ml-commons custom-model layout
     (``model.onnx`` with the adapted graph, ``tokenizer.json``) atomically at ``out_zip``."""
     import tempfile
-
-    from hybrid_qpr.artifacts import atomic_write
 
     model_dir, out_zip = Path(model_dir), Path(out_zip)
     config = read_config(model_dir)
@@ -142,9 +152,7 @@ def package_model(model_dir: str | Path, out_zip: str | Path) -> ModelPackage:
     with tempfile.TemporaryDirectory(dir=out_zip.parent) as work:
         adapted = Path(work) / MODEL_FILE
         adapt_graph(model_dir / MODEL_FILE, adapted)
-        with atomic_write(out_zip, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as archive:
-            archive.write(adapted, MODEL_FILE)
-            archive.write(model_dir / TOKENIZER_FILE, TOKENIZER_FILE)
+        _write_zip(out_zip, {MODEL_FILE: adapted, TOKENIZER_FILE: model_dir / TOKENIZER_FILE})
     data = out_zip.read_bytes()
     return ModelPackage(out_zip, len(data), hashlib.sha256(data).hexdigest(), int(config["dim"]),
                         ml_model_config(config))
@@ -159,7 +167,6 @@ def package_cross_encoder(model_dir: str | Path, out_zip: str | Path) -> ModelPa
     question-keeping one, so scores agree while a pair fits ``max_length`` (docs/reranker.md)."""
     import onnx
 
-    from hybrid_qpr.artifacts import atomic_write
     from hybrid_qpr.rerankers.cross_encoder import read_reranker_config
 
     model_dir, out_zip = Path(model_dir), Path(out_zip)
@@ -170,9 +177,7 @@ def package_cross_encoder(model_dir: str | Path, out_zip: str | Path) -> ModelPa
     with tempfile.TemporaryDirectory(dir=out_zip.parent) as work:
         graph = Path(work) / MODEL_FILE
         _save_for_ml_commons(onnx.load(str(model_dir / MODEL_FILE)), model_dir / MODEL_FILE, graph)
-        with atomic_write(out_zip, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as archive:
-            archive.write(graph, MODEL_FILE)
-            archive.write(model_dir / TOKENIZER_FILE, TOKENIZER_FILE)
+        _write_zip(out_zip, {MODEL_FILE: graph, TOKENIZER_FILE: model_dir / TOKENIZER_FILE})
     data = out_zip.read_bytes()
     model_config = {"model_type": "bert", "embedding_dimension": 1, "framework_type": "huggingface_transformers",
                     "all_config": json.dumps({"hybrid_qpr": {k: config.get(k) for k in ("kind", "max_length", "query_tokens")}})}
@@ -405,6 +410,20 @@ def search_template_body(model_id: str, depth: int, size: int = 10, text: str = 
     return {"script": {"lang": "mustache", "source": source}}
 
 
+def _deploy_past_breaker(client, model_id: str, timeout: float, attempts: int = 4) -> None:
+    """``deploy``, tried again when ml-commons refused it for its memory circuit breaker (the
+    JVM heap above its threshold for a moment, until the garbage collector runs)."""
+    for attempt in range(attempts):
+        try:
+            deploy(client, model_id, timeout=timeout)
+            return
+        except ClusterError as exc:
+            if "Memory Circuit Breaker" not in str(exc) or attempt == attempts - 1:
+                raise
+            logger.info("deploying %s: memory circuit breaker open, trying again", model_id)
+            time.sleep(2.0 * 2 ** attempt)
+
+
 @dataclass(frozen=True)
 class Setup:
     """What ``setup`` made: the names a user (or ``curl``) needs."""
@@ -449,7 +468,7 @@ def setup(client, model_dir: str | Path, index: str, *, name: str | None = None,
             if allow_local_upload:
                 allow_local_upload_setting(client)
             model_id = register(client, package, name)
-    deploy(client, model_id, timeout=deploy_timeout)
+    _deploy_past_breaker(client, model_id, deploy_timeout)
 
     embed_pipeline, hybrid_pipeline = f"{index}-embed", f"{index}-hybrid"
     put_ingest_pipeline(client, embed_pipeline, model_id)
