@@ -26,7 +26,7 @@ MODEL_NAMES: dict[str, str] = {
     "quality": "minilm-l6-int8",  # the 6-layer transformer itself (int8): best quality, ~30x slower
 }
 DEFAULT_MODEL_NAME = "fast"
-DEFAULT_MODEL = "distilled-cnn-quora"  # switched to MODEL_NAMES[DEFAULT_MODEL_NAME] once measured
+DEFAULT_MODEL = MODEL_NAMES[DEFAULT_MODEL_NAME]
 
 
 def _root(name: str) -> Path:
@@ -84,3 +84,21 @@ def mapping_file(relative: str) -> Path:
 def examples_dir() -> Path:
     """The sample banks: ``questions.jsonl`` and ``beir/``, and ``support/`` (the demo's)."""
     return bundled("examples")
+
+
+# What choosing the other bundled model trades (measured: docs/models.md).
+MODEL_TRADE = {
+    "fast": "--model quality (MiniLM itself) ranks better on other domains (WikiAnswers hybrid MRR@20 {quality_wa} vs "
+            "{fast_wa}) but encodes ~{ratio}x slower",
+    "quality": "--model fast encodes ~{ratio}x faster (WikiAnswers hybrid MRR@20 {fast_wa} vs {quality_wa})",
+}
+MEASURED = {"fast_wa": "?", "quality_wa": "?", "ratio": "?"}
+
+
+def describe_model(model_dir: str | Path) -> str:
+    """One line for ``ingest``: which model encodes, and what the other bundled choice would trade."""
+    model_dir = Path(model_dir).resolve()
+    for name, directory in MODEL_NAMES.items():
+        if model_dir == bundled("onnx", directory).resolve():
+            return f"model: {name} ({directory}); " + MODEL_TRADE[name].format(**MEASURED)
+    return f"model: {model_dir} (the bundled choices are --model fast, the default, and --model quality)"

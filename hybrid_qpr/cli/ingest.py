@@ -70,6 +70,7 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
       hybrid-qpr ingest corpus.jsonl --index questions --opensearch http://127.0.0.1:9200
       hybrid-qpr ingest corpus.jsonl --index questions --elasticsearch --shards 3
     """
+    from hybrid_qpr import resources
     from hybrid_qpr.artifacts import display_name
     from hybrid_qpr.backends.base import adopt_model_fusion_defaults
     from hybrid_qpr.cli._backend import open_for_ingest, refuse_knn_options_on_a_cluster
@@ -82,6 +83,7 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
     refuse_knn_options_on_a_cluster(connection, ef_search, nprobe)
     backend, encoder = open_for_ingest(index, connection, model, faiss_kind=faiss_kind, bm25_impl=bm25_impl,
                                        ef_search=ef_search, nprobe=nprobe, shards=shards, replicas=replicas)
+    click.echo(resources.describe_model(encoder.model_dir))
     if strict:
         documents = _stop_at_a_refused_document(documents, backend, input_path, bad_lines)
     sizes = {} if batch_size is None else {"batch_size": batch_size}  # None: the backend's own default
