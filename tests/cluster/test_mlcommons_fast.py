@@ -9,8 +9,8 @@ One cluster test, on the real node, with the bundled fast model:
    filled by ``hybrid-qpr ingest`` return the same hits to ``hybrid-qpr query --opensearch``;
 4. a request that sends only the question (the stored template, the index's default search
    pipeline) returns the tuned hybrid: the hits of the client's server-side hybrid with the
-   same fusion (the same top 5, at least 9 of the top 10: the cluster's query vector differs
-   from the client's in the fifth decimal, which can swap a near-tie at the tail).
+   same fusion (the same scores rank by rank; hits with exactly tied scores may come in
+   another order).
 Everything made is deleted afterwards (the node is shared).
 """
 
@@ -108,14 +108,18 @@ def test_fast_model_runs_inside_opensearch(opensearch_url, question_bank, held_o
         for query in held_out_queries[:5]:
             answer = client.transport.perform_request(
                 "POST", f"/{in_cluster}/_search/template", body={"id": done.template, "params": {"query_text": query}})
-            template_hits = [h["_id"] for h in answer["hits"]["hits"]]
-            expected = backend.hybrid_server(query, encoder.encode(query)[0], fusion["depth"], fusion=fusion["fusion"],
-                                             alpha=fusion["alpha"], rrf_k=fusion["rrf_k"])
-            expected_ids = [h.id for h in expected[:10]]
-            # the cluster embeds the query itself (cosine >= 0.9999 to the client's vector), so a
-            # near-tie at the tail may swap; the head and the set are the same
-            assert template_hits[:5] == expected_ids[:5], query
-            assert len(set(template_hits) & set(expected_ids)) >= 9, query
+            got = {h["_id"]: h["_score"] for h in answer["hits"]["hits"]}
+            expected = {h.id: h.score for h in backend.hybrid_server(
+                query, encoder.encode(query)[0], fusion["depth"], fusion=fusion["fusion"], alpha=fusion["alpha"],
+                rrf_k=fusion["rrf_k"])[:10]}
+            # The same ranking, compared by score: the fast model gives two phrasings with the same
+            # words the same vector, and the engine breaks such exact ties its own way. Scores are
+            # compared relative to the top hit's (the client halves unweighted RRF scores).
+            top_got, top_expected = max(got.values()), max(expected.values())
+            assert np.allclose(sorted(v / top_got for v in got.values()),
+                               sorted(v / top_expected for v in expected.values()), atol=1e-3), query
+            for doc in set(got) & set(expected):
+                assert got[doc] / top_got == pytest.approx(expected[doc] / top_expected, abs=1e-3), (query, doc)
     finally:
         _tidy(client, in_cluster)
         client.indices.delete(index=by_client, ignore=[404])
