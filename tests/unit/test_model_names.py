@@ -35,3 +35,12 @@ def test_an_unknown_name_is_reported_as_a_missing_directory(tmp_path, monkeypatc
         Encoder.load("no-such-model")
     with pytest.raises(ArtifactError):
         Encoder.load("../etc")  # a path is never looked up among the names
+
+
+def test_ingest_line_names_the_model_and_the_other_choice(tmp_path):
+    fast = resources.describe_model(resources.resolve_model("fast"))
+    assert fast.startswith("model: fast (static-minilm-l6); --model quality") and "?" not in fast
+    quality = resources.describe_model(resources.resolve_model("quality"))
+    assert quality.startswith("model: quality (minilm-l6-int8); --model fast") and "\n" not in quality
+    other = resources.describe_model(tmp_path)
+    assert str(tmp_path) in other and "--model fast" in other and "--model quality" in other
