@@ -34,7 +34,7 @@ def main() -> None:
     texts = list(queries.values())[: args.n]
     encoders = {name: Encoder.load(name, threads=args.threads) for name in args.model}
     for encoder in encoders.values():
-        encoder.encode(texts[:500])  # sessions built, first-call costs paid
+        encoder.encode(texts[:500])  # first-call costs paid before timing
     rates: dict[str, list[float]] = {name: [] for name in encoders}
     for _ in range(args.rounds):
         for name, encoder in encoders.items():

@@ -83,12 +83,12 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
     refuse_knn_options_on_a_cluster(connection, ef_search, nprobe)
     backend, encoder = open_for_ingest(index, connection, model, faiss_kind=faiss_kind, bm25_impl=bm25_impl,
                                        ef_search=ef_search, nprobe=nprobe, shards=shards, replicas=replicas)
-    click.echo(resources.describe_model(encoder.model_dir))
     if strict:
         documents = _stop_at_a_refused_document(documents, backend, input_path, bad_lines)
     sizes = {} if batch_size is None else {"batch_size": batch_size}  # None: the backend's own default
     report = backend.ingest(documents, encoder, wait=wait, rejects_path=rejects, **sizes)
     report.notes.append(adopt_model_fusion_defaults(backend, encoder))
+    report.notes.append(resources.describe_model(encoder.model_dir))
     # the backend knows the line of a document it skipped, not the file
     all_skipped = sorted(bad_lines.skipped + [s.in_file(display_name(input_path)) for s in report.skipped],
                          key=lambda s: s.line or 0)
