@@ -19,7 +19,7 @@ from hybrid_qpr.cli._common import BATCH, SEED, cnn_size_options, FiniteFloatRan
 @click.option("--pairs-weight", type=FiniteFloatRange(min=0), default=1.0, show_default=True, help="Weight of the SDML term on --pairs.")
 @click.option("--init", type=click.Path(exists=True, file_okay=False), default=None,
               help="Start from this train/distill run's best model, or an exported CNN model directory (e.g. the "
-                   "default onnx/distilled-cnn-quora), and its vocabulary (domain adaptation).")
+                   "bundled onnx/distilled-cnn-quora), and its vocabulary (domain adaptation).")
 @click.option("--max-per-source", type=click.IntRange(min=1), default=None,
               help="Keep a seeded random sample of at most this many distinct texts of each CORPUS source.")
 @click.option("--teacher-temperature", type=FiniteFloatRange(min=0, min_open=True), default=0.05, show_default=True,
