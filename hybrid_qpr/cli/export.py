@@ -14,8 +14,9 @@ from hybrid_qpr.errors import ConfigError
 @click.argument("model_dir", required=False, type=click.Path(exists=True, file_okay=False))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="ONNX model directory to write (replaced atomically if it holds an earlier export).")
-@click.option("--kind", type=click.Choice(["transformer", "cnn"]), default="transformer", show_default=True,
-              help="What MODEL_DIR holds.")
+@click.option("--kind", type=click.Choice(["transformer", "cnn", "static"]), default="transformer", show_default=True,
+              help="What MODEL_DIR holds (static: a 'distill --student static' run, exported with the transformer "
+                   "contract and an int8 token table).")
 @click.option("--max-length", type=click.IntRange(min=1), default=None,
               help="Token cap stored with the model. [default: the fine-tuned model's, else 64]")
 @click.option("--normalize/--no-normalize", default=None,
@@ -48,6 +49,15 @@ def export(model_dir: str | None, out_dir: str, kind: str, max_length: int | Non
 
         config = export_run(model_dir, out_dir)
         click.echo(json.dumps({k: config[k] for k in ("kind", "dim", "distance", "max_length", "parity_max_abs_diff")}, indent=2))
+        return
+    if kind == "static":
+        if not model_dir:
+            raise ConfigError("--kind static needs MODEL_DIR: a 'hybrid-qpr distill --student static' run directory")
+        from hybrid_qpr.export.static import export_static_run
+
+        config = export_static_run(model_dir, out_dir)
+        click.echo(json.dumps({k: config[k] for k in ("kind", "dim", "distance", "max_length", "quantization",
+                                                      "parity_max_abs_diff_fp32")}, indent=2))
         return
     from hybrid_qpr.export.transformer import export_transformer_dir
     from hybrid_qpr.training.transformer import run_model_dir

@@ -106,8 +106,14 @@ def export_static_run(run_dir: str | Path, out_dir: str | Path, metrics: dict[st
 
     from hybrid_qpr.artifacts import load_checkpoint
 
+    from hybrid_qpr.errors import ArtifactError
+
     run_dir = Path(run_dir)
-    meta = json.loads((run_dir / "model.json").read_text(encoding="utf-8"))
+    meta_file = run_dir / "model.json"
+    meta = json.loads(meta_file.read_text(encoding="utf-8")) if meta_file.is_file() else {}
+    if meta.get("loss") != "static-distill":
+        raise ArtifactError(f"{run_dir}: not a static distillation run (its model.json should say loss "
+                            "'static-distill'; train one with 'hybrid-qpr distill --student static')")
     best = load_checkpoint(run_dir / "best.pt", "train the run again")
     export_static(load_run(run_dir), out_dir, training={**meta, "best_epoch": best["epoch"]},
                   metrics={"val": best["metrics"], **(metrics or {})})

@@ -75,3 +75,32 @@ def test_tiny_static_run_learns_exports_and_packages(tmp_path):
     with zipfile.ZipFile(package.path) as archive:
         assert sorted(archive.namelist()) == ["model.onnx", "tokenizer.json"]
     assert package.model_config["embedding_dimension"] == 32
+
+
+@pytest.mark.slow
+def test_cli_distils_and_exports_a_static_student(tmp_path):
+    from click.testing import CliRunner
+
+    from hybrid_qpr.cli.main import cli
+    from hybrid_qpr.encoders import Encoder
+
+    runner = CliRunner()
+    teacher = str(resources.model_dir("minilm-l6-int8"))
+    corpus = str(resources.examples_dir() / "questions.jsonl")
+    result = runner.invoke(cli, ["distill", corpus, "--teacher", teacher, "--out", str(tmp_path / "run"), "--student",
+                                 "static", "--dim", "16", "--group-size", "1", "--held-out", "60", "--epochs", "1",
+                                 "--batch-size", "64"])
+    assert result.exit_code == 0, result.output
+    summary = result.output[result.output.index('{"best_epoch"'):].splitlines()[0]  # after transformers' loading bar
+    assert json.loads(summary)["best_epoch"] == 0
+    result = runner.invoke(cli, ["export", str(tmp_path / "run"), "--kind", "static", "--out", str(tmp_path / "m")])
+    assert result.exit_code == 0, result.output
+    assert Encoder.load(tmp_path / "m").encode(AWKWARD).shape == (len(AWKWARD), 16)
+    # a run of another kind is refused in one line
+    (tmp_path / "cnn-run").mkdir()
+    (tmp_path / "cnn-run" / "model.json").write_text(json.dumps({"loss": "distill"}))
+    result = runner.invoke(cli, ["export", str(tmp_path / "cnn-run"), "--kind", "static", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 1 and "not a static distillation run" in result.output and "Traceback" not in result.output
+    result = runner.invoke(cli, ["distill", corpus, "--teacher", teacher, "--out", str(tmp_path / "r2"), "--student",
+                                 "static", "--pairs", str(tmp_path)])
+    assert result.exit_code == 2 and "--student static takes no --pairs" in result.output
