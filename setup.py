@@ -1,5 +1,5 @@
-"""Build step: copy the top-level mappings/ and examples/ directories whole, and the default
-model of onnx/, into the wheel as hybrid_qpr/_data/, so an installed package carries its default model, request
+"""Build step: copy the top-level mappings/ and examples/ directories whole, and the named
+models of onnx/, into the wheel as hybrid_qpr/_data/, so an installed package carries its default model, request
 bodies and demo bank (read through hybrid_qpr.resources). The top-level directories stay
 the one source; the copy exists only in the build. An editable install reads them in place.
 All other metadata is in pyproject.toml."""
@@ -12,9 +12,10 @@ from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 BUNDLED_DIRS = ("onnx", "mappings", "examples")  # keep in step with hybrid_qpr/resources.py
-# Of onnx/, only the default model goes into the wheel (keeps it small); other model
-# directories there are used from a checkout with --model. Keep in step with resources.DEFAULT_MODEL.
-WHEEL_MODELS = ("distilled-cnn-quora",)
+# Of onnx/, only the named models go into the wheel (fast, the default, and quality; keeps it
+# small); other model directories there are used from a checkout with --model DIR.
+# Keep in step with resources.MODEL_NAMES.
+WHEEL_MODELS = ("static-minilm-l6", "minilm-l6-int8")
 SKIPPED = shutil.ignore_patterns("__pycache__", "*.py", "*.pyc", ".*")
 
 

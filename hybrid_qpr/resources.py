@@ -19,7 +19,14 @@ from hybrid_qpr.errors import ArtifactError
 # or mapping file needs no change here or in setup.py).
 BUNDLED_DIRS: tuple[str, ...] = ("onnx", "mappings", "examples")
 PACKAGED = "_data"
-DEFAULT_MODEL = "distilled-cnn-quora"
+# Model names a user types instead of a directory (--model fast); every directory under onnx/
+# is also known by its own name (--model distilled-cnn-quora).
+MODEL_NAMES: dict[str, str] = {
+    "fast": "static-minilm-l6",  # MiniLM's tokenizer and knowledge in a token table
+    "quality": "minilm-l6-int8",  # the 6-layer transformer itself (int8): best quality, ~100x slower
+}
+DEFAULT_MODEL_NAME = "fast"
+DEFAULT_MODEL = MODEL_NAMES[DEFAULT_MODEL_NAME]
 
 
 def _root(name: str) -> Path:
@@ -42,8 +49,31 @@ def bundled(name: str, *parts: str) -> Path:
 
 
 def model_dir(name: str = DEFAULT_MODEL) -> Path:
-    """A model directory shipped under ``onnx/`` (default: the committed distilled CNN)."""
+    """A model directory shipped under ``onnx/`` (default: the ``fast`` model)."""
     return bundled("onnx", name)
+
+
+def resolve_model(spec: str | Path | None) -> Path:
+    """The model directory meant by ``--model``: ``None`` is the default (``fast``); an existing
+    directory is itself; ``fast``/``quality`` or the name of a directory under ``onnx/`` is that
+    bundled model. Anything else is returned as a path, for the loader to report as missing."""
+    if spec is None:
+        return model_dir()
+    path = Path(spec)
+    if path.is_dir():
+        return path
+    name = str(spec)
+    if name in MODEL_NAMES:
+        return model_dir(MODEL_NAMES[name])
+    if "/" not in name and "\\" not in name and (model_dir(name) / "config.json").is_file():
+        return model_dir(name)
+    return path
+
+
+def model_names() -> list[str]:
+    """The names ``resolve_model`` knows: the aliases, then the bundled directories."""
+    bundled_models = sorted(p.name for p in _root("onnx").iterdir() if (p / "config.json").is_file())
+    return [*MODEL_NAMES, *bundled_models]
 
 
 def mapping_file(relative: str) -> Path:
@@ -54,3 +84,23 @@ def mapping_file(relative: str) -> Path:
 def examples_dir() -> Path:
     """The sample banks: ``questions.jsonl`` and ``beir/``, and ``support/`` (the demo's)."""
     return bundled("examples")
+
+
+# What choosing the other bundled model trades (measured: docs/models.md, a WikiAnswers sample
+# the fast model never saw; one-thread encode speed measured side by side on a busy machine).
+MODEL_TRADE = {
+    "fast": "--model quality (MiniLM itself) ranks a little better on other domains (tuned hybrid MRR@20 "
+            "{quality_wa} vs {fast_wa} on a WikiAnswers sample) but encodes ~{ratio}x slower",
+    "quality": "--model fast encodes ~{ratio}x faster (tuned hybrid MRR@20 {fast_wa} vs {quality_wa} on a "
+               "WikiAnswers sample)",
+}
+MEASURED = {"fast_wa": "0.831", "quality_wa": "0.851", "ratio": "100"}
+
+
+def describe_model(model_dir: str | Path) -> str:
+    """One line for ``ingest``: which model encodes, and what the other bundled choice would trade."""
+    model_dir = Path(model_dir).resolve()
+    for name, directory in MODEL_NAMES.items():
+        if model_dir == bundled("onnx", directory).resolve():
+            return f"model: {name} ({directory}); " + MODEL_TRADE[name].format(**MEASURED)
+    return f"model: {model_dir} (the bundled choices are --model fast, the default, and --model quality)"

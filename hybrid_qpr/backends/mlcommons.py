@@ -122,12 +122,22 @@ def ml_model_config(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _write_zip(out_zip: Path, files: dict[str, Path]) -> None:
+    """A zip whose bytes depend on the files' contents only (fixed timestamps), so the same model
+    always has the same sha256 and ``find_model`` recognises it on a second ``setup``."""
+    from hybrid_qpr.artifacts import atomic_write
+
+    with atomic_write(out_zip, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, path in files.items():
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type, info.external_attr = zipfile.ZIP_DEFLATED, 0o644 << 16
+            archive.writestr(info, Path(path).read_bytes())
+
+
 def package_model(model_dir: str | Path, out_zip: str | Path) -> ModelPackage:
     """Zip an exported transformer directory in the ml-commons custom-model layout
     (``model.onnx`` with the adapted graph, ``tokenizer.json``) atomically at ``out_zip``."""
     import tempfile
-
-    from hybrid_qpr.artifacts import atomic_write
 
     model_dir, out_zip = Path(model_dir), Path(out_zip)
     config = read_config(model_dir)
@@ -142,9 +152,7 @@ def package_model(model_dir: str | Path, out_zip: str | Path) -> ModelPackage:
     with tempfile.TemporaryDirectory(dir=out_zip.parent) as work:
         adapted = Path(work) / MODEL_FILE
         adapt_graph(model_dir / MODEL_FILE, adapted)
-        with atomic_write(out_zip, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as archive:
-            archive.write(adapted, MODEL_FILE)
-            archive.write(model_dir / TOKENIZER_FILE, TOKENIZER_FILE)
+        _write_zip(out_zip, {MODEL_FILE: adapted, TOKENIZER_FILE: model_dir / TOKENIZER_FILE})
     data = out_zip.read_bytes()
     return ModelPackage(out_zip, len(data), hashlib.sha256(data).hexdigest(), int(config["dim"]),
                         ml_model_config(config))
@@ -159,7 +167,6 @@ def package_cross_encoder(model_dir: str | Path, out_zip: str | Path) -> ModelPa
     question-keeping one, so scores agree while a pair fits ``max_length`` (docs/reranker.md)."""
     import onnx
 
-    from hybrid_qpr.artifacts import atomic_write
     from hybrid_qpr.rerankers.cross_encoder import read_reranker_config
 
     model_dir, out_zip = Path(model_dir), Path(out_zip)
@@ -170,9 +177,7 @@ def package_cross_encoder(model_dir: str | Path, out_zip: str | Path) -> ModelPa
     with tempfile.TemporaryDirectory(dir=out_zip.parent) as work:
         graph = Path(work) / MODEL_FILE
         _save_for_ml_commons(onnx.load(str(model_dir / MODEL_FILE)), model_dir / MODEL_FILE, graph)
-        with atomic_write(out_zip, "wb") as fh, zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as archive:
-            archive.write(graph, MODEL_FILE)
-            archive.write(model_dir / TOKENIZER_FILE, TOKENIZER_FILE)
+        _write_zip(out_zip, {MODEL_FILE: graph, TOKENIZER_FILE: model_dir / TOKENIZER_FILE})
     data = out_zip.read_bytes()
     model_config = {"model_type": "bert", "embedding_dimension": 1, "framework_type": "huggingface_transformers",
                     "all_config": json.dumps({"hybrid_qpr": {k: config.get(k) for k in ("kind", "max_length", "query_tokens")}})}
@@ -415,3 +420,112 @@ def put_rerank_pipeline(client, name: str, model_id: str, field: str = "text") -
 def rerank_ext(query_text: str) -> dict[str, Any]:
     """The ``ext`` a search through a rerank pipeline carries: the text the documents are scored against."""
     return {"rerank": {"query_context": {"query_text": query_text}}}
+
+
+def find_model(client, name: str, sha256: str) -> str | None:
+    """The id of a model already registered under ``name`` with these very bytes, else ``None``
+    (so running ``setup`` again reuses the model instead of uploading a second copy)."""
+    body = {"size": 1, "query": {"bool": {"must": [{"term": {"name.keyword": name}},
+                                                   {"term": {"model_content_hash_value": sha256}}],
+                                          "must_not": [{"exists": {"field": "chunk_number"}}]}}}
+    try:
+        hits = _request(client, "POST", f"{ML}/models/_search", body)["hits"]["hits"]
+    except ClusterError as exc:
+        if " 404 " in str(exc) or "index_not_found" in str(exc):  # no model registered yet on this cluster
+            return None
+        raise
+    return hits[0]["_id"] if hits else None
+
+
+def search_template_body(model_id: str, depth: int, size: int = 10, text: str = "text",
+                         vector: str = "embedding") -> dict[str, Any]:
+    """A stored mustache template of the hybrid query: BM25 ``match`` on ``text`` and a ``neural``
+    query (the cluster embeds the text with ``model_id``) on ``vector``, each taking ``depth``
+    candidates (HNSW candidate list as the client's kNN: ``KNN_CANDIDATES``, at least ``depth``).
+    The only parameter a caller must send is ``query_text`` (``size`` is optional).
+    Mustache escapes the text for JSON, so quotes in a question cannot break the query."""
+    from hybrid_qpr.backends.cluster.backend import KNN_CANDIDATES
+
+    source = ('{"size": {{size}}{{^size}}%d{{/size}}, "_source": ["%s", "metadata"], "query": {"hybrid": {"queries": ['
+              '{"match": {"%s": {"query": "{{query_text}}"}}}, '
+              '{"neural": {"%s": {"query_text": "{{query_text}}", "model_id": "%s", "k": %d, '
+              '"method_parameters": {"ef_search": %d}}}}]}}}'
+              % (size, text, text, vector, model_id, depth, max(depth, KNN_CANDIDATES)))
+    return {"script": {"lang": "mustache", "source": source}}
+
+
+def _deploy_past_breaker(client, model_id: str, timeout: float, attempts: int = 4) -> None:
+    """``deploy``, tried again when ml-commons refused it for its memory circuit breaker (the
+    JVM heap above its threshold for a moment, until the garbage collector runs)."""
+    for attempt in range(attempts):
+        try:
+            deploy(client, model_id, timeout=timeout)
+            return
+        except ClusterError as exc:
+            if "Memory Circuit Breaker" not in str(exc) or attempt == attempts - 1:
+                raise
+            logger.info("deploying %s: memory circuit breaker open, trying again", model_id)
+            time.sleep(2.0 * 2 ** attempt)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What ``setup`` made: the names a user (or ``curl``) needs."""
+
+    model_id: str
+    reused_model: bool
+    index: str
+    ingest_pipeline: str
+    search_pipeline: str
+    template: str
+    fusion: dict[str, Any]
+
+
+def setup(client, model_dir: str | Path, index: str, *, name: str | None = None, allow_local_upload: bool = False,
+          deploy_timeout: float = 300.0) -> Setup:
+    """Everything a cluster needs to embed and search by itself, in one call (idempotent):
+
+    1. the model registered (or the one already registered with the same bytes reused) and deployed;
+    2. ingest pipeline ``<index>-embed`` (``text`` -> ``embedding``), the index's default pipeline,
+       so a plain ``{"text": ...}`` document is embedded by the cluster;
+    3. the index in hybrid-qpr's layout for this model (created when missing; an index made by
+       ``hybrid-qpr ingest`` with the same model works with it as it is);
+    4. search pipeline ``<index>-hybrid`` with the index's tuned fusion (``hybrid-qpr tune``; the
+       model's defaults, else the library's, when it was never tuned), the index's default search pipeline;
+    5. stored search template ``<index>-hybrid``: the hybrid query that needs only ``query_text``.
+    """
+    import tempfile
+
+    from hybrid_qpr.backends.base import adopt_model_fusion_defaults
+    from hybrid_qpr.backends.opensearch import OpenSearchBackend, pipeline_body
+    from hybrid_qpr.encoders import Encoder
+    from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_DEPTH, DEFAULT_FUSION, RRF_K
+
+    model_dir = Path(model_dir)
+    encoder = Encoder.load(model_dir)  # checks the directory before anything is sent
+    name = name or f"hybrid-qpr-{model_dir.resolve().name}"
+    with tempfile.TemporaryDirectory(prefix="hqpr-mlcommons-") as work:
+        package = package_model(model_dir, Path(work) / "model.zip")
+        model_id = find_model(client, name, package.sha256)
+        reused = model_id is not None
+        if model_id is None:
+            if allow_local_upload:
+                allow_local_upload_setting(client)
+            model_id = register(client, package, name)
+    _deploy_past_breaker(client, model_id, deploy_timeout)
+
+    embed_pipeline, hybrid_pipeline = f"{index}-embed", f"{index}-hybrid"
+    put_ingest_pipeline(client, embed_pipeline, model_id)
+    backend = OpenSearchBackend(client, index)
+    backend.ensure_index(encoder)
+    adopt_model_fusion_defaults(backend, encoder)  # keeps the index's own tuned defaults
+    tuned = dict(backend.fusion_defaults or {})
+    fusion = {"fusion": tuned.get("fusion", DEFAULT_FUSION), "alpha": float(tuned.get("alpha", DEFAULT_ALPHA)),
+              "rrf_k": int(tuned.get("rrf_k", RRF_K)), "depth": int(tuned.get("depth", DEFAULT_DEPTH)),
+              "tuned": bool(tuned)}
+    _request(client, "PUT", f"/_search/pipeline/{hybrid_pipeline}",
+             pipeline_body(fusion["fusion"], fusion["alpha"], fusion["rrf_k"]))
+    _request(client, "PUT", f"/{index}/_settings",
+             {"index": {"default_pipeline": embed_pipeline, "search": {"default_pipeline": hybrid_pipeline}}})
+    _request(client, "PUT", f"/_scripts/{hybrid_pipeline}", search_template_body(model_id, fusion["depth"]))
+    return Setup(model_id, reused, index, embed_pipeline, hybrid_pipeline, hybrid_pipeline, fusion)

@@ -140,8 +140,9 @@ def knn_search_options(stored: str):
 
 def model_option(func):
     return click.option("--model", type=click.Path(file_okay=False), default=None,
-                        help="Encoder directory (model.onnx, tokenizer.json, config.json). [default: the model the "
-                             "index was built with, else the default model bundled with the package (the distilled CNN)]")(func)
+                        help="Model name (fast, quality, or a bundled directory's name such as distilled-cnn-quora) or "
+                             "encoder directory (model.onnx, tokenizer.json, config.json). [default: the model the "
+                             "index was built with, else fast]")(func)
 
 
 def reranker_options(func):

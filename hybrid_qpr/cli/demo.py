@@ -36,7 +36,7 @@ def _cell(hit, mode: str, relevant) -> str:
 @click.option("--index", type=click.Path(file_okay=False), default=None,
               help="Where to build the index. [default: a temporary directory, removed afterwards]")
 @click.option("--model", type=click.Path(file_okay=False), default=None,
-              help="Encoder directory. [default: the model bundled with the package, the distilled CNN]")
+              help="Model name (fast, quality, ...) or encoder directory. [default: fast]")
 @click.option("--examples", "examples_dir", type=click.Path(exists=True, file_okay=False), default=None,
               help="A bank: a directory with questions.jsonl and beir/ (qrels/val.tsv, qrels/test.tsv). "
                    "[default: the product-support sample bundled with the package]")

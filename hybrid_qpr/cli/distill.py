@@ -19,7 +19,7 @@ from hybrid_qpr.cli._common import BATCH, SEED, cnn_size_options, FiniteFloatRan
 @click.option("--pairs-weight", type=FiniteFloatRange(min=0), default=1.0, show_default=True, help="Weight of the SDML term on --pairs.")
 @click.option("--init", type=click.Path(exists=True, file_okay=False), default=None,
               help="Start from this train/distill run's best model, or an exported CNN model directory (e.g. the "
-                   "default onnx/distilled-cnn-quora), and its vocabulary (domain adaptation).")
+                   "bundled onnx/distilled-cnn-quora), and its vocabulary (domain adaptation).")
 @click.option("--max-per-source", type=click.IntRange(min=1), default=None,
               help="Keep a seeded random sample of at most this many distinct texts of each CORPUS source.")
 @click.option("--teacher-temperature", type=FiniteFloatRange(min=0, min_open=True), default=0.05, show_default=True,
@@ -36,6 +36,12 @@ from hybrid_qpr.cli._common import BATCH, SEED, cnn_size_options, FiniteFloatRan
               help="Questions held out for teacher-agreement validation when there is no labelled val split.")
 @cnn_size_options(vocab=30_000, hash_bins=5000, embedding_dim=128, channels=256, dim=256, layers=1,
                   note="ignored with --init")
+@click.option("--student", type=click.Choice(["cnn", "static"]), default="cnn", show_default=True,
+              help="cnn: the SDML CNN with its own vocabulary; static: the teacher's WordPiece tokenizer and a token "
+                   "table started from the teacher (the bundled fast model; docs/models.md; --dim and --group-size "
+                   "apply, --pairs/--init/--max-per-source do not). Export with --kind static.")
+@click.option("--window", type=click.IntRange(min=0), default=0, show_default=True,
+              help="--student static: width of the contextual convolution over the tokens (0 = none).")
 @click.option("--batch-size", type=BATCH, default=512, show_default=True)
 @click.option("--lr", type=FiniteFloatRange(min=0, min_open=True), default=1e-3, show_default=True)
 @click.option("--epochs", type=click.IntRange(min=1), default=30, show_default=True)
@@ -45,8 +51,8 @@ from hybrid_qpr.cli._common import BATCH, SEED, cnn_size_options, FiniteFloatRan
 @click.option("--resume", is_flag=True, help="Continue from RUN/checkpoint.pt.")
 @friendly_errors
 def distill(corpus, teacher_dir, run_dir, pairs, pairs_weight, init, max_per_source, teacher_temperature, group_size, teacher_cache,
-            teacher_words, held_out, vocab, hash_bins, embedding_dim, channels, dim, layers, batch_size, lr, epochs, patience,
-            max_minutes, seed, resume) -> None:
+            teacher_words, held_out, vocab, hash_bins, embedding_dim, channels, dim, layers, student, window, batch_size, lr,
+            epochs, patience, max_minutes, seed, resume) -> None:
     """Distil TEACHER into a CNN on the questions of CORPUS...; best model in RUN/best.pt.
 
     CORPUS needs no labels: one or more JSONL/TSV/CSV question files (as for 'ingest'), BEIR
@@ -63,9 +69,26 @@ def distill(corpus, teacher_dir, run_dir, pairs, pairs_weight, init, max_per_sou
       hybrid-qpr distill data/quora data/wikianswers data/wikiqa --teacher models/minilm-int8 --out runs/wide \\
           --pairs data/quora --init onnx/distilled-cnn-quora --max-per-source 100000
       hybrid-qpr export runs/distill --kind cnn --out models/distilled-cnn
+      hybrid-qpr distill data/quora data/wikiqa --teacher onnx/minilm-l6-int8 --out runs/fast --student static
+      hybrid-qpr export runs/fast --kind static --out models/fast
     """
     from hybrid_qpr.training.cnn import TrainConfig
     from hybrid_qpr.training.distill import DistillConfig, distill as run_distillation
+
+    if student == "static":
+        from pathlib import Path
+
+        from hybrid_qpr.training.static import distill_static
+
+        if pairs or init or max_per_source:
+            raise click.UsageError("--student static takes no --pairs, --init or --max-per-source")
+        result = distill_static(corpus, teacher_dir, run_dir, tokenizer_path=Path(teacher_dir) / "tokenizer.json",
+                                dim=dim, window=window, group_size=group_size, held_out=held_out,
+                                teacher_cache=teacher_cache, resume=resume,
+                                train_config=TrainConfig(batch_size=batch_size, lr=lr, epochs=epochs, patience=patience,
+                                                         seed=seed, max_minutes=max_minutes))
+        click.echo(json.dumps({"best_epoch": result.best_epoch, "best_val_mrr@20": result.best_val_mrr}))
+        return
 
     config = DistillConfig(teacher_temperature=teacher_temperature, group_size=group_size, pairs_weight=pairs_weight,
                            held_out=held_out, vocab=vocab, hash_bins=hash_bins, teacher_words=teacher_words,

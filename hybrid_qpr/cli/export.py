@@ -10,13 +10,18 @@ from hybrid_qpr.artifacts import SINGLE_MODEL_KINDS
 from hybrid_qpr.cli._common import friendly_errors
 from hybrid_qpr.errors import ConfigError
 
+# What --kind offers: every single model kind (artifacts.SINGLE_MODEL_KINDS), and "static", a token-table
+# student exported under the transformer contract (its config.json says kind "transformer").
+EXPORT_KINDS: tuple[str, ...] = (*SINGLE_MODEL_KINDS, "static")
+
 
 @click.command()
 @click.argument("model_dir", required=False, type=click.Path(exists=True, file_okay=False))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="ONNX model directory to write (replaced atomically if it holds an earlier export).")
-@click.option("--kind", type=click.Choice(SINGLE_MODEL_KINDS), default=SINGLE_MODEL_KINDS[0], show_default=True,
-              help="What MODEL_DIR holds.")
+@click.option("--kind", type=click.Choice(EXPORT_KINDS), default=EXPORT_KINDS[0], show_default=True,
+              help="What MODEL_DIR holds (static: a 'distill --student static' run, exported with the transformer "
+                   "contract and an int8 token table).")
 @click.option("--max-length", type=click.IntRange(min=1), default=None,
               help="Token cap stored with the model. [default: the fine-tuned model's, else 64]")
 @click.option("--normalize/--no-normalize", default=None,
@@ -66,5 +71,15 @@ def _export_transformer(model_dir: str | None, out_dir: str, *, max_length: int 
                                                   "parity_max_abs_diff_fp32")}, indent=2))
 
 
-# What writes each kind offered by --kind (artifacts.SINGLE_MODEL_KINDS; a kind missing here fails the registry test).
-EXPORTERS = {"transformer": _export_transformer, "cnn": _export_cnn}
+def _export_static(model_dir: str | None, out_dir: str, **_options) -> None:
+    if not model_dir:
+        raise ConfigError("--kind static needs MODEL_DIR: a 'hybrid-qpr distill --student static' run directory")
+    from hybrid_qpr.export.static import export_static_run
+
+    config = export_static_run(model_dir, out_dir)
+    click.echo(json.dumps({k: config[k] for k in ("kind", "dim", "distance", "max_length", "quantization",
+                                                  "parity_max_abs_diff_fp32")}, indent=2))
+
+
+# What writes each kind offered by --kind (EXPORT_KINDS; a kind missing here fails the registry test).
+EXPORTERS = {"transformer": _export_transformer, "cnn": _export_cnn, "static": _export_static}

@@ -73,6 +73,7 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
       hybrid-qpr ingest corpus.jsonl --index questions --opensearch http://127.0.0.1:9200
       hybrid-qpr ingest corpus.jsonl --index questions --elasticsearch --shards 3
     """
+    from hybrid_qpr import resources
     from hybrid_qpr.artifacts import display_name
     from hybrid_qpr.backends.base import adopt_model_fusion_defaults
     from hybrid_qpr.cli._backend import open_for_ingest, refuse_knn_options_on_a_cluster
@@ -95,6 +96,7 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
         click.echo(_interrupted(backend, index, before), err=True)
         raise SystemExit(130) from None  # the shell's code for an interrupt
     report.notes.append(adopt_model_fusion_defaults(backend, encoder))
+    report.notes.append(resources.describe_model(encoder.model_dir))
     # the backend knows the line of a document it skipped, not the file
     all_skipped = sorted(bad_lines.skipped + [s.in_file(display_name(input_path)) for s in report.skipped],
                          key=lambda s: s.line or 0)

@@ -169,3 +169,55 @@ def status(model_id, **connection) -> None:
     from hybrid_qpr.backends.mlcommons import status as model_status
 
     click.echo(json.dumps(model_status(cluster_client(**connection), model_id), indent=2, sort_keys=True))
+
+
+@mlcommons.command()
+@opensearch_options
+@click.option("--index", required=True, help="Index to set up (created in hybrid-qpr's layout when missing).")
+@click.option("--model", default=None,
+              help="Model name (fast, quality, or a bundled directory's name) or an exported transformer "
+                   "directory. [default: the index's model, else fast]")
+@click.option("--name", default=None, help="Model name in ml-commons. [default: hybrid-qpr-<directory name>]")
+@click.option("--allow-local-upload", is_flag=True,
+              help="First set plugins.ml_commons.allow_registering_model_via_local_file=true (persistent) on the "
+                   "cluster. The local node sets it already.")
+@click.option("--wait", "wait_s", type=FiniteFloatRange(min=0, min_open=True), default=300.0, show_default=True,
+              help="Seconds to wait for the deploy task.")
+@friendly_errors
+def setup(index, model, name, allow_local_upload, wait_s, **connection) -> None:
+    """Let the cluster embed and search INDEX by itself: model, pipelines and a search template.
+
+    Registers the model (reusing one already registered with the same bytes) and deploys it;
+    makes INDEX-embed the index's default ingest pipeline (a plain {"text": ...} document is
+    embedded by the cluster) and INDEX-hybrid its default search pipeline, with the index's
+    tuned fusion ('hybrid-qpr tune'; run setup again after tuning); stores the search template
+    INDEX-hybrid, the hybrid query that needs only the question. Safe to run again.
+
+    \b
+    Example:
+      hybrid-qpr mlcommons setup --index questions
+      curl -s localhost:9200/questions/_search/template -H 'Content-Type: application/json' \\
+        -d '{"id": "questions-hybrid", "params": {"query_text": "how do i reset my password"}}'
+    """
+    from hybrid_qpr import resources
+    from hybrid_qpr.backends.mlcommons import setup as setup_cluster
+    from hybrid_qpr.errors import require
+
+    require("onnx", feature="'hybrid-qpr mlcommons setup' (it adapts the ONNX graph)")
+    client = cluster_client(**connection)
+    if model is None:
+        from hybrid_qpr.backends.opensearch import OpenSearchBackend
+
+        built_with = OpenSearchBackend(client, index).model_dir if client.indices.exists(index=index) else None
+        model = built_with if built_with and resources.resolve_model(built_with).is_dir() else None
+    done = setup_cluster(client, resources.resolve_model(model), index, name=name,
+                         allow_local_upload=allow_local_upload, deploy_timeout=wait_s)
+    fusion = done.fusion
+    click.echo(f"model {done.model_id}: {'already registered, ' if done.reused_model else ''}deployed")
+    click.echo(f"index {index}: ingest pipeline {done.ingest_pipeline}, search pipeline {done.search_pipeline} "
+               f"({fusion['fusion']} alpha {fusion['alpha']}, depth {fusion['depth']}"
+               f"{'' if fusion['tuned'] else '; untuned: run hybrid-qpr tune, then setup again'})")
+    click.echo(f"search template {done.template}: query with only the text, e.g.")
+    click.echo(f"  curl -s {(connection.get('opensearch') or 'http://localhost:9200').rstrip('/')}/{index}/_search/template "
+               "-H 'Content-Type: application/json' "
+               f"-d '{{\"id\": \"{done.template}\", \"params\": {{\"query_text\": \"how do i reset my password\"}}}}'")

@@ -131,8 +131,9 @@ class Encoder:
 
     @staticmethod
     def load(model_dir: str | Path | None = None, threads: int | None = None) -> "Encoder":
-        """Load the encoder in ``model_dir`` (default: the model committed in ``onnx/``)."""
-        model_dir = Path(model_dir) if model_dir is not None else DEFAULT_MODEL_DIR
+        """Load the encoder in ``model_dir``: a directory, or a model name (``fast``, ``quality``,
+        a directory under ``onnx/``; ``hybrid_qpr.resources.resolve_model``). Default: ``fast``."""
+        model_dir = resources.resolve_model(model_dir)
         config = read_config(model_dir)
         _import_encoder_kinds()
         kind = config["kind"]

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-MAX_WHEEL_BYTES = 32 * 1024 * 1024  # the default CNN is ~21 MB; a transformer model would be far larger
+MAX_WHEEL_BYTES = 32 * 1024 * 1024  # fast (8 MB) + quality (MiniLM int8, 23 MB) compress to ~23 MB together
 
 pytestmark = pytest.mark.slow
 
@@ -80,13 +80,14 @@ def test_wheel_is_small_and_carries_the_bundled_files(installed):
     wheel = installed["wheel"]
     assert wheel.stat().st_size < MAX_WHEEL_BYTES
     names = set(zipfile.ZipFile(wheel).namelist())
-    for needed in ("hybrid_qpr/_data/onnx/distilled-cnn-quora/model.onnx", "hybrid_qpr/_data/onnx/distilled-cnn-quora/config.json",
+    for needed in ("hybrid_qpr/_data/onnx/static-minilm-l6/model.onnx", "hybrid_qpr/_data/onnx/static-minilm-l6/config.json",
+                   "hybrid_qpr/_data/onnx/minilm-l6-int8/model.onnx",
                    "hybrid_qpr/_data/mappings/opensearch/index.json", "hybrid_qpr/_data/examples/questions.jsonl",
                    "hybrid_qpr/_data/examples/beir/qrels/test.tsv"):
         assert needed in names
-    # Every file of mappings/ and of the default model (the one source) is in the wheel, whole;
+    # Every file of mappings/ and of the named models (the one source) is in the wheel, whole;
     # other model directories under onnx/ stay out of it.
-    for top in ("onnx/distilled-cnn-quora", "mappings"):
+    for top in ("onnx/static-minilm-l6", "onnx/minilm-l6-int8", "mappings"):
         for path in (REPO / top).rglob("*"):
             if path.is_file():
                 assert f"hybrid_qpr/_data/{path.relative_to(REPO).as_posix()}" in names
@@ -94,7 +95,7 @@ def test_wheel_is_small_and_carries_the_bundled_files(installed):
     for page_file in (REPO / "hybrid_qpr" / "workbench" / "static").iterdir():  # hybrid-qpr serve's page
         assert f"hybrid_qpr/workbench/static/{page_file.name}" in names
     models = {n.split("/")[3] for n in names if n.startswith("hybrid_qpr/_data/onnx/")}
-    assert models == {"distilled-cnn-quora"}
+    assert models == {"static-minilm-l6", "minilm-l6-int8"}  # --model fast (the default) and --model quality
 
 
 def test_installed_package_runs_ingest_query_and_demo_outside_the_tree(installed):
