@@ -36,8 +36,8 @@ def halves(queries: dict[str, str], seed: int) -> tuple[dict[str, str], dict[str
 
 def measure(name: str, beir_dir: str, index: str, reranker_dir: str, args) -> dict:
     from hybrid_qpr.backends.local import LocalIndex
-    from hybrid_qpr.cli._backend import load_encoder
     from hybrid_qpr.data.beir import load_beir
+    from hybrid_qpr.encoders import Encoder
     from hybrid_qpr.evaluation.evaluator import sample_queries, tune, tune_reranker
     from hybrid_qpr.evaluation.tasks import get_task, task_query_filters
     from hybrid_qpr.rerankers import Interpolation, Reranker
@@ -46,7 +46,7 @@ def measure(name: str, beir_dir: str, index: str, reranker_dir: str, args) -> di
 
     backend = LocalIndex.open(index)
     reranker = Reranker(reranker_dir)
-    searcher = HybridSearcher(backend, load_encoder(None, backend), reranker=reranker)
+    searcher = HybridSearcher(backend, Encoder.load(backend.model_dir), reranker=reranker)  # the index's model
     _, queries, qrels = load_beir(beir_dir, args.split)
     sample = sample_queries(queries, qrels, args.max_queries)
     tune_half, report_half = halves(sample, args.seed)

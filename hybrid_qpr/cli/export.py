@@ -10,7 +10,7 @@ from hybrid_qpr.artifacts import SINGLE_MODEL_KINDS
 from hybrid_qpr.cli._common import friendly_errors
 from hybrid_qpr.errors import ConfigError
 
-# What --kind offers: every single model kind (artifacts.SINGLE_MODEL_KINDS), and "static", a token-table
+# The choices of the kind option: every single model kind (artifacts.SINGLE_MODEL_KINDS), and "static", a token-table
 # student exported under the transformer contract (its config.json says kind "transformer").
 EXPORT_KINDS: tuple[str, ...] = (*SINGLE_MODEL_KINDS, "static")
 
@@ -81,5 +81,5 @@ def _export_static(model_dir: str | None, out_dir: str, **_options) -> None:
                                                   "parity_max_abs_diff_fp32")}, indent=2))
 
 
-# What writes each kind offered by --kind (EXPORT_KINDS; a kind missing here fails the registry test).
+# What writes each kind of the kind option (EXPORT_KINDS; a kind missing here fails the registry test).
 EXPORTERS = {"transformer": _export_transformer, "cnn": _export_cnn, "static": _export_static}
