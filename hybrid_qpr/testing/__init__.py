@@ -1,6 +1,7 @@
 """Tools for testing and benchmarking hybrid-qpr, and applications built on it. Nothing in the
 rest of the package imports them.
 
+* ``hybrid_qpr.testing.cli`` - the command line run in-process, and its one-line errors;
 * ``hybrid_qpr.testing.corpora`` - synthetic question banks and paraphrase clusters, built in
   memory and reproducible (no data download);
 * ``hybrid_qpr.testing.faultproxy`` - an HTTP proxy in front of a real OpenSearch or

@@ -13,22 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from hybrid_qpr.backends.local import LocalIndex
-from hybrid_qpr.cli.main import cli
+from hybrid_qpr.testing.cli import one_error_line, run
 
 QUERY = "how do i change my password?"
-
-
-def run(*args: str):
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)  # a traceback would raise here
-
-
-def one_error_line(result) -> str:
-    lines = result.output.strip().splitlines()
-    assert result.exit_code != 0 and len(lines) == 1 and lines[0].startswith("Error: "), result.output
-    return lines[0]
 
 
 def write_jsonl(path: Path, docs) -> Path:

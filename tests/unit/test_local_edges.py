@@ -17,24 +17,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from hybrid_qpr.backends.local import LocalIndex
-from hybrid_qpr.cli.main import cli
+from hybrid_qpr.testing.cli import one_error_line, run
 from hybrid_qpr.errors import IndexDamagedError, IndexStorageError
 from hybrid_qpr.types import Document, QueryVector
 
 NOBODY = 65534
-
-
-def run(*args: str):
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)  # a traceback would raise here
-
-
-def one_line_error(result) -> str:
-    lines = result.output.strip().splitlines()
-    assert result.exit_code != 0 and len(lines) == 1 and lines[0].startswith("Error: "), result.output
-    return lines[0]
 
 
 def live_state(index_dir: Path) -> dict[str, str]:
@@ -60,7 +49,7 @@ def test_an_edited_vector_row_stops_rerank_and_optimize_re_encodes_it(small_inde
     vectors = np.load(seg / "vectors.npy")
     vectors[7] = vectors[8]  # same size: only the CRC32 knows
     np.save(seg / "vectors.npy", vectors)
-    line = one_line_error(run("query", "how do i change my password?", "--index", str(small_index), "--mode", "rerank"))
+    line = one_error_line(run("query", "how do i change my password?", "--index", str(small_index), "--mode", "rerank"))
     assert "vectors.npy has changed since it was written" in line and "index optimize" in line
     ok = run("query", "how do i change my password?", "--index", str(small_index), "--mode", "bm25", "--json")
     assert ok.exit_code == 0 and json.loads(ok.output)["hits"]  # BM25 never reads the vectors
@@ -232,7 +221,7 @@ def test_an_index_that_may_not_be_written_refuses_writes_in_one_line(open_index,
         for args in (["ingest", str(source), "--index", str(open_index)],
                      ["delete", "q001", "--index", str(open_index)],
                      ["index", "optimize", str(open_index)]):
-            line = one_line_error(run(*args))
+            line = one_error_line(run(*args))
             assert "permission denied writing" in line and "write.lock" in line and "Fix:" in line, (args, line)
         checked = run("index", "check", str(open_index))
         assert checked.exit_code == 0 and "being written" not in checked.output, checked.output  # the stale pid is no writer
@@ -245,12 +234,12 @@ def test_an_unreadable_file_is_a_permission_problem_not_damage(open_index):
     seg = next((open_index / "segments").iterdir())
     os.chmod(seg / "docs.sqlite", 0o000)
     with unprivileged():
-        line = one_line_error(run("query", "password", "--index", str(open_index), "--mode", "bm25"))
+        line = one_error_line(run("query", "password", "--index", str(open_index), "--mode", "bm25"))
         assert "permission denied reading" in line and "docs.sqlite" in line and "--drop-damaged" not in line, line
         checked = run("index", "check", str(open_index))
         assert checked.exit_code == 1 and "permission denied reading" in checked.output
         assert "--drop-damaged" not in checked.output and "damaged" not in checked.output
-        line = one_line_error(run("index", "optimize", str(open_index), "--drop-damaged"))
+        line = one_error_line(run("index", "optimize", str(open_index), "--drop-damaged"))
         assert "permission denied" in line
     os.chmod(seg / "docs.sqlite", 0o644)
     assert run("index", "check", str(open_index)).exit_code == 0  # nothing was dropped
@@ -269,7 +258,7 @@ def test_an_unreadable_file_is_a_permission_problem_not_damage(open_index):
 def test_an_input_with_no_usable_line_fails_and_creates_nothing(content, expected, tmp_path, committed_encoder):
     source = tmp_path / "docs.jsonl"
     source.write_text(content, encoding="utf-8")
-    line = one_line_error(run("ingest", str(source), "--index", str(tmp_path / "idx"),
+    line = one_error_line(run("ingest", str(source), "--index", str(tmp_path / "idx"),
                               "--model", str(committed_encoder.model_dir)))
     assert expected in line and "docs.jsonl" in line, line
     assert not (tmp_path / "idx").exists()
@@ -282,7 +271,7 @@ def test_a_model_whose_config_lies_about_its_dims_creates_nothing(tmp_path, comm
     config["dim"] = committed_encoder.dim // 2
     (model / "config.json").write_text(json.dumps(config))
     source = _jsonl(tmp_path / "docs.jsonl", [Document("a", "first question?")])
-    line = one_line_error(run("ingest", str(source), "--index", str(tmp_path / "idx"), "--model", str(model)))
+    line = one_error_line(run("ingest", str(source), "--index", str(tmp_path / "idx"), "--model", str(model)))
     assert f"says dim {committed_encoder.dim // 2} but it outputs vectors of {committed_encoder.dim} dims" in line
     assert not (tmp_path / "idx").exists()
 
@@ -300,7 +289,7 @@ def test_bm25_needs_no_model_and_a_gone_model_is_named_as_gone(tmp_path, committ
     shutil.rmtree(model)
     found = run("query", "password", "--index", str(tmp_path / "idx"), "--mode", "bm25", "--json")
     assert found.exit_code == 0 and [h["id"] for h in json.loads(found.output)["hits"]] == ["a"]
-    line = one_line_error(run("query", "password", "--index", str(tmp_path / "idx")))
+    line = one_error_line(run("query", "password", "--index", str(tmp_path / "idx")))
     assert "is gone" in line and "--mode bm25" in line and f"pass --model {model}" not in line, line
 
 
@@ -319,7 +308,7 @@ def test_padded_ids_are_refused_and_ids_are_kept_exactly(tmp_path, committed_enc
 
 def test_an_index_whose_documents_were_all_deleted_says_so(small_index, question_bank):
     assert run("delete", *[d.id for d in question_bank], "--index", str(small_index)).exit_code == 0
-    line = one_line_error(run("query", "password", "--index", str(small_index)))
+    line = one_error_line(run("query", "password", "--index", str(small_index)))
     assert "every document in it was deleted" in line and "interrupted" not in line, line
 
 
