@@ -10,6 +10,8 @@ rest of the package imports them.
   what an interrupted run left deployed removed first;
 * ``hybrid_qpr.testing.scores`` - scores of separate cluster searches compared within float32
   noise, never with ``==``;
+* ``hybrid_qpr.testing.web`` - a plain HTML site on a free local port (another origin, a server
+  that is not a search engine);
 * ``hybrid_qpr.testing.workbench`` - the relevance workbench served on a thread, its API
   called, the examples/ bank judged, and headless Chromium to look at the page (the ``serve``
   extra; the browser needs selenium and Debian's chromium and chromium-driver).

@@ -9,14 +9,13 @@ the packages when run as root)."""
 
 from __future__ import annotations
 
-import http.server
 import os
-import threading
 import urllib.parse
 from contextlib import contextmanager
 
 import pytest
 
+from hybrid_qpr.testing.web import html_site
 from hybrid_qpr.testing.workbench import call, chromium_problem, examples_local_index, headless_chromium, served
 
 pytestmark = pytest.mark.browser
@@ -121,27 +120,8 @@ def test_page_queries_judges_and_tunes(browser, tmp_path, committed_encoder):
 @contextmanager
 def hostile_site(html: str):
     """Another origin (its own port) serving ``html`` at /: the page of a site the user visits."""
-
-    class Page(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = html.encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with html_site(html) as host:
+        yield f"http://{host}"
 
 
 def test_other_pages_cannot_write_through_the_browser(browser, tmp_path, committed_encoder):

@@ -23,6 +23,7 @@ from hybrid_qpr.backends.cluster.connection import resolve_options
 from hybrid_qpr.cli.main import cli
 from hybrid_qpr.errors import BackendError, ClusterError, ConfigError
 from hybrid_qpr.search import HybridSearcher
+from hybrid_qpr.testing.web import html_site
 from hybrid_qpr.types import Document
 
 ENGINES = {"opensearch": "OpenSearch", "elasticsearch": "Elasticsearch"}
@@ -44,24 +45,9 @@ ENGINE_PARAMS = ["opensearch", pytest.param("elasticsearch", marks=pytest.mark.s
 @pytest.fixture()
 def web_server():
     """A plain web server answering every GET with an HTML page (status 200 for /, else 404)."""
-
-    class Page(BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = b"<html><body>It works!</body></html>"
-            self.send_response(200 if self.path == "/" or self.path.startswith("/_cluster") else 404)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with html_site("<html><body>It works!</body></html>",
+                   lambda path: 200 if path == "/" or path.startswith("/_cluster") else 404) as host:
+        yield host
 
 
 @pytest.mark.parametrize("engine", ENGINE_PARAMS)
