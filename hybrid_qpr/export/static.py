@@ -21,18 +21,9 @@ import numpy as np
 import torch
 
 from hybrid_qpr.artifacts import atomic_directory, read_encoder_config, write_encoder_config
-from hybrid_qpr.encoders import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILE
-from hybrid_qpr.export.transformer import export_record, parity, write_checked_onnx, write_dynamo_onnx
+from hybrid_qpr.encoders import CONFIG_FILE, TOKENIZER_FILE
+from hybrid_qpr.export.transformer import EmbeddingGraph, export_record, parity, write_checked_onnx, write_dynamo_onnx
 from hybrid_qpr.model.static import StaticEmbeddingModel, load_run
-
-
-class _Graph(torch.nn.Module):
-    def __init__(self, model: StaticEmbeddingModel):
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.model.embed(input_ids, attention_mask)
 
 
 def int8_rows(weight: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -86,7 +77,7 @@ def export_static(model: StaticEmbeddingModel, out_dir: str | Path, *, training:
 
     def write(path: Path) -> None:
         sample = model.collate(["a short question ?", "another, somewhat longer question here"])
-        write_dynamo_onnx(_Graph(model), dict(sample), "embeddings", model.max_length, path)
+        write_dynamo_onnx(EmbeddingGraph(model), dict(sample), "embeddings", model.max_length, path)
         _int8_table(path, model.embedding.weight)
 
     with atomic_directory(out_dir, marker=CONFIG_FILE) as work:

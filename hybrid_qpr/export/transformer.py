@@ -49,10 +49,11 @@ PARITY_TEXTS = [
 ]
 
 
-class _Graph(torch.nn.Module):
-    """The exported function: token ids and mask in, pooled embeddings out."""
+class EmbeddingGraph(torch.nn.Module):
+    """The exported function: token ids and mask in, pooled embeddings out (any module with
+    ``embed(input_ids, attention_mask)``: the transformer, the static token table)."""
 
-    def __init__(self, embedder: TransformerEmbedder):
+    def __init__(self, embedder: torch.nn.Module):
         super().__init__()
         self.embedder = embedder
 
@@ -84,7 +85,7 @@ def write_dynamo_onnx(module: torch.nn.Module, inputs: dict[str, torch.Tensor], 
 
 def _write_onnx(embedder: TransformerEmbedder, path: Path) -> None:
     sample = embedder.collate(["a short question ?", "another, somewhat longer question here"])
-    write_dynamo_onnx(_Graph(embedder), dict(sample), "embeddings", embedder.max_length, path)
+    write_dynamo_onnx(EmbeddingGraph(embedder), dict(sample), "embeddings", embedder.max_length, path)
 
 
 def parity(embedder: TransformerEmbedder, model_path: Path, texts: list[str] | None = None) -> float:
