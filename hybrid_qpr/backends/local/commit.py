@@ -38,7 +38,7 @@ from typing import Any
 from hybrid_qpr import artifacts
 from hybrid_qpr.backends.local.segment import SEGMENTS_DIR, fsync_path
 from hybrid_qpr.backends.local.storage import access_refusal, write_refusal
-from hybrid_qpr.errors import IndexDamagedError, IndexLockedError
+from hybrid_qpr.errors import ArtifactError, IndexDamagedError, IndexLockedError
 
 logger = logging.getLogger(__name__)
 
@@ -68,12 +68,6 @@ def repair_fix(path: Path) -> str:
 def read_manifest(path: Path) -> dict[str, Any]:
     """The committed manifest of the index at ``path``, checked for the keys every reader needs."""
     try:
-        json.loads((path / MANIFEST).read_bytes())
-    except ValueError as exc:  # not JSON, or not UTF-8: damage, which 'index repair' mends
-        raise _damaged_manifest(path, f"is not valid JSON ({exc})") from None
-    except OSError:
-        pass  # missing or unreadable: said below
-    try:
         manifest = artifacts.read_manifest(
             path / MANIFEST, FORMAT, READABLE_FORMAT_VERSIONS, what="hybrid-qpr local index",
             missing=(f"index {path} is damaged: {MANIFEST} is missing. Fix: {repair_fix(path)}"
@@ -81,6 +75,10 @@ def read_manifest(path: Path) -> dict[str, Any]:
             fix=repair_fix(path))
     except PermissionError as exc:
         raise access_refusal(Path(exc.filename or path / MANIFEST), writing=False) from None
+    except ArtifactError as exc:
+        if isinstance(exc.__cause__, ValueError):  # not JSON, or not UTF-8: damage, which 'index repair' mends
+            raise _damaged_manifest(path, f"is not valid JSON ({exc.__cause__})") from None
+        raise
     problem = manifest_problem(manifest)
     if problem:
         raise _damaged_manifest(path, problem)
