@@ -217,19 +217,21 @@ class HybridSearcher:
         self.reranker_depth = int(reranker_depth)
 
     # ------------------------------------------------------------------ settings
-    def fusion_settings(self, fusion: str | None, alpha: float | None) -> tuple[str, float]:
-        """Explicit arguments win; else the index's tuned defaults; else RRF with alpha 0.5."""
-        defaults = self.backend.fusion_defaults
+    def fusion_settings(self, fusion: str | None, alpha: float | None, *,
+                        defaults: Mapping[str, Any] | None = None) -> tuple[str, float]:
+        """Explicit arguments win; else the index's tuned defaults (``defaults``: read once by the
+        caller; else read here); else RRF with alpha 0.5."""
+        defaults = self.backend.fusion_defaults if defaults is None else defaults
         fusion = fusion or defaults.get("fusion") or DEFAULT_FUSION
         if alpha is None:
             alpha = defaults.get("alpha", DEFAULT_ALPHA) if fusion == defaults.get("fusion", fusion) else DEFAULT_ALPHA
         return fusion_lib.check_fusion(fusion), fusion_lib.check_alpha(alpha)
 
-    def fusion_extras(self, fusion: str, bounds: Mapping | None, signals: Signals | Mapping | None
-                      ) -> tuple[dict[str, fusion_lib.Bounds], Signals | None]:
+    def fusion_extras(self, fusion: str, bounds: Mapping | None, signals: Signals | Mapping | None, *,
+                      defaults: Mapping[str, Any] | None = None) -> tuple[dict[str, fusion_lib.Bounds], Signals | None]:
         """Min-max ``bounds`` and business ``signals``: explicit ones win; else the index's tuned
         ones when ``fusion`` is the tuned method (a signal weight is tuned on its fused scores' scale)."""
-        defaults = self.backend.fusion_defaults
+        defaults = self.backend.fusion_defaults if defaults is None else defaults
         if bounds is None and signals is None and "bounds" not in defaults and "signals" not in defaults:
             return {}, None  # the usual search: nothing to check
         if bounds is None and fusion == defaults.get("fusion"):
@@ -248,8 +250,9 @@ class HybridSearcher:
         never less than the ``need`` results asked for."""
         return max(self._depth(depth), need)
 
-    def _depth(self, depth: int | None) -> int:
-        return depth or int(self.backend.fusion_defaults.get("depth") or DEFAULT_DEPTH)
+    def _depth(self, depth: int | None, defaults: Mapping[str, Any] | None = None) -> int:
+        defaults = self.backend.fusion_defaults if defaults is None else defaults
+        return depth or int(defaults.get("depth") or DEFAULT_DEPTH)
 
     def request(self, query: str, *, mode: str = DEFAULT_MODE, top_k: int = 10, offset: int = 0,
                 fusion: str | None = None, alpha: float | None = None, filters: Filters | None = None,
@@ -273,14 +276,15 @@ class HybridSearcher:
         cut = self.reranker_depth if reranker_depth is None else reranker_depth
         if cut < 0:
             raise ConfigError(f"reranker_depth={cut}: must be >= 0 (0: no reranking for this search)")
-        if mode == "hybrid":  # the one mode that fuses reads the index's tuned defaults
-            fusion, alpha = self.fusion_settings(fusion, alpha)
-            depth = self._depth(depth)
-        else:  # given settings are still checked; the others skip two reads of the manifest (a bm25 query's microseconds)
+        defaults = self.backend.fusion_defaults  # the index's tuned settings, read once per request
+        if mode == "hybrid":  # the one mode that fuses takes the tuned fusion, alpha and depth
+            fusion, alpha = self.fusion_settings(fusion, alpha, defaults=defaults)
+            depth = self._depth(depth, defaults)
+        else:  # given settings are still checked; the others keep the package defaults
             fusion = DEFAULT_FUSION if fusion is None else fusion_lib.check_fusion(fusion)
             alpha = DEFAULT_ALPHA if alpha is None else fusion_lib.check_alpha(alpha)
             depth = depth or DEFAULT_DEPTH
-        bounds, signals = self.fusion_extras(fusion, bounds, signals)
+        bounds, signals = self.fusion_extras(fusion, bounds, signals, defaults=defaults)
         if autocut < 0:
             raise ConfigError(f"autocut={autocut}: must be >= 0 (0 = off)")
         if vector is None:
