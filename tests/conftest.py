@@ -229,3 +229,17 @@ def three_nodes():
     yield node
     if started:
         node.stop()
+
+
+@pytest.fixture()
+def trio(three_nodes):
+    """``three_nodes`` with all three nodes up and green: a node an earlier test killed is
+    restarted first, so no test inherits another's damage."""
+    import json
+    import urllib.request
+
+    three_nodes.start(timeout=300)
+    url = three_nodes.url + "/_cluster/health?wait_for_nodes=3&wait_for_status=green&timeout=120s"
+    with urllib.request.urlopen(url, timeout=150) as response:
+        json.loads(response.read().decode("utf-8"))
+    return three_nodes

@@ -36,14 +36,6 @@ def _get(url: str):
 
 
 @pytest.fixture()
-def trio(three_nodes):
-    """The three-node cluster with all three nodes up and green (a node a test killed is restarted)."""
-    three_nodes.start(timeout=300)
-    _get(three_nodes.url + "/_cluster/health?wait_for_nodes=3&wait_for_status=green&timeout=120s")
-    return three_nodes
-
-
-@pytest.fixture()
 def make_backend(trio):
     """``make_backend(**options)``: an ``OpenSearchBackend`` on the cluster's first node over a
     fresh index name (one name per call with ``new=True``); every index is dropped afterwards."""

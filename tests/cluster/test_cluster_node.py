@@ -274,67 +274,67 @@ def test_live_elasticsearch_node_is_basic_and_plain_http(elasticsearch_node):
 # ---------------------------------------------------------------------------------------------- three nodes
 @pytest.mark.cluster
 @pytest.mark.multinode
-def test_three_nodes_form_one_cluster(three_nodes):
-    state = three_nodes.status()
+def test_three_nodes_form_one_cluster(trio):
+    state = trio.status()
     assert state.running and all(row["verified"] for row in state.nodes) and len(state.nodes) == 3
-    health = _get(three_nodes.url + "/_cluster/health")
+    health = _get(trio.url + "/_cluster/health")
     assert health["cluster_name"] == "hybrid-qpr-3nodes" and health["number_of_nodes"] == 3
-    names = {row["name"] for row in _get(three_nodes.urls[2] + "/_cat/nodes?format=json&h=name")}
+    names = {row["name"] for row in _get(trio.urls[2] + "/_cat/nodes?format=json&h=name")}
     assert names == {"hybrid-qpr-3nodes-1", "hybrid-qpr-3nodes-2", "hybrid-qpr-3nodes-3"}
     # a replicated index spreads over the nodes and goes green (each copy on another node)
-    _request("PUT", three_nodes.url + "/hqpr-trio", {"settings": {"number_of_shards": 3, "number_of_replicas": 1}})
+    _request("PUT", trio.url + "/hqpr-trio", {"settings": {"number_of_shards": 3, "number_of_replicas": 1}})
     try:
-        assert _get(three_nodes.url + "/_cluster/health/hqpr-trio?wait_for_status=green&timeout=60s")["status"] == "green"
-        shards = _get(three_nodes.url + "/_cat/shards/hqpr-trio?format=json&h=node,state")
+        assert _get(trio.url + "/_cluster/health/hqpr-trio?wait_for_status=green&timeout=60s")["status"] == "green"
+        shards = _get(trio.url + "/_cat/shards/hqpr-trio?format=json&h=node,state")
         assert len(shards) == 6 and {s["state"] for s in shards} == {"STARTED"} and len({s["node"] for s in shards}) == 3
     finally:
-        _request("DELETE", three_nodes.url + "/hqpr-trio")
+        _request("DELETE", trio.url + "/hqpr-trio")
     # the CLI finds the cluster by its node count (a deployment of its own beside the single node)
     result = CliRunner().invoke(cli, ["node", "status", "--nodes", "3", "--url"])
-    assert result.exit_code == 0 and result.output.strip() == three_nodes.url
+    assert result.exit_code == 0 and result.output.strip() == trio.url
 
 
 @pytest.mark.cluster
 @pytest.mark.multinode
-def test_a_killed_node_is_restarted_and_the_cluster_heals(three_nodes):
-    _request("PUT", three_nodes.url + "/hqpr-heal", {"settings": {"number_of_shards": 2, "number_of_replicas": 1}})
+def test_a_killed_node_is_restarted_and_the_cluster_heals(trio):
+    _request("PUT", trio.url + "/hqpr-heal", {"settings": {"number_of_shards": 2, "number_of_replicas": 1}})
     try:
-        _get(three_nodes.url + "/_cluster/health/hqpr-heal?wait_for_status=green&timeout=60s")
-        victim = three_nodes.members[2]
-        pid = three_nodes.status().nodes[2]["pid"]
+        _get(trio.url + "/_cluster/health/hqpr-heal?wait_for_status=green&timeout=60s")
+        victim = trio.members[2]
+        pid = trio.status().nodes[2]["pid"]
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             # this test's index: the cluster's status also counts indexes other tests left behind
-            health = _get(three_nodes.url + "/_cluster/health/hqpr-heal")
+            health = _get(trio.url + "/_cluster/health/hqpr-heal")
             # the node's departure and the promotion of its primaries' replicas may be seen apart
             # (red for a moment): wait for both
             if health and health["number_of_nodes"] == 2 and health["status"] in ("yellow", "green"):
                 break
             time.sleep(1)
-        red = _get(three_nodes.url + "/_cat/indices?health=red&format=json&h=index")
+        red = _get(trio.url + "/_cat/indices?health=red&format=json&h=index")
         assert health["number_of_nodes"] == 2 and health["status"] in ("yellow", "green"), (health, red)
-        state = three_nodes.status()
+        state = trio.status()
         assert not state.running and [row["alive"] for row in state.nodes] == [True, True, False]
-        timings = three_nodes.start(timeout=300)  # restarts only the dead node
+        timings = trio.start(timeout=300)  # restarts only the dead node
         assert timings["already_running"] is False
-        assert three_nodes.status().nodes[0]["pid"] == state.nodes[0]["pid"]  # the live ones were left alone
-        health = _get(three_nodes.url + "/_cluster/health/hqpr-heal?wait_for_status=green&timeout=60s")
+        assert trio.status().nodes[0]["pid"] == state.nodes[0]["pid"]  # the live ones were left alone
+        health = _get(trio.url + "/_cluster/health/hqpr-heal?wait_for_status=green&timeout=60s")
         assert health["status"] == "green" and health["number_of_nodes"] == 3
-        assert victim.name in {row["name"] for row in _get(three_nodes.url + "/_cat/nodes?format=json&h=name")}
+        assert victim.name in {row["name"] for row in _get(trio.url + "/_cat/nodes?format=json&h=name")}
     finally:
-        _request("DELETE", three_nodes.url + "/hqpr-heal")
+        _request("DELETE", trio.url + "/hqpr-heal")
 
 
 @pytest.mark.cluster
 @pytest.mark.multinode
-def test_stop_stops_every_node(three_nodes):
-    pids = [row["pid"] for row in three_nodes.status().nodes]
+def test_stop_stops_every_node(trio):
+    pids = [row["pid"] for row in trio.status().nodes]
     assert all(pids)
     result = CliRunner().invoke(cli, ["node", "stop", "--nodes", "3"])
     assert result.exit_code == 0 and "stopped" in result.output
     assert not any(alive(pid) for pid in pids)  # zombies count as dead: PID 1 may never reap them
-    state = three_nodes.status()
+    state = trio.status()
     assert not state.running and not any(row["alive"] for row in state.nodes)
 
 

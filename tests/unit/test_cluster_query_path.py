@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import hybrid_qpr.backends.cluster.backend as cluster_backend
-from hybrid_qpr.backends.cluster.connection import Transport, compress_by_default
+from hybrid_qpr.backends.cluster.connection import HttpFailure, Transport, compress_by_default
 from hybrid_qpr.backends.elasticsearch import ElasticsearchBackend
 from hybrid_qpr.backends.opensearch import OpenSearchBackend
-from hybrid_qpr.errors import ClusterError, ConfigError
+from hybrid_qpr.errors import BackendError, ClusterError, ConfigError
 from hybrid_qpr.search import HybridSearcher
 from hybrid_qpr.types import QueryVector
 
@@ -145,8 +145,62 @@ def test_a_search_that_lost_shards_is_sent_again_then_refused(monkeypatch):
     bm25, knn = backend_over(transport).bm25_and_knn("question", QueryVector.of(np.ones(4, dtype=np.float32)), 3)
     assert len(bm25.ids) == len(knn.ids) == 3 and transport.paths().count("/_msearch") == 3
     transport.failures = cluster_backend.PARTIAL_RETRIES + 1
-    with pytest.raises(ClusterError, match="shard\\(s\\) failed on each of 4 tries"):
+    with pytest.raises(ClusterError, match=f"shard\\(s\\) failed on each of {cluster_backend.PARTIAL_RETRIES + 1} tries"):
         backend_over(transport).bm25("question", 3)
+
+
+class FailingTransport(AnsweringTransport):
+    """Fails the first ``len(failures)`` searches with the given ``HttpFailure``s (``item=True``:
+    as the item of an ``_msearch`` answer, the way the engines report one search's failure)."""
+
+    def __init__(self, failures, item=False):
+        super().__init__(DOCS)
+        self.pending, self.item = list(failures), item
+
+    def request(self, method, path, body=None, params=None, *, ndjson=False, timeout=None):
+        answer = super().request(method, path, body, params, ndjson=ndjson, timeout=timeout)
+        if self.pending and (path.endswith("/_search") or path in ("/_msearch", "/idx/_mget")):
+            failure = self.pending.pop(0)
+            if not self.item:
+                raise failure
+            answer["responses"][0] = {"status": failure.status, **failure.body}
+        return answer
+
+
+LOST_NODE = HttpFailure(500, {"error": {"type": "search_phase_execution_exception", "reason": ""}})
+DROPPED = HttpFailure(None, None, "connection reset")
+
+
+def test_a_read_failed_by_a_lost_node_is_sent_again(monkeypatch):
+    """A node killed under a search fails it with a 500 of the search phase, or drops the
+    connection: reads are repeated (after 0.25 s, 0.5 s, ...) until the surviving copies answer."""
+    waits = []
+    monkeypatch.setattr(cluster_backend.time, "sleep", waits.append)
+    transport = FailingTransport([LOST_NODE, DROPPED])
+    assert [h.id for h in backend_over(transport).bm25("question", 3)] == ["d0", "d1", "d2"]
+    assert transport.paths().count("/idx/_search") == 3 and waits == [0.25, 0.5]
+    transport = FailingTransport([LOST_NODE], item=True)
+    bm25, knn = backend_over(transport).bm25_and_knn("question", QueryVector.of(np.ones(4, dtype=np.float32)), 3)
+    assert len(bm25.ids) == len(knn.ids) == 3 and transport.paths().count("/_msearch") == 2
+    transport = FailingTransport([DROPPED])
+    assert set(backend_over(transport).documents(["d0", "d1"])) == {"d0", "d1"}
+    transport = FailingTransport([LOST_NODE] * (cluster_backend.PARTIAL_RETRIES + 1))
+    with pytest.raises(ClusterError, match="answered 500"):
+        backend_over(transport).bm25("question", 3)
+
+
+@pytest.mark.parametrize("failure", [
+    HttpFailure(400, {"error": {"type": "parsing_exception", "reason": "unknown query"}}),
+    HttpFailure(500, {"error": {"type": "script_exception", "reason": "bad script"}}),
+    HttpFailure(None, None, "read timed out", cause="timeout")])
+def test_a_read_that_would_fail_again_is_not_repeated(monkeypatch, failure):
+    """A wrong request, an error of the engine's own, or a timeout (a second try would wait as
+    long again) fail at once."""
+    monkeypatch.setattr(cluster_backend.time, "sleep", lambda seconds: None)
+    transport = FailingTransport([failure])
+    with pytest.raises((ClusterError, BackendError, ConfigError)):
+        backend_over(transport).bm25("question", 3)
+    assert transport.paths().count("/idx/_search") == 1
 
 
 def test_knn_asks_for_depth_hits_with_an_ef_search_floor():

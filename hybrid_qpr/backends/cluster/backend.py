@@ -38,9 +38,15 @@ logger = logging.getLogger(__name__)
 KNN_CANDIDATES = 100
 MAX_KNN_K = 10_000  # both engines' limit on a kNN search's k and num_candidates
 DEFAULT_RESULT_WINDOW = 10_000  # index.max_result_window unless the index sets another
-# a search answered with failed shards (a node died under it) is sent again this many times;
-# the next try reaches the surviving copies
-PARTIAL_RETRIES = 3
+# a search answered with failed shards, or failed as a lost node fails it (no answer, a 5xx of
+# the search phase), is sent again this many times, after 0.25, 0.5, 1 and 2 s: by then the
+# cluster has dropped the node and the next try reaches the surviving copies
+PARTIAL_RETRIES = 4
+RETRY_WAIT_SECONDS = 0.25
+# 500 answers whose type says a shard copy was unreachable, not that the request was wrong
+NODE_LOSS_ERRORS = frozenset({"search_phase_execution_exception", "node_disconnected_exception",
+                              "node_not_connected_exception", "no_shard_available_action_exception",
+                              "connect_transport_exception"})
 # seconds index creation waits for its shards to start (the engines' default is also 30), and
 # how much longer the client waits for the answer
 CREATE_WAIT_SECONDS = 30
@@ -126,25 +132,39 @@ class ClusterBackend:
 
     def _search(self, body: dict, what: str, params: dict | None = None) -> list[dict]:
         params = {"filter_path": SEARCH_FILTER, **(params or {})}
-        response = self._whole_answer(what, lambda: self.request("POST", self.path("_search"), body, params,
-                                                                 what=what))
+        response = self._whole_answer(what, lambda: self._send("POST", self.path("_search"), body, params))
         return response.get("hits", {}).get("hits", [])  # filter_path drops an empty hits list
+
+    def _send(self, method: str, path: str, body: Any = None, params: dict | None = None, *,
+              ndjson: bool = False) -> Any:
+        """One request, its failure left as ``HttpFailure`` (``_whole_answer`` decides on it)."""
+        return self.transport.request(method, path, body, params, ndjson=ndjson, timeout=self.request_timeout)
 
     def _whole_answer(self, what: str, send: Callable[[], Any],
                       failed_shards: Callable[[Any], int] | None = None) -> Any:
-        """``send()``'s answer, sent again while it reports failed shards: such an answer misses
-        those shards' documents. After ``PARTIAL_RETRIES`` more tries it is a ``ClusterError``."""
+        """``send()``'s answer, sent again while it reports failed shards (such an answer misses
+        those shards' documents) or fails as a node lost under it fails a read (``_node_loss``).
+        A read is safe to repeat; after ``PARTIAL_RETRIES`` more tries it is a ``ClusterError``."""
         for attempt in range(PARTIAL_RETRIES + 1):
-            response = send()
-            failed = (failed_shards or _failed_shards)(response)
-            if not failed:
-                return response
-            if attempt < PARTIAL_RETRIES:
-                logger.warning("%s in %r: %d shard(s) failed (a node lost?); searching again", what, self.index, failed)
-                time.sleep(0.1 * 2 ** attempt)
-        raise ClusterError(f"{what} in {self.index!r}: {failed} shard(s) failed on each of {PARTIAL_RETRIES + 1} "
-                           "tries, so the answer would miss their documents. Check the cluster health "
-                           "(a node down and a shard without a replica?)")
+            last = attempt == PARTIAL_RETRIES
+            try:
+                response = send()
+            except HttpFailure as failure:
+                if last or not _node_loss(failure):
+                    raise error_for(failure, f"{what} in {self.index!r}", self.engine, self.index) from failure
+                logger.warning("%s in %r: %s (a node lost?); searching again", what, self.index, failure)
+            else:
+                failed = (failed_shards or _failed_shards)(response)
+                if not failed:
+                    return response
+                if last:
+                    raise ClusterError(f"{what} in {self.index!r}: {failed} shard(s) failed on each of "
+                                       f"{PARTIAL_RETRIES + 1} tries, so the answer would miss their documents. "
+                                       "Check the cluster health (a node down and a shard without a replica?)")
+                logger.warning("%s in %r: %d shard(s) failed (a node lost?); searching again", what, self.index,
+                               failed)
+            time.sleep(RETRY_WAIT_SECONDS * 2 ** attempt)
+        raise AssertionError("unreachable: the last try returns or raises")
 
     def bm25_search_type(self) -> str:
         """The ``search_type`` of a search that scores BM25 (see the class docstring)."""
@@ -190,14 +210,20 @@ class ClusterBackend:
         payload = "".join(f"{header}\n{json.dumps(body)}\n" for header, body in zip(lines, bodies))
         params = {"filter_path": ",".join(f"responses.{path}" for path in SEARCH_FILTER.split(","))
                   + ",responses.error,responses.status"}
-        responses = self._whole_answer(
-            " + ".join(whats),
-            lambda: self.request("POST", "/_msearch", payload, params, what=" + ".join(whats), ndjson=True)["responses"],
-            lambda answers: sum(map(_failed_shards, answers)))
+
+        def send() -> list[dict]:
+            answers = self._send("POST", "/_msearch", payload, params, ndjson=True)["responses"]
+            for answer in answers:  # an item failed by a lost node is retried as a failed request would be
+                failure = _item_failure(answer)
+                if failure is not None and _node_loss(failure):
+                    raise failure
+            return answers
+
+        responses = self._whole_answer(" + ".join(whats), send, lambda answers: sum(map(_failed_shards, answers)))
         out = []
         for what, response in zip(whats, responses):
-            if "error" in response:  # _msearch reports a failed search in its item, not as an HTTP error
-                failure = HttpFailure(int(response.get("status") or 500), {"error": response["error"]})
+            failure = _item_failure(response)  # _msearch reports a failed search in its item, not as an HTTP error
+            if failure is not None:
                 raise error_for(failure, f"{what} in {self.index!r}", self.engine, self.index)
             out.append(response.get("hits", {}).get("hits", []))
         return out
@@ -476,13 +502,12 @@ class ClusterBackend:
         ids = list(dict.fromkeys(ids))
         if not ids:
             return {}
-        response = self.request("POST", self.path("_mget"), {"ids": ids},
-                                {"_source_includes": f"{TEXT_FIELD},{METADATA_FIELD}"}, what="fetching documents")
+        response = self._whole_answer("fetching documents", lambda: self._send(
+            "POST", self.path("_mget"), {"ids": ids}, {"_source_includes": f"{TEXT_FIELD},{METADATA_FIELD}"}))
         return {doc["_id"]: _stored_document(doc) for doc in response["docs"] if doc.get("found")}
 
     def count(self) -> int:
-        response = self._whole_answer("counting documents",
-                                      lambda: self.request("GET", self.path("_count"), what="counting documents"))
+        response = self._whole_answer("counting documents", lambda: self._send("GET", self.path("_count")))
         return int(response["count"])
 
     def empty_reason(self) -> str:
@@ -561,6 +586,24 @@ class ClusterBackend:
             return []
         scores = score_from_opensearch([h["_score"] for h in hits], self.distance)
         return [Hit(h["_id"], float(s), _stored_document(h)) for h, s in zip(hits, np.atleast_1d(scores))]
+
+
+def _node_loss(failure: HttpFailure) -> bool:
+    """A read failed as it fails while a node leaves: the connection dropped (not a timeout,
+    which a second try would only repeat), a gateway or unavailable answer, or a 500 whose type
+    names an unreachable shard copy. A wrong request (4xx) or any other 500 is not retried."""
+    if failure.cause:
+        return False
+    if failure.status is None or failure.status in (502, 503, 504):
+        return True
+    return failure.status == 500 and failure.error_type in NODE_LOSS_ERRORS
+
+
+def _item_failure(answer: Mapping[str, Any]) -> HttpFailure | None:
+    """An ``_msearch`` item's error as the failure of a request of its own, or None."""
+    if "error" not in answer:
+        return None
+    return HttpFailure(int(answer.get("status") or 500), {"error": answer["error"]})
 
 
 def _failed_shards(response: Mapping[str, Any]) -> int:
