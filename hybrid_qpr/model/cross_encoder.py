@@ -115,6 +115,24 @@ class CrossEncoder(nn.Module):
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.score(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
 
+    def score_pairs(self, queries: Sequence[str], texts: Sequence[str], buckets: int = 1) -> torch.Tensor:
+        """One score per pair, in input order. ``buckets > 1`` sorts the pairs by length and
+        scores them in that many chunks, each padded only to its own longest pair: the same
+        scores (padding is masked) for fewer padded tokens, which is most of a step's cost
+        when answer lengths vary (docs/training.md, "Step cost")."""
+        pairs = self.pairs.pair_list(queries, texts)
+        if buckets <= 1 or len(pairs) <= 1:
+            ids, mask, types = self.pairs.pad(pairs)
+            return self.score(torch.from_numpy(ids), torch.from_numpy(mask), torch.from_numpy(types))
+        order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]))
+        size = -(-len(pairs) // buckets)
+        parts = []
+        for start in range(0, len(order), size):
+            ids, mask, types = self.pairs.pad([pairs[i] for i in order[start : start + size]])
+            parts.append(self.score(torch.from_numpy(ids), torch.from_numpy(mask), torch.from_numpy(types)))
+        scores = torch.cat(parts)
+        return scores[torch.argsort(torch.tensor(order))]  # back to input order
+
     @torch.no_grad()
     def predict(self, queries: Sequence[str], texts: Sequence[str], batch_size: int = 64) -> torch.Tensor:
         """Scores in eval mode (no dropout), for dev evaluation and parity checks."""

@@ -79,15 +79,20 @@ class PairTokenizer:
     def encode(self, query: str, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One question against each of ``texts`` (the question is tokenized once)."""
         (query_ids,) = self._pieces([query])
-        return self._pad([self.pair_ids(query_ids, ids) for ids in self._pieces(texts)])
+        return self.pad([self.pair_ids(query_ids, ids) for ids in self._pieces(texts)])
 
     def encode_pairs(self, queries: Sequence[str], texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``queries[i]`` against ``texts[i]`` for every i."""
+        return self.pad(self.pair_list(queries, texts))
+
+    def pair_list(self, queries: Sequence[str], texts: Sequence[str]) -> list[tuple[list[int], int]]:
+        """``pair_ids`` of ``queries[i]`` against ``texts[i]`` for every i, unpadded."""
         if len(queries) != len(texts):
             raise ConfigError(f"{len(queries)} questions for {len(texts)} candidates: give one question per candidate")
-        return self._pad([self.pair_ids(q, t) for q, t in zip(self._pieces(queries), self._pieces(texts))])
+        return [self.pair_ids(q, t) for q, t in zip(self._pieces(queries), self._pieces(texts))]
 
-    def _pad(self, pairs: list[tuple[list[int], int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def pad(self, pairs: list[tuple[list[int], int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The three arrays of ``pairs`` (``pair_list``), padded to the longest of them."""
         width = max((len(ids) for ids, _ in pairs), default=0)
         input_ids = np.full((len(pairs), width), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(pairs), width), dtype=np.int64)

@@ -16,7 +16,13 @@ texts when a question has fewer: a group of ``1 + negatives`` pairs per question
 * ``listwise``: softmax cross-entropy over each group, the correct text as the target class
   (the "localized contrastive estimation" of Gao et al. 2021 with a single positive);
 * ``bce``: binary cross-entropy of every pair's logit against its 0/1 label (monoBERT,
-  Nogueira and Cho 2019), on the same pairs.
+  Nogueira and Cho 2019), on the same pairs;
+* ``listwise+bce``: their sum (the softmax orders a group, the BCE term anchors each logit).
+
+Step cost: ``precision="bf16"`` runs forward and backward under CPU autocast (matrix products
+in bfloat16, which CPUs with AMX or AVX512-BF16 run several times faster; weights, optimizer
+state and the loss stay fp32); ``length_buckets`` scores a step's pairs in length-sorted chunks
+(``CrossEncoder.score_pairs``). Both leave the dev evaluation in fp32.
 
 **Distillation** (``teacher``): the student starts as the teacher (a trained cross-encoder
 directory) cut to ``layers``, the teacher's transformer layers kept in order (e.g. 0,2,4 of 6),
@@ -50,8 +56,10 @@ from hybrid_qpr.training.trainer import Trainer, TrainerSettings
 
 logger = logging.getLogger(__name__)
 
-RerankerLoss = Literal["listwise", "bce"]
-LOSSES: tuple[str, ...] = ("listwise", "bce")
+RerankerLoss = Literal["listwise", "bce", "listwise+bce"]
+LOSSES: tuple[str, ...] = ("listwise", "bce", "listwise+bce")
+Precision = Literal["fp32", "bf16"]
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
 MODEL_SUBDIR = "model"
 
 
@@ -72,11 +80,18 @@ class RerankerSettings:
     distill_weight: float = 1.0
     temperature: float = 1.0
     dev_max_questions: int | None = None  # dev questions evaluated (seeded sample), None = all
+    # step cost (docs/training.md, "Step cost"): bf16 autocast of forward and backward (weights
+    # and optimizer stay fp32), and a step's pairs scored in length-sorted chunks
+    precision: Precision = "fp32"
+    length_buckets: int = 1
 
     def check(self) -> None:
         if self.loss not in LOSSES:
             raise ConfigError(f"loss={self.loss!r}: allowed values are {', '.join(LOSSES)}")
-        check_at_least(self, ("batch_size", "negatives", "max_length", "query_tokens", "mine_depth"))
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision={self.precision!r}: allowed values are {', '.join(PRECISIONS)}")
+        check_at_least(self, ("batch_size", "negatives", "max_length", "query_tokens", "mine_depth",
+                              "length_buckets"))
         self._check_student()
 
     def _check_student(self) -> None:
@@ -147,12 +162,15 @@ def draw_groups(examples: Sequence[Example], settings: RerankerSettings, seed: i
 
 def group_loss(scores: torch.Tensor, group: int, loss: RerankerLoss) -> torch.Tensor:
     """``scores`` [groups * group] with each group's correct pair first."""
-    grouped = scores.view(-1, group)
-    if loss == "listwise":
-        return torch.nn.functional.cross_entropy(grouped, torch.zeros(len(grouped), dtype=torch.long))
-    labels = torch.zeros_like(grouped)
-    labels[:, 0] = 1.0
-    return torch.nn.functional.binary_cross_entropy_with_logits(grouped, labels)
+    grouped = scores.float().view(-1, group)
+    total = grouped.new_zeros(())
+    if loss in ("listwise", "listwise+bce"):
+        total = total + torch.nn.functional.cross_entropy(grouped, torch.zeros(len(grouped), dtype=torch.long))
+    if loss in ("bce", "listwise+bce"):
+        labels = torch.zeros_like(grouped)
+        labels[:, 0] = 1.0
+        total = total + torch.nn.functional.binary_cross_entropy_with_logits(grouped, labels)
+    return total
 
 
 def distillation_loss(student: torch.Tensor, teacher: torch.Tensor, group: int, temperature: float) -> torch.Tensor:
@@ -198,6 +216,44 @@ def build_model(settings: RerankerSettings):
                                   max_length=settings.max_length, query_tokens=settings.query_tokens,
                                   pooling=settings.pooling)  # type: ignore[arg-type]
     return keep_layers(model, settings.layers)
+def step_function(model, examples: Sequence[Example], settings: RerankerSettings, seed: int, teacher=None):
+    """``step(n)``: forward and backward on batch ``n`` (``draw_groups``), returning the loss;
+    the trainer's ``step_loss``, and what ``benchmarks/bench_reranker_step.py`` times."""
+    group = 1 + settings.negatives
+    bf16 = settings.precision == "bf16"
+
+    def step(n: int) -> float:
+        queries, texts = draw_groups(examples, settings, seed, n)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            scores = model.score_pairs(queries, texts, settings.length_buckets)
+            if teacher is not None:
+                with torch.no_grad():
+                    target = teacher.score_pairs(queries, texts, settings.length_buckets)
+        loss = group_loss(scores, group, settings.loss)
+        if teacher is not None:
+            loss = loss + settings.distill_weight * distillation_loss(scores.float(), target.float(), group,
+                                                                      settings.temperature)
+        loss.backward()
+        return float(loss.detach())
+
+    return step
+
+
+def pair_lengths(model, examples: Sequence[Example], limit: int = 2000, seed: int = 0) -> list[int]:
+    """Untruncated token counts of a seeded sample of train pairs (question against each of its
+    texts), to choose ``max_length`` from the data instead of by habit."""
+    rng = random.Random(seed)
+    sample = rng.sample(list(examples), min(limit, len(examples)))
+    queries, texts = [], []
+    for example in sample:
+        for text in example.positives + example.negatives:
+            queries.append(example.query)
+            texts.append(text)
+    pieces_q = model.pairs._pieces(queries)
+    pieces_t = model.pairs._pieces(texts)
+    return [3 + len(q) + len(t) for q, t in zip(pieces_q, pieces_t)]
+
+
 DEV_DEPTH = 20  # first-stage candidates per question of a paraphrase dev set (MRR@20)
 
 
@@ -264,19 +320,7 @@ def train_reranker(dataset_dirs: Sequence[str | Path], dev_dir: str | Path | Non
         teacher = CrossEncoder.from_dir(teacher_dir(settings.teacher), max_length=settings.max_length,
                                         query_tokens=settings.query_tokens, pooling=settings.pooling)  # type: ignore[arg-type]
         teacher.eval().requires_grad_(False)
-    group = 1 + settings.negatives
-
-    def step_loss(step: int) -> float:
-        queries, texts = draw_groups(examples, settings, trainer.seed, step)
-        batch = model.collate(queries, texts)
-        scores = model(batch)
-        loss = group_loss(scores, group, settings.loss)
-        if teacher is not None:
-            with torch.no_grad():
-                target = teacher(batch)
-            loss = loss + settings.distill_weight * distillation_loss(scores, target, group, settings.temperature)
-        loss.backward()
-        return float(loss.detach())
+    step_loss = step_function(model, examples, settings, trainer.seed, teacher)
 
     run_settings = {**dataclasses.asdict(settings), **dataclasses.asdict(trainer),
                     "datasets": [str(d) for d in dataset_dirs], "dev": None if dev_dir is None else str(dev_dir)}

@@ -495,6 +495,42 @@ def test_listwise_and_bce_losses_by_hand():
     labels = torch.tensor([[1.0, 0, 0], [1.0, 0, 0]])
     bce = -(labels * torch.nn.functional.logsigmoid(grouped) + (1 - labels) * torch.nn.functional.logsigmoid(-grouped)).mean()
     assert torch.isclose(group_loss(scores, 3, "bce"), bce)
+    assert torch.isclose(group_loss(scores, 3, "listwise+bce"), expected + bce)
+
+
+def test_length_buckets_score_like_one_padded_batch(tiny_model):
+    """Scoring a step's pairs in length-sorted chunks changes the padding, not the scores, and
+    gives them back in input order."""
+    queries = ["q"] * 4 + ["a longer question here"] * 3
+    texts = ["x", "a much longer candidate sentence with many words in it", "y y", "z", "short",
+             "another fairly long candidate sentence", "w"]
+    with torch.no_grad():
+        whole = tiny_model.score_pairs(queries, texts)
+        assert torch.allclose(whole, tiny_model(tiny_model.collate(queries, texts)))
+        for buckets in (2, 3, 7, 20):
+            assert torch.allclose(tiny_model.score_pairs(queries, texts, buckets), whole, atol=1e-5)
+
+
+def test_a_bf16_step_trains_the_fp32_weights(tiny_model):
+    """Under bf16 autocast the weights stay fp32 and get fp32 gradients; the loss is finite and
+    near the fp32 step's loss on the same batch."""
+    import copy
+
+    from hybrid_qpr.training.reranker import Example, RerankerSettings, step_function
+
+    examples = [Example(f"question {i}", [f"answer {i}"], [f"wrong {i} {j}" for j in range(3)]) for i in range(4)]
+    losses = {}
+    for precision in ("fp32", "bf16"):
+        model = copy.deepcopy(tiny_model).train()
+        model.dropout.p = 0.0
+        settings = RerankerSettings(batch_size=2, negatives=3, precision=precision, length_buckets=2)
+        losses[precision] = step_function(model, examples, settings, seed=0)(0)
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        assert grads and all(g.dtype == torch.float32 for g in grads)
+        assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert losses["fp32"] > 0 and abs(losses["bf16"] - losses["fp32"]) < 0.05 * losses["fp32"]
+    with pytest.raises(ConfigError, match="precision='fp16'"):
+        RerankerSettings(precision="fp16").check()  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
