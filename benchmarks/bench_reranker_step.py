@@ -1,9 +1,10 @@
 """What a reranker training step costs, and what each lever saves: train pairs per second.
 
-Each variant (``NAME=setting,setting``: ``precision=fp32|bf16``, ``buckets=N``, ``max_length=N``)
-builds the cross-encoder as ``hybrid-qpr reranker train`` does, then times ``--steps`` steps of
-the trainer's own step function (``training.reranker.step_function``: draw a batch, forward,
-backward) plus the AdamW update, after ``--warmup`` untimed steps. Every variant sees the same
+Each variant (``NAME=setting,setting``: ``precision=fp32|bf16``, ``buckets=N``, ``max_length=N``,
+``optimizer=fused|plain``) builds the cross-encoder as ``hybrid-qpr reranker train`` does, then
+times ``--steps`` steps of the trainer's own step function (``training.reranker.step_function``:
+draw a batch, forward, backward) plus the AdamW update (``fused``: the trainer's own
+``training.trainer.adamw``; ``plain``: torch's default AdamW), after ``--warmup`` untimed steps. Every variant sees the same
 batches (same seed, same step numbers). It also prints the untruncated pair-length
 distribution of the train data, to choose ``--max-length`` from.
 
@@ -12,8 +13,8 @@ Run it with the machine to itself: other work on a two-core box halves the figur
 Example (numbers in docs/training.md, "Step cost")::
 
     python benchmarks/bench_reranker_step.py data/wikiqa data/trecqa data/squad \\
-        --variant fp32=precision=fp32 --variant bf16=precision=bf16 \\
-        --variant bf16-buckets=precision=bf16,buckets=3 --out benchmarks/results/reranker_step.json
+        --variant fp32=precision=fp32,optimizer=plain --variant bf16=precision=bf16,optimizer=plain \\
+        --variant bf16-buckets-fused=precision=bf16,buckets=3 --out benchmarks/results/reranker_step.json
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ import numpy as np
 from _common import command_line
 from hybrid_qpr.artifacts import write_json
 
-SETTING_NAMES = {"precision": "precision", "buckets": "length_buckets", "max_length": "max_length"}
+SETTING_NAMES = {"precision": "precision", "buckets": "length_buckets", "max_length": "max_length",
+                 "optimizer": "optimizer"}
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
@@ -38,7 +40,7 @@ def parse_variant(text: str) -> tuple[str, dict]:
         key, _, value = part.partition("=")
         if key not in SETTING_NAMES:
             raise SystemExit(f"--variant {text}: unknown setting {key!r} (known: {', '.join(SETTING_NAMES)})")
-        options[SETTING_NAMES[key]] = value if key == "precision" else int(value)
+        options[SETTING_NAMES[key]] = value if key in ("precision", "optimizer") else int(value)
     return name, options
 
 
@@ -46,12 +48,15 @@ def time_variant(examples, base, options: dict, args) -> dict:
     import torch
 
     from hybrid_qpr.training.reranker import build_model, step_function
+    from hybrid_qpr.training.trainer import adamw
 
+    options = dict(options)
+    fused = options.pop("optimizer", "fused") == "fused"
     settings = dataclasses.replace(base, **options)
     settings.check()
     torch.manual_seed(args.seed)
     model = build_model(settings).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
+    optimizer = adamw(model.parameters(), 2e-5, 0.01) if fused else torch.optim.AdamW(model.parameters(), lr=2e-5)
     step = step_function(model, examples, settings, args.seed)
     pairs = settings.batch_size * (1 + settings.negatives)
     seconds = []
@@ -63,7 +68,8 @@ def time_variant(examples, base, options: dict, args) -> dict:
         if n >= args.warmup:
             seconds.append(time.perf_counter() - start)
     total = sum(seconds)
-    return {"settings": {k: getattr(settings, k) for k in SETTING_NAMES.values()},
+    return {"settings": {"precision": settings.precision, "length_buckets": settings.length_buckets,
+                         "max_length": settings.max_length, "optimizer": "fused" if fused else "plain"},
             "steps": len(seconds), "pairs_per_step": pairs, "seconds_per_step": round(total / len(seconds), 3),
             "pairs_per_second": round(pairs * len(seconds) / total, 2)}
 
