@@ -132,10 +132,12 @@ def train(datasets, dev_dir, out_dir, loss, base_model, pooling, max_length, que
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Reranker directory to write.")
 @click.option("--int8", "quantize", is_flag=True, help="Quantize to int8 (dynamic; about 4x smaller).")
+@click.option("--per-channel", is_flag=True, help="With --int8: one scale per output channel instead of per weight "
+              "tensor (the same size; closer to fp32, docs/reranker.md).")
 @click.option("--checkpoint", type=click.Choice(["best", "last"]), default=None,
               help="Export the run's best.pt or checkpoint.pt instead of its saved model/ (e.g. while it still trains).")
 @friendly_errors
-def export(run_dir, out_dir, quantize, checkpoint) -> None:
+def export(run_dir, out_dir, quantize, per_channel, checkpoint) -> None:
     """Export a 'reranker train' run (its model/, or a checkpoint) to ONNX: model.onnx,
     tokenizer.json and config.json with kind "cross-encoder" [needs torch].
 
@@ -146,9 +148,11 @@ def export(run_dir, out_dir, quantize, checkpoint) -> None:
     from hybrid_qpr.export.cross_encoder import export_cross_encoder_dir
     from hybrid_qpr.training.reranker import export_run_checkpoint
 
+    if per_channel and not quantize:
+        raise click.UsageError("--per-channel chooses how --int8 quantizes: give --int8 too")
     if checkpoint is None:
-        config = export_cross_encoder_dir(run_dir, out_dir, quantize=quantize)
+        config = export_cross_encoder_dir(run_dir, out_dir, quantize=quantize, per_channel=per_channel)
     else:
-        config = export_run_checkpoint(run_dir, out_dir, checkpoint, quantize=quantize)
+        config = export_run_checkpoint(run_dir, out_dir, checkpoint, quantize=quantize, per_channel=per_channel)
     click.echo(f"wrote {out_dir} (parity with torch {config['parity_max_abs_diff_fp32']:.1e}, "
                f"{config['quantization'] or 'fp32'})")

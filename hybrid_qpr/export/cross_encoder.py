@@ -69,9 +69,11 @@ def parity(model: CrossEncoder, model_path: Path, pairs: list[tuple[str, str]] |
 
 
 def export_cross_encoder(model: CrossEncoder, out_dir: str | Path, *, quantize: bool = False,
-                         training: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None) -> dict[str, Any]:
+                         training: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None,
+                         per_channel: bool = False) -> dict[str, Any]:
     """Write ``out_dir`` (model.onnx, tokenizer.json, config.json) atomically; return the config.
-    Raises ``ArtifactError`` if the fp32 graph differs from torch by more than ``PARITY_TOLERANCE``."""
+    Raises ``ArtifactError`` if the fp32 graph differs from torch by more than ``PARITY_TOLERANCE``.
+    ``per_channel``: int8 weight scales per output channel (``export.transformer.quantize_int8``)."""
     out_dir = Path(out_dir)
     model.eval()
     with atomic_directory(out_dir, marker=CONFIG_FILE) as work:
@@ -80,7 +82,7 @@ def export_cross_encoder(model: CrossEncoder, out_dir: str | Path, *, quantize: 
         diff = write_checked_onnx(
             work, lambda path: write_dynamo_onnx(_Graph(model), {name: sample[name] for name in INPUTS}, OUTPUT,
                                                  model.pairs.max_length, path),
-            lambda path: parity(model, path), quantize, out_dir)
+            lambda path: parity(model, path), quantize, out_dir, per_channel)
         shutil.copyfile(model.pairs.path, work / TOKENIZER_FILE)
         config = {
             "kind": KIND,
@@ -88,13 +90,14 @@ def export_cross_encoder(model: CrossEncoder, out_dir: str | Path, *, quantize: 
             "base_model": model.source,
             "vocab_size": model.pairs.vocab_size,
             "tokenizer_sha256": tokenizer_sha256(work / TOKENIZER_FILE),
-            **export_record(quantize, diff, training, metrics),
+            **export_record(quantize, diff, training, metrics, per_channel),
         }
         config = write_encoder_config(work, config)
     return config
 
 
-def export_cross_encoder_dir(model_dir: str | Path, out_dir: str | Path, *, quantize: bool = False) -> dict[str, Any]:
+def export_cross_encoder_dir(model_dir: str | Path, out_dir: str | Path, *, quantize: bool = False,
+                             per_channel: bool = False) -> dict[str, Any]:
     """Export a saved cross-encoder (a run's ``model/``, or a run directory holding one)."""
     from hybrid_qpr.model.cross_encoder import SETTINGS_FILE
     from hybrid_qpr.model.transformer import read_settings
@@ -106,6 +109,6 @@ def export_cross_encoder_dir(model_dir: str | Path, out_dir: str | Path, *, quan
         raise ArtifactError(f"{model_dir}: no {SETTINGS_FILE}; give a 'hybrid-qpr reranker train' run directory "
                             "or its model/")
     model = CrossEncoder.from_dir(model_dir)
-    return export_cross_encoder(model, out_dir, quantize=quantize,
+    return export_cross_encoder(model, out_dir, quantize=quantize, per_channel=per_channel,
                                 training=read_settings(model_dir, SETTINGS_FILE).get("training", {}))
 

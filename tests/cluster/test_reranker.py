@@ -739,8 +739,9 @@ def _eventually(check, timeout: float = 60.0) -> bool:
 
 
 def test_reranker_train_cli_resumes_and_exports_a_run(tmp_path):
-    """``reranker train`` end to end on a synthetic answer set with the tiny BERT: dev MAP logged
-    at steps 0, 2, 4, resume to 6 steps, export of model/ and of best.pt."""
+    """``reranker train`` end to end on a synthetic answer set with the tiny BERT (bf16, length
+    buckets): dev MAP logged at steps 0, 2, 4, resume to 6 steps, export of model/, of best.pt
+    and per-channel int8."""
     from click.testing import CliRunner
 
     from hybrid_qpr.cli.main import cli
@@ -759,7 +760,8 @@ def test_reranker_train_cli_resumes_and_exports_a_run(tmp_path):
     base = _tiny_base(tmp_path / "tiny")
     args = ["reranker", "train", str(tmp_path / "answers"), "--dev", str(tmp_path / "answers"), "--out",
             str(tmp_path / "run"), "--base-model", str(base), "--max-length", "32", "--query-tokens", "8",
-            "--batch-size", "2", "--negatives", "2", "--eval-every", "2", "--checkpoint-every", "1", "--log-every", "1"]
+            "--batch-size", "2", "--negatives", "2", "--eval-every", "2", "--checkpoint-every", "1", "--log-every", "1",
+            "--precision", "bf16", "--length-buckets", "2"]
     runner = CliRunner()
     first = runner.invoke(cli, [*args, "--steps", "4"])
     assert first.exit_code == 0, first.output
@@ -769,11 +771,15 @@ def test_reranker_train_cli_resumes_and_exports_a_run(tmp_path):
     assert report["steps_done"] == 6 and [h["step"] for h in report["history"]] == [0, 2, 4, 6]
     changed = runner.invoke(cli, [*args, "--steps", "6", "--resume", "--lr", "1e-3"])
     assert changed.exit_code == 1 and "other settings" in changed.output
-    for extra in ([], ["--checkpoint", "best"]):
+    for extra in ([], ["--checkpoint", "best"], ["--int8", "--per-channel"]):
         out = tmp_path / f"export{len(extra)}"
         done = runner.invoke(cli, ["reranker", "export", str(tmp_path / "run"), "--out", str(out), *extra])
         assert done.exit_code == 0, done.output
         assert Reranker(out).score("what is a river ?", ["a river is a natural feature ."]).shape == (1,)
+    assert json.loads((tmp_path / "export2" / "config.json").read_text())["quantization"] == "int8-dynamic-per-channel"
+    refused = runner.invoke(cli, ["reranker", "export", str(tmp_path / "run"), "--out", str(tmp_path / "x"),
+                                  "--per-channel"])
+    assert refused.exit_code == 2 and "give --int8 too" in refused.output
     # a 1-layer student of that run: distilled, resumable, exported from its best.pt (rebuilt from the teacher)
     student = [*args[:6], str(tmp_path / "student"), *args[9:], "--teacher", str(tmp_path / "run"), "--layers", "1",
                "--temperature", "2"]
