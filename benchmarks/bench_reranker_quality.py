@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import time
 
@@ -96,6 +97,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    load_at_start = os.getloadavg()[0]
     results = []
     for spec in args.sets:
         name, _, rest = spec.partition("=")
@@ -103,7 +105,8 @@ def main() -> None:
         results.append(measure(name, beir_dir, index, args.reranker, args))
         print(json.dumps({k: v for k, v in results[-1].items() if k != "grid_first_half"}, indent=1), flush=True)
     write_json(args.out, {"command": command_line(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                          "machine": "2 shared cores, busy (load about 8)", "results": results})
+                          "machine": f"{os.cpu_count()} cores, load average {load_at_start:.1f} at the start and "
+                                     f"{os.getloadavg()[0]:.1f} at the end", "results": results})
 
 
 if __name__ == "__main__":

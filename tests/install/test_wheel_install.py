@@ -56,7 +56,7 @@ def installed(tmp_path_factory) -> dict:
     source = work / "source"
     # A clean copy, so the build never writes into the checkout (build/, *.egg-info).
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".*", "build", "dist", "*.egg-info", "__pycache__",
-                                                                  "runs", "bench-out"))
+                                                                  "runs", "bench-out", "train-state"))
     dist = work / "dist"
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
           "-w", dist, source], cwd=source)
