@@ -8,6 +8,11 @@ checked: the fp32 graph must reproduce torch on awkward pairs within ``PARITY_TO
 (batched and one pair at a time), or the export fails. int8 is dynamic quantization of the fp32
 graph (``export.transformer.quantize_int8``); its quality is measured, not assumed
 (docs/reranker.md).
+
+Two ways to write the graph (``graph``): ``fused`` (the default; BERT backbones) builds it from
+the weights with onnxruntime's fused attention and layer-norm operators (``export.fused``),
+``torch`` traces the model with ``torch.onnx.export`` (any backbone; attention left as a dozen
+small operators, slower: docs/reranker.md, "Latency").
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import torch
 from hybrid_qpr.artifacts import CROSS_ENCODER_KIND, atomic_directory, write_encoder_config
 from hybrid_qpr.encoders import CONFIG_FILE, TOKENIZER_FILE
 from hybrid_qpr.errors import ArtifactError
+from hybrid_qpr.export.fused import write_fused_cross_encoder
 from hybrid_qpr.export.transformer import export_record, write_checked_onnx, write_dynamo_onnx
 from hybrid_qpr.model.cross_encoder import CrossEncoder
 from hybrid_qpr.rerankers.pairs import tokenizer_sha256
@@ -30,6 +36,7 @@ from hybrid_qpr.rerankers.pairs import tokenizer_sha256
 KIND = CROSS_ENCODER_KIND
 OUTPUT = "scores"
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+GRAPHS = ("fused", "torch")
 
 # Awkward pairs every export is checked on (no text from any data set).
 PARITY_PAIRS = [
@@ -70,19 +77,26 @@ def parity(model: CrossEncoder, model_path: Path, pairs: list[tuple[str, str]] |
 
 def export_cross_encoder(model: CrossEncoder, out_dir: str | Path, *, quantize: bool = False,
                          training: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None,
-                         per_channel: bool = False) -> dict[str, Any]:
+                         per_channel: bool = False, graph: str = "fused") -> dict[str, Any]:
     """Write ``out_dir`` (model.onnx, tokenizer.json, config.json) atomically; return the config.
     Raises ``ArtifactError`` if the fp32 graph differs from torch by more than ``PARITY_TOLERANCE``.
-    ``per_channel``: int8 weight scales per output channel (``export.transformer.quantize_int8``)."""
+    ``per_channel``: int8 weight scales per output channel (``export.transformer.quantize_int8``);
+    ``graph``: ``fused`` or ``torch`` (module docstring)."""
+    if graph not in GRAPHS:
+        raise ArtifactError(f"graph={graph!r}: allowed values are {', '.join(GRAPHS)}")
     out_dir = Path(out_dir)
     model.eval()
+
+    def write(path: Path) -> None:
+        if graph == "fused":
+            write_fused_cross_encoder(model, path)
+            return
+        sample = model.collate(["a short question ?", "another question"], ["an answer .", "a longer answer sentence here"])
+        write_dynamo_onnx(_Graph(model), {name: sample[name] for name in INPUTS}, OUTPUT, model.pairs.max_length, path)
+
     with atomic_directory(out_dir, marker=CONFIG_FILE) as work:
         os.chmod(work, 0o755)
-        sample = model.collate(["a short question ?", "another question"], ["an answer .", "a longer answer sentence here"])
-        diff = write_checked_onnx(
-            work, lambda path: write_dynamo_onnx(_Graph(model), {name: sample[name] for name in INPUTS}, OUTPUT,
-                                                 model.pairs.max_length, path),
-            lambda path: parity(model, path), quantize, out_dir, per_channel)
+        diff = write_checked_onnx(work, write, lambda path: parity(model, path), quantize, out_dir, per_channel)
         shutil.copyfile(model.pairs.path, work / TOKENIZER_FILE)
         config = {
             "kind": KIND,
@@ -90,6 +104,7 @@ def export_cross_encoder(model: CrossEncoder, out_dir: str | Path, *, quantize: 
             "base_model": model.source,
             "vocab_size": model.pairs.vocab_size,
             "tokenizer_sha256": tokenizer_sha256(work / TOKENIZER_FILE),
+            "graph": graph,
             **export_record(quantize, diff, training, metrics, per_channel),
         }
         config = write_encoder_config(work, config)
@@ -97,7 +112,7 @@ def export_cross_encoder(model: CrossEncoder, out_dir: str | Path, *, quantize: 
 
 
 def export_cross_encoder_dir(model_dir: str | Path, out_dir: str | Path, *, quantize: bool = False,
-                             per_channel: bool = False) -> dict[str, Any]:
+                             per_channel: bool = False, graph: str = "fused") -> dict[str, Any]:
     """Export a saved cross-encoder (a run's ``model/``, or a run directory holding one)."""
     from hybrid_qpr.model.cross_encoder import SETTINGS_FILE
     from hybrid_qpr.model.transformer import read_settings
@@ -109,6 +124,6 @@ def export_cross_encoder_dir(model_dir: str | Path, out_dir: str | Path, *, quan
         raise ArtifactError(f"{model_dir}: no {SETTINGS_FILE}; give a 'hybrid-qpr reranker train' run directory "
                             "or its model/")
     model = CrossEncoder.from_dir(model_dir)
-    return export_cross_encoder(model, out_dir, quantize=quantize, per_channel=per_channel,
+    return export_cross_encoder(model, out_dir, quantize=quantize, per_channel=per_channel, graph=graph,
                                 training=read_settings(model_dir, SETTINGS_FILE).get("training", {}))
 

@@ -109,10 +109,14 @@ def quantize_int8(src: Path, dst: Path, per_channel: bool = False) -> None:
     """Dynamic int8 quantization of the MatMul/Gemm weights (onnxruntime.quantization), one scale
     per weight tensor, or per output channel with ``per_channel``. Measured on the ASBERT triplet
     model (WikiQA dev MAP, each question's own candidates): fp32 0.747, per tensor 0.734, per
-    channel 0.760, at the same size (docs/answers.md)."""
+    channel 0.760, at the same size (docs/answers.md). Fused ``Attention`` nodes (``export.fused``)
+    become ``QAttention``; the default tensor type stands in where onnx's shape inference cannot
+    type the output of an onnxruntime-only operator (every tensor of these graphs is float)."""
+    import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=per_channel)
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=per_channel,
+                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
 
 
 def write_checked_onnx(work: Path, write: Callable[[Path], None], check: Callable[[Path], float], quantize: bool,

@@ -343,7 +343,7 @@ def train_reranker(dataset_dirs: Sequence[str | Path], dev_dir: str | Path | Non
 
 
 def export_run_checkpoint(run_dir: str | Path, out_dir: str | Path, which: str = "best", *,
-                          quantize: bool = False, per_channel: bool = False) -> dict[str, Any]:
+                          quantize: bool = False, per_channel: bool = False, graph: str = "fused") -> dict[str, Any]:
     """Export the ``best.pt`` (or last ``checkpoint.pt``) of a ``reranker train`` run, which may
     still be training: the model is rebuilt from the run's ``settings.json``."""
     from hybrid_qpr.artifacts import load_checkpoint
@@ -363,5 +363,5 @@ def export_run_checkpoint(run_dir: str | Path, out_dir: str | Path, which: str =
     run = RerankerSettings(**{k: v for k, v in settings.items() if k in fields})
     model = build_model(dataclasses.replace(run, layers=None if run.layers is None else tuple(run.layers)))
     model.load_state_dict(state["model"])
-    return export_cross_encoder(model, out_dir, quantize=quantize, per_channel=per_channel,
+    return export_cross_encoder(model, out_dir, quantize=quantize, per_channel=per_channel, graph=graph,
                                 training={**settings, "checkpoint": which, "step": int(state["step"])})

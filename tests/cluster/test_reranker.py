@@ -161,6 +161,51 @@ def test_int8_export_is_smaller_and_close(tiny_model, exported, tmp_path):
     assert np.abs(fp32.score("a question", texts) - int8.score("a question", texts)).max() < 0.1
 
 
+def test_fused_and_traced_graphs_score_alike_for_every_pooling(tiny_model, tmp_path):
+    """The fused graph (onnxruntime's Attention, SkipLayerNormalization, BiasGelu) is the default
+    export; it must score like torch and like the traced graph, for each pooling, and its int8
+    form must hold its attention in QAttention."""
+    import onnx
+
+    from hybrid_qpr.export.cross_encoder import export_cross_encoder
+    from hybrid_qpr.rerankers import Reranker
+
+    texts = ["paris is the capital", "", "a " * 200, "Ünïcödé 東京", "x"]
+    pooling = tiny_model.pooling
+    try:
+        for choice in ("segments", "mean", "cls"):
+            tiny_model.pooling = choice
+            fused = export_cross_encoder(tiny_model, tmp_path / f"fused-{choice}")
+            traced = export_cross_encoder(tiny_model, tmp_path / f"torch-{choice}", graph="torch")
+            assert (fused["graph"], traced["graph"]) == ("fused", "torch")
+            expected = tiny_model.predict(["where is paris"] * len(texts), texts).numpy()
+            for directory in (tmp_path / f"fused-{choice}", tmp_path / f"torch-{choice}"):
+                assert np.abs(Reranker(directory).score("where is paris", texts) - expected).max() <= 1e-4, directory
+        ops = {node.op_type for node in onnx.load(str(tmp_path / "fused-cls" / "model.onnx")).graph.node}
+        assert {"Attention", "SkipLayerNormalization", "BiasGelu"} <= ops and "Softmax" not in ops
+        export_cross_encoder(tiny_model, tmp_path / "fused-int8", quantize=True)
+        ops = {node.op_type for node in onnx.load(str(tmp_path / "fused-int8" / "model.onnx")).graph.node}
+        assert "QAttention" in ops and "Attention" not in ops
+    finally:
+        tiny_model.pooling = pooling
+
+
+def test_the_fused_graph_refuses_a_backbone_it_was_not_written_for(tiny_model, tmp_path):
+    from hybrid_qpr.errors import ArtifactError
+    from hybrid_qpr.export.cross_encoder import export_cross_encoder
+
+    act = tiny_model.backbone.config.hidden_act
+    tiny_model.backbone.config.hidden_act = "relu"
+    try:
+        with pytest.raises(ArtifactError, match="--graph torch"):
+            export_cross_encoder(tiny_model, tmp_path / "out")
+    finally:
+        tiny_model.backbone.config.hidden_act = act
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ArtifactError, match="allowed values are fused, torch"):
+        export_cross_encoder(tiny_model, tmp_path / "out", graph="tf")
+
+
 def test_length_sorted_runs_cover_every_pair_and_score_like_one_run(exported):
     from hybrid_qpr.rerankers import Reranker
     from hybrid_qpr.rerankers.cross_encoder import length_runs
