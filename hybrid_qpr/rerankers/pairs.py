@@ -66,7 +66,8 @@ class PairTokenizer:
     def vocab_size(self) -> int:
         return int(self.tokenizer.get_vocab_size())
 
-    def _pieces(self, texts: Sequence[str]) -> list[list[int]]:
+    def pieces(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each text's word-piece ids, untruncated and without special tokens."""
         return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
 
     def pair_ids(self, query_ids: list[int], text_ids: list[int]) -> tuple[list[int], int]:
@@ -78,8 +79,8 @@ class PairTokenizer:
 
     def encode(self, query: str, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One question against each of ``texts`` (the question is tokenized once)."""
-        (query_ids,) = self._pieces([query])
-        return self.pad([self.pair_ids(query_ids, ids) for ids in self._pieces(texts)])
+        (query_ids,) = self.pieces([query])
+        return self.pad([self.pair_ids(query_ids, ids) for ids in self.pieces(texts)])
 
     def encode_pairs(self, queries: Sequence[str], texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``queries[i]`` against ``texts[i]`` for every i."""
@@ -89,7 +90,7 @@ class PairTokenizer:
         """``pair_ids`` of ``queries[i]`` against ``texts[i]`` for every i, unpadded."""
         if len(queries) != len(texts):
             raise ConfigError(f"{len(queries)} questions for {len(texts)} candidates: give one question per candidate")
-        return [self.pair_ids(q, t) for q, t in zip(self._pieces(queries), self._pieces(texts))]
+        return [self.pair_ids(q, t) for q, t in zip(self.pieces(queries), self.pieces(texts))]
 
     def pad(self, pairs: list[tuple[list[int], int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The three arrays of ``pairs`` (``pair_list``), padded to the longest of them."""

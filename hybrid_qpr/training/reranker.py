@@ -244,14 +244,11 @@ def pair_lengths(model, examples: Sequence[Example], limit: int = 2000, seed: in
     texts), to choose ``max_length`` from the data instead of by habit."""
     rng = random.Random(seed)
     sample = rng.sample(list(examples), min(limit, len(examples)))
-    queries, texts = [], []
-    for example in sample:
-        for text in example.positives + example.negatives:
-            queries.append(example.query)
-            texts.append(text)
-    pieces_q = model.pairs._pieces(queries)
-    pieces_t = model.pairs._pieces(texts)
-    return [3 + len(q) + len(t) for q, t in zip(pieces_q, pieces_t)]
+    lengths = []
+    for example in sample:  # each question tokenized once, against all of its texts
+        (question,) = model.pairs.pieces([example.query])
+        lengths.extend(3 + len(question) + len(text) for text in model.pairs.pieces(example.positives + example.negatives))
+    return lengths
 
 
 DEV_DEPTH = 20  # first-stage candidates per question of a paraphrase dev set (MRR@20)

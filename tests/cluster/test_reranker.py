@@ -25,8 +25,8 @@ TOKENIZER = resources.model_dir().parent / "minilm-l6-int8" / "tokenizer.json"
 def test_pair_layout_segments_and_padding():
     pairs = PairTokenizer(TOKENIZER, max_length=32, query_tokens=8)
     ids, mask, types = pairs.encode("how do i reset my password", ["open settings", "a much longer answer about it"])
-    (q,) = pairs._pieces(["how do i reset my password"])
-    c0, c1 = pairs._pieces(["open settings", "a much longer answer about it"])
+    (q,) = pairs.pieces(["how do i reset my password"])
+    c0, c1 = pairs.pieces(["open settings", "a much longer answer about it"])
     expected0 = [pairs.cls_id, *q, pairs.sep_id, *c0, pairs.sep_id]
     assert ids.shape == mask.shape == types.shape == (2, len(q) + len(c1) + 3)
     assert ids[0, : len(expected0)].tolist() == expected0
@@ -39,7 +39,7 @@ def test_pair_layout_segments_and_padding():
 def test_truncation_keeps_the_question_and_cuts_the_candidate():
     pairs = PairTokenizer(TOKENIZER, max_length=24, query_tokens=10)
     question = "what is the capital of france"
-    (q,) = pairs._pieces([question])
+    (q,) = pairs.pieces([question])
     ids, mask, _ = pairs.encode(question, ["paris " * 200])
     assert ids.shape == (1, 24) and mask.sum() == 24
     assert ids[0, 1 : 1 + len(q)].tolist() == q  # the whole question survives a very long candidate
@@ -866,34 +866,30 @@ COMMITTED_ENCODERS = sorted(p.parent.name for p in (resources.model_dir().parent
                             if json.loads(p.read_text()).get("kind") != "cross-encoder")
 
 
-class RecordedReranker:
-    """The committed reranker with its scores kept per (query, candidate texts): ``score`` is a
-    pure function of those, so a list it has scored before (BM25's lists are the same for
+def recorded_reranker(model_dir):
+    """The reranker at ``model_dir`` with its scores kept per (query, candidate texts): ``score``
+    is a pure function of those, so a list it has scored before (BM25's lists are the same for
     every encoder) is not scored again. ``calls`` records each call's input in order."""
+    from hybrid_qpr.rerankers import Reranker
 
-    def __init__(self, reranker):
-        self.reranker, self.memo, self.calls = reranker, {}, []
+    class RecordedReranker(Reranker):
+        def __init__(self, directory):
+            super().__init__(directory)
+            self.memo, self.calls = {}, []
 
-    def __getattr__(self, name):
-        return getattr(self.reranker, name)
+        def score(self, query, texts):
+            key = (query, tuple(texts))
+            self.calls.append(key)
+            if key not in self.memo:
+                self.memo[key] = super().score(query, texts)
+            return self.memo[key]
 
-    def score(self, query, texts):
-        key = (query, tuple(texts))
-        self.calls.append(key)
-        if key not in self.memo:
-            self.memo[key] = self.reranker.score(query, texts)
-        return self.memo[key]
-
-    def rerank(self, query, hits, depth=20, interpolation=None):
-        head = list(hits[:depth])
-        return self.reranker.reorder(hits, depth, self.score(query, [h.text for h in head]), interpolation)
+    return RecordedReranker(model_dir)
 
 
 @pytest.fixture(scope="module")
 def committed_reranker():
-    from hybrid_qpr.rerankers import Reranker
-
-    return RecordedReranker(Reranker(resources.model_dir().parent / "reranker-minilm-l6-int8"))
+    return recorded_reranker(resources.model_dir().parent / "reranker-minilm-l6-int8")
 
 
 @pytest.mark.cluster
