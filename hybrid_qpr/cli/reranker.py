@@ -136,9 +136,10 @@ def train(datasets, dev_dir, out_dir, loss, base_model, pooling, max_length, que
               "tensor (the same size; closer to fp32, docs/reranker.md).")
 @click.option("--checkpoint", type=click.Choice(["best", "last"]), default=None,
               help="Export the run's best.pt or checkpoint.pt instead of its saved model/ (e.g. while it still trains).")
-@click.option("--graph", type=click.Choice(["fused", "torch"]), default="fused", show_default=True,
+@click.option("--graph", type=click.Choice(["fused", "torch"]), default=None,
               help="fused: built from the weights with onnxruntime's fused attention and layer-norm operators "
-              "(BERT backbones; about 1.4x faster, docs/reranker.md); torch: traced by torch.onnx (any backbone).")
+              "(BERT backbones; faster, docs/reranker.md); torch: traced by torch.onnx (any backbone). "
+              "[default: fused where the backbone allows]")
 @friendly_errors
 def export(run_dir, out_dir, quantize, per_channel, checkpoint, graph) -> None:
     """Export a 'reranker train' run (its model/, or a checkpoint) to ONNX: model.onnx,
@@ -159,4 +160,4 @@ def export(run_dir, out_dir, quantize, per_channel, checkpoint, graph) -> None:
         config = export_run_checkpoint(run_dir, out_dir, checkpoint, quantize=quantize, per_channel=per_channel,
                                        graph=graph)
     click.echo(f"wrote {out_dir} (parity with torch {config['parity_max_abs_diff_fp32']:.1e}, "
-               f"{config['quantization'] or 'fp32'}, {graph} graph)")
+               f"{config['quantization'] or 'fp32'}, {config['graph']} graph)")

@@ -9,10 +9,10 @@ checked: the fp32 graph must reproduce torch on awkward pairs within ``PARITY_TO
 graph (``export.transformer.quantize_int8``); its quality is measured, not assumed
 (docs/reranker.md).
 
-Two ways to write the graph (``graph``): ``fused`` (the default; BERT backbones) builds it from
-the weights with onnxruntime's fused attention and layer-norm operators (``export.fused``),
-``torch`` traces the model with ``torch.onnx.export`` (any backbone; attention left as a dozen
-small operators, slower: docs/reranker.md, "Latency").
+Two ways to write the graph (``graph``): ``fused`` builds it from the weights with onnxruntime's
+fused attention and layer-norm operators (``export.fused``; BERT backbones), ``torch`` traces the
+model with ``torch.onnx.export`` (any backbone; attention left as a dozen small operators, slower:
+docs/reranker.md, "Latency"). The default is ``fused`` where the backbone allows it.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch
 from hybrid_qpr.artifacts import CROSS_ENCODER_KIND, atomic_directory, write_encoder_config
 from hybrid_qpr.encoders import CONFIG_FILE, TOKENIZER_FILE
 from hybrid_qpr.errors import ArtifactError
-from hybrid_qpr.export.fused import write_fused_cross_encoder
+from hybrid_qpr.export.fused import unsupported, write_fused_cross_encoder
 from hybrid_qpr.export.transformer import export_record, write_checked_onnx, write_dynamo_onnx
 from hybrid_qpr.model.cross_encoder import CrossEncoder
 from hybrid_qpr.rerankers.pairs import tokenizer_sha256
@@ -77,11 +77,13 @@ def parity(model: CrossEncoder, model_path: Path, pairs: list[tuple[str, str]] |
 
 def export_cross_encoder(model: CrossEncoder, out_dir: str | Path, *, quantize: bool = False,
                          training: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None,
-                         per_channel: bool = False, graph: str = "fused") -> dict[str, Any]:
+                         per_channel: bool = False, graph: str | None = None) -> dict[str, Any]:
     """Write ``out_dir`` (model.onnx, tokenizer.json, config.json) atomically; return the config.
     Raises ``ArtifactError`` if the fp32 graph differs from torch by more than ``PARITY_TOLERANCE``.
     ``per_channel``: int8 weight scales per output channel (``export.transformer.quantize_int8``);
-    ``graph``: ``fused`` or ``torch`` (module docstring)."""
+    ``graph``: ``fused`` or ``torch`` (module docstring; None: fused where the backbone allows)."""
+    if graph is None:
+        graph = "torch" if unsupported(model) else "fused"
     if graph not in GRAPHS:
         raise ArtifactError(f"graph={graph!r}: allowed values are {', '.join(GRAPHS)}")
     out_dir = Path(out_dir)
@@ -112,7 +114,7 @@ def export_cross_encoder(model: CrossEncoder, out_dir: str | Path, *, quantize: 
 
 
 def export_cross_encoder_dir(model_dir: str | Path, out_dir: str | Path, *, quantize: bool = False,
-                             per_channel: bool = False, graph: str = "fused") -> dict[str, Any]:
+                             per_channel: bool = False, graph: str | None = None) -> dict[str, Any]:
     """Export a saved cross-encoder (a run's ``model/``, or a run directory holding one)."""
     from hybrid_qpr.model.cross_encoder import SETTINGS_FILE
     from hybrid_qpr.model.transformer import read_settings

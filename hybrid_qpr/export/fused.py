@@ -109,15 +109,27 @@ def _unit_mean(graph: _Graph, hidden: str, weights: str, normalise: bool) -> str
     return graph.op("Div", [mean, graph.op("Max", [norm, "norm_floor"])])
 
 
+def unsupported(model) -> str | None:
+    """Why ``model``'s backbone cannot be written as a fused graph (None: it can)."""
+    config = model.backbone.config
+    if getattr(config, "model_type", None) != "bert":
+        return f"a {getattr(config, 'model_type', 'unknown')!r} backbone"
+    if getattr(config, "position_embedding_type", "absolute") != "absolute":
+        return f"{config.position_embedding_type!r} position embeddings"
+    if getattr(config, "hidden_act", None) != "gelu":
+        return f"the {config.hidden_act!r} activation"
+    return None
+
+
 def write_fused_cross_encoder(model, path: Path) -> None:
     """Write ``model`` (a ``CrossEncoder`` on a BERT backbone) as a fused ONNX graph with the
     exported reranker's interface: int64 ``input_ids``, ``attention_mask``, ``token_type_ids``
     [batch, seq] in, float32 ``scores`` [batch] out. ``ArtifactError`` for another backbone."""
+    reason = unsupported(model)
+    if reason is not None:
+        raise ArtifactError(f"the fused graph is written for BERT backbones with absolute positions and GELU, not "
+                            f"{reason}: export it with --graph torch")
     config = model.backbone.config
-    if getattr(config, "model_type", None) != "bert" or getattr(config, "position_embedding_type", "absolute") != "absolute" \
-            or getattr(config, "hidden_act", None) != "gelu":
-        raise ArtifactError(f"the fused graph is written for BERT backbones with absolute positions and GELU; this one is "
-                            f"{getattr(config, 'model_type', '?')!r}: export it with --graph torch")
     weights = {k: v.detach().cpu().float().numpy() for k, v in model.backbone.state_dict().items()}
     graph = _Graph()
     graph.weight("axis1", np.array([1], np.int64))

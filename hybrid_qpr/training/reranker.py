@@ -340,7 +340,7 @@ def train_reranker(dataset_dirs: Sequence[str | Path], dev_dir: str | Path | Non
 
 
 def export_run_checkpoint(run_dir: str | Path, out_dir: str | Path, which: str = "best", *,
-                          quantize: bool = False, per_channel: bool = False, graph: str = "fused") -> dict[str, Any]:
+                          quantize: bool = False, per_channel: bool = False, graph: str | None = None) -> dict[str, Any]:
     """Export the ``best.pt`` (or last ``checkpoint.pt``) of a ``reranker train`` run, which may
     still be training: the model is rebuilt from the run's ``settings.json``."""
     from hybrid_qpr.artifacts import load_checkpoint

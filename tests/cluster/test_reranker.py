@@ -197,11 +197,12 @@ def test_the_fused_graph_refuses_a_backbone_it_was_not_written_for(tiny_model, t
     act = tiny_model.backbone.config.hidden_act
     tiny_model.backbone.config.hidden_act = "relu"
     try:
-        with pytest.raises(ArtifactError, match="--graph torch"):
-            export_cross_encoder(tiny_model, tmp_path / "out")
+        with pytest.raises(ArtifactError, match="not the 'relu' activation: export it with --graph torch"):
+            export_cross_encoder(tiny_model, tmp_path / "out", graph="fused")
+        assert not (tmp_path / "out").exists()
+        assert export_cross_encoder(tiny_model, tmp_path / "auto")["graph"] == "torch"  # the default falls back
     finally:
         tiny_model.backbone.config.hidden_act = act
-    assert not (tmp_path / "out").exists()
     with pytest.raises(ArtifactError, match="allowed values are fused, torch"):
         export_cross_encoder(tiny_model, tmp_path / "out", graph="tf")
 
