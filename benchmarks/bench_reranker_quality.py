@@ -46,7 +46,7 @@ def measure(name: str, beir_dir: str, index: str, reranker_dir: str, args) -> di
     from hybrid_qpr.search import HybridSearcher
 
     backend = LocalIndex.open(index)
-    reranker = Reranker(reranker_dir)
+    reranker = Reranker(reranker_dir, run_cost=args.run_cost)
     searcher = HybridSearcher(backend, Encoder.load(backend.model_dir), reranker=reranker)  # the index's model
     _, queries, qrels = load_beir(beir_dir, args.split)
     sample = sample_queries(queries, qrels, args.max_queries)
@@ -78,6 +78,7 @@ def measure(name: str, beir_dir: str, index: str, reranker_dir: str, args) -> di
             f"+reranker tuned (depth {chosen.depth}, {chosen.norm} weight {chosen.weight:g})":
                 report(chosen.depth, Interpolation(chosen.weight, chosen.norm))}
     return {"set": name, "beir": beir_dir, "split": args.split, "task": args.task, "metric": chosen.metric,
+            "run_cost": "one" if reranker.run_cost >= 10**9 else reranker.run_cost,
             "queries": len(sample), "tune_queries": len(tune_half), "report_queries": len(report_half),
             "fusion": {"fusion": fusion.fusion, "alpha": fusion.alpha, "depth": fusion.depth},
             "chosen": {"depth": chosen.depth, "norm": chosen.norm, "weight": chosen.weight},
@@ -95,6 +96,8 @@ def main() -> None:
     parser.add_argument("--max-queries", type=int, default=None)
     parser.add_argument("--depths", type=lambda s: [int(d) for d in s.split(",")], default=[10, 20, 50])
     parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--run-cost", default=None, type=lambda s: 10**9 if s == "one" else int(s),
+                        help="Reranker run cost in padded tokens, 'one' = one run per query [default: the library's]")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     load_at_start = os.getloadavg()[0]

@@ -7,15 +7,16 @@ settings and the sha256 of the tokenizer the model was trained with. Loading che
 a directory that is not a cross-encoder, or whose tokenizer is not the one recorded, is refused
 with a one-line ``ArtifactError``.
 
-An fp32 model scores a query's pairs sorted by length, in a few onnxruntime runs of similar
-lengths (:func:`length_runs`), so a short pair is not padded to the longest candidate of the
-query (answer sentences vary from a few words to a paragraph's worth); padding is masked, so
-the scores are those of one run. An int8 model (dynamic quantization scales activations per
-run) scores all pairs of a query in **one** run: scores from runs with different scales rank
-less consistently against each other (measured, TrecQA dev MAP after BM25 / kNN: fp32 0.808 /
-0.831, int8 one run 0.803 / 0.822, int8 length-sorted runs 0.790 / 0.810; docs/reranker.md).
-A candidate's int8 score thus depends slightly on the other candidates of the query; the same
-query over the same hits always gets the same scores.
+A query's pairs are scored sorted by length, in a few onnxruntime runs of similar lengths
+(:func:`length_runs`), so a short pair is not padded to the longest candidate of the query
+(answer sentences vary from a few words to a paragraph's worth); padding is masked, so in fp32
+the scores are those of one run. Dynamic int8 quantization scales activations per run, so an
+int8 candidate's score depends slightly on the other pairs of its run; the same query over the
+same hits always gets the same scores. One exception, by measurement: an int8 graph traced by
+``torch.onnx`` (exports without ``"graph": "fused"`` in config.json) scores all pairs of a query
+in **one** run, where length-sorted runs ranked worse (TrecQA dev MAP after BM25 / kNN: one run
+0.803 / 0.822, length-sorted 0.790 / 0.810); the fused int8 graph ranks alike both ways and
+length-sorted runs are a fifth faster (docs/reranker.md, "Latency").
 
 **Interpolation with the first stage.** A reranked hit is ordered by the cross-encoder's logit
 plus ``weight`` times its first-stage score normalised over the reranked head (:data:`NORMS`:
@@ -151,9 +152,9 @@ class Reranker:
         self.config = read_reranker_config(self.model_dir)
         # what 'tune --reranker --save-to-model' stored; an index's own tuned values replace it
         self.interpolation = Interpolation.of(self.tuned, str(self.model_dir / ENCODER_CONFIG_FILE))
-        # None: length-sorted runs for an fp32 graph, one run for an int8 one (module docstring)
+        # None: length-sorted runs, except one run for a traced int8 graph (module docstring)
         self.run_cost = run_cost if run_cost is not None else (
-            ONE_RUN if self.config.get("quantization") else RUN_COST_TOKENS)
+            ONE_RUN if self.config.get("quantization") and self.config.get("graph") != "fused" else RUN_COST_TOKENS)
         tokenizer_path = self.model_dir / ENCODER_TOKENIZER_FILE
         if tokenizer_sha256(tokenizer_path) != self.config["tokenizer_sha256"]:
             raise ArtifactError(f"{tokenizer_path}: not the tokenizer this cross-encoder was trained with (its sha256 "
