@@ -10,12 +10,16 @@ from hybrid_qpr.cli._common import BATCH, SEED, FiniteFloatRange, friendly_error
 
 
 def mining_options(func):
-    """How hard negatives are mined for paraphrase datasets: ``--max-clusters``, ``--mine-depth``, ``--miner-model``."""
+    """How hard negatives are mined: ``--max-clusters``, ``--mine-depth``, ``--mine-answers``, ``--miner-model``."""
     options = [
         click.option("--max-clusters", type=click.IntRange(min=1), default=2000, show_default=True,
                      help="Paraphrase clusters taken from each paraphrase dataset (seeded sample)."),
         click.option("--mine-depth", type=click.IntRange(min=1), default=10, show_default=True,
-                     help="Paraphrase datasets: BM25 and kNN hits per cluster searched for hard negatives."),
+                     help="BM25 and kNN hits per cluster (or question, with --mine-answers) searched for hard negatives."),
+        click.option("--mine-answers", is_flag=True,
+                     help="Answer datasets: add to each question's labelled wrong sentences the wrong ones our own "
+                          "BM25 and kNN rank highest over all the dataset's train sentences (what a first stage "
+                          "hands the reranker at query time; SQuAD's labelled ones are only the answer's paragraph)."),
         click.option("--miner-model", type=click.Path(exists=True, file_okay=False), default=None,
                      help="Encoder for mining kNN hard negatives. [default: the bundled model]"),
     ]
@@ -98,7 +102,7 @@ def distillation_options(func):
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @friendly_errors
 def train(datasets, dev_dir, out_dir, loss, base_model, pooling, max_length, query_tokens, batch_size, negatives,
-          precision, length_buckets, max_clusters, mine_depth, miner_model, teacher, layers, distill_weight, temperature, dev_max_questions,
+          precision, length_buckets, max_clusters, mine_depth, mine_answers, miner_model, teacher, layers, distill_weight, temperature, dev_max_questions,
           steps, lr, warmup, eval_every, patience, checkpoint_every, log_every, max_minutes, resume, export_dir,
           quantize, seed) -> None:
     """Train a cross-encoder on DATASETS: answer datasets ('dataset from-answers', 'from-squad':
@@ -117,7 +121,8 @@ def train(datasets, dev_dir, out_dir, loss, base_model, pooling, max_length, que
 
     settings = RerankerSettings(loss=loss, base_model=base_model, pooling=pooling, max_length=max_length,
                                 query_tokens=query_tokens, batch_size=batch_size, negatives=negatives,
-                                max_clusters=max_clusters, mine_depth=mine_depth, miner_model=miner_model,
+                                max_clusters=max_clusters, mine_depth=mine_depth, mine_answers=mine_answers,
+                                miner_model=miner_model,
                                 dev_max_questions=dev_max_questions, teacher=teacher, layers=layers,
                                 distill_weight=distill_weight, temperature=temperature, precision=precision,
                                 length_buckets=length_buckets)

@@ -12,6 +12,12 @@ ways a first stage confuses questions), are
   rank below the labelled ones;
 * for a dev set (:func:`cluster_candidates`): all hits but the question itself, what a hybrid
   first stage would hand a reranker, with its own cluster's questions as the relevant ones.
+
+Answer datasets get the same treatment (:func:`mine_answer_negatives`): every train sentence of
+the dataset goes into the index, each question is searched, and the hits that are not one of its
+correct sentences join its labelled wrong ones. SQuAD's labelled negatives are only the other
+sentences of the answer's paragraph; the first stage at query time ranks sentences of the whole
+corpus, so a reranker trained on paragraph neighbours alone meets unfamiliar mistakes there.
 """
 
 from __future__ import annotations
@@ -24,33 +30,51 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 
-def interleaved_hits(groups: Sequence[Sequence[str]], queries: Sequence[int], want: Sequence[int],
-                     miner_model: str | None = None) -> list[list[tuple[int, int]]]:
-    """For cluster ``queries[i]``'s first question, the top ``want[i]`` BM25 and kNN hits over all
-    the ``groups``' questions, interleaved without repeats and without the question itself, as
-    ``(cluster, position)`` pairs."""
+def search_both(texts: Sequence[str], queries: Sequence[str], want: Sequence[int],
+                miner_model: str | None = None) -> list[list[int]]:
+    """For each of ``queries``, the top ``want[i]`` BM25 and kNN hits over ``texts`` in a
+    throw-away embedded index, interleaved without repeats, as positions in ``texts``."""
     from hybrid_qpr.backends.local import LocalIndex
     from hybrid_qpr.encoders import Encoder
     from hybrid_qpr.types import Document
 
     encoder = Encoder.load(miner_model)
-    documents = [Document(f"{c}:{j}", text) for c, texts in enumerate(groups) for j, text in enumerate(texts)]
     lists = []
     with tempfile.TemporaryDirectory(prefix="hqpr-mine-") as tmp:
         index = LocalIndex.create(Path(tmp) / "index", encoder)
-        index.ingest(documents, encoder, show_progress=False)
+        index.ingest([Document(str(i), text) for i, text in enumerate(texts)], encoder, show_progress=False)
         index.close()
         index = LocalIndex.open(Path(tmp) / "index")
-        vectors = encoder.encode([groups[c][0] for c in queries])
-        for c, vector, n in zip(queries, vectors, want):
-            bm25 = [h.id for h in index.bm25(groups[c][0], n)]
-            knn = [h.id for h in index.knn(vector, n)]
-            picked: list[str] = []
-            for pair in zip(bm25, knn):
-                picked.extend(d for d in pair if d != f"{c}:0" and d not in picked)
-            lists.append([(int(a), int(b)) for a, b in (d.split(":") for d in picked)])
+        for query, vector, n in zip(queries, encoder.encode(list(queries)), want):
+            picked: list[int] = []
+            for pair in zip(index.bm25(query, n), index.knn(vector, n)):
+                picked.extend(int(h.id) for h in pair if int(h.id) not in picked)
+            lists.append(picked)
         index.close()
     return lists
+
+
+def interleaved_hits(groups: Sequence[Sequence[str]], queries: Sequence[int], want: Sequence[int],
+                     miner_model: str | None = None) -> list[list[tuple[int, int]]]:
+    """For cluster ``queries[i]``'s first question, the top ``want[i]`` BM25 and kNN hits over all
+    the ``groups``' questions, interleaved without repeats and without the question itself, as
+    ``(cluster, position)`` pairs."""
+    where = [(c, j) for c, texts in enumerate(groups) for j in range(len(texts))]
+    hits = search_both([t for texts in groups for t in texts], [groups[c][0] for c in queries], want, miner_model)
+    return [[where[i] for i in found if where[i] != (c, 0)] for c, found in zip(queries, hits)]
+
+
+def mine_answer_negatives(questions: Sequence[str], positives: Sequence[Sequence[str]], texts: Sequence[str],
+                          depth: int, miner_model: str | None = None) -> list[list[str]]:
+    """For each question, up to ``depth`` of its BM25 and kNN hits over ``texts`` (a dataset's
+    train sentences) that are not among its ``positives``, best first."""
+    hits = search_both(texts, questions, [depth + len(p) for p in positives], miner_model)
+    mined = []
+    for right, found in zip(positives, hits):
+        right = set(right)
+        mined.append([texts[i] for i in found if texts[i] not in right][:depth])
+    logger.info("mined %d hard negatives for %d questions", sum(map(len, mined)), len(mined))
+    return mined
 
 
 def mine_cluster_examples(dataset_dir: str | Path, max_clusters: int | None, seed: int, depth: int,

@@ -4,7 +4,9 @@ Training examples are (question, correct texts, wrong texts):
 
 * **answer datasets** (written by ``hybrid-qpr dataset from-answers`` / ``from-squad``): each train
   question, its correct sentences and its labelled wrong candidates (WikiQA, TrecQA) or the
-  other sentences of its paragraph (SQuAD), which are hard negatives by construction;
+  other sentences of its paragraph (SQuAD), which are hard negatives by construction; with
+  ``mine_answers``, also the wrong sentences our own first stage ranks highest over all of the
+  dataset's train sentences (``hybrid_qpr.training.hard_negatives.mine_answer_negatives``);
 * **question clusters** (``hybrid-qpr dataset build``): a cluster's first question, its other
   questions as the correct texts, and hard negatives mined by our own search
   (``hybrid_qpr.training.hard_negatives``: the top BM25 and kNN hits outside the cluster).
@@ -73,7 +75,8 @@ class RerankerSettings:
     batch_size: int = 4  # questions per step
     negatives: int = 7  # wrong texts per question
     max_clusters: int | None = 2000  # question clusters used per cluster dataset (seeded sample)
-    mine_depth: int = 10  # hits per retriever searched for hard negatives of a cluster
+    mine_depth: int = 10  # hits per retriever searched for hard negatives of a cluster (or question)
+    mine_answers: bool = False  # answer datasets: add negatives mined over all their train sentences
     miner_model: str | None = None  # encoder for mining kNN negatives; None: the bundled default
     teacher: str | None = None  # a trained cross-encoder directory: distil it (module docstring)
     layers: tuple[int, ...] | None = None  # transformer layers of the teacher (or base) kept; None = all
@@ -129,6 +132,8 @@ def load_examples(dataset_dirs: Sequence[str | Path], settings: RerankerSettings
         if _manifest_format(directory) == ANSWERS_FORMAT:
             found = [Example(r.question, list(r.positives), list(r.negatives))
                      for r in read_answer_records(directory, "train") if r.positives]
+            if settings.mine_answers:
+                _add_mined_negatives(found, settings)
         else:  # question clusters ('dataset build'); load_split names a directory that is neither
             from hybrid_qpr.training.hard_negatives import mine_cluster_examples
 
@@ -139,6 +144,19 @@ def load_examples(dataset_dirs: Sequence[str | Path], settings: RerankerSettings
     if len(examples) < 2:
         raise ConfigError("the reranker needs at least 2 train questions with a correct text")
     return examples
+
+
+def _add_mined_negatives(examples: list[Example], settings: RerankerSettings) -> None:
+    """Append to each example's negatives the wrong sentences a first stage ranks highest for it
+    over all the examples' sentences (labelled ones first; no sentence twice)."""
+    from hybrid_qpr.training.hard_negatives import mine_answer_negatives
+
+    texts = list(dict.fromkeys(t for e in examples for t in e.positives + e.negatives))
+    mined = mine_answer_negatives([e.query for e in examples], [e.positives for e in examples], texts,
+                                  settings.mine_depth, settings.miner_model)
+    for example, extra in zip(examples, mined):
+        known = set(example.negatives)
+        example.negatives.extend(t for t in extra if t not in known)
 
 
 def draw_groups(examples: Sequence[Example], settings: RerankerSettings, seed: int,

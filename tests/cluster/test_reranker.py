@@ -672,6 +672,32 @@ def test_hard_negatives_come_from_other_clusters_of_the_engines_hits(tmp_path, c
     assert any(n.startswith("how do i change my") for n in negatives)
 
 
+def test_mined_answer_negatives_are_other_questions_sentences_the_engine_ranks_high(tmp_path, committed_encoder):
+    """``--mine-answers``: each answer-set question keeps its labelled wrong sentences and gains the
+    wrong ones BM25 and kNN rank highest over the dataset's sentences, never its correct ones."""
+    from hybrid_qpr.data.answer_dataset import build_answer_selection
+    from hybrid_qpr.training.reranker import RerankerSettings, load_examples
+
+    subjects = ["glacier", "volcano", "river", "desert", "forest", "island"]
+    rows = ["qid\tquestion\tsentence\tlabel"]
+    for i, subject in enumerate(subjects):
+        rows += [f"q{i}\twhat is a {subject} made of ?\ta {subject} is made of {subject} matter .\t1",
+                 f"q{i}\twhat is a {subject} made of ?\tthe weather was fine that day .\t0"]
+    (tmp_path / "train.tsv").write_text("\n".join(rows) + "\n")
+    build_answer_selection(tmp_path / "train.tsv", tmp_path / "answers")
+    plain = load_examples([tmp_path / "answers"], RerankerSettings(), seed=0)
+    mined = load_examples([tmp_path / "answers"], RerankerSettings(mine_answers=True, mine_depth=3,
+                                                                   miner_model=str(committed_encoder.model_dir)), seed=0)
+    assert [e.query for e in mined] == [e.query for e in plain]
+    for before, after in zip(plain, mined):
+        assert after.positives == before.positives and after.negatives[:len(before.negatives)] == before.negatives
+        extra = after.negatives[len(before.negatives):]
+        assert 1 <= len(extra) <= 3 and len(set(after.negatives)) == len(after.negatives)
+        assert not set(extra) & set(after.positives)
+        # the other questions' answers share "is made of ... matter": the engine finds them
+        assert any(" is made of " in text for text in extra)
+
+
 def test_paraphrase_dev_set_is_a_first_stage_top_20_with_the_cluster_marked(tmp_path, committed_encoder):
     from hybrid_qpr.training.reranker import DEV_DEPTH, RerankerSettings, dev_set
 
