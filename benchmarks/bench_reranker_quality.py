@@ -42,7 +42,7 @@ def measure(name: str, beir_dir: str, index: str, reranker_dir: str, args) -> di
     from hybrid_qpr.evaluation.evaluator import sample_queries, tune, tune_reranker
     from hybrid_qpr.evaluation.tasks import get_task, task_query_filters
     from hybrid_qpr.rerankers import Interpolation, Reranker
-    from hybrid_qpr.rerankers.cross_encoder import NORMS
+    from hybrid_qpr.rerankers.cross_encoder import NORMS, ONE_RUN
     from hybrid_qpr.search import HybridSearcher
 
     backend = LocalIndex.open(index)
@@ -78,7 +78,7 @@ def measure(name: str, beir_dir: str, index: str, reranker_dir: str, args) -> di
             f"+reranker tuned (depth {chosen.depth}, {chosen.norm} weight {chosen.weight:g})":
                 report(chosen.depth, Interpolation(chosen.weight, chosen.norm))}
     return {"set": name, "beir": beir_dir, "split": args.split, "task": args.task, "metric": chosen.metric,
-            "run_cost": "one" if reranker.run_cost >= 10**9 else reranker.run_cost,
+            "run_cost": "one" if reranker.run_cost == ONE_RUN else reranker.run_cost,
             "queries": len(sample), "tune_queries": len(tune_half), "report_queries": len(report_half),
             "fusion": {"fusion": fusion.fusion, "alpha": fusion.alpha, "depth": fusion.depth},
             "chosen": {"depth": chosen.depth, "norm": chosen.norm, "weight": chosen.weight},
@@ -88,6 +88,8 @@ def measure(name: str, beir_dir: str, index: str, reranker_dir: str, args) -> di
 
 
 def main() -> None:
+    from hybrid_qpr.rerankers.cross_encoder import ONE_RUN
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reranker", required=True)
     parser.add_argument("--set", dest="sets", action="append", required=True, help="NAME=BEIR_DIR:INDEX")
@@ -96,7 +98,7 @@ def main() -> None:
     parser.add_argument("--max-queries", type=int, default=None)
     parser.add_argument("--depths", type=lambda s: [int(d) for d in s.split(",")], default=[10, 20, 50])
     parser.add_argument("--seed", type=int, default=13)
-    parser.add_argument("--run-cost", default=None, type=lambda s: 10**9 if s == "one" else int(s),
+    parser.add_argument("--run-cost", default=None, type=lambda s: ONE_RUN if s == "one" else int(s),
                         help="Reranker run cost in padded tokens, 'one' = one run per query [default: the library's]")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()

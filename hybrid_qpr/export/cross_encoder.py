@@ -31,11 +31,10 @@ from hybrid_qpr.errors import ArtifactError
 from hybrid_qpr.export.fused import unsupported, write_fused_cross_encoder
 from hybrid_qpr.export.transformer import export_record, write_checked_onnx, write_dynamo_onnx
 from hybrid_qpr.model.cross_encoder import CrossEncoder
+from hybrid_qpr.rerankers.cross_encoder import INPUTS, OUTPUT  # the graph signature the loader checks
 from hybrid_qpr.rerankers.pairs import tokenizer_sha256
 
 KIND = CROSS_ENCODER_KIND
-OUTPUT = "scores"
-INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 GRAPHS = ("fused", "torch")
 
 # Awkward pairs every export is checked on (no text from any data set).

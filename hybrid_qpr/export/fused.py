@@ -30,10 +30,10 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from hybrid_qpr.errors import ArtifactError
+from hybrid_qpr.rerankers.cross_encoder import INPUTS, OUTPUT
 
 OPSET = 17
 MICROSOFT = "com.microsoft"
-INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 class _Graph:
@@ -60,7 +60,7 @@ def _bert_layers(graph: _Graph, weights: dict[str, np.ndarray], config, ids: str
     """The last hidden state [batch, seq, hidden] of a BERT encoder (weights named as in a
     Hugging Face ``BertModel``'s state dict)."""
     eps = float(config.layer_norm_eps)
-    f32 = lambda key: weights[key].astype(np.float32)  # noqa: E731
+    f32 = weights.__getitem__  # float32 arrays already (write_fused_cross_encoder)
     words = graph.op("Gather", [graph.weight("word_embeddings", f32("embeddings.word_embeddings.weight")), ids])
     seq_len = graph.op("Slice", [graph.op("Shape", [ids]), graph.weight("one", np.array([1], np.int64)),
                                  graph.weight("two", np.array([2], np.int64))])
@@ -149,9 +149,9 @@ def write_fused_cross_encoder(model, path: Path) -> None:
     head_bias = model.head.bias.detach().cpu().float().numpy()
     logit = graph.op("Add", [graph.op("MatMul", [pooled, graph.weight("head_weight", head_weight)]),
                              graph.weight("head_bias", head_bias)])
-    graph.op("Reshape", [logit, graph.weight("flat", np.array([-1], np.int64))], output="scores")
+    graph.op("Reshape", [logit, graph.weight("flat", np.array([-1], np.int64))], output=OUTPUT)
     inputs = [helper.make_tensor_value_info(name, TensorProto.INT64, ["batch", "seq"]) for name in INPUTS]
-    outputs = [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["batch"])]
+    outputs = [helper.make_tensor_value_info(OUTPUT, TensorProto.FLOAT, ["batch"])]
     onnx_graph = helper.make_graph(graph.nodes, "hybrid_qpr_cross_encoder", inputs, outputs, graph.weights)
     proto = helper.make_model(onnx_graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MICROSOFT, 1)],
                               producer_name="hybrid-qpr")
