@@ -22,6 +22,7 @@ from pathlib import Path
 
 from hybrid_qpr.artifacts import display_name, iter_rows, open_text
 from hybrid_qpr.errors import BadLines, InputError
+from hybrid_qpr.text.ids import id_problem
 
 COLUMNS = ("qid", "question", "sentence", "label")
 _ALIASES = {
@@ -69,8 +70,8 @@ def _layout(row: list[str]) -> dict[str, int] | None:
 def read_answer_questions(path: str | Path, bad_lines: BadLines | None = None) -> list[AnswerQuestion]:
     """The questions of an answer-selection file, each with its candidates (module docstring).
 
-    A malformed row (wrong column count, empty field, label not 0/1, a qid already used for
-    another question) goes to ``bad_lines``: strict (the default) raises
+    A malformed row (wrong column count, empty field, label not 0/1, a qid with a control
+    character or already used for another question) goes to ``bad_lines``: strict (the default) raises
     ``InputError(path, line, problem)``, ``BadLines("skip")`` skips and records it.
     """
     bad_lines = bad_lines or BadLines()
@@ -114,6 +115,8 @@ def _rows(path: str | Path, name: str) -> Iterator[tuple[int, tuple[str, str, st
             raw_label = row[columns["label"]].strip().lower()
             if not qid:
                 yield line, "the qid is empty"
+            elif problem := id_problem(qid):  # it becomes a query id of the qrels and runs
+                yield line, f"qid: {problem}"
             elif not question:
                 yield line, "the question is empty"
             elif not sentence:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from hybrid_qpr.artifacts import display_name, open_text
 from hybrid_qpr.errors import BadLines, InputError
+from hybrid_qpr.text.ids import id_problem
 from hybrid_qpr.text.sentences import sentences_overlapping, split_sentences
 
 
@@ -103,6 +104,10 @@ def _question(qa, context: str, spans: list[tuple[int, int]], where: str, bad) -
     qid = qa.get("id")
     if not isinstance(qid, (str, int)) or isinstance(qid, bool) or not str(qid).strip():
         bad(where, "the question has no 'id'")
+        return None
+    problem = id_problem(str(qid).strip())  # it becomes a query id of the qrels and runs
+    if problem:
+        bad(where, problem)
         return None
     gold: list[int] = []
     for n, answer in enumerate(qa.get("answers") or []):

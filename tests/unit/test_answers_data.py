@@ -111,6 +111,10 @@ def test_from_answers_bad_lines_name_file_and_line(tmp_path):
         build_answer_selection(clash, tmp_path / "y", split_name="val")
     skipped = build_answer_selection(bad, tmp_path / "z", split_name="val", on_bad_line="skip")
     assert skipped.skipped == [SkippedLine(str(bad), 2, "label must be 0 or 1, found 'maybe'")]
+    control = tmp_path / "control.tsv"  # a qid becomes a query id of qrels and run files: no control characters
+    control.write_text("q1\twhere\tthere .\t1\nq\x1b2\twho\there .\t1\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"control.tsv:2: qid: id 'q\\x1b2' holds the control character"):
+        build_answer_selection(control, tmp_path / "c", split_name="val")
 
 
 def _squad(articles: list[tuple[str, str, list[tuple[str, str, str]]]]) -> dict:
@@ -150,6 +154,10 @@ def test_from_squad_bad_offset_is_reported_or_skipped(tmp_path):
         build_answer_retrieval(path, tmp_path / "ds", split_name="test")
     report = build_answer_retrieval(path, tmp_path / "ds", split_name="test", on_bad_line="skip")
     assert report.counts["test"]["questions"] == 0 and len(report.skipped) == 2  # the answer, then its question
+    control = _squad([("A", "One fact. Two facts.", [("x\x072", "how many?", "Two")])])
+    path.write_text(json.dumps(control), encoding="utf-8")
+    with pytest.raises(InputError, match=r"qas\[0\]: id 'x\\x072' holds the control character"):
+        build_answer_retrieval(path, tmp_path / "ds3", split_name="test")
     broken = tmp_path / "broken.json"
     broken.write_text('{"data": [\n  {"title": }\n]}', encoding="utf-8")
     with pytest.raises(InputError, match=r"broken.json:2: not valid JSON"):
