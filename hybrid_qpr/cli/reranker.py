@@ -63,10 +63,11 @@ def distillation_options(func):
 
 @reranker.command("train")
 @click.argument("datasets", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
-@click.option("--dev", "dev_dir", type=click.Path(exists=True, file_okay=False), default=None,
+@click.option("--dev", "dev_dirs", multiple=True, type=click.Path(exists=True, file_okay=False),
               help="Dataset whose val split selects the model and stops early: an answer dataset (MAP of each question's "
                    "candidates, e.g. data/wikiqa) or a paraphrase dataset (MRR@20 of re-ranking BM25 and kNN's top 20 "
-                   "over the val questions, e.g. data/quora; --dev-max-questions samples it).")
+                   "over the val questions, e.g. data/quora; --dev-max-questions samples it). Repeat it to select on "
+                   "the mean of several sets' metrics (each is logged too).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Run directory (checkpoint.pt, best.pt, log.jsonl, report.json, model/).")
 @click.option("--loss", type=click.Choice(["listwise", "bce", "listwise+bce"]), default="listwise", show_default=True,
@@ -101,7 +102,7 @@ def distillation_options(func):
 @click.option("--int8", "quantize", is_flag=True, help="Quantize the export to int8.")
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @friendly_errors
-def train(datasets, dev_dir, out_dir, loss, base_model, pooling, max_length, query_tokens, batch_size, negatives,
+def train(datasets, dev_dirs, out_dir, loss, base_model, pooling, max_length, query_tokens, batch_size, negatives,
           precision, length_buckets, max_clusters, mine_depth, mine_answers, miner_model, teacher, layers, distill_weight, temperature, dev_max_questions,
           steps, lr, warmup, eval_every, patience, checkpoint_every, log_every, max_minutes, resume, export_dir,
           quantize, seed) -> None:
@@ -113,6 +114,8 @@ def train(datasets, dev_dir, out_dir, loss, base_model, pooling, max_length, que
     Example:
       hybrid-qpr reranker train data/wikiqa data/trecqa data/squad --dev data/wikiqa --out runs/reranker \\
           --export models/reranker-int8 --int8
+      hybrid-qpr reranker train data/wikiqa data/trecqa data/squad --dev data/wikiqa --dev data/trecqa \\
+          --dev data/squad --out runs/reranker-mean      # the step whose mean dev metric is best
       hybrid-qpr reranker train data/wikiqa data/trecqa data/squad --dev data/wikiqa --out runs/student \\
           --teacher runs/reranker --layers 1,3,5 --export models/reranker-l3-int8 --int8
     """
@@ -128,7 +131,7 @@ def train(datasets, dev_dir, out_dir, loss, base_model, pooling, max_length, que
                                 length_buckets=length_buckets)
     trainer = TrainerSettings(steps=steps, lr=lr, warmup=warmup, eval_every=eval_every, patience=patience,
                               checkpoint_every=checkpoint_every, log_every=log_every, max_minutes=max_minutes, seed=seed)
-    report = train_reranker(list(datasets), dev_dir, out_dir, settings, trainer, resume=resume,
+    report = train_reranker(list(datasets), list(dev_dirs) or None, out_dir, settings, trainer, resume=resume,
                             export_dir=export_dir, quantize=quantize)
     click.echo(json.dumps({k: v for k, v in report.items() if k != "history"}, indent=2))
 

@@ -11,6 +11,12 @@ w = 1 is the fine-tuned model, w = 0 the base model. Both must share one archite
 parameter names and shapes); only floating-point tensors are mixed, integer buffers (position
 ids) are the fine-tuned model's. The result is a model directory like a fine-tuning run's
 ``model/``: ``hybrid-qpr export`` takes it as it is.
+
+The same line joins two cross-encoders that share an ancestor (a reranker and the run continued
+from it with other negatives): averaging such fine-tuned weights ("model soups", Wortsman et al.,
+ICML 2022) can keep what each run learned. For the bundled reranker the midpoint of its two runs
+ranked above both ends on two of three dev sets (docs/reranker.md). The result is then a
+reranker run's ``model/``, exported by ``hybrid-qpr reranker export``.
 """
 
 from __future__ import annotations
@@ -50,31 +56,44 @@ def interpolate_model(tuned_dir: str | Path, out_dir: str | Path, weight: float,
                       quantize: bool = False) -> dict[str, Any]:
     """Write ``out_dir``: the model of ``tuned_dir`` moved back toward ``base_dir`` (see the module doc).
 
-    ``tuned_dir`` is a fine-tuning run directory (its ``model/`` is used) or a model directory
-    written by ``hybrid-qpr finetune``. ``base_dir`` defaults to the base model recorded in its
-    training settings, else the bundled all-MiniLM-L6-v2. The tuned model's max_length and
-    normalisation are kept. ``export_dir`` also exports the result to ONNX (``quantize``: int8).
-    Returns the settings written with the model (and the export's config under ``"export"``).
+    ``tuned_dir`` is a fine-tuning or ``reranker train`` run directory (its ``model/`` is used)
+    or such a model directory. ``base_dir`` defaults to the base model recorded in its training
+    settings, else (an embedder) the bundled all-MiniLM-L6-v2. The tuned model's settings
+    (max_length, pooling, ...) are kept. ``export_dir`` also exports the result to ONNX
+    (``quantize``: int8). Returns the settings written with the model (and the export's config
+    under ``"export"``).
     """
-    from hybrid_qpr.model.transformer import SETTINGS_FILE, TransformerEmbedder, read_settings
+    from hybrid_qpr.model import cross_encoder, transformer
     from hybrid_qpr.training.transformer import run_model_dir
 
     tuned_dir = run_model_dir(tuned_dir)
-    if not (tuned_dir / SETTINGS_FILE).is_file():
-        raise ConfigError(f"{tuned_dir}: no {SETTINGS_FILE}; give a 'hybrid-qpr finetune' run or its model/ directory")
-    training = read_settings(tuned_dir).get("training") or {}
+    if (tuned_dir / cross_encoder.SETTINGS_FILE).is_file():
+        model_class, settings_file = cross_encoder.CrossEncoder, cross_encoder.SETTINGS_FILE
+    elif (tuned_dir / transformer.SETTINGS_FILE).is_file():
+        model_class, settings_file = transformer.TransformerEmbedder, transformer.SETTINGS_FILE
+    else:
+        raise ConfigError(f"{tuned_dir}: no {transformer.SETTINGS_FILE} or {cross_encoder.SETTINGS_FILE}; give a "
+                          "'hybrid-qpr finetune' or 'hybrid-qpr reranker train' run, or its model/ directory")
+    training = transformer.read_settings(tuned_dir, settings_file).get("training") or {}
     if base_dir is None:
         base_dir = training.get("base_model")  # None: the bundled model, as finetune used
-    tuned = TransformerEmbedder.from_dir(tuned_dir)
-    base = TransformerEmbedder.from_dir(base_dir)
+        if model_class is cross_encoder.CrossEncoder and not (base_dir and Path(base_dir).is_dir()):
+            raise ConfigError(f"{tuned_dir}: its recorded base model ({base_dir or 'none'}) is not a directory here; "
+                              "give the cross-encoder to mix it with as --base-model")
+    else:
+        base_dir = run_model_dir(base_dir)
+    tuned = model_class.from_dir(tuned_dir)
+    base = model_class.from_dir(base_dir)
     with torch.no_grad():
         tuned.load_state_dict(interpolate_state(base.state_dict(), tuned.state_dict(), weight))
     interpolation = {"weight": weight, "base_model": str(base_dir) if base_dir else None, "tuned_model": str(tuned_dir)}
     tuned.save(out_dir, extra={"training": training, "interpolation": interpolation})
-    logger.info("wrote %s: %.2f x fine-tuned + %.2f x base", out_dir, weight, 1 - weight)
+    logger.info("wrote %s: %.2f x %s + %.2f x %s", out_dir, weight, tuned_dir, 1 - weight, base_dir or "base")
     report = {**tuned.settings(), "training": training, "interpolation": interpolation}
     if export_dir is not None:
-        from hybrid_qpr.export.transformer import export_transformer
-
-        report["export"] = export_transformer(tuned, export_dir, quantize=quantize, training=training)
+        if model_class is cross_encoder.CrossEncoder:
+            from hybrid_qpr.export.cross_encoder import export_cross_encoder as export
+        else:
+            from hybrid_qpr.export.transformer import export_transformer as export
+        report["export"] = export(tuned, export_dir, quantize=quantize, training={**training, "interpolation": interpolation})
     return report

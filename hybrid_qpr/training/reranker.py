@@ -315,11 +315,26 @@ def dev_set(dev_dir: str | Path, settings: RerankerSettings, seed: int) -> DevSe
     return DevSet("dev_map", [(r.question, r.positives + r.negatives, list(range(len(r.positives)))) for r in records])
 
 
-def train_reranker(dataset_dirs: Sequence[str | Path], dev_dir: str | Path | None, out_dir: str | Path,
+def dev_evaluation(model, dev_dirs: Sequence[str | Path], devs: Sequence[DevSet]):
+    """The trainer's ``evaluate``: one dev set's metric, or, for several, each set's metric
+    (``dev_map:wikiqa``, ...) and their mean, ``dev_mean``, which decides. One set chose the
+    bundled reranker's checkpoint and flattered that set (docs/reranker.md); the mean weighs them alike."""
+    if len(devs) == 1:
+        return lambda: dev_score(model, devs[0])
+
+    def evaluate() -> dict[str, float]:
+        metrics = {f"{dev.metric}:{Path(path).name}": dev_score(model, dev) for path, dev in zip(dev_dirs, devs)}
+        return {**metrics, "dev_mean": sum(metrics.values()) / len(metrics)}
+
+    return evaluate
+
+
+def train_reranker(dataset_dirs: Sequence[str | Path], dev_dir: str | Path | Sequence[str | Path] | None, out_dir: str | Path,
                    settings: RerankerSettings, trainer: TrainerSettings, *, resume: bool = False,
                    export_dir: str | Path | None = None, quantize: bool = False,
                    show_progress: bool = True) -> dict[str, Any]:
-    """Train, keep the best dev-MAP state, save ``out_dir/model`` and optionally export it."""
+    """Train, keep the best dev state, save ``out_dir/model`` and optionally export it.
+    ``dev_dir``: one dataset or several (their metrics' mean decides, ``dev_evaluation``)."""
     from hybrid_qpr.model.cross_encoder import CrossEncoder
 
     settings.check()
@@ -328,7 +343,8 @@ def train_reranker(dataset_dirs: Sequence[str | Path], dev_dir: str | Path | Non
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(trainer.seed)
     examples = load_examples(dataset_dirs, settings, trainer.seed)
-    dev = dev_set(dev_dir, settings, trainer.seed) if dev_dir is not None else None
+    dev_dirs = [] if dev_dir is None else [dev_dir] if isinstance(dev_dir, (str, Path)) else list(dev_dir)
+    devs = [dev_set(path, settings, trainer.seed) for path in dev_dirs]
     model = build_model(settings)
     teacher = None
     if settings.teacher is not None:
@@ -338,14 +354,15 @@ def train_reranker(dataset_dirs: Sequence[str | Path], dev_dir: str | Path | Non
     step_loss = step_function(model, examples, settings, trainer.seed, teacher)
 
     run_settings = {**dataclasses.asdict(settings), **dataclasses.asdict(trainer),
-                    "datasets": [str(d) for d in dataset_dirs], "dev": None if dev_dir is None else str(dev_dir)}
+                    "datasets": [str(d) for d in dataset_dirs], "dev": None if not dev_dirs else str(dev_dirs[0]) if len(dev_dirs) == 1 else [str(d) for d in dev_dirs]}
     (out_dir / "settings.json").write_text(json.dumps(run_settings, indent=2) + "\n")
     loop = Trainer(model, trainer, out_dir, step_loss=step_loss,
-                   evaluate=None if dev is None else (lambda: dev_score(model, dev)), run_settings=run_settings,
+                   evaluate=dev_evaluation(model, dev_dirs, devs) if devs else None, run_settings=run_settings,
                    defaults={**dataclasses.asdict(RerankerSettings()), **dataclasses.asdict(TrainerSettings())},
-                   description=f"reranker {settings.loss}", metric=dev.metric if dev else "dev_map")
+                   description=f"reranker {settings.loss}",
+                   metric="dev_mean" if len(devs) > 1 else devs[0].metric if devs else "dev_map")
     result = loop.run(resume=resume, show_progress=show_progress)
-    report = {**result.to_dict(), "train_examples": len(examples), "dev_questions": len(dev.items) if dev else 0}
+    report = {**result.to_dict(), "train_examples": len(examples), "dev_questions": sum(len(dev.items) for dev in devs)}
     training = {**run_settings, "report": {k: v for k, v in report.items() if k != "history"}}
     model.save(out_dir / MODEL_SUBDIR, extra={"training": training})
     if export_dir is not None:

@@ -813,6 +813,78 @@ def _eventually(check, timeout: float = 60.0) -> bool:
     return True
 
 
+def _answer_dataset(tmp_path: Path, name: str, subjects=("glacier", "volcano", "river", "desert", "forest", "island"),
+                    dev_questions: int = 2) -> Path:
+    """A synthetic answer dataset ``tmp_path/name``: one correct and two wrong sentences per
+    subject; the first ``dev_questions`` subjects again (their own qids) as the val split."""
+    from hybrid_qpr.data.answer_dataset import build_answer_selection
+
+    rows = ["qid\tquestion\tsentence\tlabel"]
+    for i, subject in enumerate(subjects):
+        rows += [f"q{i}\twhat is a {subject} ?\ta {subject} is a natural feature .\t1",
+                 f"q{i}\twhat is a {subject} ?\tthe weather was fine that day .\t0",
+                 f"q{i}\twhat is a {subject} ?\tmany people like music .\t0"]
+    (tmp_path / f"{name}-train.tsv").write_text("\n".join(rows) + "\n")
+    dev = [rows[0]] + ["dev-" + row for row in rows[1 : 1 + 3 * dev_questions]]
+    (tmp_path / f"{name}-dev.tsv").write_text("\n".join(dev) + "\n")
+    build_answer_selection(tmp_path / f"{name}-train.tsv", tmp_path / name, extra={"val": tmp_path / f"{name}-dev.tsv"})
+    return tmp_path / name
+
+
+def test_reranker_train_selects_on_the_mean_of_several_dev_sets(tmp_path):
+    """``--dev A --dev B``: each set's MAP is logged, their mean decides the best state."""
+    from click.testing import CliRunner
+
+    from hybrid_qpr.cli.main import cli
+
+    first = _answer_dataset(tmp_path, "answers")
+    second = _answer_dataset(tmp_path, "more", ("canyon", "lagoon", "meadow", "plateau"), dev_questions=3)
+    args = ["reranker", "train", str(first), "--dev", str(first), "--dev", str(second), "--out", str(tmp_path / "run"),
+            "--base-model", str(_tiny_base(tmp_path / "tiny")), "--max-length", "32", "--query-tokens", "8",
+            "--batch-size", "2", "--negatives", "2", "--eval-every", "2", "--steps", "4"]
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code == 0, done.output
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["dev_questions"] == 5 and [h["step"] for h in report["history"]] == [0, 2, 4]
+    for record in report["history"]:
+        assert record["dev_mean"] == pytest.approx((record["dev_map:answers"] + record["dev_map:more"]) / 2)
+    assert report["best_metric"] == max(h["dev_mean"] for h in report["history"])
+    settings = json.loads((tmp_path / "run" / "settings.json").read_text())
+    assert settings["dev"] == [str(first), str(second)]
+
+
+def test_interpolate_averages_two_rerankers_and_exports_the_mix(tiny_model, tmp_path):
+    """``hybrid-qpr interpolate RUN --base-model OTHER`` on cross-encoders: backbone and head at
+    the weighted mean, the export scores as the torch mix; a reranker without a usable recorded
+    base is refused in one line."""
+    from click.testing import CliRunner
+
+    from hybrid_qpr.cli.main import cli
+    from hybrid_qpr.model.cross_encoder import CrossEncoder
+    from hybrid_qpr.rerankers import Reranker
+
+    tiny_model.save(tmp_path / "a")
+    other = CrossEncoder.from_dir(tmp_path / "a")
+    with torch.no_grad():
+        for parameter in other.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+    other.save(tmp_path / "b", extra={"training": {"base_model": "a run's state before it (gone)"}})
+    result = CliRunner().invoke(cli, ["interpolate", str(tmp_path / "b"), "--base-model", str(tmp_path / "a"),
+                                      "--weight", "0.25", "--out", str(tmp_path / "mix"), "--export", str(tmp_path / "onnx")])
+    assert result.exit_code == 0, result.output
+    mix = CrossEncoder.from_dir(tmp_path / "mix").eval()
+    a, b = tiny_model.state_dict(), other.state_dict()
+    for name in ("head.weight", "backbone.encoder.layer.1.output.dense.weight"):
+        assert torch.allclose(mix.state_dict()[name], 0.75 * a[name] + 0.25 * b[name], atol=1e-6)
+    assert mix.pairs.max_length == 48 and mix.pooling == "segments"  # the tuned model's settings travel
+    texts = ["a river is a natural feature .", "many people like music ."]
+    expected = mix.predict(["what is a river ?"] * 2, texts).numpy()
+    assert np.allclose(Reranker(tmp_path / "onnx").score("what is a river ?", texts), expected, atol=1e-4)
+    refused = CliRunner().invoke(cli, ["interpolate", str(tmp_path / "b"), "--out", str(tmp_path / "x")])
+    assert refused.exit_code != 0 and "give the cross-encoder to mix it with as --base-model" in refused.output
+    assert "Traceback" not in refused.output
+
+
 def test_reranker_train_cli_resumes_and_exports_a_run(tmp_path):
     """``reranker train`` end to end on a synthetic answer set with the tiny BERT (bf16, length
     buckets): dev MAP logged at steps 0, 2, 4, resume to 6 steps, export of model/, of best.pt
@@ -820,18 +892,9 @@ def test_reranker_train_cli_resumes_and_exports_a_run(tmp_path):
     from click.testing import CliRunner
 
     from hybrid_qpr.cli.main import cli
-    from hybrid_qpr.data.answer_dataset import build_answer_selection
     from hybrid_qpr.rerankers import Reranker
 
-    rows = ["qid\tquestion\tsentence\tlabel"]
-    for i, subject in enumerate(["glacier", "volcano", "river", "desert", "forest", "island"]):
-        rows += [f"q{i}\twhat is a {subject} ?\ta {subject} is a natural feature .\t1",
-                 f"q{i}\twhat is a {subject} ?\tthe weather was fine that day .\t0",
-                 f"q{i}\twhat is a {subject} ?\tmany people like music .\t0"]
-    (tmp_path / "train.tsv").write_text("\n".join(rows) + "\n")
-    dev = [rows[0]] + ["dev-" + row for row in rows[1:7]]  # two questions, their own qids
-    (tmp_path / "dev.tsv").write_text("\n".join(dev) + "\n")
-    build_answer_selection(tmp_path / "train.tsv", tmp_path / "answers", extra={"val": tmp_path / "dev.tsv"})
+    _answer_dataset(tmp_path, "answers")
     base = _tiny_base(tmp_path / "tiny")
     args = ["reranker", "train", str(tmp_path / "answers"), "--dev", str(tmp_path / "answers"), "--out",
             str(tmp_path / "run"), "--base-model", str(base), "--max-length", "32", "--query-tokens", "8",
