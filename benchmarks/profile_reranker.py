@@ -45,15 +45,13 @@ def questions(dataset: Path, count: int, depth: int, seed: int) -> list[tuple[st
 def profile(model_dir: Path, items, threads: int) -> dict:
     import onnxruntime as ort
 
+    from hybrid_qpr.encoders.base import session_options
     from hybrid_qpr.rerankers.cross_encoder import INPUTS, OUTPUT, read_reranker_config
     from hybrid_qpr.rerankers.pairs import PairTokenizer
 
     config = read_reranker_config(model_dir)
     pairs = PairTokenizer(model_dir / "tokenizer.json", int(config["max_length"]), int(config["query_tokens"]))
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # as the library runs it
+    options = session_options(threads)  # as the library runs it
     options.enable_profiling = True
     options.profile_file_prefix = str(model_dir.name)
     session = ort.InferenceSession(str(model_dir / "model.onnx"), options, providers=["CPUExecutionProvider"])

@@ -22,8 +22,11 @@ from hybrid_qpr.cli._common import FiniteFloatRange, friendly_errors
 @click.option("--export", "export_dir", type=click.Path(file_okay=False), default=None,
               help="Also export the result to this ONNX model directory (as 'hybrid-qpr export' or 'reranker export').")
 @click.option("--int8", is_flag=True, help="With --export: dynamic int8 quantization.")
+@click.option("--checkpoint", type=click.Choice(["best", "last"]), default=None,
+              help="A 'reranker train' RUN_DIR: take its best.pt or its last checkpoint.pt instead of its model/.")
 @friendly_errors
-def interpolate(run_dir: str, out_dir: str, weight: float, base_model: str | None, export_dir: str | None, int8: bool) -> None:
+def interpolate(run_dir: str, out_dir: str, weight: float, base_model: str | None, export_dir: str | None, int8: bool,
+                checkpoint: str | None) -> None:
     """Mix a fine-tuned transformer's weights with its base model's (WiSE-FT), or average two
     cross-encoders (rerankers) trained from one another.
 
@@ -39,14 +42,15 @@ def interpolate(run_dir: str, out_dir: str, weight: float, base_model: str | Non
     \b
     Examples:
       hybrid-qpr interpolate runs/minilm-ft --weight 0.5 --out models/minilm-ft-w50 --export models/minilm-ft-w50-onnx --int8
-      hybrid-qpr interpolate runs/reranker-mined --base-model runs/reranker --weight 0.5 --out models/rr-soup \\
-          --export models/rr-soup-int8 --int8
+      hybrid-qpr interpolate runs/reranker-mined --checkpoint last --base-model runs/reranker --weight 0.5 \\
+          --out models/rr-soup --export models/rr-soup-int8 --int8
     """
     from hybrid_qpr.training.interpolate import interpolate_model
 
     if int8 and export_dir is None:
         raise click.UsageError("--int8 needs --export DIR")
-    settings = interpolate_model(run_dir, out_dir, weight, base_model, export_dir=export_dir, quantize=int8)
+    settings = interpolate_model(run_dir, out_dir, weight, base_model, export_dir=export_dir, quantize=int8,
+                                 checkpoint=checkpoint)
     report = {"out": out_dir, **settings["interpolation"]}
     if export_dir is not None:
         config = settings["export"]

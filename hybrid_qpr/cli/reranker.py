@@ -83,7 +83,8 @@ def distillation_options(func):
 @click.option("--negatives", type=click.IntRange(min=1), default=7, show_default=True, help="Wrong texts per question per step.")
 @click.option("--precision", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
               help="bf16: forward and backward under bfloat16 autocast (weights and optimizer stay fp32); "
-                   "several times faster on CPUs with AMX or AVX512-BF16 (docs/training.md, 'Step cost').")
+                   "several times faster on CPUs with AMX or AVX512-BF16, far slower on CPUs without them, where it is "
+                   "emulated (a warning says so; docs/training.md, 'Step cost').")
 @click.option("--length-buckets", type=click.IntRange(min=1, max=64), default=1, show_default=True,
               help="Score a step's pairs in this many length-sorted chunks, each padded only to its own longest pair.")
 @mining_options

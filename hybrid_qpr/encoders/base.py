@@ -66,7 +66,8 @@ def onnx_session(model_path: Path, threads: int | None = None) -> "OnnxModel":
     return OnnxModel(model_path, threads)
 
 
-def _new_session(model_path: Path, threads: int | None):
+def session_options(threads: int | None = None):
+    """The onnxruntime ``SessionOptions`` every model of the library runs with (profilers reuse them)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -78,6 +79,13 @@ def _new_session(model_path: Path, threads: int | None):
     # search node) that follows a query's encoding. Measured: embedded hybrid p50 3.1 -> 2.2 ms
     # at 123,725 questions, and batch encoding no slower (docs/search.md).
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
+def _new_session(model_path: Path, threads: int | None):
+    import onnxruntime as ort
+
+    options = session_options(threads)
     try:
         return ort.InferenceSession(str(model_path), sess_options=options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own untyped errors on bad files

@@ -53,28 +53,22 @@ def interpolate_state(base: dict[str, torch.Tensor], tuned: dict[str, torch.Tens
 
 def interpolate_model(tuned_dir: str | Path, out_dir: str | Path, weight: float,
                       base_dir: str | Path | None = None, *, export_dir: str | Path | None = None,
-                      quantize: bool = False) -> dict[str, Any]:
+                      quantize: bool = False, checkpoint: str | None = None) -> dict[str, Any]:
     """Write ``out_dir``: the model of ``tuned_dir`` moved back toward ``base_dir`` (see the module doc).
 
     ``tuned_dir`` is a fine-tuning or ``reranker train`` run directory (its ``model/`` is used)
     or such a model directory. ``base_dir`` defaults to the base model recorded in its training
     settings, else (an embedder) the bundled all-MiniLM-L6-v2. The tuned model's settings
     (max_length, pooling, ...) are kept. ``export_dir`` also exports the result to ONNX
-    (``quantize``: int8). Returns the settings written with the model (and the export's config
-    under ``"export"``).
+    (``quantize``: int8). ``checkpoint`` (``best`` or ``last``) takes a ``reranker train`` run's
+    ``best.pt`` or ``checkpoint.pt`` instead of its ``model/``. Returns the settings written with
+    the model (and the export's config under ``"export"``).
     """
-    from hybrid_qpr.model import cross_encoder, transformer
+    from hybrid_qpr.model import cross_encoder
     from hybrid_qpr.training.transformer import run_model_dir
 
-    tuned_dir = run_model_dir(tuned_dir)
-    if (tuned_dir / cross_encoder.SETTINGS_FILE).is_file():
-        model_class, settings_file = cross_encoder.CrossEncoder, cross_encoder.SETTINGS_FILE
-    elif (tuned_dir / transformer.SETTINGS_FILE).is_file():
-        model_class, settings_file = transformer.TransformerEmbedder, transformer.SETTINGS_FILE
-    else:
-        raise ConfigError(f"{tuned_dir}: no {transformer.SETTINGS_FILE} or {cross_encoder.SETTINGS_FILE}; give a "
-                          "'hybrid-qpr finetune' or 'hybrid-qpr reranker train' run, or its model/ directory")
-    training = transformer.read_settings(tuned_dir, settings_file).get("training") or {}
+    tuned, training, tuned_dir = _tuned_model(tuned_dir, checkpoint)
+    model_class = type(tuned)
     if base_dir is None:
         base_dir = training.get("base_model")  # None: the bundled model, as finetune used
         if model_class is cross_encoder.CrossEncoder and not (base_dir and Path(base_dir).is_dir()):
@@ -82,11 +76,11 @@ def interpolate_model(tuned_dir: str | Path, out_dir: str | Path, weight: float,
                               "give the cross-encoder to mix it with as --base-model")
     else:
         base_dir = run_model_dir(base_dir)
-    tuned = model_class.from_dir(tuned_dir)
     base = model_class.from_dir(base_dir)
     with torch.no_grad():
         tuned.load_state_dict(interpolate_state(base.state_dict(), tuned.state_dict(), weight))
-    interpolation = {"weight": weight, "base_model": str(base_dir) if base_dir else None, "tuned_model": str(tuned_dir)}
+    interpolation = {"weight": weight, "base_model": str(base_dir) if base_dir else None, "tuned_model": str(tuned_dir),
+                     **({"tuned_checkpoint": checkpoint, "tuned_step": training["step"]} if checkpoint else {})}
     tuned.save(out_dir, extra={"training": training, "interpolation": interpolation})
     logger.info("wrote %s: %.2f x %s + %.2f x %s", out_dir, weight, tuned_dir, 1 - weight, base_dir or "base")
     report = {**tuned.settings(), "training": training, "interpolation": interpolation}
@@ -97,3 +91,24 @@ def interpolate_model(tuned_dir: str | Path, out_dir: str | Path, weight: float,
             from hybrid_qpr.export.transformer import export_transformer as export
         report["export"] = export(tuned, export_dir, quantize=quantize, training={**training, "interpolation": interpolation})
     return report
+
+
+def _tuned_model(tuned_dir: str | Path, checkpoint: str | None):
+    """(model, its training record, the directory it came from): a fine-tuned embedder or a
+    cross-encoder from a model directory or a run's ``model/``, or a run's checkpoint."""
+    from hybrid_qpr.model import cross_encoder, transformer
+    from hybrid_qpr.training.transformer import run_model_dir
+
+    if checkpoint is not None:
+        from hybrid_qpr.training.reranker import load_run_checkpoint
+
+        model, training = load_run_checkpoint(tuned_dir, checkpoint)
+        return model, training, Path(tuned_dir)
+    tuned_dir = run_model_dir(tuned_dir)
+    for model_class, settings_file in ((cross_encoder.CrossEncoder, cross_encoder.SETTINGS_FILE),
+                                       (transformer.TransformerEmbedder, transformer.SETTINGS_FILE)):
+        if (tuned_dir / settings_file).is_file():
+            training = transformer.read_settings(tuned_dir, settings_file).get("training") or {}
+            return model_class.from_dir(tuned_dir), training, tuned_dir
+    raise ConfigError(f"{tuned_dir}: no {transformer.SETTINGS_FILE} or {cross_encoder.SETTINGS_FILE}; give a "
+                      "'hybrid-qpr finetune' or 'hybrid-qpr reranker train' run, or its model/ directory")

@@ -234,6 +234,20 @@ def build_model(settings: RerankerSettings):
                                   max_length=settings.max_length, query_tokens=settings.query_tokens,
                                   pooling=settings.pooling)  # type: ignore[arg-type]
     return keep_layers(model, settings.layers)
+def cpu_has_bf16(cpuinfo: str | Path = "/proc/cpuinfo") -> bool | None:
+    """Whether this CPU runs bfloat16 matrix products natively (AVX512-BF16 or AMX flags);
+    None where ``cpuinfo`` cannot be read (not Linux). Without them autocast emulates bf16."""
+    try:
+        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    flags = set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.partition(":")[2].split())
+    return bool(flags & {"avx512_bf16", "amx_bf16"}) if flags else None
+
+
 def step_function(model, examples: Sequence[Example], settings: RerankerSettings, seed: int, teacher=None):
     """``step(n)``: forward and backward on batch ``n`` (``draw_groups``), returning the loss;
     the trainer's ``step_loss``, and what ``benchmarks/bench_reranker_step.py`` times."""
@@ -339,6 +353,9 @@ def train_reranker(dataset_dirs: Sequence[str | Path], dev_dir: str | Path | Seq
 
     settings.check()
     trainer.check()
+    if settings.precision == "bf16" and cpu_has_bf16() is False:
+        logger.warning("this CPU has neither AVX512-BF16 nor AMX: bf16 autocast is emulated here and far slower than "
+                       "fp32 (docs/training.md, 'Step cost'); --precision fp32 is the faster choice on it")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(trainer.seed)
@@ -374,13 +391,12 @@ def train_reranker(dataset_dirs: Sequence[str | Path], dev_dir: str | Path | Seq
     return report
 
 
-def export_run_checkpoint(run_dir: str | Path, out_dir: str | Path, which: str = "best", *,
-                          quantize: bool = False, per_channel: bool = False, graph: str | None = None) -> dict[str, Any]:
-    """Export the ``best.pt`` (or last ``checkpoint.pt``) of a ``reranker train`` run, which may
-    still be training: the model is rebuilt from the run's ``settings.json``."""
+def load_run_checkpoint(run_dir: str | Path, which: str = "best"):
+    """The cross-encoder of a ``reranker train`` run's ``best.pt`` (or last ``checkpoint.pt``),
+    which may still be training, rebuilt from the run's ``settings.json``; with the training
+    record an export or a saved model carries (settings, ``checkpoint``, ``step``)."""
     from hybrid_qpr.artifacts import load_checkpoint
     from hybrid_qpr.errors import ArtifactError
-    from hybrid_qpr.export.cross_encoder import export_cross_encoder
     from hybrid_qpr.training.trainer import BEST_FILE, CHECKPOINT_FILE
 
     run_dir = Path(run_dir)
@@ -395,5 +411,14 @@ def export_run_checkpoint(run_dir: str | Path, out_dir: str | Path, which: str =
     run = RerankerSettings(**{k: v for k, v in settings.items() if k in fields})
     model = build_model(dataclasses.replace(run, layers=None if run.layers is None else tuple(run.layers)))
     model.load_state_dict(state["model"])
+    return model, {**settings, "checkpoint": which, "step": int(state["step"])}
+
+
+def export_run_checkpoint(run_dir: str | Path, out_dir: str | Path, which: str = "best", *,
+                          quantize: bool = False, per_channel: bool = False, graph: str | None = None) -> dict[str, Any]:
+    """Export the ``best.pt`` (or last ``checkpoint.pt``) of a ``reranker train`` run (``load_run_checkpoint``)."""
+    from hybrid_qpr.export.cross_encoder import export_cross_encoder
+
+    model, training = load_run_checkpoint(run_dir, which)
     return export_cross_encoder(model, out_dir, quantize=quantize, per_channel=per_channel, graph=graph,
-                                training={**settings, "checkpoint": which, "step": int(state["step"])})
+                                training=training)

@@ -560,6 +560,17 @@ def test_length_buckets_score_like_one_padded_batch(tiny_model):
             assert torch.allclose(tiny_model.score_pairs(queries, texts, buckets), whole, atol=1e-5)
 
 
+def test_cpu_bf16_support_is_read_from_the_cpu_flags(tmp_path):
+    from hybrid_qpr.training.reranker import cpu_has_bf16
+
+    (tmp_path / "avx2").write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 fma\n\nprocessor\t: 1\nflags\t\t: fpu avx2\n")
+    (tmp_path / "sapphire").write_text("flags\t\t: fpu avx2 avx512f avx512_bf16 amx_tile amx_bf16\n")
+    (tmp_path / "no-flags").write_text("processor\t: 0\n")
+    assert cpu_has_bf16(tmp_path / "avx2") is False
+    assert cpu_has_bf16(tmp_path / "sapphire") is True
+    assert cpu_has_bf16(tmp_path / "no-flags") is None and cpu_has_bf16(tmp_path / "missing") is None
+
+
 def test_a_bf16_step_trains_the_fp32_weights(tiny_model):
     """Under bf16 autocast the weights stay fp32 and get fp32 gradients; the loss is finite and
     near the fp32 step's loss on the same batch."""
@@ -851,6 +862,20 @@ def test_reranker_train_selects_on_the_mean_of_several_dev_sets(tmp_path):
     assert report["best_metric"] == max(h["dev_mean"] for h in report["history"])
     settings = json.loads((tmp_path / "run" / "settings.json").read_text())
     assert settings["dev"] == [str(first), str(second)]
+    # the run's last checkpoint averaged with the model it started from (its recorded base model)
+    from hybrid_qpr.model.cross_encoder import CrossEncoder
+    from hybrid_qpr.training.reranker import load_run_checkpoint
+
+    done = CliRunner().invoke(cli, ["interpolate", str(tmp_path / "run"), "--checkpoint", "last", "--weight", "0.5",
+                                    "--out", str(tmp_path / "soup")])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["tuned_step"] == 4
+    last, _ = load_run_checkpoint(tmp_path / "run", "last")
+    start = CrossEncoder.from_dir(tmp_path / "tiny", max_length=32, query_tokens=8, pooling="segments")
+    name = "backbone.encoder.layer.0.attention.self.query.weight"
+    assert not torch.equal(last.state_dict()[name], start.state_dict()[name])
+    mixed = CrossEncoder.from_dir(tmp_path / "soup").state_dict()[name]
+    assert torch.allclose(mixed, (last.state_dict()[name] + start.state_dict()[name]) / 2, atol=1e-6)
 
 
 def test_interpolate_averages_two_rerankers_and_exports_the_mix(tiny_model, tmp_path):
