@@ -50,7 +50,7 @@ def test_unknown_kind_lists_the_allowed_ones(tmp_path):
 
 def test_int8_products_are_exact_on_every_x86_cpu(tmp_path):
     """A u8 x s8 product whose pairs of terms overflow 16 bits (255 * 127 * 2 = 64,770): onnxruntime's
-    default kernel on x86 CPUs without VNNI saturates it (32,767); the library's sessions ask for
+    default kernel on x86 CPUs without VNNI saturates it (32,767); the library asks onnxruntime for
     the exact kernel, so every int8 model scores the same on every CPU."""
     onnx = pytest.importorskip("onnx")
     import numpy as np
