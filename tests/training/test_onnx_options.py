@@ -1,4 +1,4 @@
-"""The onnxruntime sessions the library opens: settings that change what a model computes."""
+"""What the library asks of onnxruntime: options that change what a model computes."""
 
 import numpy as np
 import pytest
