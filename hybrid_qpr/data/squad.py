@@ -105,7 +105,8 @@ def _question(qa, context: str, spans: list[tuple[int, int]], where: str, bad) -
     if not isinstance(qid, (str, int)) or isinstance(qid, bool) or not str(qid).strip():
         bad(where, "the question has no 'id'")
         return None
-    problem = id_problem(str(qid).strip())  # it becomes a query id of the qrels and runs
+    qid = str(qid).strip()
+    problem = id_problem(qid)  # it becomes a query id of the qrels and runs
     if problem:
         bad(where, problem)
         return None
@@ -126,4 +127,4 @@ def _question(qa, context: str, spans: list[tuple[int, int]], where: str, bad) -
     if not gold:
         bad(where, "the question has no usable answer span")
         return None
-    return SquadQuestion(str(qid).strip(), qa["question"].strip(), sorted(gold), where)
+    return SquadQuestion(qid, qa["question"].strip(), sorted(gold), where)

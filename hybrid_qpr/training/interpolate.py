@@ -74,8 +74,8 @@ def interpolate_model(tuned_dir: str | Path, out_dir: str | Path, weight: float,
         if model_class is cross_encoder.CrossEncoder and not (base_dir and Path(base_dir).is_dir()):
             raise ConfigError(f"{tuned_dir}: its recorded base model ({base_dir or 'none'}) is not a directory here; "
                               "give the cross-encoder to mix it with as --base-model")
-    else:
-        base_dir = run_model_dir(base_dir)
+    if base_dir is not None:
+        base_dir = run_model_dir(base_dir)  # a run directory stands for its model/, recorded or given
     base = model_class.from_dir(base_dir)
     with torch.no_grad():
         tuned.load_state_dict(interpolate_state(base.state_dict(), tuned.state_dict(), weight))

@@ -234,6 +234,8 @@ def build_model(settings: RerankerSettings):
                                   max_length=settings.max_length, query_tokens=settings.query_tokens,
                                   pooling=settings.pooling)  # type: ignore[arg-type]
     return keep_layers(model, settings.layers)
+
+
 def cpu_has_bf16(cpuinfo: str | Path = "/proc/cpuinfo") -> bool | None:
     """Whether this CPU runs bfloat16 matrix products natively (AVX512-BF16 or AMX flags);
     None where ``cpuinfo`` cannot be read (not Linux). Without them autocast emulates bf16."""
@@ -330,17 +332,20 @@ def dev_set(dev_dir: str | Path, settings: RerankerSettings, seed: int) -> DevSe
 
 
 def dev_evaluation(model, dev_dirs: Sequence[str | Path], devs: Sequence[DevSet]):
-    """The trainer's ``evaluate``: one dev set's metric, or, for several, each set's metric
-    (``dev_map:wikiqa``, ...) and their mean, ``dev_mean``, which decides. One set chose the
-    bundled reranker's checkpoint and flattered that set (docs/reranker.md); the mean weighs them alike."""
+    """The trainer's ``evaluate`` and the name of the metric that decides: one dev set's metric,
+    or, for several, each set's metric (``dev_map:wikiqa``, ...) and their mean, ``dev_mean``,
+    which decides. One set chose a reranker's checkpoint and flattered that set
+    (docs/reranker.md); the mean weighs them alike. No dev set: no evaluation."""
+    if not devs:
+        return None, "dev_map"
     if len(devs) == 1:
-        return lambda: dev_score(model, devs[0])
+        return (lambda: dev_score(model, devs[0])), devs[0].metric
 
     def evaluate() -> dict[str, float]:
         metrics = {f"{dev.metric}:{Path(path).name}": dev_score(model, dev) for path, dev in zip(dev_dirs, devs)}
         return {**metrics, "dev_mean": sum(metrics.values()) / len(metrics)}
 
-    return evaluate
+    return evaluate, "dev_mean"
 
 
 def train_reranker(dataset_dirs: Sequence[str | Path], dev_dir: str | Path | Sequence[str | Path] | None, out_dir: str | Path,
@@ -370,14 +375,15 @@ def train_reranker(dataset_dirs: Sequence[str | Path], dev_dir: str | Path | Seq
         teacher.eval().requires_grad_(False)
     step_loss = step_function(model, examples, settings, trainer.seed, teacher)
 
+    recorded_dev = [str(d) for d in dev_dirs]  # one set recorded as a string, as runs have always had it
     run_settings = {**dataclasses.asdict(settings), **dataclasses.asdict(trainer),
-                    "datasets": [str(d) for d in dataset_dirs], "dev": None if not dev_dirs else str(dev_dirs[0]) if len(dev_dirs) == 1 else [str(d) for d in dev_dirs]}
+                    "datasets": [str(d) for d in dataset_dirs],
+                    "dev": recorded_dev[0] if len(recorded_dev) == 1 else recorded_dev or None}
     (out_dir / "settings.json").write_text(json.dumps(run_settings, indent=2) + "\n")
-    loop = Trainer(model, trainer, out_dir, step_loss=step_loss,
-                   evaluate=dev_evaluation(model, dev_dirs, devs) if devs else None, run_settings=run_settings,
+    evaluate, metric = dev_evaluation(model, dev_dirs, devs)
+    loop = Trainer(model, trainer, out_dir, step_loss=step_loss, evaluate=evaluate, run_settings=run_settings,
                    defaults={**dataclasses.asdict(RerankerSettings()), **dataclasses.asdict(TrainerSettings())},
-                   description=f"reranker {settings.loss}",
-                   metric="dev_mean" if len(devs) > 1 else devs[0].metric if devs else "dev_map")
+                   description=f"reranker {settings.loss}", metric=metric)
     result = loop.run(resume=resume, show_progress=show_progress)
     report = {**result.to_dict(), "train_examples": len(examples), "dev_questions": sum(len(dev.items) for dev in devs)}
     training = {**run_settings, "report": {k: v for k, v in report.items() if k != "history"}}

@@ -46,4 +46,3 @@ def test_unknown_kind_lists_the_allowed_ones(tmp_path):
     d = _model_dir(tmp_path, {"format": "hybrid-qpr-encoder", "kind": "rnn", "dim": 8, "distance": "cosine"})
     with pytest.raises(ArtifactError, match="kind='rnn'.*cnn"):
         Encoder.load(d)
-
