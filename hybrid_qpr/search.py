@@ -284,7 +284,8 @@ class HybridSearcher:
             fusion = DEFAULT_FUSION if fusion is None else fusion_lib.check_fusion(fusion)
             alpha = DEFAULT_ALPHA if alpha is None else fusion_lib.check_alpha(alpha)
             depth = depth or DEFAULT_DEPTH
-        bounds, signals = self.fusion_extras(fusion, bounds, signals, defaults=defaults)
+        # the tuned bounds and signals belong to the tuned fusion's scores: only hybrid takes them
+        bounds, signals = self.fusion_extras(fusion, bounds, signals, defaults=defaults if mode == "hybrid" else {})
         if autocut < 0:
             raise ConfigError(f"autocut={autocut}: must be >= 0 (0 = off)")
         if vector is None:

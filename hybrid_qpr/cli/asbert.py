@@ -11,8 +11,9 @@ from hybrid_qpr.cli._common import BATCH, SEED, FiniteFloatRange, friendly_error
 
 @click.command()
 @click.argument("datasets", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
-@click.option("--dev", "dev_dir", required=True, type=click.Path(exists=True, file_okay=False),
-              help="Answer dataset whose val split gives the dev MAP for early stopping (e.g. data/wikiqa).")
+@click.option("--dev", "dev_dirs", required=True, multiple=True, type=click.Path(exists=True, file_okay=False),
+              help="Answer dataset whose val split gives the dev MAP for early stopping (e.g. data/wikiqa). Repeat it "
+                   "to select on several: each MAP is logged and their mean (dev_mean) decides.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Run directory (model/, checkpoint.pt, best.pt, log.jsonl, report.json).")
 @click.option("--loss", type=click.Choice(["triplet", "siamese", "sdml"]), default="triplet", show_default=True,
               help="triplet (margin, squared L2, hard/semi-hard negatives), siamese (BCE on cosine) or SDML.")
@@ -34,7 +35,7 @@ from hybrid_qpr.cli._common import BATCH, SEED, FiniteFloatRange, friendly_error
 @click.option("--resume", is_flag=True,
               help="Continue from OUT/checkpoint.pt (same settings; --steps, --patience, --max-minutes may change).")
 @friendly_errors
-def asbert(datasets, dev_dir, out_dir, loss, negatives, negatives_per_question, margin, epsilon, max_length, batch_size,
+def asbert(datasets, dev_dirs, out_dir, loss, negatives, negatives_per_question, margin, epsilon, max_length, batch_size,
            steps, lr, eval_every, patience, max_minutes, export_dir, quantize, seed, resume) -> None:
     """Fine-tune MiniLM on the question -> correct sentence pairs of DATASETS (written by
     'dataset from-answers' or 'from-squad') with the question's labelled wrong candidates as
@@ -43,6 +44,7 @@ def asbert(datasets, dev_dir, out_dir, loss, negatives, negatives_per_question, 
     \b
     Example:
       hybrid-qpr asbert data/wikiqa data/trecqa --dev data/wikiqa --out runs/asbert-triplet --loss triplet --export models/asbert-triplet
+      hybrid-qpr asbert data/wikiqa data/trecqa --dev data/wikiqa --dev data/trecqa --out runs/asbert-mean
     """
     from hybrid_qpr.training.asbert import AsbertSettings, train_asbert
 
@@ -50,6 +52,6 @@ def asbert(datasets, dev_dir, out_dir, loss, negatives, negatives_per_question, 
                               negatives_per_question=negatives_per_question, steps=steps, lr=lr, margin=margin,
                               negatives=negatives, epsilon=epsilon, eval_every=eval_every, patience=patience,
                               max_minutes=max_minutes, seed=seed)
-    report = train_asbert(list(datasets), dev_dir, out_dir, settings, export_dir=export_dir, quantize=quantize,
+    report = train_asbert(list(datasets), list(dev_dirs), out_dir, settings, export_dir=export_dir, quantize=quantize,
                           resume=resume)
     click.echo(json.dumps({k: v for k, v in report.items() if k != "history"}, indent=2))

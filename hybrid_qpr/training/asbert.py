@@ -15,7 +15,8 @@ resumed run sees the same batches), one correct sentence of each and up to
 Training is the one trainer's (``hybrid_qpr.training.trainer``). Dev MAP: on the untrained
 state, every ``eval_every`` steps, at the last step and when ``max_minutes`` runs out, the model
 (eval mode) ranks each dev question's own candidates by its similarity (cosine, or −squared L2
-when not normalised) and MAP is computed with ``hybrid_qpr.evaluation.metrics``; the best state
+when not normalised) and MAP is computed with ``hybrid_qpr.evaluation.metrics``; with several dev sets
+each set's MAP is reported and their mean decides (``trainer.dev_metrics``). The best state
 is kept (``best.pt``) and training stops after ``patience`` evaluations without a gain. A
 checkpoint is written with each evaluation; ``resume=True`` continues it.
 """
@@ -23,9 +24,11 @@ checkpoint is written with each evaluation; ``resume=True`` continues it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -122,21 +125,26 @@ def dev_map(model, records) -> float:
     return average_precision(run, qrels)
 
 
-def train_asbert(train_dirs: list[str | Path], dev_dir: str | Path, out_dir: str | Path, settings: AsbertSettings, *,
+def train_asbert(train_dirs: list[str | Path], dev_dirs: str | Path | Sequence[str | Path], out_dir: str | Path,
+                 settings: AsbertSettings, *,
                  export_dir: str | Path | None = None, quantize: bool = False, resume: bool = False,
                  show_progress: bool = True) -> dict[str, Any]:
     """Fine-tune with the one trainer (``hybrid_qpr.training.trainer``), keep the best dev-MAP
-    state, save ``out_dir/model`` and optionally export it; ``resume`` continues ``checkpoint.pt``."""
+    state, save ``out_dir/model`` and optionally export it; ``resume`` continues ``checkpoint.pt``.
+    ``dev_dirs``: one answer dataset or several (the mean of their dev MAPs decides)."""
     from hybrid_qpr.data.answer_dataset import read_answer_records
     from hybrid_qpr.model.transformer import TransformerEmbedder
-    from hybrid_qpr.training.trainer import Trainer
+    from hybrid_qpr.training.trainer import Trainer, dev_metrics
 
     settings.check()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(settings.seed)
     records = [r for d in train_dirs for r in read_answer_records(d, "train") if r.positives]
-    dev = read_answer_records(dev_dir, "val")
+    dev_dirs = [dev_dirs] if isinstance(dev_dirs, (str, Path)) else list(dev_dirs)
+    if not dev_dirs:
+        raise ConfigError("ASBERT needs at least one dev dataset (--dev) for early stopping")
+    devs = {f"dev_map:{Path(d).name}": read_answer_records(d, "val") for d in dev_dirs}
     if len(records) < 2:
         raise ConfigError("ASBERT needs at least 2 train questions with a correct sentence")
     model = TransformerEmbedder.from_dir(settings.base_model, max_length=settings.max_length,
@@ -152,13 +160,16 @@ def train_asbert(train_dirs: list[str | Path], dev_dir: str | Path, out_dir: str
         loss.backward()
         return float(loss.detach())
 
-    run_settings = {**dataclasses.asdict(settings), "train": [str(d) for d in train_dirs], "dev": str(dev_dir)}
-    result = Trainer(model, settings.trainer_settings(), out_dir, step_loss=step_loss, evaluate=lambda: dev_map(model, dev),
+    evaluate, metric = dev_metrics({name: functools.partial(dev_map, model, records) for name, records in devs.items()})
+    # one dev set is recorded as a path, as runs before several were allowed (their checkpoints resume)
+    recorded_dev = str(dev_dirs[0]) if len(dev_dirs) == 1 else [str(d) for d in dev_dirs]
+    run_settings = {**dataclasses.asdict(settings), "train": [str(d) for d in train_dirs], "dev": recorded_dev}
+    result = Trainer(model, settings.trainer_settings(), out_dir, step_loss=step_loss, evaluate=evaluate,
                      run_settings=run_settings, defaults=dataclasses.asdict(AsbertSettings()),
-                     description=f"asbert {settings.loss}", metric="dev_map").run(resume=resume, show_progress=show_progress)
+                     description=f"asbert {settings.loss}", metric=metric).run(resume=resume, show_progress=show_progress)
     report = {"loss": settings.loss, "train_questions": len(records), "best_dev_map": result.best_metric,
               "best_step": result.best_step, "stopped": result.stopped, "seconds": result.seconds,
-              "history": result.history, "train": [recorded_path(d) for d in train_dirs], "dev": recorded_path(dev_dir)}
+              "history": result.history, "train": [recorded_path(d) for d in train_dirs], "dev": [recorded_path(d) for d in dev_dirs] if len(dev_dirs) > 1 else recorded_path(dev_dirs[0])}
     training = {**dataclasses.asdict(settings), "report": {k: v for k, v in report.items() if k != "history"}}
     model.save(out_dir / "model", extra={"training": training})
     if export_dir is not None:

@@ -43,6 +43,7 @@ cluster's first question (BM25 and kNN hits over all the split's questions, inte
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import random
@@ -332,20 +333,13 @@ def dev_set(dev_dir: str | Path, settings: RerankerSettings, seed: int) -> DevSe
 
 
 def dev_evaluation(model, dev_dirs: Sequence[str | Path], devs: Sequence[DevSet]):
-    """The trainer's ``evaluate`` and the name of the metric that decides: one dev set's metric,
-    or, for several, each set's metric (``dev_map:wikiqa``, ...) and their mean, ``dev_mean``,
-    which decides. One set chose a reranker's checkpoint and flattered that set
-    (docs/reranker.md); the mean weighs them alike. No dev set: no evaluation."""
-    if not devs:
-        return None, "dev_map"
-    if len(devs) == 1:
-        return (lambda: dev_score(model, devs[0])), devs[0].metric
+    """The trainer's ``evaluate`` and the metric that decides (``trainer.dev_metrics``): one dev
+    set's metric, or each set's (``dev_map:wikiqa``, ...) and their mean. No dev set: no evaluation."""
+    from hybrid_qpr.training.trainer import dev_metrics
 
-    def evaluate() -> dict[str, float]:
-        metrics = {f"{dev.metric}:{Path(path).name}": dev_score(model, dev) for path, dev in zip(dev_dirs, devs)}
-        return {**metrics, "dev_mean": sum(metrics.values()) / len(metrics)}
-
-    return evaluate, "dev_mean"
+    evaluate, metric = dev_metrics({f"{dev.metric}:{Path(path).name}": functools.partial(dev_score, model, dev)
+                                    for path, dev in zip(dev_dirs, devs)})
+    return evaluate, metric or "dev_map"
 
 
 def train_reranker(dataset_dirs: Sequence[str | Path], dev_dir: str | Path | Sequence[str | Path] | None, out_dir: str | Path,

@@ -163,6 +163,28 @@ def _as_values(out: float | Mapping[str, float]) -> dict[str, float]:
     return {k: float(v) for k, v in out.items()} if isinstance(out, Mapping) else {"loss": float(out)}
 
 
+MEAN_METRIC = "dev_mean"
+
+
+def dev_metrics(evaluators: Mapping[str, Callable[[], float]]) -> tuple[Callable[[], Any] | None, str | None]:
+    """The trainer's ``evaluate`` and the name of the metric that decides, from one evaluator per
+    dev set, each named ``metric:set`` (``dev_map:wikiqa``). One set decides by its own metric
+    (the name before the colon); several are each reported and their mean, ``dev_mean``, decides:
+    one set chose a checkpoint and flattered that set (docs/reranker.md), the mean weighs them
+    alike. No evaluator: no evaluation (None, None)."""
+    if not evaluators:
+        return None, None
+    if len(evaluators) == 1:
+        ((name, evaluate),) = evaluators.items()
+        return evaluate, name.partition(":")[0]
+
+    def evaluate_all() -> dict[str, float]:
+        metrics = {name: evaluate() for name, evaluate in evaluators.items()}
+        return {**metrics, MEAN_METRIC: sum(metrics.values()) / len(metrics)}
+
+    return evaluate_all, MEAN_METRIC
+
+
 class Trainer:
     """Trains ``model`` in ``out_dir`` (module docstring).
 

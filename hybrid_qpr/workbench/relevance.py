@@ -42,7 +42,7 @@ def significance(workbench: Workbench, *, baseline: str = "bm25", metric: str | 
     qrels = {q: judgments.qrels[q] for q in queries}
     runs: dict[str, dict[str, list[str]]] = {}
     order = (baseline, *(m for m in SIGNIFICANCE_MODES if m != baseline))
-    with workbench._lock.reading():
+    with workbench.reading():
         results = evaluate(workbench.searcher, queries, qrels, modes=order, runs=runs)
     comparisons = compare_runs(runs, qrels, baseline=baseline, metric=metric)
     answer = []
@@ -87,7 +87,7 @@ def overlap(workbench: Workbench, body: Any) -> dict[str, Any]:
     if any(c.index for c in configurations):
         raise RequestError(422, "index=... is for 'hybrid-qpr compare'; the workbench compares on the index it serves")
     queries = {f"q{i}": text for i, text in enumerate(texts, start=1)}
-    with workbench._lock.reading():
+    with workbench.reading():
         (run_a, run_b), seconds = run_queries([workbench.searcher] * 2, configurations, queries, k)
     report = overlap_report(run_a, run_b, queries, k=k, p=float(p))
     return {"a": configurations[0].label(), "b": configurations[1].label(), "seconds": seconds, **report}

@@ -119,6 +119,11 @@ class Workbench:
         self._lock = ReadWriteLock()
         self._tuning = threading.Lock()
 
+    def reading(self):
+        """A context in which the index is only read: a tune that stores its winner waits for it
+        to end (the panels beside the workbench's own endpoints take it too)."""
+        return self._lock.reading()
+
     @property
     def list_names(self) -> list[str]:
         """The columns of compare: the four modes, the reranker's when configured, the extra lists."""

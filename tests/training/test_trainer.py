@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from hybrid_qpr.errors import ConfigError  # noqa: E402
-from hybrid_qpr.training.trainer import Trainer, TrainerSettings  # noqa: E402
+from hybrid_qpr.training.trainer import MEAN_METRIC, Trainer, TrainerSettings, dev_metrics  # noqa: E402
 
 TARGET = torch.tensor([[2.0], [-1.0], [0.5]])
 
@@ -72,6 +72,25 @@ def test_epoch_mode_keeps_the_best_epoch_in_memory_and_stops_on_patience():
     assert result.best_epoch == 1 and result.best_metric == 0.3 and result.steps_done == 9
     assert torch.equal(model.weight, states[1])  # the best epoch's state is back in the model
     assert result.history[1]["other"] == 1.0 and result.history[1]["step"] == 3
+
+
+def test_several_dev_sets_are_each_logged_and_their_mean_chooses_the_state():
+    """Set a alone would keep epoch 1 (0.9); the mean of a and b is best at epoch 2."""
+    model = _model()
+    a, b = iter([0.1, 0.9, 0.6, 0.5, 0.5]), iter([0.1, 0.1, 0.8, 0.5, 0.5])
+    evaluate, metric = dev_metrics({"dev_map:a": lambda: next(a), "dev_map:b": lambda: next(b)})
+    assert metric == MEAN_METRIC
+    settings = TrainerSettings(epochs=4, lr=0.05, patience=2, schedule="constant", clip=None)
+    result = Trainer(model, settings, None, step_loss=_step_loss(model), evaluate=evaluate, metric=metric,
+                     batches=lambda epoch: [epoch], run_settings={}).run(show_progress=False)
+    assert result.best_epoch == 2 and result.best_metric == pytest.approx(0.7)
+    assert result.history[1]["dev_map:a"] == 0.9 and result.history[1][MEAN_METRIC] == pytest.approx(0.5)
+
+
+def test_one_dev_set_decides_by_its_own_metric_and_none_means_no_evaluation():
+    evaluate, metric = dev_metrics({"dev_mrr20:quora": lambda: 0.25})
+    assert metric == "dev_mrr20" and evaluate() == 0.25
+    assert dev_metrics({}) == (None, None)
 
 
 def test_time_budget_evaluates_then_stops_with_a_checkpoint(tmp_path):

@@ -248,6 +248,8 @@ def test_tuned_signals_reach_every_search_and_the_workbenchs_hit_details(tmp_pat
     assert all(r.signals is not None for r in searcher.search(QUERY, top_k=5))
     assert searcher.search(QUERY, top_k=5, signals=Signals())[0].signals is None  # an empty formula turns them off
     assert searcher.search(QUERY, top_k=5, fusion="rrf")[0].signals is None  # tuned on dbsf's scale: not for rrf
+    for mode in ("bm25", "knn"):  # nothing is fused there: the tuned formula stays with hybrid
+        assert searcher.request(QUERY, mode=mode, fusion="dbsf").signals is None
     workbench = Workbench(searcher, JudgmentStore(tmp_path / "judgments"), index="idx", backend="local")
     hit = workbench.search(QUERY, k=3)["hits"][0]
     assert set(hit["signals"]) == {"decay:votes"}
