@@ -144,12 +144,13 @@ def train_asbert(train_dirs: list[str | Path], dev_dirs: str | Path | Sequence[s
     dev_dirs = [dev_dirs] if isinstance(dev_dirs, (str, Path)) else list(dev_dirs)
     if not dev_dirs:
         raise ConfigError("ASBERT needs at least one dev dataset (--dev) for early stopping")
-    devs = {f"dev_map:{Path(d).name}": read_answer_records(d, "val") for d in dev_dirs}
+    devs = [(f"dev_map:{Path(d).name}", read_answer_records(d, "val")) for d in dev_dirs]
     if len(records) < 2:
         raise ConfigError("ASBERT needs at least 2 train questions with a correct sentence")
     model = TransformerEmbedder.from_dir(settings.base_model, max_length=settings.max_length,
                                          normalize=settings.normalized)
     loss_fn = build_loss(settings)
+    evaluate, metric = dev_metrics([(name, functools.partial(dev_map, model, records)) for name, records in devs])
     (out_dir / "settings.json").write_text(json.dumps(dataclasses.asdict(settings), indent=2) + "\n")
 
     def step_loss(step: int) -> float:
@@ -160,7 +161,6 @@ def train_asbert(train_dirs: list[str | Path], dev_dirs: str | Path | Sequence[s
         loss.backward()
         return float(loss.detach())
 
-    evaluate, metric = dev_metrics({name: functools.partial(dev_map, model, records) for name, records in devs.items()})
     # one dev set is recorded as a path, as runs before several were allowed (their checkpoints resume)
     recorded_dev = str(dev_dirs[0]) if len(dev_dirs) == 1 else [str(d) for d in dev_dirs]
     run_settings = {**dataclasses.asdict(settings), "train": [str(d) for d in train_dirs], "dev": recorded_dev}

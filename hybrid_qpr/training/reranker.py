@@ -337,8 +337,8 @@ def dev_evaluation(model, dev_dirs: Sequence[str | Path], devs: Sequence[DevSet]
     set's metric, or each set's (``dev_map:wikiqa``, ...) and their mean. No dev set: no evaluation."""
     from hybrid_qpr.training.trainer import dev_metrics
 
-    evaluate, metric = dev_metrics({f"{dev.metric}:{Path(path).name}": functools.partial(dev_score, model, dev)
-                                    for path, dev in zip(dev_dirs, devs)})
+    evaluate, metric = dev_metrics([(f"{dev.metric}:{Path(path).name}", functools.partial(dev_score, model, dev))
+                                    for path, dev in zip(dev_dirs, devs)])
     return evaluate, metric or "dev_map"
 
 
@@ -368,13 +368,13 @@ def train_reranker(dataset_dirs: Sequence[str | Path], dev_dir: str | Path | Seq
                                         query_tokens=settings.query_tokens, pooling=settings.pooling)  # type: ignore[arg-type]
         teacher.eval().requires_grad_(False)
     step_loss = step_function(model, examples, settings, trainer.seed, teacher)
+    evaluate, metric = dev_evaluation(model, dev_dirs, devs)  # a repeated dev set is refused before any file
 
     recorded_dev = [str(d) for d in dev_dirs]  # one set recorded as a string, as runs have always had it
     run_settings = {**dataclasses.asdict(settings), **dataclasses.asdict(trainer),
                     "datasets": [str(d) for d in dataset_dirs],
                     "dev": recorded_dev[0] if len(recorded_dev) == 1 else recorded_dev or None}
     (out_dir / "settings.json").write_text(json.dumps(run_settings, indent=2) + "\n")
-    evaluate, metric = dev_evaluation(model, dev_dirs, devs)
     loop = Trainer(model, trainer, out_dir, step_loss=step_loss, evaluate=evaluate, run_settings=run_settings,
                    defaults={**dataclasses.asdict(RerankerSettings()), **dataclasses.asdict(TrainerSettings())},
                    description=f"reranker {settings.loss}", metric=metric)

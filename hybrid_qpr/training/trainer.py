@@ -166,20 +166,26 @@ def _as_values(out: float | Mapping[str, float]) -> dict[str, float]:
 MEAN_METRIC = "dev_mean"
 
 
-def dev_metrics(evaluators: Mapping[str, Callable[[], float]]) -> tuple[Callable[[], Any] | None, str | None]:
+def dev_metrics(evaluators: Sequence[tuple[str, Callable[[], float]]]) -> tuple[Callable[[], Any] | None, str | None]:
     """The trainer's ``evaluate`` and the name of the metric that decides, from one evaluator per
     dev set, each named ``metric:set`` (``dev_map:wikiqa``). One set decides by its own metric
     (the name before the colon); several are each reported and their mean, ``dev_mean``, decides:
     one set chose a checkpoint and flattered that set (docs/reranker.md), the mean weighs them
-    alike. No evaluator: no evaluation (None, None)."""
+    alike. No evaluator: no evaluation (None, None). Two sets of one name are refused (their
+    metrics would share a log key)."""
+    names = [name for name, _ in evaluators]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ConfigError(f"two dev sets would both be logged as {repeated[0]}: give each --dev once, from "
+                          "directories of different names")
     if not evaluators:
         return None, None
     if len(evaluators) == 1:
-        ((name, evaluate),) = evaluators.items()
+        ((name, evaluate),) = evaluators
         return evaluate, name.partition(":")[0]
 
     def evaluate_all() -> dict[str, float]:
-        metrics = {name: evaluate() for name, evaluate in evaluators.items()}
+        metrics = {name: evaluate() for name, evaluate in evaluators}
         return {**metrics, MEAN_METRIC: sum(metrics.values()) / len(metrics)}
 
     return evaluate_all, MEAN_METRIC

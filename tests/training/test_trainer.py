@@ -78,7 +78,7 @@ def test_several_dev_sets_are_each_logged_and_their_mean_chooses_the_state():
     """Set a alone would keep epoch 1 (0.9); the mean of a and b is best at epoch 2."""
     model = _model()
     a, b = iter([0.1, 0.9, 0.6, 0.5, 0.5]), iter([0.1, 0.1, 0.8, 0.5, 0.5])
-    evaluate, metric = dev_metrics({"dev_map:a": lambda: next(a), "dev_map:b": lambda: next(b)})
+    evaluate, metric = dev_metrics([("dev_map:a", lambda: next(a)), ("dev_map:b", lambda: next(b))])
     assert metric == MEAN_METRIC
     settings = TrainerSettings(epochs=4, lr=0.05, patience=2, schedule="constant", clip=None)
     result = Trainer(model, settings, None, step_loss=_step_loss(model), evaluate=evaluate, metric=metric,
@@ -87,10 +87,12 @@ def test_several_dev_sets_are_each_logged_and_their_mean_chooses_the_state():
     assert result.history[1]["dev_map:a"] == 0.9 and result.history[1][MEAN_METRIC] == pytest.approx(0.5)
 
 
-def test_one_dev_set_decides_by_its_own_metric_and_none_means_no_evaluation():
-    evaluate, metric = dev_metrics({"dev_mrr20:quora": lambda: 0.25})
+def test_one_dev_set_decides_by_its_own_metric_none_means_no_evaluation_and_a_repeat_is_refused():
+    evaluate, metric = dev_metrics([("dev_mrr20:quora", lambda: 0.25)])
     assert metric == "dev_mrr20" and evaluate() == 0.25
-    assert dev_metrics({}) == (None, None)
+    assert dev_metrics([]) == (None, None)
+    with pytest.raises(ConfigError, match="both be logged as dev_map:wikiqa"):
+        dev_metrics([("dev_map:wikiqa", lambda: 0.5), ("dev_map:wikiqa", lambda: 0.6)])
 
 
 def test_time_budget_evaluates_then_stops_with_a_checkpoint(tmp_path):
