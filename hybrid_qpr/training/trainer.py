@@ -29,7 +29,7 @@ The trainer does:
 * ``checkpoint.pt`` (model, ``also_train`` modules, optimizer, schedule, position, best so far,
   history; format :data:`CHECKPOINT_FORMAT`) written atomically every ``checkpoint_every`` steps,
   after each evaluation, at the end of each epoch and when stopping; ``resume=True`` continues
-  from it, refusing a checkpoint made with other settings except the budget ones
+  from it (a run that stopped on patience trains no further unless ``patience`` grew), refusing a checkpoint made with other settings except the budget ones
   (:data:`BUDGET_SETTINGS`) and one of an older format than the one trainer (step-mode
   checkpoints of ``finetune`` and ``reranker`` from before are still read);
 * ``log.jsonl``: one line per logged step (every ``log_every``, the last, the one out of time), per epoch and per
@@ -359,7 +359,9 @@ class Trainer:
         self.model.train()
         for module in self.also_train.values():
             module.train()
-        if self.evaluate is not None and self.evaluate_first and self.step == 0 and self.best is None:
+        if resume and self.evaluate is not None and self.waited >= s.patience:
+            stopped = "patience"  # it had stopped there: rerunning (to export, say) trains no further
+        elif self.evaluate is not None and self.evaluate_first and self.step == 0 and self.best is None:
             untrained = {"step": 0} if self.batches is None else {"epoch": self.first_epoch - 1, "step": 0}
             if self._record({**untrained, "loss": None}, started):
                 stopped = "patience"

@@ -131,6 +131,24 @@ def test_resume_continues_refuses_other_settings_and_older_checkpoints(tmp_path)
                 batches=lambda e: [e], run_settings={}).run(resume=True, show_progress=False)
 
 
+def test_a_run_stopped_by_patience_resumes_without_training_unless_patience_grows(tmp_path):
+    scores = iter([0.5, 0.4, 0.3, 0.9, 0.95, 0.9, 0.9])
+    settings = TrainerSettings(epochs=6, lr=0.05, patience=2, schedule="constant", clip=None)
+
+    def run(patience: int, resume: bool):
+        model = _model()
+        return Trainer(model, dataclasses.replace(settings, patience=patience), tmp_path, step_loss=_step_loss(model),
+                       evaluate=lambda: next(scores), batches=lambda epoch: [epoch],
+                       run_settings={}).run(resume=resume, show_progress=False)
+
+    first = run(2, resume=False)
+    assert first.stopped == "patience" and first.best_epoch == 0 and first.steps_done == 2
+    again = run(2, resume=True)  # the same settings, rerun: nothing more to do
+    assert again.steps_this_run == 0 and again.stopped == "patience" and again.best_metric == 0.5
+    longer = run(4, resume=True)  # more patience: training goes on from epoch 3
+    assert longer.steps_this_run > 0 and longer.best_metric == 0.95
+
+
 def test_settings_are_checked():
     with pytest.raises(ConfigError, match="schedule='cosine'"):
         TrainerSettings(schedule="cosine").check()
