@@ -29,7 +29,8 @@ The trainer does:
 * ``checkpoint.pt`` (model, ``also_train`` modules, optimizer, schedule, position, best so far,
   history; format :data:`CHECKPOINT_FORMAT`) written atomically every ``checkpoint_every`` steps,
   after each evaluation, at the end of each epoch and when stopping; ``resume=True`` continues
-  from it (a run that stopped on patience trains no further unless ``patience`` grew), refusing a checkpoint made with other settings except the budget ones
+  from it (a run that stopped on patience trains no further unless ``patience`` grew),
+  refusing a checkpoint made with other settings except the budget ones
   (:data:`BUDGET_SETTINGS`) and one of an older format than the one trainer (step-mode
   checkpoints of ``finetune`` and ``reranker`` from before are still read);
 * ``log.jsonl``: one line per logged step (every ``log_every``, the last, the one out of time), per epoch and per
