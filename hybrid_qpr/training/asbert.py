@@ -167,9 +167,11 @@ def train_asbert(train_dirs: list[str | Path], dev_dirs: str | Path | Sequence[s
     result = Trainer(model, settings.trainer_settings(), out_dir, step_loss=step_loss, evaluate=evaluate,
                      run_settings=run_settings, defaults=dataclasses.asdict(AsbertSettings()),
                      description=f"asbert {settings.loss}", metric=metric).run(resume=resume, show_progress=show_progress)
+    reported_dev = [recorded_path(d) for d in dev_dirs]
     report = {"loss": settings.loss, "train_questions": len(records), "best_dev_map": result.best_metric,
               "best_step": result.best_step, "stopped": result.stopped, "seconds": result.seconds,
-              "history": result.history, "train": [recorded_path(d) for d in train_dirs], "dev": [recorded_path(d) for d in dev_dirs] if len(dev_dirs) > 1 else recorded_path(dev_dirs[0])}
+              "history": result.history, "train": [recorded_path(d) for d in train_dirs],
+              "dev": reported_dev[0] if len(reported_dev) == 1 else reported_dev}
     training = {**dataclasses.asdict(settings), "report": {k: v for k, v in report.items() if k != "history"}}
     model.save(out_dir / "model", extra={"training": training})
     if export_dir is not None:

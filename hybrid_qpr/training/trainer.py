@@ -320,6 +320,11 @@ class Trainer:
             self.on_record(record)
         else:
             print(self._line(record, improved), file=sys.stderr, flush=True)
+        return self._patience_spent
+
+    @property
+    def _patience_spent(self) -> bool:
+        """``patience`` evaluations in a row without a gain: training is over."""
         return self.evaluate is not None and self.waited >= self.settings.patience
 
     def _line(self, record: dict[str, Any], improved: bool) -> str:
@@ -360,7 +365,7 @@ class Trainer:
         self.model.train()
         for module in self.also_train.values():
             module.train()
-        if resume and self.evaluate is not None and self.waited >= s.patience:
+        if resume and self._patience_spent:
             stopped = "patience"  # it had stopped there: rerunning (to export, say) trains no further
         elif self.evaluate is not None and self.evaluate_first and self.step == 0 and self.best is None:
             untrained = {"step": 0} if self.batches is None else {"epoch": self.first_epoch - 1, "step": 0}
