@@ -49,7 +49,8 @@ def repair(directory) -> None:
     """Rebuild the damaged manifest.json of the index in DIRECTORY from the copy each commit
     also writes (manifest.copy.json), or from what is readable of it, keeping every segment
     whose files match their recorded sizes and CRC32 checksums and naming each one it leaves
-    out. An intact manifest is left alone. Exit status 1 when a segment was left out.
+    out. An intact manifest is left alone; a damaged, missing or stale copy of it is
+    rewritten from it. Exit status 1 when a segment was left out.
 
     \b
     Example:
@@ -59,7 +60,11 @@ def repair(directory) -> None:
 
     report = repair_index(directory)
     if not report.repaired:
-        click.echo(f"ok: {directory}: its manifest is intact; nothing to repair")
+        click.echo(f"ok: {directory}: its manifest and its copy are intact; nothing to repair")
+        return
+    if report.copy_rewritten:
+        click.echo(f"repaired {directory}: its manifest is intact; {report.copy_rewritten}, so the copy was rewritten "
+                   f"from it ({report.documents} documents)")
         return
     click.echo(f"repaired {directory}: manifest rebuilt from {report.source}; {len(report.kept)} segment(s) kept, "
                f"{report.documents} documents")
