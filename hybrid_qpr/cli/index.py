@@ -118,7 +118,7 @@ def optimize(directory, model, drop_damaged, yes, wait) -> None:
         for loss in losses:
             click.echo(f"segment {loss.segment} cannot be rebuilt: {loss.problem}\n  {loss.summary()}", err=True)
         click.echo(f"The files of {'these segments' if len(losses) > 1 else 'this segment'} go to "
-                   f"{Path(directory) / 'damaged'}/ (with lost.json listing every id).", err=True)
+                   f"{Path(directory) / 'damaged'}/ (with lost.json: why, and the ids it costs where readable).", err=True)
         if yes:
             return True
         try:
