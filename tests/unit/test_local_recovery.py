@@ -283,3 +283,21 @@ def test_repair_of_an_intact_index_takes_no_lock(built, tmp_path):
             assert result.exit_code == 0 and "nothing to repair" in result.output, result.output
         finally:
             index_dir.chmod(0o755)
+
+
+def test_ids_a_damaged_docs_sqlite_still_returns_are_listed_as_unverified(built, tmp_path, committed_encoder):
+    """B's text store and ids file damaged, and an id edited inside its docs.sqlite (which SQLite
+    still reads): the loss lists the ids SQLite returns, says they are unverified, and brings
+    no older version back on their word (a wrong id could bring a deleted document back)."""
+    index_dir, (_, seg_b) = copy_of(built, tmp_path)
+    _unrecoverable(index_dir, seg_b, "docs.text", "docs.ids.json")
+    db = seg_b / "docs.sqlite"
+    db.write_bytes(db.read_bytes().replace(b"b00", b"b0Z"))
+    with pytest.raises(IndexDamagedError) as refused:
+        LocalIndex.open_for_repair(index_dir).optimize(encoder=committed_encoder)
+    message = str(refused.value)
+    assert '5 documents would be lost: "a00", "a01", "a02", "b0Z", "b02" (the ids as far as' in message, message
+    assert "unverified" in message and "older version" not in message
+    result = LocalIndex.open_for_repair(index_dir).optimize(encoder=committed_encoder, drop_damaged=True)
+    assert [loss.restored for loss in result["dropped"]] == [{}]
+    assert documents(index_dir) == expected(d for d in ORIGINAL[3:] if d.id != "a05")

@@ -44,9 +44,10 @@ from hybrid_qpr.backends.local.matching import index_fields
 from hybrid_qpr.backends.local.merge import plan_merge
 from hybrid_qpr.backends.local.reading import IndexReading
 from hybrid_qpr.backends.local.snapshot import IndexSnapshot
-from hybrid_qpr.backends.local.recovery import LiveRows, Loss, read_for_optimize, read_live_rows, set_aside
-from hybrid_qpr.backends.local.segment import (BASE_FACTORY, SEGMENTS_DIR, Segment, add_missing_copies, damaged,
-                                               file_problems, has_second_copies, lost_fix, write_segment)
+from hybrid_qpr.backends.local.recovery import (LiveRows, Loss, add_missing_copies, has_second_copies,
+                                                read_for_optimize, read_live_rows, set_aside)
+from hybrid_qpr.backends.local.segment import (BASE_FACTORY, SEGMENTS_DIR, Segment, damaged, file_problems, lost_fix,
+                                               write_segment)
 from hybrid_qpr.backends.local.storage import access_refusal
 from hybrid_qpr.backends.local.vectorbase import BASE_KEY, VectorBase, base_problems, next_base, unordered
 from hybrid_qpr.backends.local.vectors import FAISS_KINDS, FLAT_THRESHOLD, FaissKind, SearchSettings, faiss_factory

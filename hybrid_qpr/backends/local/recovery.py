@@ -17,7 +17,8 @@ What cannot be rebuilt (both copies damaged, or a segment written before the sec
 existed) is a ``Loss``, with the live ids it costs when they can still be read. ``optimize``
 names it and drops it only when told to, after asking, and ``set_aside`` first moves the
 segment's files to ``damaged/`` inside the index. A lost document whose older version is
-still stored, tombstoned by the update, gets that version back (``Loss.restored``).
+still stored, tombstoned by the update, gets that version back (``Loss.restored``). A healthy
+segment written before the second copies gets them from ``add_missing_copies``.
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ import numpy as np
 from hybrid_qpr.artifacts import load_npy
 from hybrid_qpr.backends.local import textstore
 from hybrid_qpr.backends.local.segment import (DAMAGED_DIR, DOCS_DB, IDS_FILE, IDS_KEY, SEGMENTS_DIR, VECTORS,
-                                               checksum, damaged, file_problems, fix_for, ids_checksum, lost_fix,
-                                               map_npy, stored_rows)
+                                               checksum, damaged, file_problems, file_record, fix_for, fsync_path,
+                                               has_text_store, ids_checksum, lost_fix, map_npy, stored_rows, write_ids)
 from hybrid_qpr.backends.local.storage import access_refusal, unreadable, write_refusal
-from hybrid_qpr.backends.local.textstore import OFFSETS_FILE, TEXT_FILE, TextStore
+from hybrid_qpr.backends.local.textstore import OFFSETS_FILE, TEXT_FILE, TextStore, write_texts
 from hybrid_qpr.distance import Distance, prepare_vectors
 from hybrid_qpr.errors import ConfigError, IndexDamagedError
 
@@ -71,6 +72,7 @@ class Loss:
     # ``uncertain`` (its tombstones are lost): every row not known to be deleted, ``live`` of them live
     ids: list[str] | None
     uncertain: bool = False
+    verified: bool = True  # False: the ids as far as a damaged docs.sqlite still returns them
     restored: dict[str, str] = field(default_factory=dict)  # id -> the segment whose older version comes back
 
     @property
@@ -86,6 +88,8 @@ class Loss:
             return f"{self.live} live documents among these {len(self.ids)} ids would be lost: {_shown(self.ids)}"
         lost = [doc_id for doc_id in self.ids if doc_id not in self.restored]
         text = f"{len(lost)} documents would be lost" + (f": {_shown(lost)}" if lost else "")
+        if not self.verified:
+            text += f" (the ids as far as the damaged {DOCS_DB} still returns them, unverified)"
         if self.restored:
             text += (f"; {len(self.restored)} updated documents would get their older version back from "
                      f"{', '.join(sorted(set(self.restored.values())))}: {_shown(list(self.restored))}")
@@ -98,11 +102,12 @@ def _shown(ids: Sequence[str]) -> str:
 
 
 class _Unrecoverable(Exception):
-    """A segment's documents have no intact copy left (``problem``); ``ids``: as far as readable."""
+    """A segment's documents have no intact copy left (``problem``); ``ids``: as far as readable
+    (``verified``: by the ids file or the manifest's ``ids_crc32``)."""
 
-    def __init__(self, problem: str, ids: list[str] | None):
+    def __init__(self, problem: str, ids: list[str] | None, verified: bool):
         super().__init__(problem)
-        self.problem, self.ids = problem, ids
+        self.problem, self.ids, self.verified = problem, ids, verified
 
 
 def intact(path: Path, record: dict[str, int] | None) -> bool:
@@ -143,12 +148,13 @@ def _documents(index_path: Path, entry: dict[str, Any]) -> list[tuple[str, str, 
     texts = _text_store_rows(seg_dir, entry)
     ids = _verified_ids(seg_dir, entry, stored, texts)
     what = f"{rel} is missing or has changed since it was written (size or CRC32)"
+    readable = [str(row[0]) for row in stored] if stored else None  # unverified
     if texts is None:
-        readable = ids or ([str(row[0]) for row in stored] if stored else None)
-        raise _Unrecoverable(f"{what}, and the segment has no intact text store to rebuild it from", readable)
+        raise _Unrecoverable(f"{what}, and the segment has no intact text store to rebuild it from", ids or readable,
+                             ids is not None)
     if ids is None:
         raise _Unrecoverable(f"{what}; its texts are intact in {TEXT_FILE} but its ids cannot be read back and "
-                             "verified", [str(row[0]) for row in stored] if stored else None)
+                             "verified", readable, False)
     logger.warning("%s: rebuilding %s from the segment's text store and ids", index_path, rel)
     return [(doc_id, text, meta) for doc_id, (text, meta) in zip(ids, texts)]
 
@@ -309,7 +315,8 @@ def read_for_optimize(index_path: Path, entries: Sequence[dict[str, Any]], dim: 
             read.rows = _documents(index_path, entry)
             ids = [row[0] for row in read.rows]
         except _Unrecoverable as exc:
-            read.loss = Loss(entry["name"], exc.problem, int(entry["count"]) - int(entry.get("deleted", 0)), exc.ids)
+            read.loss = Loss(entry["name"], exc.problem, int(entry["count"]) - int(entry.get("deleted", 0)), exc.ids,
+                             verified=exc.verified)
             ids = exc.ids if exc.ids is not None and len(exc.ids) == int(entry["count"]) else None
         except IndexDamagedError as exc:
             raise _unconfirmed(exc, index_path, entry, drop_damaged) from None
@@ -377,7 +384,8 @@ def _number(segment: str) -> int:
 def _restore_older_versions(reads: dict[str, _Read]) -> None:
     """Give each document of a lost segment whose older version is stored tombstoned in a kept
     segment (an update replaced it) that version back: the newest one, by segment number."""
-    wanted = {doc_id: read.loss for read in reads.values() if read.loss and read.loss.ids and not read.loss.uncertain
+    wanted = {doc_id: read.loss for read in reads.values()
+              if read.loss and read.loss.ids and read.loss.verified and not read.loss.uncertain
               for doc_id in read.loss.ids}
     if not wanted:
         return
@@ -392,6 +400,46 @@ def _restore_older_versions(reads: dict[str, _Read]) -> None:
     for doc_id, (_, name, row) in newest.items():
         kept[name].live[row] = True
         wanted[doc_id].restored[doc_id] = name
+
+
+def has_second_copies(entry: dict[str, Any]) -> bool:
+    """Whether the segment of ``entry`` holds every document twice: the text store and the ids
+    file beside ``docs.sqlite`` (segments written by earlier versions may lack either)."""
+    return has_text_store(entry) and IDS_FILE in (entry.get("files") or {})
+
+
+def add_missing_copies(segments_dir: Path, entry: dict[str, Any]) -> dict[str, Any]:
+    """The manifest entry of a segment written before the text store or the ids file, with
+    what it lacks written into its directory from its ``docs.sqlite`` (``index optimize``). New
+    names only, so readers of the commit that names the segment without them are unaffected;
+    until a commit names them they are unused (and rewritten by the next attempt)."""
+    seg_dir = segments_dir / entry["name"]
+    tmp = seg_dir / ".texts.tmp"
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        rows = stored_rows(seg_dir, "id, text, metadata")  # checked by the caller (optimize: CRC32 of every file)
+        missing = [] if has_text_store(entry) else list(textstore.FILES)
+        if missing:
+            write_texts(tmp, [text for _, text, _ in rows], [meta for _, _, meta in rows])
+        if IDS_FILE not in entry["files"]:
+            write_ids(tmp, [doc_id for doc_id, _, _ in rows])
+            missing.append(IDS_FILE)
+        files = dict(entry["files"])
+        for file in missing:
+            fsync_path(tmp / file)
+            files[file] = file_record(tmp / file)
+            os.replace(tmp / file, seg_dir / file)
+        fsync_path(seg_dir)
+    except BaseException as exc:
+        refusal = write_refusal(exc, tmp, 2 * (seg_dir / DOCS_DB).stat().st_size)
+        if refusal is not None:
+            raise refusal from exc
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {**entry, "files": files, IDS_KEY: ids_checksum([doc_id for doc_id, _, _ in rows])}
 
 
 def set_aside(index_path: Path, loss: Loss) -> Path:
@@ -418,8 +466,9 @@ def set_aside(index_path: Path, loss: Loss) -> Path:
                         os.link(file, tmp / file.name, follow_symlinks=False)
                     except OSError:
                         shutil.copyfile(file, tmp / file.name, follow_symlinks=False)
-        record = {"segment": loss.segment, "problem": loss.problem, "live_documents": loss.live,
-                  "ids": loss.ids, "ids_are_candidates": loss.uncertain, "restored_older_version": loss.restored}
+        record = {"segment": loss.segment, "problem": loss.problem, "live_documents": loss.live, "ids": loss.ids,
+                  "ids_verified": loss.verified, "ids_are_candidates": loss.uncertain,
+                  "restored_older_version": loss.restored}
         (tmp / LOST_FILE).write_text(json.dumps(record, indent=1) + "\n", encoding="ascii")
         os.replace(tmp, target)
     except OSError as exc:

@@ -227,50 +227,10 @@ def has_text_store(entry: dict[str, Any]) -> bool:
     return TEXT_FILE in (entry.get("files") or {})
 
 
-def has_second_copies(entry: dict[str, Any]) -> bool:
-    """Whether the segment of ``entry`` holds every document twice: the text store and the ids
-    file beside ``docs.sqlite`` (segments written by earlier versions may lack either)."""
-    return has_text_store(entry) and IDS_FILE in (entry.get("files") or {})
-
-
 def write_ids(directory: Path, ids: Sequence[str]) -> None:
     """Write ``ids`` as ``directory``'s ids file (ASCII JSON: any id a document may have)."""
     # one string, then one write: json.dump to the file writes per token (0.4 s against 0.15 s at 1M ids)
     (directory / IDS_FILE).write_text(json.dumps(list(ids)), encoding="ascii")
-
-
-def add_missing_copies(segments_dir: Path, entry: dict[str, Any]) -> dict[str, Any]:
-    """The manifest entry of a segment written before the text store or the ids file, with
-    what it lacks written into its directory from its ``docs.sqlite`` (``index optimize``). New
-    names only, so readers of the commit that names the segment without them are unaffected;
-    until a commit names them they are unused (and rewritten by the next attempt)."""
-    seg_dir = segments_dir / entry["name"]
-    tmp = seg_dir / ".texts.tmp"
-    try:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir()
-        rows = stored_rows(seg_dir, "id, text, metadata")  # checked by the caller (optimize: CRC32 of every file)
-        missing = [] if has_text_store(entry) else list(textstore.FILES)
-        if missing:
-            write_texts(tmp, [text for _, text, _ in rows], [meta for _, _, meta in rows])
-        if IDS_FILE not in entry["files"]:
-            write_ids(tmp, [doc_id for doc_id, _, _ in rows])
-            missing.append(IDS_FILE)
-        files = dict(entry["files"])
-        for file in missing:
-            fsync_path(tmp / file)
-            files[file] = file_record(tmp / file)
-            os.replace(tmp / file, seg_dir / file)
-        fsync_path(seg_dir)
-    except BaseException as exc:
-        refusal = write_refusal(exc, tmp, 2 * (seg_dir / DOCS_DB).stat().st_size)
-        if refusal is not None:
-            raise refusal from exc
-        raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return {**entry, "files": files, IDS_KEY: ids_checksum([doc_id for doc_id, _, _ in rows])}
 
 
 def write_deletions(segment_dir: Path, generation: int, deleted: np.ndarray) -> dict[str, Any]:
