@@ -63,8 +63,8 @@ def repair(directory) -> None:
         click.echo(f"ok: {directory}: its manifest and its copy are intact; nothing to repair")
         return
     if report.copy_rewritten:
-        click.echo(f"repaired {directory}: its manifest is intact; {report.copy_rewritten}, so the copy was rewritten "
-                   f"from it ({report.documents} documents)")
+        click.echo(f"repaired {directory}: manifest.copy.json rewritten from the intact manifest.json (the copy "
+                   f"{report.copy_rewritten}); {report.documents} documents")
         return
     click.echo(f"repaired {directory}: manifest rebuilt from {report.source}; {len(report.kept)} segment(s) kept, "
                f"{report.documents} documents")

@@ -117,11 +117,12 @@ def check_index(path: str | Path) -> CheckReport:
     _check_base(path, manifest, report)
     copy = copy_problem(path, manifest)
     if copy is not None:
-        what, stale = copy
+        why, stale = copy
         if stale:  # an interrupted commit: the next commit rewrites it, and repair does now
-            report.notes.append(f"{what} ({copy_fix(path)})")
+            report.notes.append(f"{MANIFEST_COPY} {why} ({copy_fix(path)})")
         else:
-            report.problems.append(Problem(what, copy_fix(path)))
+            report.problems.append(Problem(f"{MANIFEST_COPY} (the copy 'index repair' rebuilds a damaged {MANIFEST} "
+                                           f"from) {why}", copy_fix(path)))
     if duplicates:
         report.problems.append(Problem(f"{duplicates} ids are live in more than one segment",
                                        f"run 'hybrid-qpr index optimize {path}'"))

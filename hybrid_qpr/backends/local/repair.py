@@ -62,22 +62,22 @@ def _intact(manifest: dict[str, Any] | None) -> bool:
 
 def copy_problem(path: Path, manifest: dict[str, Any]) -> tuple[str, bool] | None:
     """What is wrong with the manifest copy of the index at ``path``, whose intact manifest is
-    ``manifest``: ``(what, stale)``, ``stale`` when it is only an intact copy of an earlier
-    commit (a commit interrupted between writing the two); ``None`` when it is a copy of ``manifest``."""
+    ``manifest``: ``(why, stale)``, ``why`` to follow the copy's name ("is missing"), ``stale``
+    when it is only an intact copy of an earlier commit (a commit interrupted between writing
+    the two); ``None`` when it is a copy of ``manifest``."""
     copy_path = path / MANIFEST_COPY
     if not copy_path.is_file():
-        return f"{MANIFEST_COPY} (the copy 'index repair' rebuilds a damaged {MANIFEST} from) is missing", False
+        return "is missing", False
     copy = _load(copy_path)
     if copy == manifest:
         return None
     if copy is None:
-        return f"{MANIFEST_COPY} (the copy 'index repair' rebuilds a damaged {MANIFEST} from) is not valid JSON", False
+        return "is not valid JSON", False
     if not _intact(copy):
-        why = manifest_problem(copy) or f"is not a {FORMAT} manifest"
-        return f"{MANIFEST_COPY} (the copy 'index repair' rebuilds a damaged {MANIFEST} from) {why}", False
+        return manifest_problem(copy) or f"is not a {FORMAT} manifest", False
     if _generation(copy) < _generation(manifest):
-        return f"{MANIFEST_COPY} is of commit {_generation(copy)}, {MANIFEST} of commit {_generation(manifest)}", True
-    return f"{MANIFEST_COPY} differs from {MANIFEST} (commit {_generation(manifest)})", False
+        return f"is of commit {_generation(copy)}, {MANIFEST} of commit {_generation(manifest)}", True
+    return f"differs from {MANIFEST} (commit {_generation(manifest)})", False
 
 
 def copy_fix(path: Path) -> str:
