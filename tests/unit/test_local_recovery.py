@@ -302,3 +302,17 @@ def test_ids_a_damaged_docs_sqlite_still_returns_are_listed_as_unverified(built,
     result = LocalIndex.open_for_repair(index_dir).optimize(encoder=committed_encoder, drop_damaged=True)
     assert [loss.restored for loss in result["dropped"]] == [{}]
     assert documents(index_dir) == expected(d for d in ORIGINAL[3:] if d.id != "a05")
+
+
+def test_a_linked_damaged_folder_is_refused_and_nothing_outside_is_written(built, tmp_path):
+    """A damaged/ that is a link out of the index: the drop is refused in one line, nothing is
+    written through the link and nothing is dropped."""
+    index_dir, (_, seg_b) = copy_of(built, tmp_path)
+    _unrecoverable(index_dir, seg_b, "docs.sqlite", "docs.text")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (index_dir / "damaged").symlink_to(outside)
+    result = CliRunner().invoke(cli, ["index", "optimize", str(index_dir), "--drop-damaged", "--yes"],
+                                catch_exceptions=False)
+    assert result.exit_code == 1 and "link" in result.output and "Traceback" not in result.output, result.output
+    assert list(outside.iterdir()) == [] and seg_b.is_dir() and not check_index(index_dir).ok

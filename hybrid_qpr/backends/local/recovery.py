@@ -343,8 +343,17 @@ def _unconfirmed(exc: IndexDamagedError, index_path: Path, entry: dict[str, Any]
 
 
 def _live_ids(reads: dict[str, _Read], but: str) -> set[str]:
-    return {row[0] for name, read in reads.items() if name != but and read.rows is not None and read.live is not None
-            for row, live in zip(read.rows, read.live) if live}
+    """The ids live in the segments of ``reads`` other than ``but`` (a lost segment's too, where
+    its ids and tombstones verify: they still say which older rows were updated)."""
+    out: set[str] = set()
+    for name, read in reads.items():
+        if name == but or read.live is None:
+            continue
+        if read.rows is not None:
+            out.update(row[0] for row, live in zip(read.rows, read.live) if live)
+        elif read.loss is not None and read.loss.ids and read.loss.verified and not read.loss.uncertain:
+            out.update(read.loss.ids)
+    return out
 
 
 def _rebuild_lost_tombstones(reads: dict[str, _Read]) -> None:
