@@ -46,8 +46,7 @@ from hybrid_qpr.backends.local.reading import IndexReading
 from hybrid_qpr.backends.local.snapshot import IndexSnapshot
 from hybrid_qpr.backends.local.recovery import (LiveRows, Loss, add_missing_copies, has_second_copies,
                                                 read_for_optimize, read_live_rows, set_aside)
-from hybrid_qpr.backends.local.segment import (BASE_FACTORY, SEGMENTS_DIR, Segment, damaged, file_problems, lost_fix,
-                                               write_segment)
+from hybrid_qpr.backends.local.segment import BASE_FACTORY, SEGMENTS_DIR, Segment, file_problems, write_segment
 from hybrid_qpr.backends.local.storage import access_refusal
 from hybrid_qpr.backends.local.vectorbase import BASE_KEY, VectorBase, base_problems, next_base, unordered
 from hybrid_qpr.backends.local.vectors import FAISS_KINDS, FLAT_THRESHOLD, FaissKind, SearchSettings, faiss_factory
@@ -438,9 +437,6 @@ class LocalIndex(IndexReading):
             before = len(manifest["segments"])
             parts, losses = read_for_optimize(self.path, manifest["segments"], self.dim, self.distance, encoder,
                                               drop_damaged)
-            if losses and not drop_damaged:
-                more = f" (and {len(losses) - 1} more segments)" if len(losses) > 1 else ""
-                raise damaged(self.path, f"{losses[0].problem}: {losses[0].summary()}{more}", lost_fix(self.path))
             if losses and confirm is not None and not confirm(losses):
                 return {"segments_before": before, "documents": int(manifest.get("count", 0)), "dropped": [],
                         "declined": True}

@@ -304,9 +304,10 @@ class _Read:
 def read_for_optimize(index_path: Path, entries: Sequence[dict[str, Any]], dim: int, distance: Distance, encoder,
                       drop_damaged: bool) -> tuple[list[LiveRows], list[Loss]]:
     """Every segment's live rows for ``optimize``, rebuilt from the second copies where a file
-    is damaged, and the ``Loss`` of each segment that cannot be rebuilt (not read; dropping it
-    is the caller's decision). A loss arises only from damage its checksums confirm; anything
-    else is raised (with ``drop_damaged``, saying that nothing is dropped)."""
+    is damaged, and the ``Loss`` of each segment that cannot be rebuilt (its rows left out).
+    Without ``drop_damaged`` a loss raises ``IndexDamagedError`` naming what it costs. A loss
+    arises only from damage its checksums confirm; anything else is raised (with
+    ``drop_damaged``, saying that nothing is dropped)."""
     reads: dict[str, _Read] = {}
     for entry in entries:
         _refuse_unreadable(index_path, entry)
@@ -330,9 +331,13 @@ def read_for_optimize(index_path: Path, entries: Sequence[dict[str, Any]], dim: 
                 read.loss.ids = [doc_id for doc_id, live in zip(ids, read.live) if live]
     _rebuild_lost_tombstones(reads)
     _restore_older_versions(reads)
+    losses = [read.loss for read in reads.values() if read.loss is not None]
+    if losses and not drop_damaged:
+        more = f" (and {len(losses) - 1} more segments)" if len(losses) > 1 else ""
+        raise damaged(index_path, f"{losses[0].problem}: {losses[0].summary()}{more}", lost_fix(index_path))
     parts = [_live_rows(index_path, read.entry, read.rows, read.live, dim, distance, encoder)
              for read in reads.values() if read.loss is None]
-    return parts, [read.loss for read in reads.values() if read.loss is not None]
+    return parts, losses
 
 
 def _unconfirmed(exc: IndexDamagedError, index_path: Path, entry: dict[str, Any], drop_damaged: bool) -> Exception:
