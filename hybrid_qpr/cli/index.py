@@ -49,7 +49,8 @@ def repair(directory) -> None:
     """Rebuild the damaged manifest.json of the index in DIRECTORY from the copy each commit
     also writes (manifest.copy.json), or from what is readable of it, keeping every segment
     whose files match their recorded sizes and CRC32 checksums and naming each one it leaves
-    out. An intact manifest is left alone. Exit status 1 when a segment was left out.
+    out. An intact manifest is left alone; a damaged, missing or stale copy of it is
+    rewritten from it. Exit status 1 when a segment was left out.
 
     \b
     Example:
@@ -59,7 +60,11 @@ def repair(directory) -> None:
 
     report = repair_index(directory)
     if not report.repaired:
-        click.echo(f"ok: {directory}: its manifest is intact; nothing to repair")
+        click.echo(f"ok: {directory}: its manifest and its copy are intact; nothing to repair")
+        return
+    if report.copy_rewritten:
+        click.echo(f"repaired {directory}: manifest.copy.json rewritten from the intact manifest.json (the copy "
+                   f"{report.copy_rewritten}); {report.documents} documents")
         return
     click.echo(f"repaired {directory}: manifest rebuilt from {report.source}; {len(report.kept)} segment(s) kept, "
                f"{report.documents} documents")
@@ -74,19 +79,24 @@ def repair(directory) -> None:
 @click.option("--model", type=click.Path(file_okay=False), default=None,
               help="Encoder to re-encode damaged vectors with. [default: the model the index was built with]")
 @click.option("--drop-damaged", is_flag=True,
-              help="Drop segments whose documents or tombstones are confirmed damaged and cannot be rebuilt (then "
-                   "re-ingest your source file; it never duplicates).")
+              help="Drop segments whose damage their checksums confirm and that cannot be rebuilt from a second "
+                   "copy: lists what is lost, asks, and moves their files to DIRECTORY/damaged/ (then re-ingest your "
+                   "source file; it never duplicates).")
+@click.option("--yes", "-y", is_flag=True, help="With --drop-damaged: drop without asking (the list is still printed).")
 @click.option("--wait", is_flag=True, help=WAIT_HELP)
 @friendly_errors
-def optimize(directory, model, drop_damaged, wait) -> None:
+def optimize(directory, model, drop_damaged, yes, wait) -> None:
     """Merge all segments of the index in DIRECTORY into one: deleted documents are purged
     and the FAISS and BM25 parts rebuilt. Also repairs what 'index check' reports in a
-    segment: FAISS, BM25 and text files; vectors, re-encoded with the index's model;
-    docs.sqlite from the text store and tombstones from the ids updated in other segments,
-    when those copies verify. --drop-damaged drops only a segment whose damage its checksums
-    confirm and that cannot be rebuilt. (A damaged manifest: 'index repair'.) An index
-    already in one segment whose vector graph was written by an earlier version gets the
-    graph's nodes stored in locality order (seconds, no rebuild; kNN searches 4-9% faster).
+    segment, from the second copy each part has: FAISS, BM25 and text files; vectors,
+    re-encoded with the index's model; docs.sqlite from the text store and the ids file;
+    tombstones from their copy (or from the ids updated in other segments). What cannot be
+    rebuilt (both copies damaged, or a segment written by an earlier version) is named with
+    the documents it costs; --drop-damaged lists them, asks, and moves the segment's files to
+    DIRECTORY/damaged/ before dropping it (an updated document gets its older version back
+    where that is still stored). (A damaged manifest: 'index repair'.) An index already in
+    one segment whose vector graph was written by an earlier version gets the graph's nodes
+    stored in locality order (seconds, no rebuild; kNN searches 4-9% faster).
 
     \b
     Example:
@@ -103,11 +113,30 @@ def optimize(directory, model, drop_damaged, wait) -> None:
 
         encoder = Encoder.load(model)
         target.check_encoder(encoder)
-    result = target.optimize(encoder=encoder, drop_damaged=drop_damaged, wait=wait)
+
+    def confirm(losses) -> bool:
+        for loss in losses:
+            click.echo(f"segment {loss.segment} cannot be rebuilt: {loss.problem}\n  {loss.summary()}", err=True)
+        click.echo(f"The files of {'these segments' if len(losses) > 1 else 'this segment'} go to "
+                   f"{Path(directory) / 'damaged'}/ (with lost.json: why, and the ids it costs where readable).", err=True)
+        if yes:
+            return True
+        try:
+            return click.confirm("Drop them?" if len(losses) > 1 else "Drop it?", default=False, err=True)
+        except click.Abort:  # no answer (end of input, Ctrl-C): keep everything
+            return False
+
+    result = target.optimize(encoder=encoder, drop_damaged=drop_damaged, confirm=confirm, wait=wait)
+    if result["declined"]:
+        click.echo(f"nothing dropped: {directory} is as it was", err=True)
+        raise click.exceptions.Exit(1)
     click.echo(f"optimized {directory}: {result['segments_before']} segment(s) -> {len(target.segments)}, "
                f"{result['documents']} documents")
-    for dropped in result["dropped"]:
-        click.echo(f"  dropped damaged segment {dropped}; re-ingest your source file to restore its documents", err=True)
+    for loss in result["dropped"]:
+        click.echo(f"  dropped damaged segment {loss.segment} ({loss.lost} documents lost"
+                   + (f", {len(loss.restored)} back in their older version" if loss.restored else "")
+                   + f"; its files are in {Path(directory) / 'damaged' / loss.segment}); re-ingest your source file "
+                   "to restore its documents", err=True)
 
 
 @index.command()

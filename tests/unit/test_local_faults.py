@@ -205,10 +205,16 @@ def _move_a_tombstone(seg: Path) -> None:
     """The tombstone file's row 0 (q000) changed to row 5: same size, another document hidden."""
     import numpy as np
 
-    file = next(seg.glob("deleted.*.npy"))
+    file = _tombstones(seg)[0]
     rows = np.load(file)
     rows[0] = 5
     np.save(file, rows)
+
+
+def _tombstones(seg: Path) -> list[Path]:
+    """The segment's tombstone file and its copy."""
+    main = next(p for p in seg.glob("deleted.*.npy") if not p.name.endswith(".copy.npy"))
+    return [main, main.with_name(main.name.replace(".npy", ".copy.npy"))]
 
 
 def _edit_manifest(index_dir: Path, edit) -> None:
@@ -235,12 +241,17 @@ DAMAGE = {  # case -> (damage it, the file the message must name, how it is reco
     "vectors-missing": (lambda seg, idx: (seg / "vectors.npy").unlink(), "vectors.npy", "optimize"),
     "vectors-truncated": (lambda seg, idx: _truncate(seg / "vectors.npy"), "vectors.npy", "optimize"),
     "postings-truncated": (lambda seg, idx: _truncate(seg / "bm25.tf.npy"), "bm25.tf.npy", "optimize"),
-    # docs.sqlite unreadable: its ids have no other copy, so the segment is dropped (texts alone cannot be served)
-    "sqlite-junk": (lambda seg, idx: _junk(seg / "docs.sqlite", True), "docs.sqlite", "drop"),
-    "sqlite-junk-short": (lambda seg, idx: _junk(seg / "docs.sqlite", False), "docs.sqlite", "drop"),
+    # docs.sqlite unreadable: rebuilt from its second copy (the text store and the ids file)
+    "sqlite-junk": (lambda seg, idx: _junk(seg / "docs.sqlite", True), "docs.sqlite", "optimize"),
+    "sqlite-junk-short": (lambda seg, idx: _junk(seg / "docs.sqlite", False), "docs.sqlite", "optimize"),
+    # ... and its ids file too: the texts survive but no id verifies, so the segment can only be dropped
+    "sqlite-and-ids-junk": (lambda seg, idx: (_junk(seg / "docs.sqlite", True), _junk(seg / "docs.ids.json", True)),
+                            "docs.sqlite", "drop"),
     # docs.sqlite readable but changed: rebuilt from the text store, its ids verified by the manifest's ids_crc32
     "sqlite-reserved-bytes-flipped": (lambda seg, idx: _flip_bytes(seg / "docs.sqlite", 72), "docs.sqlite", "optimize"),
-    "tombstones-missing": (lambda seg, idx: next(seg.glob("deleted.*.npy")).unlink(), "deleted.", "drop"),
+    "tombstones-missing": (lambda seg, idx: _tombstones(seg)[0].unlink(), "deleted.", "optimize"),
+    # both copies: the row removed by 'delete' has no other record, so the segment cannot be kept
+    "tombstones-and-copy-missing": (lambda seg, idx: [f.unlink() for f in _tombstones(seg)], "deleted.", "drop"),
     "manifest-without-model": (lambda seg, idx: _drop_model(idx), "manifest.json", "repair"),
     "manifest-not-json": (lambda seg, idx: _flip_bytes(idx / "manifest.json", 0), "manifest.json", "repair"),
     "manifest-one-digit-edited": (lambda seg, idx: _edit_first_digit(idx / "manifest.json"), "manifest.json", "repair"),
@@ -255,10 +266,9 @@ DAMAGE = {  # case -> (damage it, the file the message must name, how it is reco
                               "optimize"),
     # a broken .npy header: named as the offsets file (before: reported as a docs.text problem)
     "offsets-header-broken": (lambda seg, idx: _flip_bytes(seg / "docs.offsets.npy", 0), "docs.offsets.npy", "optimize"),
-    # the rows deleted by 'delete' have no other record: the segment cannot be kept without bringing them back
-    "tombstones-byte-flipped": (lambda seg, idx: _flip_last_bytes(next(seg.glob("deleted.*.npy")), 1), "deleted.",
-                                "drop"),
-    "tombstone-row-edited": (lambda seg, idx: _move_a_tombstone(seg), "deleted.", "drop"),
+    # read from the tombstones' second copy
+    "tombstones-byte-flipped": (lambda seg, idx: _flip_last_bytes(_tombstones(seg)[0], 1), "deleted.", "optimize"),
+    "tombstone-row-edited": (lambda seg, idx: _move_a_tombstone(seg), "deleted.", "optimize"),
     # valid JSON that lost an entry: the manifest's own checksum
     "manifest-lost-segment": (lambda seg, idx: _edit_manifest(idx, lambda m: m["segments"].pop()), "manifest.json",
                               "repair"),
@@ -319,7 +329,12 @@ def test_damaged_index_gives_one_line_and_check_names_it(case, healthy, tmp_path
         assert repaired.exit_code == 1 and "--drop-damaged" in repaired.output and file in repaired.output
         # the refused optimize copied nothing: the damage is still there for check to see
         assert runner.invoke(cli, ["index", "check", str(index_dir)]).exit_code == 1
-        repaired = runner.invoke(cli, ["index", "optimize", str(index_dir), "--drop-damaged"], catch_exceptions=False)
+        asked = runner.invoke(cli, ["index", "optimize", str(index_dir), "--drop-damaged"], input="n\n")
+        assert asked.exit_code == 1 and "Drop it?" in asked.output and "would be lost" in asked.output, asked.output
+        assert runner.invoke(cli, ["index", "check", str(index_dir)]).exit_code == 1  # declined: nothing changed
+        repaired = runner.invoke(cli, ["index", "optimize", str(index_dir), "--drop-damaged", "--yes"],
+                                 catch_exceptions=False)
+        assert (index_dir / "damaged" / first_segment.name / "lost.json").is_file()
         expected = {d.id: d.text for d in question_bank[100:]}
     else:
         expected = {d.id: d.text for d in question_bank[1:]}
@@ -331,7 +346,7 @@ def test_damaged_index_gives_one_line_and_check_names_it(case, healthy, tmp_path
 
 
 def test_tombstones_of_updated_rows_are_rebuilt_not_dropped(tmp_path, committed_encoder, question_bank):
-    """A flipped byte in a tombstone file whose rows were all replaced by later ingests: the
+    """A flipped byte in a tombstone file and its copy, whose rows were all replaced by later ingests: the
     ids live in the newer segment say which rows are dead, so optimize rebuilds the
     tombstones and keeps every text (before: '--drop-damaged' dropped the whole segment)."""
     index_dir = tmp_path / "idx"
@@ -340,7 +355,8 @@ def test_tombstones_of_updated_rows_are_rebuilt_not_dropped(tmp_path, committed_
     updated = [Document(d.id, d.text + " (updated)") for d in question_bank[:10]]
     idx.ingest(updated + question_bank[100:120], committed_encoder, show_progress=False)
     first = index_dir / "segments" / idx.manifest["segments"][0]["name"]
-    _flip_last_bytes(next(first.glob("deleted.*.npy")), 1)
+    for file in _tombstones(first):  # both copies
+        _flip_last_bytes(file, 1)
     runner = CliRunner()
     result = runner.invoke(cli, ["query", "how do i change my password?", "--index", str(index_dir)])
     assert result.exit_code == 1 and "deleted." in result.output and "--drop-damaged" not in result.output

@@ -205,8 +205,9 @@ def test_tombstones_hide_deleted_rows_without_rewriting(tmp_path, committed_enco
     written = {p.name: p.stat().st_mtime_ns for p in (idx.path / "segments" / segment["name"]).iterdir()}
     assert idx.delete(["q010", "q011", "q010", "nope"]) == 2
     after = {p.name: p.stat().st_mtime_ns for p in (idx.path / "segments" / segment["name"]).iterdir()}
-    assert {k: v for k, v in after.items() if k in written} == written  # nothing rewritten, one tombstone file added
-    assert set(after) - set(written) == {f"deleted.{idx.manifest['generation']}.npy"}
+    assert {k: v for k, v in after.items() if k in written} == written  # nothing rewritten, one tombstone file (and its copy) added
+    generation = idx.manifest["generation"]
+    assert set(after) - set(written) == {f"deleted.{generation}.npy", f"deleted.{generation}.copy.npy"}  # and its copy
     assert idx.count() == 198 and idx.manifest["segments"][0]["deleted"] == 2
     vec = committed_encoder.encode([question_bank[10].text])[0]
     assert "q010" not in {h.id for h in idx.knn(vec, 200)} | {h.id for h in idx.bm25(question_bank[10].text, 200)}

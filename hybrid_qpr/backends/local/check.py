@@ -15,6 +15,7 @@ from pathlib import Path
 
 from hybrid_qpr.backends.local.commit import (FORMAT, MANIFEST, MANIFEST_COPY, READABLE_FORMAT_VERSIONS, WriteLock,
                                               manifest_problem, referenced, repair_fix)
+from hybrid_qpr.backends.local.repair import copy_fix, copy_problem
 from hybrid_qpr.backends.local.storage import access_refusal
 from hybrid_qpr.backends.local.segment import BASE_FACTORY, DOCS_DB, SEGMENTS_DIR, Segment, file_problems, fix_for
 from hybrid_qpr.backends.local.textstore import OFFSETS_FILE
@@ -114,6 +115,14 @@ def check_index(path: str | Path) -> CheckReport:
         except (IndexDamagedError, IndexStorageError) as exc:
             report.problems.append(Problem(getattr(exc, "problem", str(exc)), getattr(exc, "fix", REBUILD)))
     _check_base(path, manifest, report)
+    copy = copy_problem(path, manifest)
+    if copy is not None:
+        why, stale = copy
+        if stale:  # an interrupted commit: the next commit rewrites it, and repair does now
+            report.notes.append(f"{MANIFEST_COPY} {why} ({copy_fix(path)})")
+        else:
+            report.problems.append(Problem(f"{MANIFEST_COPY} (the copy 'index repair' rebuilds a damaged {MANIFEST} "
+                                           f"from) {why}", copy_fix(path)))
     if duplicates:
         report.problems.append(Problem(f"{duplicates} ids are live in more than one segment",
                                        f"run 'hybrid-qpr index optimize {path}'"))

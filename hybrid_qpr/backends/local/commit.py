@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from hybrid_qpr import artifacts
-from hybrid_qpr.backends.local.segment import SEGMENTS_DIR, fsync_path
+from hybrid_qpr.backends.local.segment import DAMAGED_DIR, SEGMENTS_DIR, fsync_path
 from hybrid_qpr.backends.local.storage import access_refusal, write_refusal
 from hybrid_qpr.errors import ArtifactError, IndexDamagedError, IndexLockedError
 
@@ -56,6 +56,7 @@ REQUIRED_MODEL_KEYS = ("fingerprint", "dim", "distance")
 CHECKSUM_KEY = "manifest_crc32"
 SEGMENT_NAME = re.compile(r"s\d{6,}-[0-9a-f]+")  # what LocalIndex.write_new_segment names a segment: never a path
 TOMBSTONE_NAME = re.compile(r"deleted\.\d+\.npy")
+TOMBSTONE_COPY_NAME = re.compile(r"deleted\.\d+\.copy\.npy")  # the second copy of a tombstone file
 GRACE_S = 2.0  # even without --wait, a writer waits this long: a reader's cleanup holds the lock for a moment
 
 
@@ -93,7 +94,7 @@ def _damaged_manifest(path: Path, problem: str) -> IndexDamagedError:
 def holds_other_files(path: Path) -> bool:
     """True when the directory ``path`` holds files no index writer left there (an ingest
     refuses to write into it)."""
-    return path.is_dir() and bool({p.name for p in path.iterdir()} - {LOCK_FILE, SEGMENTS_DIR, MANIFEST_COPY})
+    return path.is_dir() and bool({p.name for p in path.iterdir()} - {LOCK_FILE, SEGMENTS_DIR, MANIFEST_COPY, DAMAGED_DIR})
 
 
 def not_an_index(path: Path) -> str:
@@ -157,8 +158,14 @@ def entry_problem(entry: Any) -> str | None:
         if not isinstance(deletions, dict) or not isinstance(deletions.get("file"), str) \
                 or not TOMBSTONE_NAME.fullmatch(deletions["file"]):
             return f"has deletions={deletions!r}, not a tombstone file record"
+        copy = deletions.get("copy")
+        if copy is not None and (not isinstance(copy, dict) or not isinstance(copy.get("file"), str)
+                                 or not TOMBSTONE_COPY_NAME.fullmatch(copy["file"])):
+            return f"has a tombstone copy {copy!r}, not a tombstone file record"
         if records is not None:
             records[deletions["file"]] = deletions
+            if copy is not None:
+                records[copy["file"]] = copy
     if records is None:
         return "has files that are not a mapping"
     for file, record in records.items():
@@ -212,6 +219,8 @@ def referenced(manifest: dict[str, Any]) -> set[str]:
         out.add(f"{SEGMENTS_DIR}/{entry['name']}")
         if entry.get("deletions"):
             out.add(f"{SEGMENTS_DIR}/{entry['name']}/{entry['deletions']['file']}")
+            if entry["deletions"].get("copy"):
+                out.add(f"{SEGMENTS_DIR}/{entry['name']}/{entry['deletions']['copy']['file']}")
     return out
 
 

@@ -9,6 +9,7 @@ Layout::
     write.lock      the single-writer lock (holds the writer's pid)
     segments/<name>/  one immutable segment per ingest (or merge); see ``segment.py``
     segments/v<gen>-<hex>/  the vector base: one HNSW graph over the large segments (``vectorbase.py``)
+    damaged/<name>/ the files of a segment 'index optimize --drop-damaged' dropped (``recovery.py``)
 
 An ingest appends a new segment (only new or changed texts are encoded; nothing existing is
 rewritten) and writes tombstones for the rows it replaces; a delete writes tombstones only.
@@ -27,7 +28,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -43,13 +44,13 @@ from hybrid_qpr.backends.local.matching import index_fields
 from hybrid_qpr.backends.local.merge import plan_merge
 from hybrid_qpr.backends.local.reading import IndexReading
 from hybrid_qpr.backends.local.snapshot import IndexSnapshot
-from hybrid_qpr.backends.local.segment import (BASE_FACTORY, SEGMENTS_DIR, Segment, add_text_store, file_problems,
-                                               has_text_store, write_segment)
+from hybrid_qpr.backends.local.recovery import (LiveRows, Loss, add_missing_copies, has_second_copies,
+                                                read_for_optimize, read_live_rows, set_aside)
+from hybrid_qpr.backends.local.segment import BASE_FACTORY, SEGMENTS_DIR, Segment, file_problems, write_segment
 from hybrid_qpr.backends.local.storage import access_refusal
 from hybrid_qpr.backends.local.vectorbase import BASE_KEY, VectorBase, base_problems, next_base, unordered
 from hybrid_qpr.backends.local.vectors import FAISS_KINDS, FLAT_THRESHOLD, FaissKind, SearchSettings, faiss_factory
-from hybrid_qpr.backends.local.writer import (IngestWriter, LiveRows, check_output_dim, knn_note, read_for_optimize,
-                                              read_live_rows, with_deletions)
+from hybrid_qpr.backends.local.writer import IngestWriter, check_output_dim, knn_note, with_deletions
 from hybrid_qpr.distance import Distance, check_distance
 from hybrid_qpr.errors import ConfigError, IndexDamagedError, IndexStorageError, ModelMismatchError
 from hybrid_qpr.types import Document
@@ -414,25 +415,34 @@ class LocalIndex(IndexReading):
         while (names := plan_merge(self.manifest["segments"], flat_limit=flat_limit)) is not None:
             self._merge(names)
 
-    def optimize(self, *, encoder=None, drop_damaged: bool = False, wait: bool | float = False) -> dict[str, Any]:
+    def optimize(self, *, encoder=None, drop_damaged: bool = False,
+                 confirm: Callable[[list[Loss]], bool] | None = None, wait: bool | float = False) -> dict[str, Any]:
         """Merge every segment into one (tombstones expunged, FAISS and BM25 parts rebuilt).
 
-        Also the repair tool: a segment whose FAISS or BM25 files are damaged is rebuilt
-        from its documents and vectors; one whose vectors are damaged is re-encoded with
-        ``encoder`` (the index's model); one whose documents are unreadable is dropped only
-        with ``drop_damaged=True`` (its ids are listed in the result when readable, else its
-        count). One healthy segment is left as it is, given what an earlier version did not
-        write: its text store (``textstore.py``) and its vector base's locality order
-        (``vectorbase.unordered``). Returns
-        ``{"segments_before", "documents", "dropped": [...]}``."""
+        Also the repair tool: what is damaged in a segment is rebuilt from its second copies
+        (``recovery.py``): FAISS and BM25 files from its documents and vectors, vectors by
+        re-encoding with ``encoder`` (the index's model), documents and tombstones from their
+        other copies. A segment that cannot be rebuilt is a ``Loss``; without ``drop_damaged``
+        that raises ``IndexDamagedError`` and nothing changes; with it, ``confirm(losses)`` is
+        asked first (``None``: yes; ``False`` keeps everything as it is), then each dropped
+        segment's files are moved to ``damaged/`` and its documents whose older version is
+        tombstoned in another segment get that version back. One healthy segment is left as it
+        is, given what an earlier version did not write: its second copies (the text store, the
+        ids file) and its vector base's locality order (``vectorbase.unordered``). Returns
+        ``{"segments_before", "documents", "dropped": [Loss, ...], "declined": bool}``."""
         with self._lock.held(wait):
             manifest = read_manifest(self.path)
             remove_unreferenced(self.path, manifest)
             self.manifest = manifest
             before = len(manifest["segments"])
-            parts, dropped = read_for_optimize(self.path, manifest["segments"], self.dim, self.distance, encoder,
-                                               drop_damaged)
-            untouched = (before == 1 and not dropped and not manifest["segments"][0].get("deleted")
+            parts, losses = read_for_optimize(self.path, manifest["segments"], self.dim, self.distance, encoder,
+                                              drop_damaged)
+            if losses and confirm is not None and not confirm(losses):
+                return {"segments_before": before, "documents": int(manifest.get("count", 0)), "dropped": [],
+                        "declined": True}
+            for loss in losses:
+                set_aside(self.path, loss)
+            untouched = (before == 1 and not losses and not manifest["segments"][0].get("deleted")
                          and not file_problems(self.path, manifest["segments"][0], checksums=True)
                          and not base_problems(self.path, manifest, checksums=True))
             self.close()
@@ -444,16 +454,16 @@ class LocalIndex(IndexReading):
                     with contextlib.suppress(IndexDamagedError):  # repairing: the old commit may not open
                         self._load_segments()  # this reader goes on with the commit that is still there
                     raise self._not_committed("optimize", exc) from exc
-            elif untouched and (unordered(manifest.get(BASE_KEY)) or not has_text_store(manifest["segments"][0])):
+            elif untouched and (unordered(manifest.get(BASE_KEY)) or not has_second_copies(manifest["segments"][0])):
                 # one healthy segment written by an earlier version: add what this one writes
-                # (the text store, the graph's node order), no rebuild
+                # (the second copies, the graph's node order), no rebuild
                 entry = manifest["segments"][0]
-                if not has_text_store(entry):
-                    entry = add_text_store(self.path / SEGMENTS_DIR, entry)
+                if not has_second_copies(entry):
+                    entry = add_missing_copies(self.path / SEGMENTS_DIR, entry)
                 self.commit([entry], reorder_base=True)
             else:
                 self._load_segments()
-            return {"segments_before": before, "documents": self.count(), "dropped": dropped}
+            return {"segments_before": before, "documents": self.count(), "dropped": losses, "declined": False}
 
     def _merge(self, names: list[str]) -> None:
         entries = [e for e in self.manifest["segments"] if e["name"] in names]

@@ -6,7 +6,10 @@ fails its checks (not JSON, a wrong type, its own CRC32) is rebuilt from the cop
 copy is intact and not older than what is left of it, else from what is left of it, then
 every segment entry is kept only if its files match the sizes and CRC32s it records and open
 as that many rows of that many dims (``verify_entry``). Segments that do not are left out and
-named; so is a vector base that does not verify (``index optimize`` rebuilds it).
+named; so is a vector base that does not verify (``index optimize`` rebuilds it). An intact
+manifest whose copy is damaged, missing or stale gets the copy rewritten from it; an intact
+manifest with an intact copy is left alone without taking the write lock (so a read-only
+index is answered "nothing to repair").
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hybrid_qpr import artifacts
 from hybrid_qpr.backends.local.commit import (CHECKSUM_KEY, FORMAT, MANIFEST, MANIFEST_COPY, READABLE_FORMAT_VERSIONS,
                                               WriteLock, entry_problem, manifest_problem, write_manifest)
+from hybrid_qpr.backends.local.storage import write_refusal
 from hybrid_qpr.backends.local.segment import SEGMENTS_DIR, Segment, file_problems
 from hybrid_qpr.backends.local.vectorbase import BASE_KEY, base_problems
 from hybrid_qpr.backends.local.vectors import SearchSettings
@@ -32,6 +37,7 @@ class RepairReport:
     kept: list[str] = field(default_factory=list)
     left_out: list[str] = field(default_factory=list)  # "segments/<name>: why"
     documents: int = 0
+    copy_rewritten: str = ""  # why manifest.copy.json was rewritten from an intact manifest.json ("": it was not)
 
 
 def _load(path: Path) -> dict[str, Any] | None:
@@ -48,6 +54,34 @@ def _usable(manifest: dict[str, Any] | None) -> bool:
     return (manifest is not None and manifest.get("format") == FORMAT
             and manifest.get("format_version") in READABLE_FORMAT_VERSIONS
             and manifest_problem({**manifest, "segments": [], CHECKSUM_KEY: None}) is None)
+
+
+def _intact(manifest: dict[str, Any] | None) -> bool:
+    return manifest is not None and manifest_problem(manifest) is None and _usable(manifest)
+
+
+def copy_problem(path: Path, manifest: dict[str, Any]) -> tuple[str, bool] | None:
+    """What is wrong with the manifest copy of the index at ``path``, whose intact manifest is
+    ``manifest``: ``(why, stale)``, ``why`` to follow the copy's name ("is missing"), ``stale``
+    when it is only an intact copy of an earlier commit (a commit interrupted between writing
+    the two); ``None`` when it is a copy of ``manifest``."""
+    copy_path = path / MANIFEST_COPY
+    if not copy_path.is_file():
+        return "is missing", False
+    copy = _load(copy_path)
+    if copy == manifest:
+        return None
+    if copy is None:
+        return "is not valid JSON", False
+    if not _intact(copy):
+        return manifest_problem(copy) or f"is not a {FORMAT} manifest", False
+    if _generation(copy) < _generation(manifest):
+        return f"is of commit {_generation(copy)}, {MANIFEST} of commit {_generation(manifest)}", True
+    return f"differs from {MANIFEST} (commit {_generation(manifest)})", False
+
+
+def copy_fix(path: Path) -> str:
+    return f"run 'hybrid-qpr index repair {path}', which rewrites it from {MANIFEST}"
 
 
 def _generation(manifest: dict[str, Any]) -> int:
@@ -77,10 +111,18 @@ def repair_index(path: str | Path) -> RepairReport:
     and search sections."""
     path = Path(path)
     report = RepairReport(path)
+    current = _load(path / MANIFEST)
+    if _intact(current) and copy_problem(path, current) is None:
+        return report  # intact, and so is its copy: nothing to do, no lock needed (a read-only index)
     with WriteLock(path).held():
         current, copy = _load(path / MANIFEST), _load(path / MANIFEST_COPY)
-        if current is not None and manifest_problem(current) is None and _usable(current):
-            return report  # intact: nothing to do
+        if _intact(current):
+            problem = copy_problem(path, current)
+            if problem is not None:
+                _rewrite_copy(path, current)
+                report.repaired, report.copy_rewritten = True, problem[0]
+                report.documents = int(current.get("count", 0))
+            return report
         copy_ok = copy is not None and _usable(copy) and manifest_problem(copy) is None
         if copy_ok and (not _usable(current) or _generation(copy) >= _generation(current)):
             base, report.source = copy, f"{MANIFEST_COPY} (commit {_generation(copy)})"
@@ -122,3 +164,14 @@ def repair_index(path: str | Path) -> RepairReport:
         write_manifest(path, manifest)
         report.repaired, report.documents = True, manifest["count"]
     return report
+
+
+def _rewrite_copy(path: Path, manifest: dict[str, Any]) -> None:
+    """Write ``manifest`` (intact, signed) as the index's manifest copy."""
+    try:
+        artifacts.write_json(path / MANIFEST_COPY, manifest)
+    except OSError as exc:
+        refusal = write_refusal(exc, path / MANIFEST_COPY, len(json.dumps(manifest, indent=2)))
+        if refusal is not None:
+            raise refusal from exc
+        raise
