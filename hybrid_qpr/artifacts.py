@@ -16,6 +16,7 @@ import io
 import itertools
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -33,6 +34,23 @@ _GZIP_MAGIC = b"\x1f\x8b"
 
 def display_name(path: str | Path) -> str:
     return "<stdin>" if str(path) == "-" else str(path)
+
+
+def iconv_fix(name: str, raw: bytes) -> str:
+    """How to convert the file ``name`` whose line ``raw`` is not UTF-8: an ``iconv`` command
+    that runs as printed. iconv needs the source encoding; CP1252 (Windows) is guessed when the
+    line reads as that, else Latin-1, which reads any bytes."""
+    try:
+        raw.decode("cp1252")
+        source = "CP1252"
+    except UnicodeDecodeError:
+        source = "LATIN1"
+    if name == "<stdin>":
+        return f"convert the input with iconv -f {source} -t UTF-8 (-f names its encoding; {source} is a guess)"
+    path = Path(name)
+    converted = path.with_name(f"{path.stem}.utf8{path.suffix}")
+    return (f"convert the file with iconv -f {source} -t UTF-8 {shlex.quote(name)} > {shlex.quote(str(converted))} "
+            f"(-f names the file's encoding; {source} is a guess from this line)")
 
 
 class TextLines:
@@ -55,7 +73,7 @@ class TextLines:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise InputError(self.name, self.line, f"not valid UTF-8 text ({exc.reason} at byte {exc.start + 1} "
-                             "of the line); convert the file with iconv -t UTF-8") from None
+                             f"of the line); {iconv_fix(self.name, raw)}") from None
         if self.line == 1 and text.startswith("\ufeff"):
             text = text[1:]
         return text
@@ -209,6 +227,72 @@ def write_jsonl(path: str | Path, records: Iterable[dict]) -> int:
     return count
 
 
+MAX_JSON_DEPTH = 500  # Python's json and SQLite's JSON functions stop near 1000 levels; a stored line must fit both
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"not valid JSON ({name} is not a JSON number)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"not valid JSON (the number {text[:40]} is beyond the range of a double)")
+    return value
+
+
+def read_json_line(line: str) -> Any:
+    """The JSON value of one line of input. Raises ``ValueError`` with the problem as a user
+    reads it for anything no store could keep: text that is not JSON, nesting deeper than
+    ``MAX_JSON_DEPTH``, a number too long to convert or beyond a double, ``NaN``/``Infinity``,
+    and a lone UTF-16 surrogate (``\\ud800``) in a key or string, which is not Unicode text."""
+    try:
+        value = json.loads(line, parse_constant=_reject_constant, parse_float=_finite_float)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise ValueError("not valid JSON (nested too deeply)") from None
+    except ValueError as exc:
+        if str(exc).startswith("not valid JSON"):
+            raise
+        # int() refuses more than sys.get_int_max_str_digits() digits (a 5000-digit id)
+        raise ValueError(f"not valid JSON (a number of more than {sys.get_int_max_str_digits()} digits)") from None
+    problem = json_value_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def json_value_problem(value: Any) -> str | None:
+    """What no store could keep in ``value`` (a parsed JSON value, or a document's fields):
+    nesting past ``MAX_JSON_DEPTH`` or a lone surrogate in a key or string; else ``None``.
+    Walks without recursion, whatever the depth."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            position = lone_surrogate(item)
+            if position is not None:
+                return (f"holds a lone surrogate {item[position]!r} (a \\udXXX escape) at position {position} of "
+                        f"{item[:40]!r}, which is not valid Unicode text")
+        elif isinstance(item, (dict, list, tuple)):
+            if depth > MAX_JSON_DEPTH:
+                return f"nested more than {MAX_JSON_DEPTH} levels deep"
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return None
+
+
+def lone_surrogate(text: str) -> int | None:
+    """The position of a lone UTF-16 surrogate in ``text`` (JSON may escape one, ``\\ud800``;
+    it is not text and UTF-8 cannot hold it), or ``None``."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
 def iter_jsonl(
     path: str | Path,
     lines: Iterable[str] | None = None,
@@ -227,9 +311,9 @@ def iter_jsonl(
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            bad_lines.skip(name, number, f"not valid JSON ({exc.msg} at column {exc.colno})")
+            obj = read_json_line(line)
+        except ValueError as exc:
+            bad_lines.skip(name, number, str(exc))
             continue
         if isinstance(obj, dict):
             yield number, obj

@@ -120,10 +120,8 @@ class JudgmentStore:
         with open_text(path) as fh:
             for line, obj in iter_jsonl(path, skip_undecodable(fh, bad_lines, header=False), bad_lines):
                 ident, text = obj.get("_id"), obj.get("text")
-                if not isinstance(ident, str) or not isinstance(text, str):
+                if not isinstance(ident, str) or not isinstance(text, str):  # (iter_jsonl skips lone surrogates)
                     bad_lines.skip(path, line, 'expected {"_id": str, "text": str}')
-                elif lone_surrogate(ident) is not None or lone_surrogate(text) is not None:
-                    bad_lines.skip(path, line, "holds a lone UTF-16 surrogate (a \\udXXX escape), which is not text")
                 else:
                     out[ident] = text
         return out
@@ -179,13 +177,3 @@ class JudgmentStore:
                     yield
                 finally:
                     fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def lone_surrogate(text: str) -> int | None:
-    """The position of a lone UTF-16 surrogate in ``text`` (JSON may escape one, ``\\ud800``;
-    it is not text and UTF-8 cannot hold it), or ``None``."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return exc.start
-    return None
