@@ -241,13 +241,16 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def read_json_line(line: str) -> Any:
+def read_json_line(line: str, *, finite: bool = True) -> Any:
     """The JSON value of one line of input. Raises ``ValueError`` with the problem as a user
     reads it for anything no store could keep: text that is not JSON, nesting deeper than
-    ``MAX_JSON_DEPTH``, a number too long to convert or beyond a double, ``NaN``/``Infinity``,
-    and a lone UTF-16 surrogate (``\\ud800``) in a key or string, which is not Unicode text."""
+    ``MAX_JSON_DEPTH``, a number too long to convert, and a lone UTF-16 surrogate (``\\ud800``)
+    in a key or string, which is not Unicode text; with ``finite`` (the default, for input that
+    is stored) also ``NaN``/``Infinity`` and numbers beyond a double, which JSON cannot hold.
+    ``finite=False`` reads them, for files Python's json wrote itself (an undefined metric)."""
+    numbers = {"parse_constant": _reject_constant, "parse_float": _finite_float} if finite else {}
     try:
-        value = json.loads(line, parse_constant=_reject_constant, parse_float=_finite_float)
+        value = json.loads(line, **numbers)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
     except RecursionError:
@@ -297,13 +300,16 @@ def iter_jsonl(
     path: str | Path,
     lines: Iterable[str] | None = None,
     bad_lines: BadLines | None = None,
+    *,
+    finite: bool = True,
 ) -> Iterator[tuple[int, dict]]:
     """Yield ``(line number, object)`` for each non-blank line of a JSONL file (or of
-    ``lines`` already read from it). A line that is not a JSON object goes to ``bad_lines``
-    (``None``: strict, it raises ``InputError`` naming the line)."""
+    ``lines`` already read from it). A line that is not a JSON object, or that
+    ``read_json_line`` refuses, goes to ``bad_lines`` (``None``: strict, it raises
+    ``InputError`` naming the line). ``finite``: as for ``read_json_line``."""
     if lines is None:
         with open_text(path) as fh:
-            yield from iter_jsonl(path, fh, bad_lines)
+            yield from iter_jsonl(path, fh, bad_lines, finite=finite)
         return
     bad_lines = bad_lines or BadLines()
     name = display_name(path)
@@ -311,7 +317,7 @@ def iter_jsonl(
         if not line.strip():
             continue
         try:
-            obj = read_json_line(line)
+            obj = read_json_line(line, finite=finite)
         except ValueError as exc:
             bad_lines.skip(name, number, str(exc))
             continue
