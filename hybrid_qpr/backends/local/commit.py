@@ -340,7 +340,8 @@ class WriteLock:
             problem = (f"{self.path / LOCK_FILE} is not a plain file of the index alone (another name links to the "
                        "same file, or it is not a regular file), so it is not truncated and nothing was written")
             raise IndexStorageError(f"index {self.path}: {problem}", problem=problem,
-                                    fix=f"remove {self.path / LOCK_FILE} (a writer makes a new one)")
+                                    fix=f"while no writer is at work ('hybrid-qpr index check {self.path}' names "
+                                        f"one), remove {self.path / LOCK_FILE}; the next writer makes a new one")
         deadline = None if wait is True else time.monotonic() + max(float(wait or 0), GRACE_S)
         while True:
             try:
