@@ -96,6 +96,13 @@ def test_a_table_with_no_hits_is_an_empty_page(args, index):
     assert "rank" in result.stdout and result.stdout.rstrip().splitlines()[-1].startswith("no hits"), result.stdout
 
 
+@pytest.mark.parametrize("mode", ["bm25", "knn", "hybrid", "rescore"])
+def test_a_query_argument_that_is_not_utf8_is_one_line(mode, index):
+    """``hybrid-qpr query $'caf\\xe9'``: Python reads the byte as the lone surrogate '\\udce9'."""
+    line = one_error_line(run("query", "caf\udce9", "--index", str(index), "--mode", mode))
+    assert "holds '\\udce9' at position 3, which is not valid Unicode text" in line, line
+
+
 # every kind of key that once went through a JSON path: quotes, backslashes, path syntax, spaces,
 # non-ASCII, the empty key, control characters, '=' (a queries file's filter, not --filter)
 ODD_KEYS = ['a"b', "a\\b", 'a"]\\[$.', ".", "a.b", "[0]", "$", "*", "a b", " ", "é", "😀", "", "x\ny", "\t", "'",
