@@ -290,7 +290,10 @@ def links_in(path: Path) -> list[str]:
         if child.is_symlink():
             found.append(f"{SEGMENTS_DIR}/{child.name}")
         elif child.is_dir():
-            found += [f"{SEGMENTS_DIR}/{child.name}/{f.name}" for f in sorted(child.iterdir()) if f.is_symlink()]
+            try:
+                found += [f"{SEGMENTS_DIR}/{child.name}/{f.name}" for f in sorted(child.iterdir()) if f.is_symlink()]
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # removed meanwhile (a reader looks without the lock)
     return found
 
 
@@ -325,8 +328,7 @@ class WriteLock:
     def acquire(self, wait: bool | float = False) -> None:
         """Take the lock. ``wait=False`` fails if another process still holds it after
         ``GRACE_S``; ``True`` waits as long as needed; a number waits that many seconds at most."""
-        refuse_links(self.path)
-        try:  # O_NOFOLLOW: a write.lock made a link since the check is refused too, never truncated
+        try:  # O_NOFOLLOW: a write.lock that is a symbolic link is never followed, created or truncated
             fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
         except OSError as exc:  # a read-only mount or an index directory this user may not write
             if exc.errno == errno.ELOOP:
@@ -355,6 +357,12 @@ class WriteLock:
                         f"index {self.path} is being written by {holder}; one writer at a time. Fix: wait for it to "
                         "finish, or pass --wait to queue behind it") from None
                 time.sleep(0.05)
+        try:  # under the lock: no writer is renaming or deleting segments while they are looked at
+            refuse_links(self.path)
+        except IndexStorageError:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            raise
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
@@ -382,15 +390,17 @@ class WriteLock:
 
     def try_acquire(self) -> bool:
         """Take the lock only if it is free right now (for the cleanup done by readers)."""
-        if links_in(self.path):
-            return False  # the cleanup never deletes through a link; a writer names the link
         try:
             fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
         except OSError:
-            return False  # read-only index directory: readers leave the cleanup to the next writer
+            return False  # read-only index directory (or a linked write.lock): the cleanup is left to a writer
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            os.close(fd)
+            return False
+        if links_in(self.path):  # the cleanup never deletes through a link; a writer names the link
+            fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
             return False
         self._fd = fd
