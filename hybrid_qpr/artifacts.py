@@ -16,6 +16,7 @@ import io
 import itertools
 import json
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -227,6 +228,7 @@ def write_jsonl(path: str | Path, records: Iterable[dict]) -> int:
     return count
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 MAX_JSON_DEPTH = 500  # Python's json and SQLite's JSON functions stop near 1000 levels; a stored line must fit both
 
 
@@ -241,6 +243,11 @@ def _finite_float(text: str) -> float:
     return value
 
 
+_FINITE_JSON = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+_ANY_JSON = json.JSONDecoder()
+_TEXT_JSON = json.JSONEncoder(ensure_ascii=False, default=str)  # what a value holds, as text
+
+
 def read_json_line(line: str, *, finite: bool = True) -> Any:
     """The JSON value of one line of input. Raises ``ValueError`` with the problem as a user
     reads it for anything no store could keep: text that is not JSON, nesting deeper than
@@ -248,9 +255,8 @@ def read_json_line(line: str, *, finite: bool = True) -> Any:
     in a key or string, which is not Unicode text; with ``finite`` (the default, for input that
     is stored) also ``NaN``/``Infinity`` and numbers beyond a double, which JSON cannot hold.
     ``finite=False`` reads them, for files Python's json wrote itself (an undefined metric)."""
-    numbers = {"parse_constant": _reject_constant, "parse_float": _finite_float} if finite else {}
     try:
-        value = json.loads(line, **numbers)
+        value = (_FINITE_JSON if finite else _ANY_JSON).decode(line)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
     except RecursionError:
@@ -260,16 +266,26 @@ def read_json_line(line: str, *, finite: bool = True) -> Any:
             raise
         # int() refuses more than sys.get_int_max_str_digits() digits (a 5000-digit id)
         raise ValueError(f"not valid JSON (a number of more than {sys.get_int_max_str_digits()} digits)") from None
-    problem = json_value_problem(value)
-    if problem:
-        raise ValueError(problem)
+    # a lone surrogate can only come from a \\uD800-\\uDFFF escape (the line is UTF-8 text), nesting past
+    # the limit only from that many brackets: most lines need no further look
+    if _SURROGATE_ESCAPE.search(line) or line.count("[") + line.count("{") > MAX_JSON_DEPTH:
+        problem = json_value_problem(value)
+        if problem:
+            raise ValueError(problem)
     return value
 
 
 def json_value_problem(value: Any) -> str | None:
     """What no store could keep in ``value`` (a parsed JSON value, or a document's fields):
     nesting past ``MAX_JSON_DEPTH`` or a lone surrogate in a key or string; else ``None``.
-    Walks without recursion, whatever the depth."""
+    One ``json.dumps`` answers the common case; only a suspect value is walked (without
+    recursion, whatever the depth) for the exact problem."""
+    try:
+        text = value if isinstance(value, str) else _TEXT_JSON.encode(value)
+    except RecursionError:
+        return "nested too deeply"
+    if (text.isascii() or lone_surrogate(text) is None) and text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return None
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()

@@ -58,7 +58,8 @@ def document_problem(doc: Document) -> str | None:
     doc_id = "" if doc.id is None else str(doc.id)
     if not doc_id.strip():
         return "empty id"
-    problem = id_problem(doc_id) or json_value_problem([doc_id, doc.text, doc.metadata or {}])
+    problem = id_problem(doc_id) or json_value_problem(doc_id) or json_value_problem(doc.text) \
+        or (json_value_problem(doc.metadata) if doc.metadata else None)
     if problem:
         return problem
     if not isinstance(doc.text, str) or not doc.text.strip():
