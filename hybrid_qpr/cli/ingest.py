@@ -124,8 +124,9 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
 def _generated_note(lines: list[int], id_column: str) -> str:
     """The summary's line about records that carried no id."""
     shown = ", ".join(map(str, lines[:5])) + (", ..." if len(lines) > 5 else "")
-    return (f"{len(lines)} {'line has' if len(lines) == 1 else 'lines have'} no {id_column!r} and got an id derived from "
-            f"the text ({'line' if len(lines) == 1 else 'lines'} {shown}); the same text keeps that id, so ingesting it again updates it")
+    one = len(lines) == 1
+    return (f"{len(lines)} {'line has' if one else 'lines have'} no {id_column!r} and got an id derived from the text "
+            f"({'line' if one else 'lines'} {shown}); the same text keeps that id, so ingesting it again updates it")
 
 
 def _commit_state(backend):
