@@ -235,3 +235,22 @@ def test_query_batches_of_arbitrary_lines_report_each_bad_one_and_search_the_res
         assert {n for n, kind in kinds.items() if kind == "bad"} <= set(skipped)
         searched = {a["query_id"] for a in answers}
         assert {json.loads(content[n - 1])["id"] for n, kind in kinds.items() if kind == "good"} <= searched
+
+
+def test_the_library_ingest_skips_what_no_store_can_keep(tmp_path, committed_encoder):
+    from hybrid_qpr.types import Document
+
+    deep: list = []
+    for _ in range(600):
+        deep = [deep]
+    docs = [Document("ok-1", "a good text"), Document("s", "bad \ud800 text"), Document("\udfff", "an id that is no text"),
+            Document("m", "a key", {"k\ud83d": 1}), Document("d", "deep metadata", {"m": deep}),
+            Document("n", "a nul key", {"a\x00b": "v"}), Document("ok-2", "another good text")]
+    index = LocalIndex.create(tmp_path / "idx", committed_encoder)
+    report = index.ingest(docs, committed_encoder, show_progress=False)
+    assert report.indexed == 2 and [s.line for s in report.skipped] == [2, 3, 4, 5, 6]
+    reasons = [s.reason for s in report.skipped]
+    assert all("lone surrogate" in r for r in reasons[:3]) and "nested more than 500" in reasons[3], reasons
+    assert "NUL character" in reasons[4]
+    assert sorted(index.documents(["ok-1", "ok-2"])) == ["ok-1", "ok-2"]
+    index.close()
