@@ -16,6 +16,8 @@ import io
 import itertools
 import json
 import os
+import re
+import shlex
 import shutil
 import sys
 import tempfile
@@ -33,6 +35,23 @@ _GZIP_MAGIC = b"\x1f\x8b"
 
 def display_name(path: str | Path) -> str:
     return "<stdin>" if str(path) == "-" else str(path)
+
+
+def iconv_fix(name: str, raw: bytes) -> str:
+    """How to convert the file ``name`` whose line ``raw`` is not UTF-8: an ``iconv`` command
+    that runs as printed. iconv needs the source encoding; CP1252 (Windows) is guessed when the
+    line reads as that, else Latin-1, which reads any bytes."""
+    try:
+        raw.decode("cp1252")
+        source = "CP1252"
+    except UnicodeDecodeError:
+        source = "LATIN1"
+    if name == "<stdin>":
+        return f"convert the input with iconv -f {source} -t UTF-8 (-f names its encoding; {source} is a guess)"
+    path = Path(name)
+    converted = path.with_name(f"{path.stem}.utf8{path.suffix}")
+    return (f"convert the file with iconv -f {source} -t UTF-8 {shlex.quote(name)} > {shlex.quote(str(converted))} "
+            f"(-f names the file's encoding; {source} is a guess from this line)")
 
 
 class TextLines:
@@ -55,7 +74,7 @@ class TextLines:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise InputError(self.name, self.line, f"not valid UTF-8 text ({exc.reason} at byte {exc.start + 1} "
-                             "of the line); convert the file with iconv -t UTF-8") from None
+                             f"of the line); {iconv_fix(self.name, raw)}") from None
         if self.line == 1 and text.startswith("\ufeff"):
             text = text[1:]
         return text
@@ -209,17 +228,104 @@ def write_jsonl(path: str | Path, records: Iterable[dict]) -> int:
     return count
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+MAX_JSON_DEPTH = 500  # Python's json and SQLite's JSON functions stop near 1000 levels; a stored line must fit both
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"not valid JSON ({name} is not a JSON number)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"not valid JSON (the number {text[:40]} is beyond the range of a double)")
+    return value
+
+
+_FINITE_JSON = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+_ANY_JSON = json.JSONDecoder()
+_TEXT_JSON = json.JSONEncoder(ensure_ascii=False, default=str)  # what a value holds, as text
+
+
+def read_json_line(line: str, *, finite: bool = True) -> Any:
+    """The JSON value of one line of input. Raises ``ValueError`` with the problem as a user
+    reads it for anything no store could keep: text that is not JSON, nesting deeper than
+    ``MAX_JSON_DEPTH``, a number too long to convert, and a lone UTF-16 surrogate (``\\ud800``)
+    in a key or string, which is not Unicode text; with ``finite`` (the default, for input that
+    is stored) also ``NaN``/``Infinity`` and numbers beyond a double, which JSON cannot hold.
+    ``finite=False`` reads them, for files Python's json wrote itself (an undefined metric)."""
+    try:
+        value = (_FINITE_JSON if finite else _ANY_JSON).decode(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise ValueError("not valid JSON (nested too deeply)") from None
+    except ValueError as exc:
+        if str(exc).startswith("not valid JSON"):
+            raise
+        # int() refuses more than sys.get_int_max_str_digits() digits (a 5000-digit id)
+        raise ValueError(f"not valid JSON (a number of more than {sys.get_int_max_str_digits()} digits)") from None
+    # a lone surrogate can only come from a \\uD800-\\uDFFF escape (the line is UTF-8 text), nesting past
+    # the limit only from that many brackets: most lines need no further look
+    if _SURROGATE_ESCAPE.search(line) or line.count("[") + line.count("{") > MAX_JSON_DEPTH:
+        problem = json_value_problem(value)
+        if problem:
+            raise ValueError(problem)
+    return value
+
+
+def json_value_problem(value: Any) -> str | None:
+    """What no store could keep in ``value`` (a parsed JSON value, or a document's fields):
+    nesting past ``MAX_JSON_DEPTH`` or a lone surrogate in a key or string; else ``None``.
+    One ``json.dumps`` answers the common case; only a suspect value is walked (without
+    recursion, whatever the depth) for the exact problem."""
+    try:
+        text = value if isinstance(value, str) else _TEXT_JSON.encode(value)
+    except RecursionError:
+        return "nested too deeply"
+    if (text.isascii() or lone_surrogate(text) is None) and text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return None
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            position = lone_surrogate(item)
+            if position is not None:
+                return (f"holds a lone surrogate {item[position]!r} (a \\udXXX escape) at position {position} of "
+                        f"{item[:40]!r}, which is not valid Unicode text")
+        elif isinstance(item, (dict, list, tuple)):
+            if depth > MAX_JSON_DEPTH:
+                return f"nested more than {MAX_JSON_DEPTH} levels deep"
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return None
+
+
+def lone_surrogate(text: str) -> int | None:
+    """The position of a lone UTF-16 surrogate in ``text`` (JSON may escape one, ``\\ud800``;
+    it is not text and UTF-8 cannot hold it), or ``None``."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
 def iter_jsonl(
     path: str | Path,
     lines: Iterable[str] | None = None,
     bad_lines: BadLines | None = None,
+    *,
+    finite: bool = True,
 ) -> Iterator[tuple[int, dict]]:
     """Yield ``(line number, object)`` for each non-blank line of a JSONL file (or of
-    ``lines`` already read from it). A line that is not a JSON object goes to ``bad_lines``
-    (``None``: strict, it raises ``InputError`` naming the line)."""
+    ``lines`` already read from it). A line that is not a JSON object, or that
+    ``read_json_line`` refuses, goes to ``bad_lines`` (``None``: strict, it raises
+    ``InputError`` naming the line). ``finite``: as for ``read_json_line``."""
     if lines is None:
         with open_text(path) as fh:
-            yield from iter_jsonl(path, fh, bad_lines)
+            yield from iter_jsonl(path, fh, bad_lines, finite=finite)
         return
     bad_lines = bad_lines or BadLines()
     name = display_name(path)
@@ -227,9 +333,9 @@ def iter_jsonl(
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            bad_lines.skip(name, number, f"not valid JSON ({exc.msg} at column {exc.colno})")
+            obj = read_json_line(line, finite=finite)
+        except ValueError as exc:
+            bad_lines.skip(name, number, str(exc))
             continue
         if isinstance(obj, dict):
             yield number, obj

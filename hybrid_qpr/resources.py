@@ -10,6 +10,7 @@ the top-level directories directly.
 
 from __future__ import annotations
 
+import difflib
 from importlib import resources
 from pathlib import Path
 
@@ -74,6 +75,24 @@ def model_names() -> list[str]:
     """The names ``resolve_model`` knows: the aliases, then the bundled directories."""
     bundled_models = sorted(p.name for p in _root("onnx").iterdir() if (p / "config.json").is_file())
     return [*MODEL_NAMES, *bundled_models]
+
+
+def unknown_model(spec: str | Path | None) -> str | None:
+    """The error for a ``--model`` that is neither a directory nor a model name (a bare word
+    like ``qualty``): the names known, and the nearest one; ``None`` for anything else (a path
+    is left to the loader, which names what is missing there)."""
+    if spec is None:
+        return None
+    name = str(spec)
+    if Path(name).exists() or "/" in name or "\\" in name:
+        return None
+    names = model_names()
+    if name in names:
+        return None
+    close = difflib.get_close_matches(name, names, n=1)
+    nearest = f"did you mean {close[0]!r}? " if close else ""
+    return (f"--model {name!r} is neither a model directory nor a model name; {nearest}the model names are "
+            f"{', '.join(names)} (or give the directory of an exported model)")
 
 
 def mapping_file(relative: str) -> Path:

@@ -46,6 +46,7 @@ from typing import Any, Literal, NamedTuple, get_args
 
 import numpy as np
 
+from hybrid_qpr.artifacts import lone_surrogate
 from hybrid_qpr.backends.base import Backend, batches_lists, runs_in_engine
 from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
 from hybrid_qpr import fusion as fusion_lib
@@ -273,6 +274,10 @@ class HybridSearcher:
             raise ConfigError(f"mode {mode!r} needs the index's model to encode the query; only bm25 works without one")
         if not isinstance(query, str) or not query.strip():
             raise ConfigError(f"query={query!r}: the query text is empty; give the question to search for")
+        surrogate = lone_surrogate(query)
+        if surrogate is not None:  # a command-line argument that is not UTF-8 reads as one
+            raise ConfigError(f"the query {query[:60]!r} holds {query[surrogate]!r} at position {surrogate}, which is "
+                              "not valid Unicode text (bytes that are not UTF-8?); give the query as UTF-8 text")
         cut = self.reranker_depth if reranker_depth is None else reranker_depth
         if cut < 0:
             raise ConfigError(f"reranker_depth={cut}: must be >= 0 (0: no reranking for this search)")

@@ -26,7 +26,7 @@ from typing import Any, Protocol, TypeGuard, runtime_checkable
 import numpy as np
 
 from hybrid_qpr.errors import SkippedLine
-from hybrid_qpr.artifacts import ENCODER_FUSION_DEFAULTS
+from hybrid_qpr.artifacts import ENCODER_FUSION_DEFAULTS, json_value_problem
 from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, RESCORE_DEPTH, RRF_K
 from hybrid_qpr.text.ids import id_problem
 from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
@@ -54,11 +54,12 @@ class Capabilities:
 
 def document_problem(doc: Document) -> str | None:
     """Why no backend can index ``doc`` (an empty id, a padded one or one with a control
-    character, an empty text), or ``None``. ``Backend.document_problem`` adds what one engine refuses besides."""
+    character, an empty text, a lone surrogate anywhere, metadata nested too deeply), or ``None``. ``Backend.document_problem`` adds what one engine refuses besides."""
     doc_id = "" if doc.id is None else str(doc.id)
     if not doc_id.strip():
         return "empty id"
-    problem = id_problem(doc_id)
+    problem = id_problem(doc_id) or json_value_problem(doc_id) or json_value_problem(doc.text) \
+        or (json_value_problem(doc.metadata) if doc.metadata else None)
     if problem:
         return problem
     if not isinstance(doc.text, str) or not doc.text.strip():

@@ -36,6 +36,8 @@ def delete(ids, index, ids_file, wait, **connection) -> None:
 def _read_ids(ids_file: str) -> list[str]:
     """The non-blank lines of ``ids_file`` ('-' = stdin), stripped; a line that is not UTF-8
     stops with its line number before anything is deleted."""
+    from hybrid_qpr.artifacts import display_name, iconv_fix
+
     ids = []
     with click.open_file(ids_file, "rb") as fh:
         for number, raw in enumerate(fh, start=1):
@@ -43,7 +45,8 @@ def _read_ids(ids_file: str) -> list[str]:
                 line = raw.decode("utf-8").strip()
             except UnicodeDecodeError as exc:
                 raise click.ClickException(f"{ids_file}:{number}: not valid UTF-8 text ({exc.reason} at byte {exc.start} "
-                                           "of the line); nothing was deleted. Convert the file with iconv -t UTF-8") from None
+                                           f"of the line); nothing was deleted. Fix: "
+                                           f"{iconv_fix(display_name(ids_file), raw)}") from None
             if line:
                 ids.append(line)
     return ids

@@ -81,7 +81,9 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
     from hybrid_qpr.errors import BadLines
 
     bad_lines = BadLines("error" if strict else "skip")
-    documents = iter_documents(input_path, text_column=text_column, id_column=id_column, fmt=fmt, bad_lines=bad_lines)
+    generated: list[int] = []  # lines given an id derived from their text
+    documents = iter_documents(input_path, text_column=text_column, id_column=id_column, fmt=fmt, bad_lines=bad_lines,
+                               generated_ids=generated)
     documents = require_documents(documents, input_path, bad_lines)  # nothing usable: refused before any index is made
     refuse_knn_options_on_a_cluster(connection, ef_search, nprobe)
     backend, encoder = open_for_ingest(index, connection, model, faiss_kind=faiss_kind, bm25_impl=bm25_impl,
@@ -102,6 +104,8 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
                          key=lambda s: s.line or 0)
     click.echo(f"indexed {report.indexed}, updated {report.updated}, skipped {len(all_skipped)}, "
                f"failed {len(report.failed)} in {report.seconds:.1f} s ({report.docs_per_second:.0f} docs/s) -> {index}")
+    if generated:
+        report.notes.insert(0, _generated_note(generated, id_column))
     for note in report.notes:
         click.echo(f"  {note}")
     for bad in all_skipped[:SHOW_SKIPPED]:
@@ -115,6 +119,14 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
             f"{len(report.failed)} documents were not written" + (f" (listed in {report.rejects_path})" if report.rejects_path
                                                                   else " (--rejects FILE lists them all)")
             + "; the others are in the index. Fix the cause shown above and re-run the same ingest (ids are stable)")
+
+
+def _generated_note(lines: list[int], id_column: str) -> str:
+    """The summary's line about records that carried no id."""
+    shown = ", ".join(map(str, lines[:5])) + (", ..." if len(lines) > 5 else "")
+    one = len(lines) == 1
+    return (f"{len(lines)} {'line has' if one else 'lines have'} no {id_column!r} and got an id derived from the text "
+            f"({'line' if one else 'lines'} {shown}); the same text keeps that id, so ingesting it again updates it")
 
 
 def _commit_state(backend):

@@ -43,6 +43,21 @@ def node() -> None:
     """
 
 
+def _not_answering(node, state) -> str:
+    """What ``status`` says of a deployment that does not answer: starting (its JVMs are alive,
+    with no other server on the port), or not running."""
+    from hybrid_qpr.localnode.health import start_command
+
+    alive = [row["name"] for row in state.nodes if row["alive"]]
+    if alive and not state.problem:
+        return (f"{node.dist.label} is starting, not answering yet: {', '.join(alive)} alive (pid "
+                f"{', '.join(str(row['pid']) for row in state.nodes if row['alive'])}) but {state.url} does not "
+                f"answer; '{start_command(node)}' waits for it (log: {node.log_file})")
+    return (f"no {node.engine} node running at {state.url} (node directory {state.node_dir})"
+            + (f"; alive: {', '.join(alive)}" if alive else "") + (f"; {state.problem}" if state.problem else "")
+            + f"; start it with '{start_command(node)}'")
+
+
 @node.command()
 @_ENGINE
 @click.option("--version", "version", default=None,
@@ -134,10 +149,7 @@ def status(engine: str, nodes: int | None, home: str | None, secure: bool, url_o
     state = node.status(with_plugins=not url_only)
     if url_only:
         if not state.running:
-            raise click.ClickException(f"no {engine} node running at {state.url}"
-                                       + (f" ({state.problem})" if state.problem else "")
-                                       + f"; start it with 'hybrid-qpr node start --engine {engine}"
-                                       + (" --secure'" if secure else "'"))
+            raise click.ClickException(_not_answering(node, state))
         click.echo(state.url)
     elif as_json:
         click.echo(json.dumps(asdict(state), indent=2))
@@ -149,9 +161,7 @@ def status(engine: str, nodes: int | None, home: str | None, secure: bool, url_o
         if state.credentials_file:
             click.echo(f"credentials (mode 0600): {state.credentials_file}")
     else:
-        alive = [row["name"] for row in state.nodes if row["alive"]]
-        click.echo(f"{node.dist.label} not running (node directory {state.node_dir})"
-                   + (f"; alive: {', '.join(alive)}" if alive else "") + (f"; {state.problem}" if state.problem else ""))
+        click.echo(_not_answering(node, state))
 
 
 @node.command()

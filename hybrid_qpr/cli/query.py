@@ -59,7 +59,7 @@ def results_table(query: str, mode: str, results, offset: int = 0, width: int | 
         columns["cross-encoder"] = formatted(part("cross_encoder", "score"))
 
     def needed(name):  # the column's width: its widest cell or header (the text only its minimum)
-        return TEXT_MIN_WIDTH if name == "text" else max(len(name), *(len(c) for c in columns[name]))
+        return TEXT_MIN_WIDTH if name == "text" else max([len(name), *(len(c) for c in columns[name])])
 
     dropped = []
     if width is not None:
@@ -163,10 +163,15 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
                    signals=signals, autocut=autocut)
     if queries_path is not None:
         from hybrid_qpr.data.documents import iter_batch_queries
+        from hybrid_qpr.errors import BadLines
 
-        batch = list(iter_batch_queries(queries_path))
+        bad_lines = BadLines("skip")
+        batch = list(iter_batch_queries(queries_path, bad_lines))
+        for bad in bad_lines.skipped:  # like ingest: each bad line skipped and named, the others searched
+            click.echo(f"skipped {bad}", err=True)
         if not batch:
-            raise click.ClickException(f"{queries_path}: holds no queries (every line is blank); nothing was searched")
+            why = f"all {len(bad_lines.skipped)} non-blank lines were skipped" if bad_lines.skipped else "every line is blank"
+            raise click.ClickException(f"{queries_path}: holds no queries ({why}); nothing was searched")
         answers = searcher.search_many([q.text for q in batch], query_filters=[q.filter for q in batch], **options)
         for q, results in zip(batch, answers):
             click.echo(json.dumps({"query_id": q.id, "query": q.text, "hits": [r.to_dict() for r in results]}, ensure_ascii=False))
@@ -179,5 +184,7 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
 
     console = Console()
     console.print(results_table(text, mode, results, offset, width=console.width))
+    if not results:
+        click.echo(f"no hits past result {offset} (--from {offset})" if offset else "no hits")
     if explain:
         click.echo(explanation(results, offset))

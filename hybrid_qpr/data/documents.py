@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hybrid_qpr.types import Document
-from hybrid_qpr.artifacts import base_suffix, display_name, iter_jsonl, iter_rows, open_text, skip_undecodable
+from hybrid_qpr.artifacts import (base_suffix, display_name, iter_jsonl, iter_rows, open_text, read_json_line,
+                                  skip_undecodable)
 from hybrid_qpr.errors import BadLines, ConfigError, InputError
 from hybrid_qpr.text import text_id
 from hybrid_qpr.text.ids import id_problem
@@ -71,31 +72,37 @@ def detect_format(path: str | Path) -> DocumentFormat:
 
 
 def iter_documents(path: str | Path, *, text_column: str = "text", id_column: str = "id",
-                   fmt: DocumentFormat = "auto", bad_lines: BadLines | None = None
-                   ) -> Iterator[tuple[int, Document]]:
-    """Yield ``(line number, Document)`` from ``path`` (see the module docstring)."""
+                   fmt: DocumentFormat = "auto", bad_lines: BadLines | None = None,
+                   generated_ids: list[int] | None = None) -> Iterator[tuple[int, Document]]:
+    """Yield ``(line number, Document)`` from ``path`` (see the module docstring). The line of
+    each document given an id derived from its text is appended to ``generated_ids``."""
     bad_lines = bad_lines or BadLines()
+    generated = [] if generated_ids is None else generated_ids
     if fmt not in FORMATS:
         raise ConfigError(f"fmt={fmt!r}: allowed values are {', '.join(FORMATS)}")
     if fmt == "auto":
         fmt = detect_format(path)
     if fmt == "jsonl":
-        yield from _jsonl(path, text_column, id_column, bad_lines)
+        yield from _jsonl(path, text_column, id_column, bad_lines, generated)
     elif fmt == "pairs":
-        yield from _pairs(path, bad_lines)
+        yield from _pairs(path, bad_lines, generated)
     else:
-        yield from _table(path, text_column, id_column, bad_lines)
+        yield from _table(path, text_column, id_column, bad_lines, generated)
 
 
-def _document(record: dict[str, Any], text_column: str, id_column: str) -> Document | str:
-    """A Document from one record, or the problem with it."""
+def _document(record: dict[str, Any], text_column: str, id_column: str,
+              text_option: str | None = "--text-column") -> Document | str:
+    """A Document from one record, or the problem with it (naming ``text_option``, the option
+    that names the text field, when the record has other text fields)."""
     text = record.get(text_column)
     if not isinstance(text, str) or not text.strip():
         shown = "missing" if text is None else f"{type(text).__name__} {str(text)[:40]!r}"
-        return f"field {text_column!r} must be a non-empty string (found {shown})"
-    id_key = id_column if id_column in record else ("_id" if id_column == "id" and "_id" in record else None)
-    raw_id = record.get(id_key) if id_key else None
-    if raw_id is None or (isinstance(raw_id, str) and not raw_id.strip()):
+        others = [k for k, v in record.items() if isinstance(v, str) and v.strip() and k not in (id_column, "_id")][:4]
+        hint = (f"; if the text is in another field ({', '.join(map(repr, others))}), name it with {text_option}"
+                if text is None and others and text_option else "")
+        return f"field {text_column!r} must be a non-empty string (found {shown}){hint}"
+    id_key, raw_id = _given_id(record, id_column)
+    if raw_id is None:
         doc_id = text_id(text)
     elif isinstance(raw_id, (str, int)) and not isinstance(raw_id, bool):
         doc_id = str(raw_id)
@@ -108,7 +115,15 @@ def _document(record: dict[str, Any], text_column: str, id_column: str) -> Docum
     return Document(doc_id, text, metadata)
 
 
-def _jsonl(path, text_column, id_column, bad_lines: BadLines) -> Iterator[tuple[int, Document]]:
+def _given_id(record: dict[str, Any], id_column: str) -> tuple[str | None, Any]:
+    """The key holding ``record``'s id and its value; the value is ``None`` when the record
+    carries none (then the id is derived from the text)."""
+    id_key = id_column if id_column in record else ("_id" if id_column == "id" and "_id" in record else None)
+    raw_id = record.get(id_key) if id_key else None
+    return id_key, None if isinstance(raw_id, str) and not raw_id.strip() else raw_id
+
+
+def _jsonl(path, text_column, id_column, bad_lines: BadLines, generated: list[int]) -> Iterator[tuple[int, Document]]:
     name = display_name(path)
     with open_text(path) as fh:
         lines = _refuse_other_formats(name, skip_undecodable(fh, bad_lines, header=False), text_column)
@@ -117,6 +132,8 @@ def _jsonl(path, text_column, id_column, bad_lines: BadLines) -> Iterator[tuple[
             if isinstance(doc, str):
                 bad_lines.skip(name, line, doc)
                 continue
+            if _given_id(record, id_column)[1] is None:
+                generated.append(line)
             yield line, doc
 
 
@@ -156,7 +173,7 @@ def require_documents(documents: Iterator[tuple[int, Document]], path: str | Pat
     return itertools.chain([first], documents)
 
 
-def _table(path, text_column, id_column, bad_lines: BadLines) -> Iterator[tuple[int, Document]]:
+def _table(path, text_column, id_column, bad_lines: BadLines, generated: list[int]) -> Iterator[tuple[int, Document]]:
     name = display_name(path)
     with open_text(path) as fh:
         header: list[str] | None = None
@@ -170,14 +187,17 @@ def _table(path, text_column, id_column, bad_lines: BadLines) -> Iterator[tuple[
             if len(row) != len(header):
                 bad_lines.skip(name, line, f"found {len(row)} columns, the header has {len(header)}")
                 continue
-            doc = _document(dict(zip(header, row)), text_column, id_column)
+            record = dict(zip(header, row))
+            doc = _document(record, text_column, id_column)
             if isinstance(doc, str):
                 bad_lines.skip(name, line, doc)
                 continue
+            if _given_id(record, id_column)[1] is None:
+                generated.append(line)
             yield line, doc
 
 
-def _pairs(path, bad_lines: BadLines) -> Iterator[tuple[int, Document]]:
+def _pairs(path, bad_lines: BadLines, generated: list[int]) -> Iterator[tuple[int, Document]]:
     from hybrid_qpr.data.pairs import iter_pairs
 
     seen: set[str] = set()
@@ -186,6 +206,8 @@ def _pairs(path, bad_lines: BadLines) -> Iterator[tuple[int, Document]]:
             doc_id = qid if qid else text_id(text)
             if doc_id not in seen:
                 seen.add(doc_id)
+                if not qid:
+                    generated.append(pair.line)
                 yield pair.line, Document(doc_id, text, {})
 
 
@@ -199,16 +221,18 @@ class BatchQuery:
     filter: dict[str, Any] | None = None
 
 
-def iter_batch_queries(path: str | Path) -> Iterator[BatchQuery]:
+def iter_batch_queries(path: str | Path, bad_lines: BadLines | None = None) -> Iterator[BatchQuery]:
     """Yield the queries of a queries file ('-' = stdin): plain text, one query per line
     (id = line number), or JSONL with ``id`` (or BEIR ``_id``), ``text`` and optionally
     ``"filter": {"field": value or [values]}`` (checked by ``hybrid_qpr.filters``). A bad
-    line raises ``InputError`` naming the file and line."""
+    line (not UTF-8, not JSON, no text, a bad filter) goes to ``bad_lines`` (``None``: strict,
+    it raises ``InputError`` naming the file and line)."""
     from hybrid_qpr.filters import filter_problem
 
+    bad_lines = bad_lines or BadLines()
     name = display_name(path)
     with open_text(path) as fh:
-        for line, raw in enumerate(fh, start=1):
+        for line, raw in enumerate(skip_undecodable(fh, bad_lines, header=False), start=1):
             raw = raw.strip()
             if not raw:
                 continue
@@ -216,18 +240,18 @@ def iter_batch_queries(path: str | Path) -> Iterator[BatchQuery]:
                 yield BatchQuery(line, str(line), raw)
                 continue
             try:
-                record = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise InputError(name, line, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+                record = read_json_line(raw)
+            except ValueError as exc:
+                bad_lines.skip(name, line, str(exc))
+                continue
             if not isinstance(record, dict):
-                raise InputError(name, line, "expected a JSON object")
+                bad_lines.skip(name, line, "expected a JSON object")
+                continue
             own_filter = record.pop("filter", None)
-            if own_filter is not None:
-                problem = filter_problem(own_filter)
-                if problem:
-                    raise InputError(name, line, problem)
-            doc = _document(record, "text", "id")
-            if isinstance(doc, str):
-                raise InputError(name, line, doc)
+            problem = filter_problem(own_filter) if own_filter is not None else None
+            doc = _document(record, "text", "id", text_option=None)
+            if problem or isinstance(doc, str):
+                bad_lines.skip(name, line, problem or doc)
+                continue
             qid = doc.id if ("id" in record or "_id" in record) else str(line)
             yield BatchQuery(line, qid, doc.text, own_filter)

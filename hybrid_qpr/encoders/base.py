@@ -146,6 +146,9 @@ class Encoder:
     def load(model_dir: str | Path | None = None, threads: int | None = None) -> "Encoder":
         """Load the encoder in ``model_dir``: a directory, or a model name (``fast``, ``quality``,
         a directory under ``onnx/``; ``hybrid_qpr.resources.resolve_model``). Default: ``fast``."""
+        unknown = resources.unknown_model(model_dir)
+        if unknown:
+            raise ArtifactError(unknown)
         model_dir = resources.resolve_model(model_dir)
         config = read_config(model_dir)
         _import_encoder_kinds()

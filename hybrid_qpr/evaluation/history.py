@@ -49,7 +49,7 @@ def load(history_dir: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     entries = []
-    for line, obj in iter_jsonl(path):
+    for line, obj in iter_jsonl(path, finite=False):  # written by append: a metric may be NaN
         if not isinstance(obj.get("number"), int) or not isinstance(obj.get("metrics"), dict):
             raise InputError(path, line, 'expected {"number": int, "metrics": {...}, ...} (a line hybrid-qpr wrote)')
         entries.append(obj)

@@ -112,8 +112,18 @@ def wait_ready(node: NodeView, launched: list[Member], deadline: float, settle: 
                 else:
                     yellow_since = None
         time.sleep(1.0)
-    raise ClusterError(f"{node.url} did not reach green health with {node.nodes} node(s) in time "
-                       f"(last: {last})\n{node.log_tail()}")
+    alive = [m.name for m in launched if live_pid(m, node.dist) is not None]
+    still = (f"; the node is still starting ({', '.join(alive)} alive): '{start_command(node)}' again waits for it, "
+             f"and 'hybrid-qpr node status --engine {node.engine}' says when it answers (or raise --timeout)"
+             if alive else "")
+    raise ClusterError(f"{node.url} did not reach green health with {node.nodes} node(s) within "
+                       f"{deadline - started:.0f} s (--timeout; last: {last}){still}\n{node.log_tail()}")
+
+
+def start_command(node: NodeView) -> str:
+    """The ``node start`` command line for this deployment (which waits for a node already starting)."""
+    return (f"hybrid-qpr node start --engine {node.engine}" + (f" --nodes {node.nodes}" if node.nodes > 1 else "")
+            + (" --secure" if node.secure else ""))
 
 
 def verify(node: NodeView, token: str) -> None:

@@ -227,12 +227,13 @@ class LocalNode:
             if current.problem:
                 raise ClusterError(current.problem + "; stop that process or choose another port with --port")
             down = [m for m, row in zip(self.members, current.nodes) if not row["alive"]]
-            if not down:
-                raise ClusterError(
-                    f"{self.dist.label} processes from {self.node_dir} are alive but {self.url} does not answer; "
-                    f"wait for them or run 'hybrid-qpr node stop --engine {self.engine}"
-                    f"{f' --nodes {self.nodes}' if self.nodes > 1 else ''}'. Log: {self.log_file}"
-                )
+            if not down:  # an earlier start's JVMs are still booting: wait for them, as that start would have
+                self.say(f"{self.dist.label} is still starting ({', '.join(m.name for m in self.members)} alive); "
+                         f"waiting for green health (log: {self.log_file})")
+                t_wait = time.monotonic()
+                wait_ready(self, self.members, t_wait + timeout)
+                verify(self, self._saved_state().get("token"))
+                return {"install_s": 0.0, "start_s": time.monotonic() - t_wait, "already_running": False}
             for member in down:
                 member.pid_file.unlink(missing_ok=True)
                 for port in (member.http_port, member.transport_port):
@@ -264,8 +265,9 @@ class LocalNode:
                 if user:
                     chown_tree(member.root, user)
             self.say(f"starting {self.dist.label} on {', '.join(m.url for m in down)} and waiting for green health")
+            t_launch = time.monotonic()  # the timeout counts from the JVM's start, not from a download before it
             launch(down, self.dist, self.node_dir, self.heap, jdk.home, user, timeout, extra_env, self.cluster_name)
-            wait_ready(self, down, t_installed + timeout)
+            wait_ready(self, down, t_launch + timeout)
             verify(self, token)
             credentials = self.credentials()
             if credentials is not None:

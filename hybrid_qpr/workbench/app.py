@@ -22,6 +22,7 @@ from typing import Any
 
 from hybrid_qpr.errors import BackendError, ConfigError, HybridQPRError, IndexLockedError, InputError
 from hybrid_qpr.workbench.guard import TOKEN_HEADER, RequestGuard, new_token
+from hybrid_qpr.workbench.judgments import JudgmentStoreError
 from hybrid_qpr.workbench.openapi import openapi_spec
 from hybrid_qpr.workbench.service import COMPARE_MODES, RequestError, Workbench, parse_filters, parse_number
 
@@ -40,7 +41,7 @@ def static_dir():
 
 def status_of(exc: Exception) -> int:
     """The HTTP status of an error raised while answering."""
-    if isinstance(exc, RequestError):
+    if isinstance(exc, (RequestError, JudgmentStoreError)):
         return exc.status
     if isinstance(exc, IndexLockedError):
         return 409

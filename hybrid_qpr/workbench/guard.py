@@ -17,6 +17,13 @@ static file can be left out).
     page reads it from ``GET /api/session``, which only a same-origin page can read.
 
 A refusal is the API's JSON error, ``{"error": message, "status": code}``.
+
+The ``Host`` header is parsed strictly (RFC 9110: a name or IPv4 address, or an IPv6 address in
+brackets, then at most ``:port``); anything else (``[::1]evil.example``, ``127.0.0.1:80@evil``)
+is refused, never cut down to a name that passes. Every answer, a refusal included, carries
+``SECURITY_HEADERS`` (``nosniff``, no referrer, no framing, same-origin resources) and, unless
+it sets its own (the page does), a Content-Security-Policy that allows nothing; an ``/api/``
+answer is never cached (``/api/session`` holds the token).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import re
 import secrets
 from collections.abc import Iterable
 from typing import Any
@@ -34,6 +42,13 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 WILDCARD_ADDRESSES = frozenset({"0.0.0.0", "::", ""})
 SAME_SITE_FETCHES = frozenset({"same-origin", "none"})
+# a reg-name or IPv4 address (letters, digits, '-', '_', dots; a trailing dot allowed) or a
+# bracketed IPv6 address, then an optional port: nothing else may follow
+_HOST_HEADER = re.compile(r"(?:\[(?P<ipv6>[0-9a-f:.]+)\]|(?P<name>[a-z0-9_](?:[a-z0-9_.-]*[a-z0-9_])?\.?))"
+                          r"(?::(?P<port>[0-9]{1,5}))?")
+SECURITY_HEADERS = {"x-content-type-options": "nosniff", "referrer-policy": "no-referrer", "x-frame-options": "DENY",
+                    "cross-origin-resource-policy": "same-origin", "cross-origin-opener-policy": "same-origin"}
+API_CSP = "default-src 'none'; frame-ancestors 'none'"
 
 
 def new_token() -> str:
@@ -50,6 +65,21 @@ def host_name(host: str) -> str:
     if host.count(":") == 1:
         host = host.split(":", 1)[0]
     return host.rstrip(".")
+
+
+def host_header_name(host: str) -> str | None:
+    """The name a ``Host`` header value names (as ``host_name`` gives it), or ``None`` when the
+    value is not exactly ``name[:port]``, ``IPv4[:port]`` or ``[IPv6][:port]``."""
+    found = _HOST_HEADER.fullmatch(host.strip().lower())
+    if found is None or (found["port"] is not None and int(found["port"]) > 65535):
+        return None
+    if found["ipv6"] is not None:
+        try:
+            ipaddress.IPv6Address(found["ipv6"])
+        except ValueError:
+            return None
+        return found["ipv6"]
+    return found["name"].rstrip(".")
 
 
 def is_ip_address(name: str) -> bool:
@@ -73,6 +103,7 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        send = _with_security_headers(send, api=scope.get("path", "").startswith("/api/"))
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         refusal = self.host_problem(headers)
         if refusal is None and scope["method"].upper() not in SAFE_METHODS:
@@ -96,7 +127,10 @@ class RequestGuard:
         host = headers.get("host")
         if not host:
             return 421, "the request has no Host header; this workbench answers only requests that name it"
-        name = host_name(host)
+        name = host_header_name(host)
+        if name is None:
+            return 421, (f"Host {host[:100]!r} cannot be read as a host name with an optional port; this workbench "
+                         "answers only requests that name it")
         if self.host_allowed(name):
             return None
         return 421, (f"Host {host[:100]!r} is not a name of this workbench (it answers to "
@@ -141,3 +175,19 @@ class RequestGuard:
         except ValueError:
             return False
         return parts.hostname == own.hostname and (port or default) == (own_port or default)
+
+
+def _with_security_headers(send, *, api: bool):
+    """``send`` adding ``SECURITY_HEADERS`` (and the CSP and cache rule of the module docstring)
+    to the answer's start, leaving any the answer set itself."""
+    async def sending(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            headers = list(message.get("headers", []))
+            present = {k.decode("latin-1").lower() for k, _ in headers}
+            extra = {**SECURITY_HEADERS, "content-security-policy": API_CSP}
+            if api:
+                extra["cache-control"] = "no-store"
+            headers += [(k.encode(), v.encode()) for k, v in extra.items() if k not in present]
+            message = {**message, "headers": headers}
+        await send(message)
+    return sending

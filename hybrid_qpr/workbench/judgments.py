@@ -24,6 +24,7 @@ the store (``remove_leftovers``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import shutil
@@ -35,7 +36,7 @@ from pathlib import Path
 
 from hybrid_qpr.artifacts import iter_jsonl, open_text, skip_undecodable
 from hybrid_qpr.data.beir import load_qrels, normalize_query, query_id, write_beir_files
-from hybrid_qpr.errors import BadLines, ConfigError, SkippedLine
+from hybrid_qpr.errors import BadLines, ConfigError, HybridQPRError, SkippedLine
 from hybrid_qpr.text.ids import id_problem
 
 logger = logging.getLogger(__name__)
@@ -62,6 +63,35 @@ class Judgments:
         """The queries with at least one relevant (> 0) judgment: the ones tuning can learn from."""
         return {q: self.queries[q] for q in sorted(self.qrels)
                 if q in self.queries and any(g > 0 for g in self.qrels[q].values())}
+
+
+class JudgmentStoreError(HybridQPRError):
+    """A judgment could not be written: the store's device is full or the store may not be
+    written. ``status`` is the workbench's answer (507 Insufficient Storage, 503 otherwise);
+    what was stored before is unchanged and reads go on."""
+
+    def __init__(self, message: str, status: int):
+        self.status = status
+        super().__init__(message)
+
+
+_SPACE_ERRNOS = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is used up",
+                 errno.EFBIG: "a file reached this process's file-size limit (ulimit -f)"}
+
+
+def store_refusal(exc: OSError, directory: Path) -> JudgmentStoreError:
+    """The one-line refusal of a judgment write that failed with ``exc``."""
+    where = exc.filename or directory
+    if exc.errno in _SPACE_ERRNOS:
+        cause, status, fix = _SPACE_ERRNOS[exc.errno], 507, "free space on that device, then judge again"
+    elif exc.errno == errno.EROFS:
+        cause, status, fix = "the store is on a read-only file system", 503, "start serve with --judgments on a writable directory"
+    elif exc.errno in (errno.EACCES, errno.EPERM):
+        cause, status, fix = "permission denied", 503, "let this user write the store, or start serve with another --judgments"
+    else:
+        cause, status, fix = exc.strerror or str(exc), 503, "fix the cause, then judge again"
+    return JudgmentStoreError(f"the judgment was not stored: writing {where}: {cause}; the judgments stored before are "
+                              f"unchanged and searches go on. Fix: {fix}", status)
 
 
 class JudgmentStore:
@@ -120,10 +150,8 @@ class JudgmentStore:
         with open_text(path) as fh:
             for line, obj in iter_jsonl(path, skip_undecodable(fh, bad_lines, header=False), bad_lines):
                 ident, text = obj.get("_id"), obj.get("text")
-                if not isinstance(ident, str) or not isinstance(text, str):
+                if not isinstance(ident, str) or not isinstance(text, str):  # (iter_jsonl skips lone surrogates)
                     bad_lines.skip(path, line, 'expected {"_id": str, "text": str}')
-                elif lone_surrogate(ident) is not None or lone_surrogate(text) is not None:
-                    bad_lines.skip(path, line, "holds a lone UTF-16 surrogate (a \\udXXX escape), which is not text")
                 else:
                     out[ident] = text
         return out
@@ -138,6 +166,12 @@ class JudgmentStore:
             raise ConfigError(problem)
         text = normalize_query(query)
         qid = query_id(text)
+        try:
+            return qid, self._write(qid, text, doc_id, relevance, doc_text)
+        except OSError as exc:
+            raise store_refusal(exc, self.directory) from exc
+
+    def _write(self, qid: str, text: str, doc_id: str, relevance: int, doc_text: str) -> Judgments:
         with self._locked():
             current = self.load()
             self._keep_unreadable(current.skipped)
@@ -149,7 +183,7 @@ class JudgmentStore:
                 ({"_id": d, "title": "", "text": t} for d, t in sorted(updated.documents.items())),
                 ({"_id": q, "text": t} for q, t in sorted(updated.queries.items())),
                 {SPLIT: ((q, d, g) for q in sorted(qrels) for d, g in sorted(qrels[q].items()))})
-        return qid, updated
+        return updated
 
     def unreadable_copies(self) -> list[str]:
         """The copies ``_keep_unreadable`` made (paths relative to the store), by name."""
@@ -179,13 +213,3 @@ class JudgmentStore:
                     yield
                 finally:
                     fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def lone_surrogate(text: str) -> int | None:
-    """The position of a lone UTF-16 surrogate in ``text`` (JSON may escape one, ``\\ud800``;
-    it is not text and UTF-8 cannot hold it), or ``None``."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return exc.start
-    return None

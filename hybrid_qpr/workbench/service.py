@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from hybrid_qpr import fusion as fusion_lib
+from hybrid_qpr.artifacts import lone_surrogate
 from hybrid_qpr.errors import ConfigError, HybridQPRError
 from hybrid_qpr.search import MODES, HybridSearcher, SearchResult, check_mode
 from hybrid_qpr.text.ids import id_problem
 from hybrid_qpr.types import Filters, QueryVector
-from hybrid_qpr.workbench.judgments import RELEVANCE_LEVELS, JudgmentStore, lone_surrogate, normalize_query, query_id
+from hybrid_qpr.workbench.judgments import RELEVANCE_LEVELS, JudgmentStore, normalize_query, query_id
 
 API_VERSION = "v1"
 COMPARE_MODES: tuple[str, ...] = MODES  # one column each, in this order

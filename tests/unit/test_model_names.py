@@ -37,6 +37,18 @@ def test_an_unknown_name_is_reported_as_a_missing_directory(tmp_path, monkeypatc
         Encoder.load("../etc")  # a path is never looked up among the names
 
 
+def test_a_mistyped_name_lists_the_names_and_the_nearest_one(tmp_path, monkeypatch):
+    from hybrid_qpr.testing.cli import one_error_line, run
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "q.jsonl").write_text('{"id": "1", "text": "how do i sleep?"}\n', encoding="utf-8")
+    line = one_error_line(run("ingest", "q.jsonl", "--index", "idx", "--model", "qualty"))
+    assert "--model 'qualty' is neither a model directory nor a model name; did you mean 'quality'?" in line, line
+    assert all(name in line for name in resources.model_names())
+    assert not (tmp_path / "idx").exists()
+    assert "did you mean" not in one_error_line(run("ingest", "q.jsonl", "--index", "idx", "--model", "zzzzzz"))
+
+
 def test_ingest_line_names_the_model_and_the_other_choice(tmp_path):
     fast = resources.describe_model(resources.resolve_model("fast"))
     assert fast.startswith("model: fast (static-minilm-l6); --model quality") and "?" not in fast

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hybrid_qpr.backends.local.commit import (FORMAT, MANIFEST, MANIFEST_COPY, READABLE_FORMAT_VERSIONS, WriteLock,
-                                              manifest_problem, referenced, repair_fix)
+                                              links_in, manifest_problem, referenced, repair_fix)
 from hybrid_qpr.backends.local.repair import copy_fix, copy_problem
 from hybrid_qpr.backends.local.storage import access_refusal
 from hybrid_qpr.backends.local.segment import BASE_FACTORY, DOCS_DB, SEGMENTS_DIR, Segment, file_problems, fix_for
@@ -162,6 +162,10 @@ def _notes(path: Path, manifest: dict, report: CheckReport) -> None:
     writer = WriteLock(path).writer_at_work()
     if writer:
         report.notes.append(f"the index is being written by {writer} right now")
+    links = links_in(path)
+    if links:
+        report.notes.append(f"{', '.join(links[:5])}{' ...' if len(links) > 5 else ''}: symbolic link(s); queries read "
+                            "through them, but every write to this index is refused until they are replaced by copies")
     keep = referenced(manifest) | set(manifest.get("retained", []))
     segments = path / SEGMENTS_DIR
     if segments.is_dir():

@@ -23,12 +23,14 @@ writer holds the lock. Readers never take the lock.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
 import os
 import re
 import shutil
+import stat
 import time
 import zlib
 from collections.abc import Iterator
@@ -38,7 +40,7 @@ from typing import Any
 from hybrid_qpr import artifacts
 from hybrid_qpr.backends.local.segment import DAMAGED_DIR, SEGMENTS_DIR, fsync_path
 from hybrid_qpr.backends.local.storage import access_refusal, write_refusal
-from hybrid_qpr.errors import ArtifactError, IndexDamagedError, IndexLockedError
+from hybrid_qpr.errors import ArtifactError, IndexDamagedError, IndexLockedError, IndexStorageError
 
 logger = logging.getLogger(__name__)
 
@@ -234,17 +236,20 @@ def remove_unreferenced(path: Path, manifest: dict[str, Any]) -> list[str]:
         stale.unlink(missing_ok=True)
         removed.append(stale.name)
     segments = path / SEGMENTS_DIR
-    if not segments.is_dir():
-        return removed
+    if segments.is_symlink() or not segments.is_dir():
+        return removed  # never delete through a link out of the index (writers refuse one: links_in)
     for child in segments.iterdir():
         rel = f"{SEGMENTS_DIR}/{child.name}"
+        if child.is_symlink():
+            continue
         if rel not in keep:
             shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
             removed.append(rel)
             continue
         for file in child.iterdir():
-            if (file.name.startswith("deleted.") or file.name.startswith(".")) and f"{rel}/{file.name}" not in keep:
-                file.unlink(missing_ok=True)
+            if (file.name.startswith("deleted.") or file.name.startswith(".")) and f"{rel}/{file.name}" not in keep \
+                    and not file.is_symlink():
+                shutil.rmtree(file, ignore_errors=True) if file.is_dir() else file.unlink(missing_ok=True)
                 removed.append(f"{rel}/{file.name}")
     if removed:
         logger.info("%s: removed %d leftovers of interrupted writers", path, len(removed))
@@ -254,10 +259,62 @@ def remove_unreferenced(path: Path, manifest: dict[str, Any]) -> list[str]:
 def remove_paths(path: Path, rels: list[str]) -> None:
     for rel in rels:
         target = path / rel
+        if _through_link(path, rel):
+            continue  # never delete through a link out of the index
         if target.is_dir():
             shutil.rmtree(target, ignore_errors=True)
         else:
             target.unlink(missing_ok=True)
+
+
+def _through_link(path: Path, rel: str) -> bool:
+    """True when ``path/rel`` or a folder between the index and it is a symbolic link."""
+    target = path
+    for part in Path(rel).parts:
+        target = target / part
+        if target.is_symlink():
+            return True
+    return False
+
+
+def links_in(path: Path) -> list[str]:
+    """The paths (relative to the index ``path``) that are symbolic links: its own files,
+    ``segments/``, each entry of it and each file of a segment. A writer refuses to start while
+    there is one, since writing, truncating or deleting through it would change files outside
+    the index. (The index directory itself may be a link: that is where the user keeps it.)"""
+    found = [name for name in (LOCK_FILE, MANIFEST, MANIFEST_COPY, SEGMENTS_DIR) if (path / name).is_symlink()]
+    segments = path / SEGMENTS_DIR
+    if SEGMENTS_DIR in found or not segments.is_dir():
+        return found
+    for child in sorted(segments.iterdir()):
+        if child.is_symlink():
+            found.append(f"{SEGMENTS_DIR}/{child.name}")
+        elif child.is_dir():
+            try:
+                found += [f"{SEGMENTS_DIR}/{child.name}/{f.name}" for f in sorted(child.iterdir()) if f.is_symlink()]
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # removed meanwhile (a reader looks without the lock)
+    return found
+
+
+def refuse_links(path: Path) -> None:
+    """Raise ``IndexStorageError`` when the index at ``path`` holds a symbolic link (``links_in``)."""
+    links = links_in(path)
+    if links:
+        first = path / links[0]
+        more = f" (and {len(links) - 1} more)" if len(links) > 1 else ""
+        problem = (f"{first} is a symbolic link (to {os.readlink(first)}){more}; a writer never writes, truncates "
+                   "or deletes through a link, since that would change files outside the index, so nothing was written")
+        raise IndexStorageError(f"index {path}: {problem}", problem=problem,
+                                fix=f"replace each link by a copy of what it points to, or copy the whole index "
+                                    f"with 'cp -rL {path} NEW_DIR' and write to the copy")
+
+
+def _own_file(fd: int) -> bool:
+    """True when ``fd`` is a regular file with no other name (a hard link to a user's file would
+    otherwise be truncated by the writer's pid)."""
+    info = os.fstat(fd)
+    return stat.S_ISREG(info.st_mode) and info.st_nlink == 1
 
 
 class WriteLock:
@@ -271,13 +328,22 @@ class WriteLock:
     def acquire(self, wait: bool | float = False) -> None:
         """Take the lock. ``wait=False`` fails if another process still holds it after
         ``GRACE_S``; ``True`` waits as long as needed; a number waits that many seconds at most."""
-        try:
-            fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+        try:  # O_NOFOLLOW: a write.lock that is a symbolic link is never followed, created or truncated
+            fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
         except OSError as exc:  # a read-only mount or an index directory this user may not write
+            if exc.errno == errno.ELOOP:
+                refuse_links(self.path)
             refusal = write_refusal(exc, self.path / LOCK_FILE)
             if refusal is not None:
                 raise refusal from exc
             raise
+        if not _own_file(fd):
+            os.close(fd)
+            problem = (f"{self.path / LOCK_FILE} is not a plain file of the index alone (another name links to the "
+                       "same file, or it is not a regular file), so it is not truncated and nothing was written")
+            raise IndexStorageError(f"index {self.path}: {problem}", problem=problem,
+                                    fix=f"while no writer is at work ('hybrid-qpr index check {self.path}' names "
+                                        f"one), remove {self.path / LOCK_FILE}; the next writer makes a new one")
         deadline = None if wait is True else time.monotonic() + max(float(wait or 0), GRACE_S)
         while True:
             try:
@@ -291,6 +357,12 @@ class WriteLock:
                         f"index {self.path} is being written by {holder}; one writer at a time. Fix: wait for it to "
                         "finish, or pass --wait to queue behind it") from None
                 time.sleep(0.05)
+        try:  # under the lock: no writer is renaming or deleting segments while they are looked at
+            refuse_links(self.path)
+        except IndexStorageError:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            raise
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
@@ -319,12 +391,16 @@ class WriteLock:
     def try_acquire(self) -> bool:
         """Take the lock only if it is free right now (for the cleanup done by readers)."""
         try:
-            fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+            fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
         except OSError:
-            return False  # read-only index directory: readers leave the cleanup to the next writer
+            return False  # read-only index directory (or a linked write.lock): the cleanup is left to a writer
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            os.close(fd)
+            return False
+        if links_in(self.path):  # the cleanup never deletes through a link; a writer names the link
+            fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
             return False
         self._fd = fd

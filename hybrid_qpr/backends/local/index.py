@@ -36,7 +36,7 @@ from typing import Any, Literal
 import numpy as np
 
 from hybrid_qpr.artifacts import library_versions
-from hybrid_qpr.backends.base import Capabilities, IngestReport, document_problem
+from hybrid_qpr.backends.base import Capabilities, IngestReport
 from hybrid_qpr.backends.local import bm25 as bm25_lib
 from hybrid_qpr.backends.local.commit import (FORMAT, FORMAT_VERSION, MANIFEST, WriteLock, holds_other_files,
                                               read_manifest, referenced, remove_paths, remove_unreferenced, write_manifest)
@@ -50,7 +50,7 @@ from hybrid_qpr.backends.local.segment import BASE_FACTORY, SEGMENTS_DIR, Segmen
 from hybrid_qpr.backends.local.storage import access_refusal
 from hybrid_qpr.backends.local.vectorbase import BASE_KEY, VectorBase, base_problems, next_base, unordered
 from hybrid_qpr.backends.local.vectors import FAISS_KINDS, FLAT_THRESHOLD, FaissKind, SearchSettings, faiss_factory
-from hybrid_qpr.backends.local.writer import IngestWriter, check_output_dim, knn_note, with_deletions
+from hybrid_qpr.backends.local.writer import IngestWriter, check_output_dim, knn_note, local_document_problem, with_deletions
 from hybrid_qpr.distance import Distance, check_distance
 from hybrid_qpr.errors import ConfigError, IndexDamagedError, IndexStorageError, ModelMismatchError
 from hybrid_qpr.types import Document
@@ -332,7 +332,7 @@ class LocalIndex(IndexReading):
                              vectors, self.distance, factory)
 
     def document_problem(self, doc: Document) -> str | None:
-        return document_problem(doc)
+        return local_document_problem(doc)
 
     def ingest(self, documents: Iterable[Document | tuple[int, Document]], encoder, *, batch_size: int = 256,
                show_progress: bool = True, wait: bool | float = False, rejects_path: str | Path | None = None,

@@ -23,8 +23,21 @@ from hybrid_qpr.types import Filters
 if TYPE_CHECKING:
     from hybrid_qpr.backends.local.segment import Segment
 
-# the text of one metadata value: booleans as true/false, numbers and strings as SQLite prints them
-_VALUE_TEXT = "CASE type WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' ELSE CAST(value AS TEXT) END"
+
+
+def _value_text(row: str) -> str:
+    """SQL for the text of one metadata value of the ``json_each`` row ``row``: booleans as
+    true/false, numbers and strings as SQLite prints them."""
+    return (f"CASE {row}.type WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' "
+            f"ELSE CAST({row}.value AS TEXT) END")
+
+
+# A field is found by its key among the top-level members (never through a JSON path, where SQLite
+# gives '"' and '\' in a key no escape); a list (or object) value matches when an element does.
+_FIELD_MATCHES = ("EXISTS (SELECT 1 FROM json_each(metadata) AS f WHERE f.key = ? AND ("
+                  "(f.type NOT IN ('array', 'object') AND " + _value_text("f") + " IN ({values})) OR EXISTS ("
+                  "SELECT 1 FROM json_each(CASE WHEN f.type IN ('array', 'object') THEN f.value ELSE '[]' END) AS e "
+                  "WHERE " + _value_text("e") + " IN ({values}))))")
 
 
 def filter_value(value: Any) -> str:
@@ -32,6 +45,16 @@ def filter_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def metadata_problem(metadata: dict[str, Any]) -> str | None:
+    """Why a document's ``metadata`` cannot be stored so that filters find it, or ``None``:
+    SQLite's JSON functions end a key at a NUL character, so ``"a\\u0000b"`` would read as ``"a"``."""
+    for key in metadata:
+        if "\x00" in str(key):
+            return (f"metadata key {key!r} holds the NUL character, which a filter could never match (the index "
+                    "reads a key only up to it); rename the key in the source")
+    return None
 
 
 def index_fields(segments: Sequence["Segment"]) -> list[str]:
@@ -53,10 +76,9 @@ def matching_rows(segments: Sequence["Segment"], filters: Filters, index_path: P
         values = [v for v in values if v is not None]
         if not values:
             return [np.zeros(0, dtype=np.int64) for _ in segments]
-        clauses.append(f"EXISTS (SELECT 1 FROM json_each(metadata, ?) WHERE {_VALUE_TEXT} "
-                       f"IN ({', '.join('?' * len(values))}))")
-        params.append('$."' + str(field).replace('"', '\\"') + '"')
-        params.extend(filter_value(v) for v in values)
+        texts = [filter_value(v) for v in values]
+        clauses.append(_FIELD_MATCHES.format(values=", ".join("?" * len(texts))))
+        params.extend([str(field), *texts, *texts])
     out = []
     for seg in segments:
         rows = np.fromiter((r[0] for r in seg.sql(f"SELECT pos FROM docs WHERE {' AND '.join(clauses)} ORDER BY pos",

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from hybrid_qpr.backends.base import IngestReport, document_problem
+from hybrid_qpr.backends.local.matching import metadata_problem
 from hybrid_qpr.backends.local.segment import SEGMENTS_DIR, Segment, write_deletions
 from hybrid_qpr.backends.local.vectorbase import unordered
 from hybrid_qpr.distance import Distance, prepare_vectors
@@ -64,6 +65,11 @@ def check_output_dim(encoder) -> None:
     encoder.encode(["how many dimensions does this model output?"], show_progress=False, side="document")
 
 
+def local_document_problem(doc: Document) -> str | None:
+    """Why a local index skips ``doc``: what every backend refuses, and metadata keys its filters could not match."""
+    return document_problem(doc) or metadata_problem(doc.metadata or {})
+
+
 class IngestWriter:
     """The segments and tombstones of one ingest, committed together by ``commit``."""
 
@@ -89,7 +95,7 @@ class IngestWriter:
         pending: dict[str, tuple[str, str]] = {}
         for number, item in enumerate(documents, start=1):
             line, doc = (number, item) if isinstance(item, Document) else item  # a Document is a tuple too
-            problem = document_problem(doc)
+            problem = local_document_problem(doc)
             if problem:
                 self.report.skipped.append(SkippedLine(None, line, problem))
                 continue
