@@ -72,6 +72,8 @@ def test_a_table_saved_as_jsonl_is_named_with_the_format_to_use(tmp_path, separa
 PAUSING_CHILD = """
 import importlib, signal, sys
 
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even when the test runs in the background
+
 def hold(where):
     print("at", where, file=sys.stderr, flush=True)
     while True:
@@ -107,9 +109,22 @@ cli(sys.argv[2:], prog_name="hybrid-qpr")
 RERUN_IS_SAFE = "re-run the same command to finish; ids are updated in place, never duplicated"
 
 
-def _child_ingest(cwd, where: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", PAUSING_CHILD, where, "ingest", *args, "--index", "idx"], cwd=cwd,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+@pytest.fixture()
+def children():
+    """The child processes a test starts, killed at its end if a failed test left them waiting."""
+    started: list[subprocess.Popen] = []
+    yield started
+    for child in started:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+
+
+def _child_ingest(children, cwd, where: str, *args: str) -> subprocess.Popen:
+    child = subprocess.Popen([sys.executable, "-c", PAUSING_CHILD, where, "ingest", *args, "--index", "idx"], cwd=cwd,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    children.append(child)
+    return child
 
 
 def _interrupted(ingest: subprocess.Popen) -> str:
@@ -129,10 +144,10 @@ def _unreferenced(index_dir) -> list[str]:
     return sorted(p.name for p in (index_dir / "segments").iterdir() if p.name not in named)
 
 
-def test_ctrl_c_during_an_ingest_says_what_was_committed_and_that_a_rerun_is_safe(tmp_path):
+def test_ctrl_c_during_an_ingest_says_what_was_committed_and_that_a_rerun_is_safe(tmp_path, children):
     (tmp_path / "questions.jsonl").write_text(QUESTIONS, encoding="utf-8")
     assert _run("ingest", "questions.jsonl", "--index", "idx", cwd=tmp_path).exit_code == 0
-    ingest = _child_ingest(tmp_path, "", "-")
+    ingest = _child_ingest(children, tmp_path, "", "-")
     ingest.stdin.write('{"id": "new-1", "text": "can i pay by card?"}\n')  # stdin stays open: the ingest waits
     ingest.stdin.flush()
     lock, deadline = tmp_path / "idx" / "write.lock", time.monotonic() + 120
@@ -163,12 +178,13 @@ COMMITTED = ("interrupted after this ingest was committed (index idx holds 3 doc
     ("hybrid_qpr.backends.base:adopt_model_fusion_defaults", COMMITTED, "indexed 0, updated 3"),
 ], ids=["loading the command", "reading the input", "opening the model", "encoding", "writing a segment", "committing",
         "after the commit"])
-def test_ctrl_c_at_any_moment_of_an_ingest_says_what_the_index_holds_and_exits_130(tmp_path, where, said, rerun):
+def test_ctrl_c_at_any_moment_of_an_ingest_says_what_the_index_holds_and_exits_130(tmp_path, children, where, said,
+                                                                                  rerun):
     (tmp_path / "questions.jsonl").write_text(QUESTIONS, encoding="utf-8")
     assert _run("ingest", "questions.jsonl", "--index", "idx", cwd=tmp_path).exit_code == 0
     more = tmp_path / "more.jsonl"
     more.write_text(QUESTIONS + '{"id": "new-1", "text": "can i pay by card?"}\n', encoding="utf-8")
-    ingest = _child_ingest(tmp_path, where, more.name)
+    ingest = _child_ingest(children, tmp_path, where, more.name)
     assert ingest.stderr.readline() == f"at {where}\n", ingest.communicate()
     assert _interrupted(ingest) == said
     assert _unreferenced(tmp_path / "idx") == []  # nothing half written, nothing of an abandoned ingest
@@ -176,9 +192,9 @@ def test_ctrl_c_at_any_moment_of_an_ingest_says_what_the_index_holds_and_exits_1
     assert again.exit_code == 0 and rerun in again.output, again.output
 
 
-def test_ctrl_c_before_a_new_index_was_created_leaves_none_and_a_rerun_creates_it(tmp_path):
+def test_ctrl_c_before_a_new_index_was_created_leaves_none_and_a_rerun_creates_it(tmp_path, children):
     (tmp_path / "questions.jsonl").write_text(QUESTIONS, encoding="utf-8")
-    ingest = _child_ingest(tmp_path, "hybrid_qpr.cli._backend:load_encoder", "questions.jsonl")
+    ingest = _child_ingest(children, tmp_path, "hybrid_qpr.cli._backend:load_encoder", "questions.jsonl")
     assert ingest.stderr.readline() == "at hybrid_qpr.cli._backend:load_encoder\n", ingest.communicate()
     assert _interrupted(ingest) == f"interrupted before index idx was created; nothing was written; {RERUN_IS_SAFE}"
     assert not (tmp_path / "idx").exists()
