@@ -200,6 +200,31 @@ def committed_encoder():
 
 
 @pytest.fixture(scope="session")
+def tiny_cross_encoder(tmp_path_factory):
+    """A cross-encoder on a tiny randomly initialised BERT (torch), its head spread so orders are
+    not ties: built once for the reranker tests of every folder (tests leave it as they found it)."""
+    import torch
+
+    from hybrid_qpr.model.cross_encoder import CrossEncoder
+    from hybrid_qpr.testing.rerankers import tiny_bert
+
+    model = CrossEncoder.from_dir(tiny_bert(tmp_path_factory.mktemp("tiny-bert")), max_length=48, query_tokens=16,
+                                  pooling="segments")
+    torch.nn.init.normal_(model.head.weight, std=1.0)  # spread the scores so orders are not ties
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def exported_tiny_cross_encoder(tiny_cross_encoder, tmp_path_factory):
+    """``tiny_cross_encoder`` exported to ONNX: (its directory, the export's config)."""
+    from hybrid_qpr.export.cross_encoder import export_cross_encoder
+
+    out = tmp_path_factory.mktemp("reranker") / "fp32"
+    config = export_cross_encoder(tiny_cross_encoder, out)
+    return out, config
+
+
+@pytest.fixture(scope="session")
 def question_bank():
     """200 synthetic questions (20 subjects x 10 phrasings) with metadata for filter tests:
     ``lang`` alternates en/de, ``topic`` is the subject, ``n`` the position (``corpora.question_bank``)."""

@@ -59,8 +59,9 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
     reads every id back: it succeeds only if each one holds this file's text. The summary says
     what the retries cost. Exit status 1 when any document was not written.
 
-    Ctrl-C stops an ingest and says what it left: a local index keeps its previous commit, a
-    cluster the documents already sent; re-running the same command finishes without duplicates.
+    Ctrl-C stops an ingest at any moment and says what it left (exit status 130): a local index
+    keeps its previous commit, a cluster the documents already sent; re-running the same command
+    finishes without duplicates.
 
     An index without tuned fusion takes the defaults its model directory carries ('tune
     --save-to-model': fusion, alpha, depth and reranker depth tuned on the model's own
@@ -73,6 +74,19 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
       hybrid-qpr ingest corpus.jsonl --index questions --opensearch http://127.0.0.1:9200
       hybrid-qpr ingest corpus.jsonl --index questions --elasticsearch --shards 3
     """
+    from hybrid_qpr.cli._backend import use_cluster
+
+    stage = _Stage(index, cluster=use_cluster(connection))
+    try:  # all of it: reading the first line, opening the model, encoding, committing, the summary
+        _ingest(stage, input_path, index, model, fmt, text_column, id_column, faiss_kind, bm25_impl, ef_search,
+                nprobe, batch_size, strict, wait, rejects, shards, replicas, connection)
+    except KeyboardInterrupt:
+        click.echo(stage.interrupted(), err=True)
+        raise SystemExit(130) from None  # the shell's code for an interrupt, not click's "Aborted!" and 1
+
+
+def _ingest(stage, input_path, index, model, fmt, text_column, id_column, faiss_kind, bm25_impl, ef_search, nprobe,
+            batch_size, strict, wait, rejects, shards, replicas, connection) -> None:
     from hybrid_qpr import resources
     from hybrid_qpr.artifacts import display_name
     from hybrid_qpr.backends.base import adopt_model_fusion_defaults
@@ -88,15 +102,12 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
     refuse_knn_options_on_a_cluster(connection, ef_search, nprobe)
     backend, encoder = open_for_ingest(index, connection, model, faiss_kind=faiss_kind, bm25_impl=bm25_impl,
                                        ef_search=ef_search, nprobe=nprobe, shards=shards, replicas=replicas)
+    stage.opened(backend)
     if strict:
         documents = _stop_at_a_refused_document(documents, backend, input_path, bad_lines)
     sizes = {} if batch_size is None else {"batch_size": batch_size}  # None: the backend's own default
-    before = _commit_state(backend)
-    try:
-        report = backend.ingest(documents, encoder, wait=wait, rejects_path=rejects, **sizes)
-    except KeyboardInterrupt:
-        click.echo(_interrupted(backend, index, before), err=True)
-        raise SystemExit(130) from None  # the shell's code for an interrupt
+    stage.sending = True
+    report = backend.ingest(documents, encoder, wait=wait, rejects_path=rejects, **sizes)
     report.notes.append(adopt_model_fusion_defaults(backend, encoder))
     report.notes.append(resources.describe_model(encoder.model_dir))
     # the backend knows the line of a document it skipped, not the file
@@ -129,24 +140,52 @@ def _generated_note(lines: list[int], id_column: str) -> str:
             f"({'line' if one else 'lines'} {shown}); the same text keeps that id, so ingesting it again updates it")
 
 
-def _commit_state(backend):
-    """What tells whether an ingest committed: the local index's commit generation (None on a cluster)."""
-    from hybrid_qpr.backends.local import LocalIndex
+class _Stage:
+    """How far an ingest got, for the line after Ctrl-C: what the index holds and that re-running is safe."""
 
-    return int(backend.manifest.get("generation", 0)) if isinstance(backend, LocalIndex) else None
+    def __init__(self, index: str, *, cluster: bool):
+        self.index, self.cluster = index, cluster
+        self.generation: int | None = None  # a local index's commit when this ingest opened it
+        self.sending = False  # a cluster ingest has begun sending documents
+
+    def opened(self, backend) -> None:
+        if not self.cluster:
+            self.generation = int(backend.manifest.get("generation", 0))
+
+    def interrupted(self) -> str:
+        rerun = "re-run the same command to finish; ids are updated in place, never duplicated"
+        if self.cluster:
+            if not self.sending:
+                return f"interrupted before any document was sent to cluster index {self.index}; {rerun}"
+            return (f"interrupted: the documents sent before Ctrl-C are in cluster index {self.index} (they are "
+                    f"kept); {rerun}")
+        from hybrid_qpr.errors import HybridQPRError
+
+        try:
+            committed = _committed(self.index)
+        except (HybridQPRError, OSError):  # unreadable now; manifest.json is replaced whole, never half written
+            return f"interrupted: index {self.index} holds its last whole commit; {rerun}"
+        if committed is None:
+            return f"interrupted before index {self.index} was created; nothing was written; {rerun}"
+        generation, count = committed
+        if self.generation is None or generation == self.generation:
+            return (f"interrupted: nothing of this ingest was committed (a local ingest commits at its end); index "
+                    f"{self.index} holds its previous {count} documents; {rerun}")
+        return (f"interrupted after this ingest was committed (index {self.index} holds {count} documents); "
+                "re-running it updates the same ids, never duplicates them")
 
 
-def _interrupted(backend, index, before) -> str:
-    """The line after Ctrl-C: what the index holds now and that re-running is safe."""
-    rerun = "re-run the same command to finish; ids are updated in place, never duplicated"
-    if before is None:
-        return (f"interrupted: the documents sent before Ctrl-C are in cluster index {index} (they are kept); "
-                f"{rerun}")
-    if _commit_state(backend) == before:
-        return (f"interrupted: nothing of this ingest was committed (a local ingest commits at its end); index "
-                f"{index} holds its previous {backend.count()} documents; {rerun}")
-    return (f"interrupted after this ingest was committed (index {index} holds {backend.count()} documents); "
-            "re-running it updates the same ids, never duplicates them")
+def _committed(index: str) -> tuple[int, int] | None:
+    """(generation, documents) of the local index's commit on disk, None when it has none. Read
+    from disk: Ctrl-C may come between writing the manifest and the index taking it in."""
+    from pathlib import Path
+
+    from hybrid_qpr.backends.local.commit import MANIFEST, read_manifest
+
+    if not (Path(index) / MANIFEST).is_file():
+        return None
+    manifest = read_manifest(Path(index))
+    return int(manifest.get("generation", 0)), int(manifest.get("count", 0))
 
 
 def _stop_at_a_refused_document(documents, backend, input_path, bad_lines):

@@ -54,7 +54,13 @@ class LazyGroup(click.Group):
         if name not in COMMANDS:
             return None
         module, attribute, _ = COMMANDS[name]
-        return getattr(importlib.import_module(module), attribute)
+        try:
+            return getattr(importlib.import_module(module), attribute)
+        except KeyboardInterrupt:
+            # loading a command (numpy, FAISS, the backends) takes a moment and changes nothing: said so,
+            # with the shell's code for an interrupt instead of click's "Aborted!" and 1
+            click.echo(f"interrupted while '{ctx.command_path} {name}' was starting; nothing was done", err=True)
+            raise SystemExit(130) from None
 
     def format_commands(self, ctx, formatter):
         rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]

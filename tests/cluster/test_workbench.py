@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+import threading
 import urllib.parse
 import uuid
 from pathlib import Path
@@ -261,13 +261,19 @@ def test_judgments_survive_kill_9_of_the_server(tmp_path, committed_encoder):
     try:
         docs = [d.id for d in example_documents()]
 
+        answered = threading.Semaphore(0)
+
         def judge(i):
             body = {"query": f"query {i % 7}", "id": docs[i % len(docs)], "relevance": i % 3}
-            return call(f"{url}/api/judgments", "POST", body)[0]
+            status = call(f"{url}/api/judgments", "POST", body)[0]
+            if status == 200:
+                answered.release()
+            return status
 
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             futures = {pool.submit(judge, i): i for i in range(2000)}
-            time.sleep(1.5)
+            for _ in range(50):  # kill once 50 writes were answered, with the rest still to come
+                assert answered.acquire(timeout=120), "the server stopped answering judgments"
             os.kill(proc.pid, signal.SIGKILL)  # mid-stream: some writes answered, the rest cut off
             for future, i in futures.items():
                 try:

@@ -3,6 +3,7 @@ index, a CSV saved as .jsonl, an ingest stopped with Ctrl-C."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -65,24 +66,137 @@ def test_a_table_saved_as_jsonl_is_named_with_the_format_to_use(tmp_path, separa
     assert _run("ingest", "data.jsonl", "--index", "idx", "--format", "table", cwd=tmp_path).exit_code == 0
 
 
-def test_ctrl_c_during_an_ingest_says_what_was_committed_and_that_a_rerun_is_safe(tmp_path):
-    (tmp_path / "questions.jsonl").write_text(QUESTIONS, encoding="utf-8")
-    assert _run("ingest", "questions.jsonl", "--index", "idx", cwd=tmp_path).exit_code == 0
-    code = "from hybrid_qpr.cli.main import cli; cli(['ingest', '-', '--index', 'idx'], prog_name='hybrid-qpr')"
-    ingest = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-    ingest.stdin.write('{"id": "new-1", "text": "can i pay by card?"}\n')  # stdin stays open: the ingest waits
-    ingest.stdin.flush()
-    deadline = time.monotonic() + 120
-    while not (tmp_path / "idx" / "write.lock").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(1.0)  # inside the ingest, reading stdin
+# The real command in a child process that, at one moment of the ingest, says where it is on stderr
+# and waits there for the test's Ctrl-C: "import" (loading the command), or "module:Owner.name" (on
+# entry to that function; " after": once it returned).
+PAUSING_CHILD = """
+import importlib, signal, sys
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even when the test runs in the background
+
+def hold(where):
+    print("at", where, file=sys.stderr, flush=True)
+    while True:
+        signal.pause()  # SIGINT raises KeyboardInterrupt here, at this moment of the ingest
+
+where = sys.argv[1]
+if where == "import":
+    class HoldImport:
+        def find_spec(self, name, path=None, target=None):
+            if name == "hybrid_qpr.cli.ingest":
+                hold(where)
+            return None
+    sys.meta_path.insert(0, HoldImport())
+elif where:
+    target, _, when = where.partition(" ")
+    module, _, path = target.partition(":")
+    owner = importlib.import_module(module)
+    *outer, name = path.split(".")
+    for part in outer:
+        owner = getattr(owner, part)
+    real = getattr(owner, name)
+    def held(*args, **kwargs):
+        if when != "after":
+            hold(where)
+        result = real(*args, **kwargs)
+        if when == "after":
+            hold(where)
+        return result
+    setattr(owner, name, held)
+from hybrid_qpr.cli.main import cli
+cli(sys.argv[2:], prog_name="hybrid-qpr")
+"""
+RERUN_IS_SAFE = "re-run the same command to finish; ids are updated in place, never duplicated"
+
+
+@pytest.fixture()
+def children():
+    """The child processes a test starts, killed at its end if a failed test left them waiting."""
+    started: list[subprocess.Popen] = []
+    yield started
+    for child in started:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+
+
+def _child_ingest(children, cwd, where: str, *args: str) -> subprocess.Popen:
+    child = subprocess.Popen([sys.executable, "-c", PAUSING_CHILD, where, "ingest", *args, "--index", "idx"], cwd=cwd,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    children.append(child)
+    return child
+
+
+def _interrupted(ingest: subprocess.Popen) -> str:
+    """Ctrl-C to ``ingest``; its stderr after that, checked to be one line and exit status 130."""
     ingest.send_signal(signal.SIGINT)
     _, err = ingest.communicate(timeout=120)
-    assert ingest.returncode == 130
-    assert "Traceback" not in err and "Aborted" not in err
-    assert err.strip() == ("interrupted: nothing of this ingest was committed (a local ingest commits at its end); "
-                           "index idx holds its previous 2 documents; re-run the same command to finish; ids are "
-                           "updated in place, never duplicated")
+    assert ingest.returncode == 130, err
+    assert "Traceback" not in err and "Aborted" not in err, err
+    [line] = err.strip().splitlines()
+    return line
+
+
+def _unreferenced(index_dir) -> list[str]:
+    """Files and directories under ``segments/`` that the committed manifest does not name."""
+    manifest = json.loads((index_dir / "manifest.json").read_text(encoding="utf-8"))
+    named = {e["name"] for e in manifest["segments"]} | {p.split("/")[1] for p in manifest["retained"]}
+    return sorted(p.name for p in (index_dir / "segments").iterdir() if p.name not in named)
+
+
+def test_ctrl_c_during_an_ingest_says_what_was_committed_and_that_a_rerun_is_safe(tmp_path, children):
+    (tmp_path / "questions.jsonl").write_text(QUESTIONS, encoding="utf-8")
+    assert _run("ingest", "questions.jsonl", "--index", "idx", cwd=tmp_path).exit_code == 0
+    ingest = _child_ingest(children, tmp_path, "", "-")
+    ingest.stdin.write('{"id": "new-1", "text": "can i pay by card?"}\n')  # stdin stays open: the ingest waits
+    ingest.stdin.flush()
+    lock, deadline = tmp_path / "idx" / "write.lock", time.monotonic() + 120
+    # the lock names its holder once taken: from then on the ingest is under way, reading stdin
+    while lock.read_text(encoding="utf-8").strip() != str(ingest.pid):
+        assert ingest.poll() is None and time.monotonic() < deadline, ingest.communicate()
+        time.sleep(0.05)
+    assert _interrupted(ingest) == ("interrupted: nothing of this ingest was committed (a local ingest commits at "
+                                    "its end); index idx holds its previous 2 documents; re-run the same command to "
+                                    "finish; ids are updated in place, never duplicated")
     again = _run("ingest", "questions.jsonl", "--index", "idx", cwd=tmp_path)
     assert again.exit_code == 0 and "indexed 0, updated 2" in again.output
+
+
+NOTHING_COMMITTED = ("interrupted: nothing of this ingest was committed (a local ingest commits at its end); index idx "
+                     f"holds its previous 2 documents; {RERUN_IS_SAFE}")
+COMMITTED = ("interrupted after this ingest was committed (index idx holds 3 documents); re-running it updates the "
+             "same ids, never duplicates them")
+
+
+@pytest.mark.parametrize("where, said, rerun", [
+    ("import", "interrupted while 'hybrid-qpr ingest' was starting; nothing was done", "indexed 1, updated 2"),
+    ("hybrid_qpr.data.documents:require_documents", NOTHING_COMMITTED, "indexed 1, updated 2"),
+    ("hybrid_qpr.cli._backend:load_encoder", NOTHING_COMMITTED, "indexed 1, updated 2"),
+    ("hybrid_qpr.backends.local.writer:prepare_vectors", NOTHING_COMMITTED, "indexed 1, updated 2"),
+    ("hybrid_qpr.backends.local.index:LocalIndex.write_new_segment after", NOTHING_COMMITTED, "indexed 1, updated 2"),
+    ("hybrid_qpr.backends.local.index:write_manifest after", COMMITTED, "indexed 0, updated 3"),
+    ("hybrid_qpr.backends.base:adopt_model_fusion_defaults", COMMITTED, "indexed 0, updated 3"),
+], ids=["loading the command", "reading the input", "opening the model", "encoding", "writing a segment", "committing",
+        "after the commit"])
+def test_ctrl_c_at_any_moment_of_an_ingest_says_what_the_index_holds_and_exits_130(tmp_path, children, where, said,
+                                                                                  rerun):
+    (tmp_path / "questions.jsonl").write_text(QUESTIONS, encoding="utf-8")
+    assert _run("ingest", "questions.jsonl", "--index", "idx", cwd=tmp_path).exit_code == 0
+    more = tmp_path / "more.jsonl"
+    more.write_text(QUESTIONS + '{"id": "new-1", "text": "can i pay by card?"}\n', encoding="utf-8")
+    ingest = _child_ingest(children, tmp_path, where, more.name)
+    assert ingest.stderr.readline() == f"at {where}\n", ingest.communicate()
+    assert _interrupted(ingest) == said
+    assert _unreferenced(tmp_path / "idx") == []  # nothing half written, nothing of an abandoned ingest
+    again = _run("ingest", more.name, "--index", "idx", cwd=tmp_path)
+    assert again.exit_code == 0 and rerun in again.output, again.output
+
+
+def test_ctrl_c_before_a_new_index_was_created_leaves_none_and_a_rerun_creates_it(tmp_path, children):
+    (tmp_path / "questions.jsonl").write_text(QUESTIONS, encoding="utf-8")
+    ingest = _child_ingest(children, tmp_path, "hybrid_qpr.cli._backend:load_encoder", "questions.jsonl")
+    assert ingest.stderr.readline() == "at hybrid_qpr.cli._backend:load_encoder\n", ingest.communicate()
+    assert _interrupted(ingest) == f"interrupted before index idx was created; nothing was written; {RERUN_IS_SAFE}"
+    assert not (tmp_path / "idx").exists()
+    again = _run("ingest", "questions.jsonl", "--index", "idx", cwd=tmp_path)
+    assert again.exit_code == 0 and "indexed 2, updated 0" in again.output, again.output

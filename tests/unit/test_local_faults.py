@@ -68,6 +68,18 @@ def lock_is_held(index_dir: Path) -> bool:
     return False
 
 
+def waits_for_lock(index_dir: Path, pid: int) -> bool:
+    """Whether process ``pid`` is blocked waiting for the index's write lock (Linux lists a
+    blocked flock request in /proc/locks as '-> FLOCK ... pid major:minor:inode')."""
+    inode = os.stat(index_dir / LOCK_FILE).st_ino
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 6 and fields[1] == "->" and fields[2] == "FLOCK" and fields[5] == str(pid) \
+                and fields[6].rsplit(":", 1)[-1] == str(inode):
+            return True
+    return False
+
+
 def test_two_concurrent_writers_one_refused_one_waits(tmp_path, committed_encoder, question_bank):
     index_dir = tmp_path / "idx"
     LocalIndex.create(index_dir, committed_encoder).ingest(question_bank[:50], committed_encoder, show_progress=False)
@@ -84,8 +96,10 @@ def test_two_concurrent_writers_one_refused_one_waits(tmp_path, committed_encode
     assert refused.returncode == 1 and f"is being written by pid {first.pid}" in out and "--wait" in out, out
     assert "Traceback" not in out
     waiting = cli_ingest(str(tmp_path / "b.jsonl"), "--index", str(index_dir), "--wait")
-    time.sleep(1.0)
-    assert waiting.poll() is None  # queued behind the first writer
+    while not waits_for_lock(index_dir, waiting.pid):  # queued behind the first writer, as the kernel shows
+        assert waiting.poll() is None and time.monotonic() < deadline + 60, waiting.communicate()
+        time.sleep(0.05)
+    assert first.poll() is None  # the first writer still holds the lock
     first.stdin.close()
     assert first.wait(timeout=120) == 0
     out, _ = waiting.communicate(timeout=120)

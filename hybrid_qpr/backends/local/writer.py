@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -15,8 +14,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from hybrid_qpr.backends.base import IngestReport, document_problem
+from hybrid_qpr.backends.local.commit import remove_unreferenced
 from hybrid_qpr.backends.local.matching import metadata_problem
-from hybrid_qpr.backends.local.segment import SEGMENTS_DIR, Segment, write_deletions
+from hybrid_qpr.backends.local.segment import Segment, write_deletions
 from hybrid_qpr.backends.local.vectorbase import unordered
 from hybrid_qpr.distance import Distance, prepare_vectors
 from hybrid_qpr.errors import ConfigError, SkippedLine
@@ -171,13 +171,11 @@ class IngestWriter:
             self.written[doc_id] = (number, row)
 
     def abandon(self) -> None:
-        """Remove what this ingest wrote (nothing of it was committed)."""
+        """Remove what this ingest wrote (nothing of it was committed), a segment that Ctrl-C cut off
+        between its writing and its recording here too: all the commit does not name."""
         for seg in self.new_segments:
             seg.close()
-            shutil.rmtree(seg.dir, ignore_errors=True)
-        for name in self.tombstones:
-            for file in (f"deleted.{self.generation}.npy", f"deleted.{self.generation}.copy.npy"):
-                (self.index.path / SEGMENTS_DIR / name / file).unlink(missing_ok=True)
+        remove_unreferenced(self.index.path, self.index.manifest)
 
     def commit(self) -> None:
         """One manifest commit naming the new segments and the new tombstones."""
