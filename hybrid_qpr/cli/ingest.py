@@ -75,7 +75,7 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
     """
     from hybrid_qpr import resources
     from hybrid_qpr.artifacts import display_name
-    from hybrid_qpr.backends.base import adopt_model_fusion_defaults
+    from hybrid_qpr.backends.base import IngestInterrupted, adopt_model_fusion_defaults
     from hybrid_qpr.cli._backend import open_for_ingest, refuse_knn_options_on_a_cluster
     from hybrid_qpr.data.documents import iter_documents, require_documents
     from hybrid_qpr.errors import BadLines
@@ -91,12 +91,15 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
     if strict:
         documents = _stop_at_a_refused_document(documents, backend, input_path, bad_lines)
     sizes = {} if batch_size is None else {"batch_size": batch_size}  # None: the backend's own default
-    before = _commit_state(backend)
     try:
         report = backend.ingest(documents, encoder, wait=wait, rejects_path=rejects, **sizes)
-    except KeyboardInterrupt:
-        click.echo(_interrupted(backend, index, before), err=True)
+    except IngestInterrupted as stopped:  # an ingest that commits all or nothing: its report says which
+        click.echo(_interrupted(backend, index, stopped.report.generation), err=True)
         raise SystemExit(130) from None  # the shell's code for an interrupt
+    except KeyboardInterrupt:  # a cluster keeps what it was sent
+        click.echo(f"interrupted: the documents sent before Ctrl-C are in cluster index {index} (they are kept); "
+                   f"{RERUN}", err=True)
+        raise SystemExit(130) from None
     report.notes.append(adopt_model_fusion_defaults(backend, encoder))
     report.notes.append(resources.describe_model(encoder.model_dir))
     # the backend knows the line of a document it skipped, not the file
@@ -129,22 +132,15 @@ def _generated_note(lines: list[int], id_column: str) -> str:
             f"({'line' if one else 'lines'} {shown}); the same text keeps that id, so ingesting it again updates it")
 
 
-def _commit_state(backend):
-    """What tells whether an ingest committed: the local index's commit generation (None on a cluster)."""
-    from hybrid_qpr.backends.local import LocalIndex
-
-    return int(backend.manifest.get("generation", 0)) if isinstance(backend, LocalIndex) else None
+RERUN = "re-run the same command to finish; ids are updated in place, never duplicated"
 
 
-def _interrupted(backend, index, before) -> str:
-    """The line after Ctrl-C: what the index holds now and that re-running is safe."""
-    rerun = "re-run the same command to finish; ids are updated in place, never duplicated"
-    if before is None:
-        return (f"interrupted: the documents sent before Ctrl-C are in cluster index {index} (they are kept); "
-                f"{rerun}")
-    if _commit_state(backend) == before:
+def _interrupted(backend, index, generation: int | None) -> str:
+    """The line after Ctrl-C stopped a local ingest: whether it was committed (``generation``:
+    its commit, else ``None``), what the index holds now and that re-running is safe."""
+    if generation is None:
         return (f"interrupted: nothing of this ingest was committed (a local ingest commits at its end); index "
-                f"{index} holds its previous {backend.count()} documents; {rerun}")
+                f"{index} holds its previous {backend.count()} documents; {RERUN}")
     return (f"interrupted after this ingest was committed (index {index} holds {backend.count()} documents); "
             "re-running it updates the same ids, never duplicates them")
 

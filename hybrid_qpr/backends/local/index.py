@@ -178,7 +178,7 @@ class LocalIndex:
         while True:
             snapshot = self._snapshot
             if snapshot.acquire():  # else it was just replaced and let go: take the new one
-                return IndexReader(snapshot, self.path, self.distance, self.dim, self.bm25_impl)
+                return IndexReader(snapshot, self.path, self.distance, self.dim, self.bm25_impl, self.capabilities)
 
     def publish(self, manifest: dict[str, Any]) -> None:
         """Open ``manifest``'s commit (keeping the segments and graph it shares with the current

@@ -54,9 +54,9 @@ class IndexReader:
     """Queries over one snapshot (see the module docstring). ``close`` (or leaving the ``with``
     block) lets the snapshot go; a reader is not used afterwards."""
 
-    capabilities = CAPABILITIES
-
-    def __init__(self, snapshot: IndexSnapshot, path: Path, distance: Distance, dim: int, bm25_impl: str):
+    def __init__(self, snapshot: IndexSnapshot, path: Path, distance: Distance, dim: int, bm25_impl: str,
+                 capabilities: Capabilities = CAPABILITIES):
+        self.capabilities = capabilities  # its index's
         self.snapshot = snapshot  # held for this reader (IndexSnapshot.acquire) by LocalIndex.reader
         self.segments: tuple[Segment, ...] = snapshot.segments
         self.base = snapshot.base  # vectorbase.VectorBase of the commit, or None
