@@ -94,6 +94,8 @@ def test_one_index_object_answers_from_committed_states_while_its_writer_commits
     for mode, found in answers.items():  # each page: ids and texts that one committed state held together
         mixed = [page for page in found if not any(page <= state for state in states)]
         assert not mixed, f"{mode}: {len(mixed)} of {len(found)} pages match no committed state, e.g. {sorted(mixed[0])}"
+    print("pages per mode:", {mode: len(found) for mode, found in answers.items()}, "writes:", writes,
+          "commits:", index.manifest["generation"])
     with index.reader() as reader:  # and the index holds the last state
         assert frozenset((i, d.text) for i, d in reader.documents(sorted(live)).items()) == states[-1]
         assert reader.count() == len(live)

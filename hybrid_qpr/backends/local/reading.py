@@ -54,6 +54,8 @@ class IndexReader:
     """Queries over one snapshot (see the module docstring). ``close`` (or leaving the ``with``
     block) lets the snapshot go; a reader is not used afterwards."""
 
+    __slots__ = ("capabilities", "snapshot", "segments", "base", "path", "distance", "dim", "bm25_impl", "_rows", "_open")
+
     def __init__(self, snapshot: IndexSnapshot, path: Path, distance: Distance, dim: int, bm25_impl: str,
                  capabilities: Capabilities = CAPABILITIES):
         self.capabilities = capabilities  # its index's

@@ -71,7 +71,8 @@ class IndexSnapshot:
     Made holding one reference (its index's); ``acquire`` adds a reader's, ``release`` drops
     one, and the last release lets its segments and graph go (``OpenFiles``)."""
 
-    __slots__ = ("manifest", "segments", "base", "idfs", "_tables", "_rank_bm25", "_lock", "_files", "_holders")
+    __slots__ = ("manifest", "segments", "base", "idfs", "_tables", "_rank_bm25", "_lock", "_files", "_holders",
+                 "_holding")
 
     def __init__(self, manifest: dict[str, Any] | None = None, segments: Sequence[Segment] = (), base: Any = None,
                  files: OpenFiles | None = None):
@@ -84,6 +85,7 @@ class IndexSnapshot:
         self._lock = threading.Lock()
         self._files = files
         self._holders = 1
+        self._holding = threading.Lock()  # not _lock: a reader never waits for the BM25 tables to be computed
         if files is not None:
             files.hold(self._parts())
 
@@ -98,14 +100,14 @@ class IndexSnapshot:
     def acquire(self) -> bool:
         """Hold this snapshot for a reader; False when it was released for good (the reader
         then takes its index's newer snapshot)."""
-        with self._lock:
+        with self._holding:
             if self._holders == 0:
                 return False
             self._holders += 1
             return True
 
     def release(self) -> None:
-        with self._lock:
+        with self._holding:
             self._holders -= 1
             last = self._holders == 0
         if last and self._files is not None:
