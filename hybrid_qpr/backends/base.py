@@ -10,10 +10,11 @@ code shared by all backends. Scores are "higher is better" (see ``hybrid_qpr.dis
 ``Backend`` is what every backend offers and all a caller may use. What only some backends
 can do is declared in ``capabilities`` and typed by the small protocols below it
 (``BatchedBackend``, ``ServerSideBackend``, ``KnnSettingsBackend``, ``SnapshotBackend``);
-``batches_lists``, ``runs_in_engine``, ``takes_knn_settings`` and ``reader_of`` read the flag
-and narrow the type, so a caller never probes with ``getattr``/``hasattr``/``isinstance``. Opening or creating a backend is
-not part of the contract: ``hybrid_qpr.cli._backend`` is the one place that names the
-concrete classes.
+``batches_lists``, ``runs_in_engine``, ``takes_knn_settings`` and ``reads_snapshots`` read the
+flag and narrow the type, so a caller never probes with ``getattr``/``hasattr``/``isinstance``.
+A query reads through ``reader_of(backend)``: one state of the index where the backend keeps
+snapshots. Opening or creating a backend is not part of the contract: the commands do it
+through ``hybrid_qpr.cli._backend`` (docs/ARCHITECTURE.md names the few that name a class).
 """
 
 from __future__ import annotations

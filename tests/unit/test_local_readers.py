@@ -70,8 +70,12 @@ def test_one_index_object_answers_from_committed_states_while_its_writer_commits
             rng = random.Random(seed)
             searcher = HybridSearcher(index, committed_encoder)
             while not stop.is_set():
-                results = searcher.search(rng.choice(question_bank).text, mode=mode, top_k=5)
+                # kNN pages filtered, hybrid ones paged: the filter's rows and the later pages come from one commit too
+                more = {"knn": {"filters": {"lang": "en"}, "offset": rng.choice((0, 2))},
+                        "hybrid": {"offset": rng.choice((0, 5))}}.get(mode, {})
+                results = searcher.search(rng.choice(question_bank).text, mode=mode, top_k=5, **more)
                 assert results, f"{mode}: no results"
+                assert mode != "knn" or all(r.metadata["lang"] == "en" for r in results)
                 answers[mode].append(frozenset((r.id, r.text) for r in results))
         return run
 
