@@ -13,6 +13,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
+from hybrid_qpr.backends.local.commit import WriteLock
 from hybrid_qpr.cli.main import cli
 
 QUESTIONS = '{"id": "pw-1", "text": "how do i reset my password?"}\n{"id": "ship-1", "text": "where is my parcel?"}\n'
@@ -74,7 +75,8 @@ def test_ctrl_c_during_an_ingest_says_what_was_committed_and_that_a_rerun_is_saf
     ingest.stdin.write('{"id": "new-1", "text": "can i pay by card?"}\n')  # stdin stays open: the ingest waits
     ingest.stdin.flush()
     deadline = time.monotonic() + 120
-    while not (tmp_path / "idx" / "write.lock").exists() and time.monotonic() < deadline:
+    lock = WriteLock(tmp_path / "idx")  # the first ingest left the lock file: wait until the lock is held
+    while lock.writer_at_work() is None and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(1.0)  # inside the ingest, reading stdin
     ingest.send_signal(signal.SIGINT)
