@@ -9,7 +9,9 @@ encoding a ``QueryVector`` computed at most once, when a backend first needs it)
 the backend for ranked lists (ids and scores, ``RankedList``); a hybrid search fuses them here,
 the one place fusion runs (``hybrid_qpr.fusion``), so every backend fuses identically; the
 page's documents come with the lists (a cluster) or by one ``documents`` call (the embedded
-index reads the rows it noted while ranking).
+index reads the rows it noted while ranking). Every list and document of one query is read
+through one reader (``backends.base.reader_of``): the embedded index's holds one commit, so a
+query never mixes two states of an index that is being written meanwhile.
 
 Modes (``MODES``, from the ``Mode`` literal):
 
@@ -47,7 +49,7 @@ from typing import Any, Literal, NamedTuple, get_args
 import numpy as np
 
 from hybrid_qpr.artifacts import lone_surrogate
-from hybrid_qpr.backends.base import Backend, batches_lists, runs_in_engine
+from hybrid_qpr.backends.base import Backend, Reader, batches_lists, reader_of, runs_in_engine
 from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
 from hybrid_qpr import fusion as fusion_lib
 from hybrid_qpr.signals import Signals
@@ -304,7 +306,8 @@ class HybridSearcher:
     # ------------------------------------------------------------------ search
     def candidates(self, query: str, vector: QueryVector, depth: int, filters: Filters | None = None) -> Candidates:
         """BM25 and kNN hits, ``depth`` each, for one query (kept so fusion can be re-run: tuning)."""
-        bm25, knn = self._lists(query, vector, depth, filters)
+        with reader_of(self.backend) as reader:
+            bm25, knn = self._lists(reader, query, vector, depth, filters)
         return Candidates(bm25.hits(), knn.hits())
 
     def search(self, query: str, *, mode: str = DEFAULT_MODE, top_k: int = 10, offset: int = 0,
@@ -336,46 +339,51 @@ class HybridSearcher:
                                      signals=signals, autocut=autocut))
 
     def run(self, request: SearchRequest) -> list[SearchResult]:
-        """The page ``request`` asks for (built by ``request``)."""
-        if request.reranker_depth > 0:
-            first = self._first_stage(request.first_stage())
-            return self.reranker.rerank(request.text, first, request.reranker_depth)[request.offset:request.need]
-        return self._first_stage(request)
+        """The page ``request`` asks for (built by ``request``), read through one reader."""
+        with reader_of(self.backend) as reader:
+            if request.reranker_depth > 0:
+                first = self._first_stage(reader, request.first_stage())
+                return self.reranker.rerank(request.text, first, request.reranker_depth)[request.offset:request.need]
+            return self._first_stage(reader, request)
 
-    def _first_stage(self, request: SearchRequest) -> list[SearchResult]:
+    def _first_stage(self, reader: Reader, request: SearchRequest) -> list[SearchResult]:
         if request.server_side and request.mode in SERVER_SIDE_MODES:
             return self._server_side(request)
-        return MODE_RUNNERS[request.mode](self, request)
+        return MODE_RUNNERS[request.mode](self, reader, request)
 
-    def _bm25(self, request: SearchRequest) -> list[SearchResult]:
+    def _bm25(self, reader: Reader, request: SearchRequest) -> list[SearchResult]:
         need, offset = request.need, request.offset
-        hits = self.backend.bm25(request.text, need, request.filters)[offset:need]
-        return self._results([(h.id, h.score, RankedScore(h.score, offset + i + 1), None) for i, h in enumerate(hits)], hits)
+        hits = reader.bm25(request.text, need, request.filters)[offset:need]
+        return self._results(reader, [(h.id, h.score, RankedScore(h.score, offset + i + 1), None)
+                                      for i, h in enumerate(hits)], hits)
 
-    def _knn(self, request: SearchRequest) -> list[SearchResult]:
+    def _knn(self, reader: Reader, request: SearchRequest) -> list[SearchResult]:
         need, offset = request.need, request.offset
-        hits = self.backend.knn(request.vector.get(), need, request.filters)[offset:need]  # type: ignore[union-attr]
-        return self._results([(h.id, h.score, None, RankedScore(h.score, offset + i + 1)) for i, h in enumerate(hits)], hits)
+        hits = reader.knn(request.vector.get(), need, request.filters)[offset:need]  # type: ignore[union-attr]
+        return self._results(reader, [(h.id, h.score, None, RankedScore(h.score, offset + i + 1))
+                                      for i, h in enumerate(hits)], hits)
 
-    def _rescore_mode(self, request: SearchRequest) -> list[SearchResult]:
+    def _rescore_mode(self, reader: Reader, request: SearchRequest) -> list[SearchResult]:
         need = request.need
-        recalled = self.backend.bm25(request.text, max(request.rescore_depth, need), request.filters)
-        return self._results(self._rescore(recalled, request.vector)[request.offset:need], recalled)  # type: ignore[arg-type]
+        recalled = reader.bm25(request.text, max(request.rescore_depth, need), request.filters)
+        return self._results(reader, self._rescore(reader, recalled, request.vector)[request.offset:need],  # type: ignore[arg-type]
+                             recalled)
 
-    def _lists(self, query: str, vector: QueryVector, depth: int,
+    @staticmethod
+    def _lists(reader: Reader, query: str, vector: QueryVector, depth: int,
                filters: Filters | None) -> tuple[RankedList, RankedList]:
         """The BM25 and kNN lists of one query, ``depth`` each: in one call where the backend
         offers it (one round trip; the embedded index's two threads), else one after the other."""
-        backend = self.backend
-        if batches_lists(backend):
-            return backend.bm25_and_knn(query, vector, depth, filters)
-        return (RankedList.of_hits(backend.bm25(query, depth, filters)),
-                RankedList.of_hits(backend.knn(vector.get(), depth, filters)))
+        if batches_lists(reader):
+            return reader.bm25_and_knn(query, vector, depth, filters)
+        return (RankedList.of_hits(reader.bm25(query, depth, filters)),
+                RankedList.of_hits(reader.knn(vector.get(), depth, filters)))
 
-    def _hybrid(self, request: SearchRequest) -> list[SearchResult]:
+    def _hybrid(self, reader: Reader, request: SearchRequest) -> list[SearchResult]:
         """Both lists fused here, the one place a hybrid page is fused (then business signals
         and autocut, when asked)."""
-        bm25, knn = self._lists(request.text, request.vector, request.list_depth, request.filters)  # type: ignore[arg-type]
+        bm25, knn = self._lists(reader, request.text, request.vector, request.list_depth,  # type: ignore[arg-type]
+                                request.filters)
         signals = request.signals
         # with signals every fused document may climb onto the page: fuse them all
         fused = fusion_lib.fuse_ranked((bm25.ids, bm25.scores), (knn.ids, knn.scores), fusion=request.fusion,
@@ -388,14 +396,14 @@ class HybridSearcher:
             missing = [f for f in fused if f.id not in docs]
             if missing:
                 places = _places(bm25, knn, missing)
-                docs.update(self.backend.documents([f.id for f in missing], places))
+                docs.update(reader.documents([f.id for f in missing], places))
             fused, explained = apply_signals(fused, signals, docs)
             fused = fused[:request.need]
         if request.autocut:
             fused = fused[:fusion_lib.autocut([f.score for f in fused], request.autocut)]
         page = fused[request.offset:]
-        results = self._results([(f.id, f.score, _ranked_score(f, 0), _ranked_score(f, 1)) for f in page], docs=docs,
-                                places=_places(bm25, knn, page))
+        results = self._results(reader, [(f.id, f.score, _ranked_score(f, 0), _ranked_score(f, 1)) for f in page],
+                                docs=docs, places=_places(bm25, knn, page))
         if explained:
             results = [r._replace(fused_score=explained[r.id][0], signals=explained[r.id][1]) for r in results]
         return results
@@ -416,7 +424,7 @@ class HybridSearcher:
         hits = hits[:need]
         if request.autocut and mode == "hybrid":
             hits = hits[:fusion_lib.autocut([h.score for h in hits], request.autocut)]
-        return self._results([(h.id, h.score, None, None) for h in hits[request.offset:need]], hits)
+        return self._results(backend, [(h.id, h.score, None, None) for h in hits[request.offset:need]], hits)
 
     @staticmethod
     def fuse(cands: Candidates, *, fusion: str, alpha: float, depth: int | None = None,
@@ -426,14 +434,17 @@ class HybridSearcher:
         return fusion_lib.fuse(cands.bm25, cands.knn, fusion=fusion, alpha=alpha, rrf_k=rrf_k, depth=depth,  # type: ignore[arg-type]
                                top_k=top_k, bounds=bounds)
 
-    def _rescore(self, recalled: list[Hit], vector: QueryVector) -> list[tuple[str, float, RankedScore | None, RankedScore | None]]:
+    @staticmethod
+    def _rescore(reader: Reader, recalled: list[Hit],
+                 vector: QueryVector) -> list[tuple[str, float, RankedScore | None, RankedScore | None]]:
         """MSEM flow: order the BM25 candidates by encoder similarity (ties by id)."""
-        sims = self.backend.vector_scores(vector.get(), [h.id for h in recalled])
+        sims = reader.vector_scores(vector.get(), [h.id for h in recalled])
         bm25 = _ranked(recalled)
         order = sorted(sims.items(), key=lambda item: (-item[1], item[0]))
         return [(doc_id, score, bm25.get(doc_id), RankedScore(score, rank)) for rank, (doc_id, score) in enumerate(order, 1)]
 
-    def _results(self, rows: list[tuple[str, float, RankedScore | None, RankedScore | None]],
+    @staticmethod
+    def _results(reader: Reader, rows: list[tuple[str, float, RankedScore | None, RankedScore | None]],
                  hits: Iterable[Hit] = (), docs: Mapping[str, Document] | None = None,
                  places: Sequence | None = None) -> list[SearchResult]:
         """``rows`` as results with text and metadata: taken from ``docs`` or from ``hits`` that
@@ -442,8 +453,8 @@ class HybridSearcher:
         docs = dict(docs) if docs is not None else {h.id: h.document for h in hits if h.document is not None}
         missing = [i for i, row in enumerate(rows) if row[0] not in docs]
         if missing:
-            docs.update(self.backend.documents([rows[i][0] for i in missing],
-                                               None if places is None else [places[i] for i in missing]))
+            docs.update(reader.documents([rows[i][0] for i in missing],
+                                         None if places is None else [places[i] for i in missing]))
         out = []
         for doc_id, score, bm25, knn in rows:
             doc = docs.get(doc_id)
@@ -508,7 +519,7 @@ def refuse_in_engine(request: SearchRequest) -> None:
 
 # What runs each mode (a mode missing here fails the registry test, never falls through to another);
 # the modes an engine can run whole with ``server_side=True``.
-MODE_RUNNERS: dict[str, Callable[[HybridSearcher, SearchRequest], list[SearchResult]]] = {
+MODE_RUNNERS: dict[str, Callable[[HybridSearcher, Reader, SearchRequest], list[SearchResult]]] = {
     "bm25": HybridSearcher._bm25, "knn": HybridSearcher._knn, "hybrid": HybridSearcher._hybrid,
     "rescore": HybridSearcher._rescore_mode}
 SERVER_SIDE_MODES: tuple[str, ...] = ("hybrid", "rescore")

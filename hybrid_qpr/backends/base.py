@@ -9,19 +9,21 @@ code shared by all backends. Scores are "higher is better" (see ``hybrid_qpr.dis
 
 ``Backend`` is what every backend offers and all a caller may use. What only some backends
 can do is declared in ``capabilities`` and typed by the small protocols below it
-(``BatchedBackend``, ``ServerSideBackend``, ``KnnSettingsBackend``); ``batches_lists``,
-``runs_in_engine`` and ``takes_knn_settings`` read the flag and narrow the type, so a caller
-never probes with ``getattr``/``hasattr``/``isinstance``. Opening or creating a backend is
-not part of the contract: ``hybrid_qpr.cli._backend`` is the one place that names the
-concrete classes.
+(``BatchedBackend``, ``ServerSideBackend``, ``KnnSettingsBackend``, ``SnapshotBackend``);
+``batches_lists``, ``runs_in_engine``, ``takes_knn_settings`` and ``reads_snapshots`` read the
+flag and narrow the type, so a caller never probes with ``getattr``/``hasattr``/``isinstance``.
+A query reads through ``reader_of(backend)``: one state of the index where the backend keeps
+snapshots. Opening or creating a backend is not part of the contract: the commands do it
+through ``hybrid_qpr.cli._backend`` (docs/ARCHITECTURE.md names the few that name a class).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeGuard, runtime_checkable
+from typing import Any, ContextManager, Protocol, TypeGuard, runtime_checkable
 
 import numpy as np
 
@@ -44,12 +46,16 @@ class Capabilities:
     * ``knn_search_settings`` - ``KnnSettingsBackend.set_search_settings`` sets this reader's
       kNN speed/recall trade-off (the embedded index's efSearch / nprobe; a cluster index
       keeps the engine's own).
+    * ``snapshot_reads`` - ``SnapshotBackend.reader`` hands out a reader over one state of the
+      index (the embedded index's commit), so every list and document of one query comes from
+      the same state while writes go on; a cluster's reads each see the index as it is then.
     """
 
     batched_bm25_and_knn: bool = False
     server_side_hybrid: bool = False
     server_side_rescore: bool = False
     knn_search_settings: bool = False
+    snapshot_reads: bool = False
 
 
 def document_problem(doc: Document) -> str | None:
@@ -67,11 +73,29 @@ def document_problem(doc: Document) -> str | None:
     return None
 
 
-@runtime_checkable
-class Backend(Protocol):
-    """Read side, write side and settings of one index (embedded or in a cluster)."""
+class Reader(Protocol):
+    """The read side of one index: what one query calls (a ``Backend`` is one; so is the
+    embedded index's ``IndexReader``, which reads one commit)."""
 
     capabilities: Capabilities
+
+    def bm25(self, query: str, depth: int, filters: Filters | None = None) -> list[Hit]:
+        """Top ``depth`` documents by BM25, filters applied before ranking."""
+
+    def knn(self, vector: np.ndarray, depth: int, filters: Filters | None = None) -> list[Hit]:
+        """Top ``depth`` documents by vector similarity, filters applied before truncation."""
+
+    def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
+        """Exact similarity of ``vector`` to each stored document in ``ids`` (the rescore mode)."""
+
+    def documents(self, ids: Sequence[str], places: Sequence[Any] | None = None) -> dict[str, Document]:
+        """Stored text and metadata of ``ids`` (missing ids are absent from the result).
+        ``places``: where this backend's lists found them (``RankedList.places``, aligned with ``ids``)."""
+
+
+@runtime_checkable
+class Backend(Reader, Protocol):
+    """Read side, write side and settings of one index (embedded or in a cluster)."""
 
     # ---- the index and its model
     @property
@@ -99,19 +123,7 @@ class Backend(Protocol):
     def empty_reason(self) -> str:
         """Why the index holds no documents, with the fix (said when a query meets an empty index)."""
 
-    # ---- read side
-    def bm25(self, query: str, depth: int, filters: Filters | None = None) -> list[Hit]:
-        """Top ``depth`` documents by BM25, filters applied before ranking."""
-
-    def knn(self, vector: np.ndarray, depth: int, filters: Filters | None = None) -> list[Hit]:
-        """Top ``depth`` documents by vector similarity, filters applied before truncation."""
-
-    def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
-        """Exact similarity of ``vector`` to each stored document in ``ids`` (the rescore mode)."""
-
-    def documents(self, ids: Sequence[str], places: Sequence[Any] | None = None) -> dict[str, Document]:
-        """Stored text and metadata of ``ids`` (missing ids are absent from the result).
-        ``places``: where this backend's lists found them (``RankedList.places``, aligned with ``ids``)."""
+    # ---- read side: Reader's (bm25, knn, vector_scores, documents)
 
     # ---- write side
     def document_problem(self, doc: Document) -> str | None:
@@ -168,6 +180,13 @@ class ServerSideBackend(Backend, Protocol):
         """BM25 recall of ``depth`` re-ordered by vector similarity, in the engine."""
 
 
+class SnapshotBackend(Backend, Protocol):
+    """A backend whose ``capabilities.snapshot_reads`` is set."""
+
+    def reader(self) -> ContextManager[Reader]:
+        """A reader over the index's current state, held until the ``with`` block ends."""
+
+
 class KnnSettingsBackend(Backend, Protocol):
     """A backend whose ``capabilities.knn_search_settings`` is set."""
 
@@ -175,7 +194,7 @@ class KnnSettingsBackend(Backend, Protocol):
         """Override the stored kNN search settings for this reader (``query --nprobe/--ef-search``)."""
 
 
-def batches_lists(backend: Backend) -> TypeGuard[BatchedBackend]:
+def batches_lists(backend: Reader) -> TypeGuard[BatchedBackend]:
     """True when ``backend`` answers ``bm25_and_knn`` (its capabilities say so)."""
     return backend.capabilities.batched_bm25_and_knn
 
@@ -189,6 +208,17 @@ def runs_in_engine(backend: Backend, mode: str) -> TypeGuard[ServerSideBackend]:
 def takes_knn_settings(backend: Backend) -> TypeGuard[KnnSettingsBackend]:
     """True when ``backend`` lets a reader set its kNN search settings."""
     return backend.capabilities.knn_search_settings
+
+
+def reads_snapshots(backend: Backend) -> TypeGuard[SnapshotBackend]:
+    """True when ``backend`` hands out readers over one state of the index."""
+    return backend.capabilities.snapshot_reads
+
+
+def reader_of(backend: Backend) -> ContextManager[Reader]:
+    """What one query reads through: the backend's reader over one state of the index where its
+    capabilities offer one (``snapshot_reads``), else the backend itself."""
+    return backend.reader() if reads_snapshots(backend) else contextlib.nullcontext(backend)
 
 
 def adopt_model_fusion_defaults(backend: Backend, encoder) -> str:
@@ -237,7 +267,9 @@ class IngestReport:
     429, 5xx), single documents sent again (answered 429 / 5xx inside a request), and the
     seconds spent waiting before them; ``verified`` counts the ids read back and found with
     the text this ingest wrote. ``notes`` are the lines a backend wants the user to read
-    after an ingest (the local index's kNN settings, a cluster's verification and retries)."""
+    after an ingest (the local index's kNN settings, a cluster's verification and retries).
+    ``generation``: the embedded index's commit that holds this ingest (``None`` while it has
+    committed nothing, and on a cluster, which has no commits)."""
 
     indexed: int = 0
     updated: int = 0
@@ -250,6 +282,7 @@ class IngestReport:
     retry_wait_seconds: float = 0.0
     verified: int = 0
     notes: list[str] = field(default_factory=list)
+    generation: int | None = None
 
     @property
     def retries(self) -> int:
@@ -259,3 +292,13 @@ class IngestReport:
     def docs_per_second(self) -> float:
         done = self.indexed + self.updated
         return done / self.seconds if self.seconds > 0 else 0.0
+
+
+class IngestInterrupted(KeyboardInterrupt):
+    """Ctrl-C during an ingest that commits all or nothing (the embedded index), with its
+    ``report`` so far: ``report.generation`` says whether the ingest was committed before the
+    interrupt (the commit) or not (``None``: the index holds its previous commit)."""
+
+    def __init__(self, report: IngestReport):
+        super().__init__()
+        self.report = report

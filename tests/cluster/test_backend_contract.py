@@ -16,7 +16,8 @@ import uuid
 import numpy as np
 import pytest
 
-from hybrid_qpr.backends.base import (Backend, Capabilities, batches_lists, runs_in_engine, takes_knn_settings)
+from hybrid_qpr.backends.base import (Backend, Capabilities, batches_lists, reader_of, reads_snapshots, runs_in_engine,
+                                      takes_knn_settings)
 from hybrid_qpr.errors import ConfigError
 from hybrid_qpr.search import HybridSearcher
 from hybrid_qpr.types import Document, QueryVector
@@ -118,6 +119,10 @@ def test_capabilities_say_which_optional_protocol_a_backend_offers(filled, commi
     caps = backend.capabilities
     assert batches_lists(backend) == caps.batched_bm25_and_knn
     assert takes_knn_settings(backend) == caps.knn_search_settings
+    assert reads_snapshots(backend) == caps.snapshot_reads
+    with reader_of(backend) as reader:  # the backend's reader (one commit), else the backend itself
+        assert (reader is backend) != caps.snapshot_reads
+        assert [h.id for h in reader.bm25(QUERY, 5)] == [h.id for h in backend.bm25(QUERY, 5)]
     for mode, offered in (("hybrid", caps.server_side_hybrid), ("rescore", caps.server_side_rescore)):
         assert runs_in_engine(backend, mode) == offered
         searcher = HybridSearcher(backend, committed_encoder)

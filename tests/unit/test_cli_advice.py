@@ -14,6 +14,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
+from hybrid_qpr.backends.local.commit import WriteLock
 from hybrid_qpr.cli.main import cli
 
 QUESTIONS = '{"id": "pw-1", "text": "how do i reset my password?"}\n{"id": "ship-1", "text": "where is my parcel?"}\n'
@@ -173,8 +174,8 @@ COMMITTED = ("interrupted after this ingest was committed (index idx holds 3 doc
     ("hybrid_qpr.data.documents:require_documents", NOTHING_COMMITTED, "indexed 1, updated 2"),
     ("hybrid_qpr.cli._backend:load_encoder", NOTHING_COMMITTED, "indexed 1, updated 2"),
     ("hybrid_qpr.backends.local.writer:prepare_vectors", NOTHING_COMMITTED, "indexed 1, updated 2"),
-    ("hybrid_qpr.backends.local.index:LocalIndex.write_new_segment after", NOTHING_COMMITTED, "indexed 1, updated 2"),
-    ("hybrid_qpr.backends.local.index:write_manifest after", COMMITTED, "indexed 0, updated 3"),
+    ("hybrid_qpr.backends.local.writing:IndexWriter.write_new_segment after", NOTHING_COMMITTED, "indexed 1, updated 2"),
+    ("hybrid_qpr.backends.local.writing:write_manifest after", COMMITTED, "indexed 0, updated 3"),
     ("hybrid_qpr.backends.base:adopt_model_fusion_defaults", COMMITTED, "indexed 0, updated 3"),
 ], ids=["loading the command", "reading the input", "opening the model", "encoding", "writing a segment", "committing",
         "after the commit"])

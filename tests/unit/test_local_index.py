@@ -369,19 +369,23 @@ def test_an_index_that_records_the_old_scorer_name_still_opens(index):
     assert [h.id for h in reopened.bm25("when does my invoice expire", 5)] == before
 
 
-def test_documents_of_listed_hits_are_read_by_row_and_stay_current(index, committed_encoder, question_bank):
-    """``documents`` reads the hits of this thread's last lists by segment row: the same
-    documents as a lookup by id (a fresh reader, which remembers no rows), and after a delete
-    or a re-ingest of a listed id, what the index now holds."""
+def test_documents_of_listed_hits_are_read_by_row_and_stay_in_the_readers_commit(index, committed_encoder,
+                                                                                  question_bank):
+    """A reader's ``documents`` reads the hits of its own lists by segment row: the same
+    documents as a lookup by id (a fresh reader, which remembers no rows). After a delete or a
+    re-ingest of a listed id, that reader still shows its commit and a new one what the index
+    now holds."""
     query = "how do i change my password"
-    ids = [h.id for h in index.bm25(query, 5)] + [h.id for h in index.knn(committed_encoder.encode([query])[0], 5)]
-    located = index._located()
-    assert all(doc_id in located for doc_id in ids)
-    fresh = LocalIndex.open(index.path)
-    assert index.documents(ids) == fresh.documents(ids) and set(fresh.documents(ids)) == set(ids)
-    index.delete([ids[0]])
-    changed = Document(ids[1], "a new text for a listed question", {"topic": "changed"})
-    index.ingest([changed], committed_encoder, show_progress=False)
+    with index.reader() as reader:
+        ids = [h.id for h in reader.bm25(query, 5)] + [h.id for h in reader.knn(committed_encoder.encode([query])[0], 5)]
+        assert all(doc_id in reader._located() for doc_id in ids)
+        fresh, generation = LocalIndex.open(index.path), index.manifest["generation"]
+        before = reader.documents(ids)
+        assert before == fresh.documents(ids) and set(before) == set(ids)
+        index.delete([ids[0]])
+        changed = Document(ids[1], "a new text for a listed question", {"topic": "changed"})
+        index.ingest([changed], committed_encoder, show_progress=False)
+        assert reader.documents(ids) == before and reader.generation == generation < index.manifest["generation"]
     now = index.documents(ids)
     assert ids[0] not in now and now[ids[1]] == changed
     assert now == LocalIndex.open(index.path).documents(ids)

@@ -67,9 +67,10 @@ def test_compiled_bm25_top_list_equals_scoring_every_document(segmented):
 
     def reference(query: str, depth: int):
         found = []
-        for seg, scores in zip(segmented.segments, segmented._bm25_scores(tokenize(query))):
-            rows = np.flatnonzero(scores > 0)
-            found.append(Candidates.best(seg, scores[rows], rows, depth))
+        with segmented.reader() as reader:
+            for seg, scores in zip(reader.segments, reader._bm25_scores(tokenize(query))):
+                rows = np.flatnonzero(scores > 0)
+                found.append(Candidates.best(seg, scores[rows], rows, depth))
         return entry_hits(ranked_entries(found, depth), {})
 
     assert blockmax._top_kernel() is not None, "numba is a core dependency"

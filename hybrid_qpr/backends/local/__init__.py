@@ -1,7 +1,10 @@
 """The embedded backend: a local index directory of immutable segments, searched without a server.
 
-``index.py`` holds ``LocalIndex`` (open, search, ingest, delete, optimize); ``segment.py``
-one segment's files; ``writer.py`` what an ingest writes and what a merge reads back;
+``index.py`` holds ``LocalIndex`` (open, create, publish each commit, hand out readers);
+``reading.py`` its ``IndexReader`` (one query's view of one commit: ``snapshot.py``);
+``writing.py`` its ``IndexWriter`` (the lock and every commit: ingest, delete, merges,
+optimize); ``segment.py`` one segment's files; ``writer.py`` what an ingest writes and what a
+merge reads back;
 ``ranking.py`` the exact merge of per-segment lists (``Candidates``); ``matching.py`` the rows
 a metadata filter matches; ``commit.py`` the manifest commit (and
 its checksum), the writer lock and the cleanup of dead writers' leftovers; ``merge.py`` the

@@ -19,41 +19,40 @@ corpus-wide statistics (``bm25.py``), kNN by one search of the vector base plus 
 write (``merge.py``) and all at once by ``optimize``. See ``commit.py`` for how a write is
 made atomic and how concurrent writers are kept apart, and ``matching.py`` for what a
 metadata filter matches (filters select the rows first; BM25 and exact kNN rank only those).
+
+One ``LocalIndex`` may serve many threads: each query reads through a reader (``reader()``,
+``reading.py``) that holds one commit's snapshot (``snapshot.py``) from its first list to its
+last document, while the index's writer (``writing.py``) holds the write lock, commits and
+publishes each new commit; a segment a commit drops is closed when its last reader is done.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import secrets
 import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime, timezone
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from hybrid_qpr.artifacts import library_versions
-from hybrid_qpr.backends.base import Capabilities, IngestReport
+from hybrid_qpr.backends.base import IngestReport
 from hybrid_qpr.backends.local import bm25 as bm25_lib
 from hybrid_qpr.backends.local.commit import (FORMAT, FORMAT_VERSION, MANIFEST, WriteLock, holds_other_files,
-                                              read_manifest, referenced, remove_paths, remove_unreferenced, write_manifest)
+                                              read_manifest, remove_unreferenced, write_manifest)
 from hybrid_qpr.backends.local.matching import index_fields
-from hybrid_qpr.backends.local.merge import plan_merge
-from hybrid_qpr.backends.local.reading import IndexReading
-from hybrid_qpr.backends.local.snapshot import IndexSnapshot
-from hybrid_qpr.backends.local.recovery import (LiveRows, Loss, add_missing_copies, has_second_copies,
-                                                read_for_optimize, read_live_rows, set_aside)
-from hybrid_qpr.backends.local.segment import BASE_FACTORY, SEGMENTS_DIR, Segment, file_problems, write_segment
+from hybrid_qpr.backends.local.reading import CAPABILITIES, IndexReader
+from hybrid_qpr.backends.local.recovery import Loss
+from hybrid_qpr.backends.local.segment import Segment
+from hybrid_qpr.backends.local.snapshot import IndexSnapshot, OpenFiles
 from hybrid_qpr.backends.local.storage import access_refusal
-from hybrid_qpr.backends.local.vectorbase import BASE_KEY, VectorBase, base_problems, next_base, unordered
-from hybrid_qpr.backends.local.vectors import FAISS_KINDS, FLAT_THRESHOLD, FaissKind, SearchSettings, faiss_factory
-from hybrid_qpr.backends.local.writer import IngestWriter, check_output_dim, knn_note, local_document_problem, with_deletions
+from hybrid_qpr.backends.local.vectorbase import VectorBase
+from hybrid_qpr.backends.local.vectors import FAISS_KINDS, FLAT_THRESHOLD, FaissKind, SearchSettings
+from hybrid_qpr.backends.local.writer import check_output_dim, local_document_problem
+from hybrid_qpr.backends.local.writing import IndexWriter, now, versions
 from hybrid_qpr.distance import Distance, check_distance
-from hybrid_qpr.errors import ConfigError, IndexDamagedError, IndexStorageError, ModelMismatchError
-from hybrid_qpr.types import Document
+from hybrid_qpr.errors import ConfigError, IndexDamagedError, ModelMismatchError
+from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
 
 logger = logging.getLogger(__name__)
 
@@ -67,36 +66,27 @@ OPEN_ATTEMPTS = 50  # commits a reader may see replaced while it opens one (each
 SEGMENT_DOCS = 250_000  # an ingest flushes a segment every this many documents (bounds its memory; fewer segments, cheaper kNN)
 
 
-def _versions() -> dict[str, str]:
-    return library_versions(("hybrid-qpr", "faiss-cpu", "numpy"))
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-class LocalIndex(IndexReading):
+class LocalIndex:
     """``hybrid_qpr.backends.base.Backend`` over a local index directory (see the module docstring)."""
 
-    # bm25_and_knn runs the two lists on two threads (both release the GIL while they score)
-    capabilities = Capabilities(batched_bm25_and_knn=True, knn_search_settings=True)
+    capabilities = CAPABILITIES
 
     def __init__(self, path: Path, manifest: dict[str, Any], bm25: Bm25Impl | None = None, *, load: bool = True):
         self.path = Path(path)
-        self.manifest = manifest
         self.distance: Distance = check_distance(manifest["model"]["distance"])
         self.dim = int(manifest["model"]["dim"])
         stored = manifest.get("bm25", {}).get("impl", "builtin")
         self.bm25_impl: Bm25Impl = bm25 or OLD_BM25_NAMES.get(stored, stored)
         if self.bm25_impl not in BM25_IMPLS:
             raise ConfigError(f"bm25={self.bm25_impl!r}: allowed values are {', '.join(BM25_IMPLS)}")
-        self._lock = WriteLock(self.path)
-        # the commit readers see: segments, the one HNSW graph over the large ones (vectorbase.py), BM25 tables
-        self.snapshot = IndexSnapshot()
         self._search_override: SearchSettings | None = None
-        self._locations = threading.local()  # per reader thread: where its last lists' ids live (reading.py)
+        self._files = OpenFiles()  # the open segments and graphs, each closed when its last snapshot goes
+        self._publishing = threading.Lock()  # one commit opened and published at a time, in commit order
+        # the commit readers see now (segments not opened yet: ``load`` opens them)
+        self._snapshot = IndexSnapshot(manifest, files=self._files)
+        self._writer = IndexWriter(self, manifest)
         if load:
-            self._load_segments()
+            self.publish(manifest)
 
     # ------------------------------------------------------------------ open / create
     @classmethod
@@ -148,7 +138,7 @@ class LocalIndex(IndexReading):
         path.mkdir(parents=True, exist_ok=True)
         with WriteLock(path).held(wait=True):
             if not (path / MANIFEST).is_file():  # another process may have created it meanwhile
-                created = _now()
+                created = now()
                 write_manifest(path, {
                     "format": FORMAT, "format_version": FORMAT_VERSION,
                     "model": {"fingerprint": encoder.fingerprint, "dim": int(encoder.dim), "distance": encoder.distance,
@@ -158,12 +148,83 @@ class LocalIndex(IndexReading):
                               "nprobe": search.nprobe, "ef_search": search.ef_search},
                     "bm25": {"impl": bm25, "k1": bm25_lib.BM25_K1, "b": bm25_lib.BM25_B,
                              "tokenizer": "hybrid_qpr.text.tokenize"},
-                    "fusion": {}, "segments": [], "retained": [], "versions": _versions(),
+                    "fusion": {}, "segments": [], "retained": [], "versions": versions(),
                     "created": created, "updated": created,
                 })
         index = cls.open(path)
         index.check_encoder(encoder)
         return index
+
+    # ------------------------------------------------------------------ the current commit
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The manifest of the commit readers see now."""
+        return self._snapshot.manifest
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        """The current commit's open segments (a query reads through ``reader()`` instead)."""
+        return self._snapshot.segments
+
+    @property
+    def base(self) -> Any:
+        """The vector base (``vectorbase.VectorBase``) of the current commit, or None."""
+        return self._snapshot.base
+
+    def reader(self) -> IndexReader:
+        """A reader over the current commit, held until it is closed (use it in a ``with``
+        block): every list and document it returns belongs to that commit, whatever this
+        index or another process commits meanwhile."""
+        while True:
+            snapshot = self._snapshot
+            if snapshot.acquire():  # else it was just replaced and let go: take the new one
+                return IndexReader(snapshot, self.path, self.distance, self.dim, self.bm25_impl, self.capabilities)
+
+    def publish(self, manifest: dict[str, Any]) -> None:
+        """Open ``manifest``'s commit (keeping the segments and graph it shares with the current
+        one) and make it the one new readers take."""
+        with self._publishing:
+            self._publish(manifest)
+
+    def _publish(self, manifest: dict[str, Any]) -> None:
+        search = self.search_settings
+        current = self._snapshot
+        previous = {s.name: s for s in current.segments}
+        kept, opened = [], []
+        try:
+            for entry in manifest["segments"]:
+                old = previous.get(entry["name"])
+                if old is not None and old.entry == entry:
+                    kept.append(old)
+                else:
+                    opened.append(Segment(self.path, entry, self.dim, search))
+            fresh = {s.name: s for s in kept + opened}
+            segments = [fresh[e["name"]] for e in manifest["segments"]]
+            base = VectorBase.open(self.path, manifest, segments, self.dim, search, current.base)
+        except BaseException:
+            for seg in opened:
+                seg.close()
+            raise
+        self._snapshot = IndexSnapshot(manifest, segments, base, self._files)
+        current.release()  # its readers keep what it holds; the rest is closed now
+
+    def refresh(self) -> None:
+        """Re-read the manifest: see what other writers committed since this index was opened.
+        Opening a commit races with writers: two commits after the manifest was read, the files
+        only it names may be gone (a segment, once open, holds its files). A file missing
+        while a newer commit exists is that race, not damage: open the newer commit instead."""
+        with self._publishing:  # read and published in order: a slow refresh never publishes an older commit
+            for attempt in range(OPEN_ATTEMPTS):
+                manifest = read_manifest(self.path)
+                try:
+                    self._publish(manifest)
+                    return
+                except PermissionError as exc:  # not damage: the file may be intact
+                    raise access_refusal(Path(exc.filename or self.path), writing=False) from None
+                except IndexDamagedError:
+                    if attempt == OPEN_ATTEMPTS - 1 or read_manifest(self.path).get("generation") == manifest.get("generation"):
+                        raise
+                    logger.debug("commit %s was replaced while it was opened; opening the next", manifest.get("generation"))
 
     @property
     def search_settings(self) -> SearchSettings:
@@ -178,47 +239,6 @@ class LocalIndex(IndexReading):
             seg.set_search(self._search_override)
         if self.base is not None:
             self.base.search = self._search_override
-
-    def _load_segments(self) -> None:
-        """(Re)build the segment readers for ``self.manifest``, keeping unchanged ones."""
-        search = self.search_settings
-        previous = {s.name: s for s in self.segments}
-        kept, opened = [], []
-        try:
-            for entry in self.manifest["segments"]:
-                old = previous.get(entry["name"])
-                if old is not None and old.entry == entry:
-                    kept.append(old)
-                else:
-                    opened.append(Segment(self.path, entry, self.dim, search))
-        except BaseException:
-            for seg in opened:
-                seg.close()
-            raise
-        fresh = {s.name: s for s in kept + opened}
-        for seg in self.segments:
-            if fresh.get(seg.name) is not seg:
-                seg.close()
-        segments = [fresh[e["name"]] for e in self.manifest["segments"]]
-        self.snapshot = IndexSnapshot(segments, VectorBase.open(self.path, self.manifest, segments, self.dim, search,
-                                                                self.base))
-
-    def refresh(self) -> None:
-        """Re-read the manifest: see what other writers committed since this index was opened.
-        Opening a commit races with writers: two commits after the manifest was read, the files
-        only it names may be gone (a segment, once open, holds its files). A file missing
-        while a newer commit exists is that race, not damage: open the newer commit instead."""
-        for attempt in range(OPEN_ATTEMPTS):
-            self.manifest = read_manifest(self.path)
-            try:
-                self._load_segments()
-                return
-            except PermissionError as exc:  # not damage: the file may be intact
-                raise access_refusal(Path(exc.filename or self.path), writing=False) from None
-            except IndexDamagedError:
-                if attempt == OPEN_ATTEMPTS - 1 or read_manifest(self.path).get("generation") == self.manifest.get("generation"):
-                    raise
-                logger.debug("commit %s was replaced while it was opened; opening the next", self.manifest.get("generation"))
 
     # ------------------------------------------------------------------ model checks and defaults
     @property
@@ -237,8 +257,7 @@ class LocalIndex(IndexReading):
 
     def set_fusion_defaults(self, defaults: Mapping[str, Any], *, wait: bool | float = False) -> None:
         """Store tuned fusion defaults in the manifest (a commit of its own)."""
-        with self._writing(wait):
-            self.commit(self.manifest["segments"], fusion=dict(defaults))
+        self._writer.set_fusion_defaults(defaults, wait)
 
     def check_encoder(self, encoder) -> None:
         """Refuse an encoder whose fingerprint or dims differ from the index's model."""
@@ -261,7 +280,7 @@ class LocalIndex(IndexReading):
         return (self.path / MANIFEST).is_file()
 
     def count(self) -> int:
-        return sum(s.live for s in self.segments)
+        return sum(s.live for s in self._snapshot.segments)
 
     def empty_reason(self) -> str:
         """Why the index holds no documents, with the fix (for a query on an empty index)."""
@@ -274,63 +293,38 @@ class LocalIndex(IndexReading):
     @property
     def fields(self) -> list[str]:
         """Metadata fields present in the index (what filters can name)."""
-        return index_fields(self.segments)
+        return index_fields(self._snapshot.segments)
 
     def close(self) -> None:
-        for seg in self.segments:
-            seg.close()
-        if self.base is not None:
-            self.base.close()
+        """Let the current commit go: its files close now, or when the last reader still
+        reading it is done."""
+        with self._publishing:
+            current, self._snapshot = self._snapshot, IndexSnapshot(self.manifest, files=self._files)
+        current.release()
 
-    # ------------------------------------------------------------------ writes
-    @contextlib.contextmanager
-    def _writing(self, wait: bool | float) -> Iterator[None]:
-        """Hold the write lock, on the latest commit, with dead writers' leftovers removed."""
-        with self._lock.held(wait):
-            self.refresh()
-            remove_unreferenced(self.path, self.manifest)
-            yield
+    # ------------------------------------------------------------------ reads: one reader each
+    def bm25(self, query: str, depth: int, filters: Filters | None = None) -> list[Hit]:
+        with self.reader() as reader:
+            return reader.bm25(query, depth, filters)
 
-    def commit(self, entries: list[dict[str, Any]], *, fusion: dict[str, Any] | None = None,
-               next_segment: int | None = None, reorder_base: bool = False) -> None:
-        """Write the next manifest naming ``entries`` (segments left without live rows are
-        dropped); files only the previous commit used are kept one more commit. Called with the
-        write lock held (``ingest``, ``delete``, ``optimize`` and merges take it).
-        ``reorder_base``: store a vector base written before the locality order in that order."""
-        old = self.manifest
-        new = dict(old)
-        new["segments"] = [e for e in entries if int(e["count"]) > int(e.get("deleted", 0))]
-        new["generation"] = int(old.get("generation", 0)) + 1
-        new["format_version"] = FORMAT_VERSION  # a commit writes what this version reads (commit.py)
-        new["count"] = sum(int(e["count"]) - int(e.get("deleted", 0)) for e in new["segments"])
-        new["faiss"] = dict(old["faiss"])
-        largest = max(new["segments"], key=lambda e: int(e["count"]), default=None)
-        new["faiss"]["factory"] = largest["factory"] if largest else None
-        if fusion is not None:
-            new["fusion"] = fusion
-        if next_segment is not None:
-            new["next_segment"] = next_segment
-        new[BASE_KEY] = next_base(self.path, old.get(BASE_KEY), new["segments"], self.dim, self.distance, new["generation"],
-                                  reorder=reorder_base)
-        new["versions"] = _versions()
-        new["updated"] = _now()
-        now_used = referenced(new)
-        new["retained"] = sorted(referenced(old) - now_used)
-        write_manifest(self.path, new)
-        remove_paths(self.path, [p for p in old.get("retained", []) if p not in now_used and p not in new["retained"]])
-        self.manifest = new
-        self._load_segments()
+    def knn(self, vector: np.ndarray, depth: int, filters: Filters | None = None) -> list[Hit]:
+        with self.reader() as reader:
+            return reader.knn(vector, depth, filters)
 
-    def write_new_segment(self, counter: int, ids: list[str], texts: list[str], metadata: list[str],
-                          vectors: np.ndarray) -> dict[str, Any]:
-        """Write segment number ``counter`` of these rows, with the FAISS index the index's stored
-        choice gives its size, and return its manifest entry (a later ``commit`` names it)."""
-        factory = faiss_factory(len(ids), self.manifest["faiss"].get("kind", "auto"), self._flat_threshold)
-        if factory != "Flat" and self.manifest["faiss"].get("kind", "auto") == "auto":
-            factory = BASE_FACTORY  # searched through the index's vector base (vectorbase.py)
-        return write_segment(self.path / SEGMENTS_DIR, f"s{counter:06d}-{secrets.token_hex(3)}", ids, texts, metadata,
-                             vectors, self.distance, factory)
+    def bm25_and_knn(self, query: str, vector: QueryVector, depth: int,
+                     filters: Filters | None = None) -> tuple[RankedList, RankedList]:
+        with self.reader() as reader:
+            return reader.bm25_and_knn(query, vector, depth, filters)
 
+    def vector_scores(self, vector: np.ndarray, ids: Sequence[str]) -> dict[str, float]:
+        with self.reader() as reader:
+            return reader.vector_scores(vector, ids)
+
+    def documents(self, ids: Sequence[str], places: Sequence[tuple[Segment, int]] | None = None) -> dict[str, Document]:
+        with self.reader() as reader:
+            return reader.documents(ids, places)
+
+    # ------------------------------------------------------------------ writes: the writer's
     def document_problem(self, doc: Document) -> str | None:
         return local_document_problem(doc)
 
@@ -342,78 +336,16 @@ class LocalIndex(IndexReading):
         commit). A document with an empty id or text is skipped and reported with its line;
         an id seen before (in the index or earlier in the input) is updated, never
         duplicated. Only new or changed texts are encoded. ``wait``: see ``WriteLock.acquire``.
-        Nothing is ever rejected once committed, so ``rejects_path`` (the contract's) stays unwritten."""
+        The report's ``generation`` is the commit that holds the ingest; Ctrl-C raises
+        ``IngestInterrupted`` with the report so far. Nothing is ever rejected once committed,
+        so ``rejects_path`` (the contract's) stays unwritten."""
         self.check_encoder(encoder)
-        started = time.perf_counter()
-        report = IngestReport()
-        with self._writing(wait):
-            self.check_encoder(encoder)
-            writer = IngestWriter(self, encoder, report, batch_size, show_progress)
-            try:
-                writer.add(documents, segment_docs)
-            except BaseException as exc:
-                writer.abandon()
-                raise self._not_committed("this ingest", exc) from exc
-            try:
-                writer.commit()
-            except IndexStorageError as exc:
-                raise self._not_committed("this ingest", exc) from exc
-            self._merge_after_commit(f"this ingest (indexed {report.indexed}, updated {report.updated})")
-        report.notes.extend(filter(None, [knn_note(self)]))
-        report.seconds = time.perf_counter() - started
-        logger.info("ingest: %d new, %d updated, %d skipped in %.1fs", report.indexed, report.updated,
-                    len(report.skipped), report.seconds)
-        return report
+        return self._writer.ingest(documents, encoder, batch_size=batch_size, show_progress=show_progress, wait=wait,
+                                   segment_docs=segment_docs)
 
     def delete(self, ids: Sequence[str], *, wait: bool | float = False) -> int:
         """Delete documents by id (tombstones; no data is rewritten); return how many existed."""
-        wanted = list(dict.fromkeys(map(str, ids)))
-        with self._writing(wait):
-            entries, removed = [], 0
-            generation = int(self.manifest.get("generation", 0)) + 1
-            for seg in self.segments:
-                rows = [pos for _, pos in seg.lookup(wanted)]
-                entries.append(with_deletions(seg, rows, generation) if rows else seg.entry)
-                removed += len(rows)
-            if removed:
-                try:
-                    self.commit(entries)
-                except IndexStorageError as exc:
-                    raise self._not_committed(f"deleting {removed} documents", exc) from exc
-                self._merge_after_commit(f"deleting {removed} documents")
-        return removed
-
-    def _not_committed(self, what: str, exc: BaseException) -> BaseException:
-        """``exc``, and for a refusal of the file system the one line saying that ``what`` was
-        not committed and what the index still holds."""
-        if not isinstance(exc, IndexStorageError):
-            return exc
-        return IndexStorageError(f"{what} was not committed: {exc}".removesuffix(f". Fix: {exc.fix}") +
-                                 f". Index {self.path} still holds its previous commit ({self.manifest.get('count')} documents)",
-                                 problem=exc.problem, fix=exc.fix)
-
-    def _merge_after_commit(self, what: str) -> None:
-        """The merge policy, after ``what`` was committed: a merge that stops (damage found in a
-        segment it reads, a full disk) must not hide that the commit happened."""
-        try:
-            self._merge_by_policy()
-        except (IndexStorageError, IndexDamagedError) as exc:
-            message = (f"{what} was committed (index {self.path} holds {self.count()} documents), but merging "
-                       f"segments afterwards stopped: {exc}")
-            if isinstance(exc, IndexStorageError):
-                raise IndexStorageError(message.removesuffix(f". Fix: {exc.fix}"), problem=exc.problem,
-                                        fix=exc.fix) from exc
-            raise IndexDamagedError(message) from exc
-
-    # ------------------------------------------------------------------ merges
-    @property
-    def _flat_threshold(self) -> int:
-        return int(self.manifest["faiss"].get("flat_threshold", FLAT_THRESHOLD))
-
-    def _merge_by_policy(self) -> None:
-        flat_limit = self._flat_threshold if self.manifest["faiss"].get("kind") == "auto" else None
-        while (names := plan_merge(self.manifest["segments"], flat_limit=flat_limit)) is not None:
-            self._merge(names)
+        return self._writer.delete(ids, wait)
 
     def optimize(self, *, encoder=None, drop_damaged: bool = False,
                  confirm: Callable[[list[Loss]], bool] | None = None, wait: bool | float = False) -> dict[str, Any]:
@@ -430,58 +362,4 @@ class LocalIndex(IndexReading):
         is, given what an earlier version did not write: its second copies (the text store, the
         ids file) and its vector base's locality order (``vectorbase.unordered``). Returns
         ``{"segments_before", "documents", "dropped": [Loss, ...], "declined": bool}``."""
-        with self._lock.held(wait):
-            manifest = read_manifest(self.path)
-            remove_unreferenced(self.path, manifest)
-            self.manifest = manifest
-            before = len(manifest["segments"])
-            parts, losses = read_for_optimize(self.path, manifest["segments"], self.dim, self.distance, encoder,
-                                              drop_damaged)
-            if losses and confirm is not None and not confirm(losses):
-                return {"segments_before": before, "documents": int(manifest.get("count", 0)), "dropped": [],
-                        "declined": True}
-            for loss in losses:
-                set_aside(self.path, loss)
-            untouched = (before == 1 and not losses and not manifest["segments"][0].get("deleted")
-                         and not file_problems(self.path, manifest["segments"][0], checksums=True)
-                         and not base_problems(self.path, manifest, checksums=True))
-            self.close()
-            self.snapshot = IndexSnapshot()  # the old readers may not open (damage); the commit reloads
-            if before and not untouched:
-                try:
-                    self._write_merged(parts, [e["name"] for e in manifest["segments"]])
-                except IndexStorageError as exc:
-                    with contextlib.suppress(IndexDamagedError):  # repairing: the old commit may not open
-                        self._load_segments()  # this reader goes on with the commit that is still there
-                    raise self._not_committed("optimize", exc) from exc
-            elif untouched and (unordered(manifest.get(BASE_KEY)) or not has_second_copies(manifest["segments"][0])):
-                # one healthy segment written by an earlier version: add what this one writes
-                # (the second copies, the graph's node order), no rebuild
-                entry = manifest["segments"][0]
-                if not has_second_copies(entry):
-                    entry = add_missing_copies(self.path / SEGMENTS_DIR, entry)
-                self.commit([entry], reorder_base=True)
-            else:
-                self._load_segments()
-            return {"segments_before": before, "documents": self.count(), "dropped": losses, "declined": False}
-
-    def _merge(self, names: list[str]) -> None:
-        entries = [e for e in self.manifest["segments"] if e["name"] in names]
-        parts = [read_live_rows(self.path, e, self.dim, self.distance, None) for e in entries]
-        self._write_merged(parts, names)
-
-    def _write_merged(self, parts: list[LiveRows], names: list[str]) -> None:
-        """Write the rows of ``parts`` as one segment replacing the segments ``names``."""
-        ids = [i for p in parts for i in p.ids]
-        texts = [t for p in parts for t in p.texts]
-        metas = [m for p in parts for m in p.metadata]
-        vectors = np.concatenate([p.vectors for p in parts]) if parts else np.zeros((0, self.dim), np.float32)
-        parts.clear()  # the per-segment copies (the caller's list): a merge holds its vectors once
-        counter = int(self.manifest.get("next_segment", 1))
-        entries = [e for e in self.manifest["segments"] if e["name"] not in names]
-        if ids:
-            merged = self.write_new_segment(counter, ids, texts, metas, vectors)
-            first = min((i for i, e in enumerate(self.manifest["segments"]) if e["name"] in names), default=0)
-            entries.insert(min(first, len(entries)), merged)
-        logger.info("merged %d segments (%d documents)", len(names), len(ids))
-        self.commit(entries, next_segment=counter + 1)
+        return self._writer.optimize(encoder=encoder, drop_damaged=drop_damaged, confirm=confirm, wait=wait)

@@ -1,23 +1,29 @@
-"""The read side of ``LocalIndex``: BM25 and kNN lists over the segments, both at once on two
-threads for a hybrid query, and the stored documents of the hits.
+"""The read side of a local index: ``IndexReader``, one query's view of one commit (an
+``IndexSnapshot``: its segments, vector base and BM25 statistics, with the index's distance,
+dimension and BM25 scorer), held from the first list to the last document fetched, so a
+commit made meanwhile never changes or closes what the query reads. ``LocalIndex.reader``
+hands one out; the reader lets its snapshot go when it is closed (it is a context manager).
 
 Every list is merged exactly across segments (``ranking.ranked_entries``, ties broken by id)
 into ``(-score, id, row, segment)`` entries. ``bm25``, ``knn`` and ``bm25_and_knn`` turn them
-into hits (``bm25_and_knn``: ranked lists of ids and scores, no ``Hit`` per listed document)
-and note, per thread, which segment row each listed id came from, so fetching the
-documents of a result page reads those rows by position (SQLite's rowid) instead of looking
-every id up in every segment: at one million documents in four segments that fetch was a
-sixth of a BM25 query (docs/search.md). Fusion is the searcher's (``hybrid_qpr.search``)."""
+into hits (``bm25_and_knn``: ranked lists of ids and scores, no ``Hit`` per listed document;
+both lists at once on two threads) and the reader notes which segment row each listed id came
+from, so fetching the documents of a result page reads those rows by position (SQLite's rowid)
+instead of looking every id up in every segment: at one million documents in four segments
+that fetch was a sixth of a BM25 query (docs/search.md). Fusion is the searcher's
+(``hybrid_qpr.search``)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from hybrid_qpr.backends.base import Capabilities
 from hybrid_qpr.backends.local import blockmax
 from hybrid_qpr.backends.local import bm25 as bm25_lib
 from hybrid_qpr.backends.local.matching import matching_rows
@@ -28,7 +34,7 @@ from hybrid_qpr.backends.local.segment import Segment
 from hybrid_qpr.backends.local.snapshot import Bm25Tables, IndexSnapshot
 from hybrid_qpr.backends.local.vectorbase import knn_units
 from hybrid_qpr.backends.local.worker import query_worker
-from hybrid_qpr.distance import prepare_vectors, similarity
+from hybrid_qpr.distance import Distance, prepare_vectors, similarity
 from hybrid_qpr.errors import ModelMismatchError
 from hybrid_qpr.text import tokenize
 from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
@@ -37,32 +43,53 @@ from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
 # From this many documents in several segments, a BM25 list's segments are shared with the
 # worker thread when it is free (smaller lists take a few hundred microseconds on one thread).
 PARALLEL_BM25_DOCS = 200_000
-# Ids whose segment row a thread remembers for the documents fetch (a few dozen queries' lists;
+# Ids whose segment row a reader remembers for the documents fetch (a few dozen queries' lists;
 # a forgotten id is looked up by id, as any other).
 LOCATED_IDS = 4096
+# bm25_and_knn runs the two lists on two threads (both release the GIL while they score)
+CAPABILITIES = Capabilities(batched_bm25_and_knn=True, knn_search_settings=True, snapshot_reads=True)
 
 
-class IndexReading:
-    """Queries over ``self.snapshot`` (mixed into ``LocalIndex``, which opens each commit's
-    segments and vector base into an ``IndexSnapshot``; ``segments`` and ``base`` are its)."""
+class IndexReader:
+    """Queries over one snapshot (see the module docstring). ``close`` (or leaving the ``with``
+    block) lets the snapshot go; a reader is not used afterwards."""
 
-    snapshot: IndexSnapshot
+    __slots__ = ("capabilities", "snapshot", "segments", "base", "path", "distance", "dim", "bm25_impl", "_rows", "_open")
+
+    def __init__(self, snapshot: IndexSnapshot, path: Path, distance: Distance, dim: int, bm25_impl: str,
+                 capabilities: Capabilities = CAPABILITIES):
+        self.capabilities = capabilities  # its index's
+        self.snapshot = snapshot  # held for this reader (IndexSnapshot.acquire) by LocalIndex.reader
+        self.segments: tuple[Segment, ...] = snapshot.segments
+        self.base = snapshot.base  # vectorbase.VectorBase of the commit, or None
+        self.path, self.distance, self.dim, self.bm25_impl = path, distance, dim, bm25_impl
+        self._rows: dict[str, tuple[Segment, int]] = {}  # where the ids of this reader's lists live
+        self._open = True
+
+    def __enter__(self) -> "IndexReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            self.snapshot.release()
 
     @property
-    def segments(self) -> tuple[Segment, ...]:
-        return self.snapshot.segments
+    def generation(self) -> int:
+        """The commit this reader shows."""
+        return self.snapshot.generation
 
-    @property
-    def base(self) -> Any:
-        """The vector base (``vectorbase.VectorBase``) of the current commit, or None."""
-        return self.snapshot.base
+    def count(self) -> int:
+        return sum(s.live for s in self.segments)
 
     def _located(self) -> dict[str, tuple[Segment, int]]:
-        """This thread's memory of where the ids of its last lists live (id -> segment, row).
-        An old entry is still right while its segment is current and its row live (segments
-        are immutable and an id is live in one place), so ``documents`` checks just that; past
-        ``LOCATED_IDS`` the oldest half is forgotten."""
-        memory = self._locations.__dict__.setdefault("rows", {})
+        """Where the ids of this reader's lists live (id -> segment, row): right for as long as
+        the reader's snapshot, which never changes; past ``LOCATED_IDS`` the oldest half is
+        forgotten."""
+        memory = self._rows
         if len(memory) > LOCATED_IDS:
             for doc_id in list(islice(memory, len(memory) - LOCATED_IDS // 2)):
                 del memory[doc_id]
@@ -89,7 +116,7 @@ class IndexReading:
         return entry_hits(self._bm25_entries(query, self._bounded(depth), self.matching(filters)), self._located())
 
     def _bm25_entries(self, query: str, depth: int, allowed: list[np.ndarray] | None) -> list[Entry]:
-        segments = self.segments  # one read of the snapshot (a property)
+        segments = self.segments
         if not segments:
             return []
         if self._compiled_bm25():
@@ -97,7 +124,7 @@ class IndexReading:
                                       share=len(segments) > 1 and self.count() >= PARALLEL_BM25_DOCS)
             return self._bm25_merged(best, depth)
         found = []
-        for i, (seg, scores) in enumerate(zip(self.segments, self._bm25_scores(tokenize(query)))):
+        for i, (seg, scores) in enumerate(zip(segments, self._bm25_scores(tokenize(query)))):
             rows = np.flatnonzero(scores > 0) if allowed is None else allowed[i][scores[allowed[i]] > 0]
             found.append(Candidates.best(seg, scores[rows], rows, depth))
         return ranked_entries(found, depth)
@@ -216,14 +243,14 @@ class IndexReading:
 
     def documents(self, ids: Sequence[str], places: Sequence[tuple[Segment, int]] | None = None) -> dict[str, Document]:
         """The live documents of ``ids``: read by segment row where ``places`` (from
-        ``bm25_and_knn``'s lists) or this thread's last ``bm25``/``knn`` lists say where they
-        are, the others looked up by id in every segment."""
+        ``bm25_and_knn``'s lists) or this reader's ``bm25``/``knn`` lists say where they are,
+        the others looked up by id in every segment."""
         wanted = list(dict.fromkeys(ids))
         if places is None:
             places = list(map(self._located().get, wanted))
         current = {id(seg): seg for seg in self.segments}
         found = self._documents_at([(segment, row) for segment, row in filter(None, places)
-                                    if current.get(id(segment)) is segment])  # still this snapshot's segment
+                                    if current.get(id(segment)) is segment])  # a place of this snapshot
         rest = [doc_id for doc_id in wanted if doc_id not in found]
         if rest:
             found.update(_documents(row for seg in self.segments for row in seg.lookup(rest, "id, text, metadata")))

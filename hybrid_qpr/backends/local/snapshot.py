@@ -1,8 +1,13 @@
-"""What the readers of a local index see of one commit: its segments, its vector base and the
-BM25 tables derived from them (``IndexSnapshot``). ``LocalIndex`` replaces its snapshot whole at
-each commit and refresh and never changes one, so the segments, the graph and the corpus
-statistics a query reads always belong together. The derived tables are computed at most once
-per snapshot, on its first BM25 query (opening an index stays cheap)."""
+"""What the readers of a local index see of one commit (``IndexSnapshot``): its manifest, its
+segments, its vector base and the BM25 tables derived from them, never changed once made, so
+the segments, the graph and the corpus statistics a query reads always belong together. The
+derived tables are computed at most once per snapshot, on its first BM25 query (opening an
+index stays cheap).
+
+A snapshot is held by its index while it is the current one and by every reader that took it
+(``LocalIndex.reader``); consecutive snapshots share the segments a commit kept. ``OpenFiles``
+counts the snapshots holding each open segment and graph and closes one only when the last of
+them is released, so a commit never closes files that another thread is still reading."""
 
 from __future__ import annotations
 
@@ -30,18 +35,83 @@ class Bm25Tables(NamedTuple):
     blocks: list | None
 
 
+class OpenFiles:
+    """The open segments and vector-base graphs of one index, each with the number of snapshots
+    holding it; one is closed when the last of them lets it go."""
+
+    def __init__(self) -> None:
+        self._holders: dict[int, list] = {}  # id(part) -> [part, snapshots holding it]
+        self._lock = threading.Lock()
+
+    def hold(self, parts: Sequence[Any]) -> None:
+        with self._lock:
+            for part in parts:
+                self._holders.setdefault(id(part), [part, 0])[1] += 1
+
+    def let_go(self, parts: Sequence[Any]) -> None:
+        closing = []
+        with self._lock:
+            for part in parts:
+                held = self._holders[id(part)]
+                held[1] -= 1
+                if held[1] == 0:
+                    del self._holders[id(part)]
+                    closing.append(part)
+        for part in closing:
+            part.close()
+
+    def held(self, part: Any) -> int:
+        """How many snapshots hold ``part`` (0: closed, or never held)."""
+        with self._lock:
+            return self._holders.get(id(part), [None, 0])[1]
+
+
 class IndexSnapshot:
-    """One commit's segments and vector base, with its BM25 tables once computed."""
+    """One commit's manifest, segments and vector base, with its BM25 tables once computed.
+    Made holding one reference (its index's); ``acquire`` adds a reader's, ``release`` drops
+    one, and the last release lets its segments and graph go (``OpenFiles``)."""
 
-    __slots__ = ("segments", "base", "idfs", "_tables", "_rank_bm25", "_lock")
+    __slots__ = ("manifest", "segments", "base", "idfs", "_tables", "_rank_bm25", "_lock", "_files", "_holders",
+                 "_holding")
 
-    def __init__(self, segments: Sequence[Segment] = (), base: Any = None):
+    def __init__(self, manifest: dict[str, Any] | None = None, segments: Sequence[Segment] = (), base: Any = None,
+                 files: OpenFiles | None = None):
+        self.manifest: dict[str, Any] = manifest or {}
         self.segments: tuple[Segment, ...] = tuple(segments)
         self.base = base  # vectorbase.VectorBase over the large segments, or None
         self.idfs: dict[str, float | None] = {}  # query token -> idf (None: in no live document)
         self._tables: Bm25Tables | None = None
         self._rank_bm25: tuple | None = None
         self._lock = threading.Lock()
+        self._files = files
+        self._holders = 1
+        self._holding = threading.Lock()  # not _lock: a reader never waits for the BM25 tables to be computed
+        if files is not None:
+            files.hold(self._parts())
+
+    @property
+    def generation(self) -> int:
+        """The commit this snapshot shows (0: no ingest has committed)."""
+        return int(self.manifest.get("generation", 0))
+
+    def _parts(self) -> list[Any]:
+        return [*self.segments, *([] if self.base is None else [self.base.graph_file])]
+
+    def acquire(self) -> bool:
+        """Hold this snapshot for a reader; False when it was released for good (the reader
+        then takes its index's newer snapshot)."""
+        with self._holding:
+            if self._holders == 0:
+                return False
+            self._holders += 1
+            return True
+
+    def release(self) -> None:
+        with self._holding:
+            self._holders -= 1
+            last = self._holders == 0
+        if last and self._files is not None:
+            self._files.let_go(self._parts())
 
     def bm25_tables(self) -> Bm25Tables:
         """The tables, computed on first use (by one thread; the others wait for them)."""

@@ -191,7 +191,8 @@ class VectorBase:
     def open(cls, index_path: Path, manifest: dict[str, Any], segments: Sequence[Segment], dim: int,
              search: SearchSettings, previous: "VectorBase | None") -> "VectorBase | None":
         """The base of ``manifest`` over ``segments`` (``None`` without one); the graph file of
-        ``previous`` is reused when the commit names the same one, and closed otherwise."""
+        ``previous`` is reused when the commit names the same one. The caller closes a graph
+        no snapshot holds any more (``snapshot.OpenFiles``): a reader may still search it."""
         record = manifest.get(BASE_KEY)
         kept = previous._graph if previous is not None and record and previous.name == record["name"] else None
         try:
@@ -203,9 +204,11 @@ class VectorBase:
             return cls(index_path, record, segments, dim, search, kept)
         except FileNotFoundError as exc:
             raise damaged(index_path, f"{exc.filename} is missing", base_fix(index_path)) from None
-        finally:
-            if previous is not None and kept is None:
-                previous.close()
+
+    @property
+    def graph_file(self) -> _Graph:
+        """The open graph file, shared by the bases of consecutive commits that name it."""
+        return self._graph
 
     def owns(self, seg: Segment) -> bool:
         return seg.entry.get("factory") == BASE_FACTORY

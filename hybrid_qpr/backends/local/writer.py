@@ -26,8 +26,8 @@ logger = logging.getLogger(__name__)
 
 
 class WritableIndex(Protocol):
-    """What the ingest writer and ``knn_note`` use of a ``LocalIndex`` (a protocol, so this
-    module need not import ``index.py``, which imports it)."""
+    """What the ingest writer and ``knn_note`` use of a local index's ``writing.IndexWriter``
+    (a protocol, so this module need not import ``writing.py``, which imports it)."""
 
     path: Path
     manifest: dict[str, Any]
