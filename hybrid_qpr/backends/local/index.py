@@ -53,6 +53,7 @@ from hybrid_qpr.backends.local.vectors import FAISS_KINDS, FLAT_THRESHOLD, Faiss
 from hybrid_qpr.backends.local.writer import IngestWriter, check_output_dim, knn_note, local_document_problem, with_deletions
 from hybrid_qpr.distance import Distance, check_distance
 from hybrid_qpr.errors import ConfigError, IndexDamagedError, IndexStorageError, ModelMismatchError
+from hybrid_qpr.text.analysis import Analyzer, get_analyzer, legacy_note
 from hybrid_qpr.types import Document
 
 logger = logging.getLogger(__name__)
@@ -125,14 +126,20 @@ class LocalIndex(IndexReading):
 
     @classmethod
     def create(cls, path: str | Path, encoder, *, faiss: FaissKind = "auto", bm25: Bm25Impl = "builtin",
-               flat_threshold: int = FLAT_THRESHOLD, search: SearchSettings | None = None) -> "LocalIndex":
+               flat_threshold: int = FLAT_THRESHOLD, search: SearchSettings | None = None,
+               analyzer: str | None = None) -> "LocalIndex":
         """Open ``path`` if it holds an index (checking ``encoder`` matches it), else create
         an empty index for ``encoder`` there (a manifest with no segments). ``search``: the
-        stored kNN search settings (default ``SearchSettings()``, chosen by measured recall)."""
+        stored kNN search settings (default ``SearchSettings()``, chosen by measured recall).
+        ``analyzer``: BM25's language analysis (``hybrid_qpr.text.analysis``, default English);
+        an existing index keeps its own and refuses another (``LocalIndex.check_analyzer``)."""
+        chosen = get_analyzer(analyzer)
         path = Path(path)
         if (path / MANIFEST).is_file():
             index = cls.open(path)
             index.check_encoder(encoder)
+            if analyzer is not None:
+                index.check_analyzer(chosen)
             return index
         if faiss not in FAISS_KINDS:
             raise ConfigError(f"faiss={faiss!r}: allowed values are {', '.join(FAISS_KINDS)}")
@@ -157,13 +164,29 @@ class LocalIndex(IndexReading):
                     "faiss": {"kind": faiss, "flat_threshold": int(flat_threshold), "factory": None,
                               "nprobe": search.nprobe, "ef_search": search.ef_search},
                     "bm25": {"impl": bm25, "k1": bm25_lib.BM25_K1, "b": bm25_lib.BM25_B,
-                             "tokenizer": "hybrid_qpr.text.tokenize"},
+                             "analyzer": chosen.record()},
                     "fusion": {}, "segments": [], "retained": [], "versions": _versions(),
                     "created": created, "updated": created,
                 })
         index = cls.open(path)
         index.check_encoder(encoder)
         return index
+
+    @property
+    def analyzer(self) -> Analyzer:
+        """BM25's analyzer, as the current commit records it (none recorded: ``legacy``)."""
+        return Analyzer.from_record(self.manifest.get("bm25", {}).get("analyzer"), f"index {self.path}")
+
+    def check_analyzer(self, wanted: Analyzer) -> None:
+        """Refuse to add documents analysed one way to an index whose BM25 terms are another's."""
+        if wanted != self.analyzer:
+            raise ConfigError(f"index {self.path} analyses BM25 text with the {self.analyzer.name} analyzer, not "
+                              f"{wanted.name}. Fix: leave out --language, or move the index to {wanted.name} first: "
+                              f"{migrate_command(self.path, wanted.name)}")
+
+    def analyzer_note(self) -> str | None:
+        """A line for an index still on the legacy analyzer: what it lacks and the command that moves it."""
+        return legacy_note(f"index {self.path}", migrate_command(self.path)) if self.analyzer.legacy else None
 
     @property
     def search_settings(self) -> SearchSettings:
@@ -329,7 +352,7 @@ class LocalIndex(IndexReading):
         if factory != "Flat" and self.manifest["faiss"].get("kind", "auto") == "auto":
             factory = BASE_FACTORY  # searched through the index's vector base (vectorbase.py)
         return write_segment(self.path / SEGMENTS_DIR, f"s{counter:06d}-{secrets.token_hex(3)}", ids, texts, metadata,
-                             vectors, self.distance, factory)
+                             vectors, self.distance, factory, self.analyzer.analyze)
 
     def document_problem(self, doc: Document) -> str | None:
         return local_document_problem(doc)
@@ -416,8 +439,13 @@ class LocalIndex(IndexReading):
             self._merge(names)
 
     def optimize(self, *, encoder=None, drop_damaged: bool = False,
-                 confirm: Callable[[list[Loss]], bool] | None = None, wait: bool | float = False) -> dict[str, Any]:
+                 confirm: Callable[[list[Loss]], bool] | None = None, wait: bool | float = False,
+                 analyzer: str | None = None) -> dict[str, Any]:
         """Merge every segment into one (tombstones expunged, FAISS and BM25 parts rebuilt).
+
+        ``analyzer``: move the index to this BM25 analyzer (``hybrid_qpr.text.analysis``): the
+        postings are rebuilt from the stored texts and committed with the new analyzer's record
+        in one commit (a failure leaves the old analyzer and postings); vectors are kept.
 
         Also the repair tool: what is damaged in a segment is rebuilt from its second copies
         (``recovery.py``): FAISS and BM25 files from its documents and vectors, vectors by
@@ -442,7 +470,11 @@ class LocalIndex(IndexReading):
                         "declined": True}
             for loss in losses:
                 set_aside(self.path, loss)
-            untouched = (before == 1 and not losses and not manifest["segments"][0].get("deleted")
+            moving = analyzer is not None and get_analyzer(analyzer) != self.analyzer
+            if moving:  # what the rebuilt segment is written with and committed under
+                self.manifest = {**manifest, "bm25": {**manifest.get("bm25", {}),
+                                                      "analyzer": get_analyzer(analyzer).record()}}
+            untouched = (not moving and before == 1 and not losses and not manifest["segments"][0].get("deleted")
                          and not file_problems(self.path, manifest["segments"][0], checksums=True)
                          and not base_problems(self.path, manifest, checksums=True))
             self.close()
@@ -450,10 +482,16 @@ class LocalIndex(IndexReading):
             if before and not untouched:
                 try:
                     self._write_merged(parts, [e["name"] for e in manifest["segments"]])
-                except IndexStorageError as exc:
+                except BaseException as exc:
+                    if self.manifest.get("generation") == manifest.get("generation"):
+                        self.manifest = manifest  # not committed: the old analyzer stays
+                    if not isinstance(exc, IndexStorageError):
+                        raise
                     with contextlib.suppress(IndexDamagedError):  # repairing: the old commit may not open
                         self._load_segments()  # this reader goes on with the commit that is still there
                     raise self._not_committed("optimize", exc) from exc
+            elif moving:  # no documents: the record alone changes
+                self.commit([])
             elif untouched and (unordered(manifest.get(BASE_KEY)) or not has_second_copies(manifest["segments"][0])):
                 # one healthy segment written by an earlier version: add what this one writes
                 # (the second copies, the graph's node order), no rebuild
@@ -485,3 +523,10 @@ class LocalIndex(IndexReading):
             entries.insert(min(first, len(entries)), merged)
         logger.info("merged %d segments (%d documents)", len(names), len(ids))
         self.commit(entries, next_segment=counter + 1)
+
+
+def migrate_command(path: Path | str, language: str = "english") -> str:
+    """The one command that moves an index to another BM25 analyzer (its postings rebuilt from
+    the stored texts; vectors kept, nothing re-encoded)."""
+    return f"hybrid-qpr index optimize {path} --language {language}"
+
