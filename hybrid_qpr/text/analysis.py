@@ -11,9 +11,10 @@ A language analyzer turns a text into BM25 terms in five steps:
    other languages have none: BM25's idf already weighs their function words down);
 5. the language's Snowball stemmer (PyStemmer, the C libstemmer behind a small binding:
    stemming a million questions costs seconds, where the pure-Python snowballstemmer
-   costs minutes; both run the same Snowball algorithms), then ASCII folding of Latin
-   letters (``é`` -> ``e``, ``ø`` -> ``o``, ``ß`` -> ``ss``), after the stemmer because the
-   stemmers read accents. Other scripts are left as they are.
+   costs minutes; both run the same Snowball algorithms), and ASCII folding of Latin
+   letters (``é`` -> ``e``, ``ø`` -> ``o``, ``ß`` -> ``ss``; other scripts are left as they
+   are): after the stemmer, which reads the accents of its language, except for English,
+   whose stemmer knows only ASCII letters (folded first, ``école`` and ``ecole`` stem alike).
 
 The embedded index runs it at ingest and query time. OpenSearch and Elasticsearch index the
 terms this chain yields, joined by spaces, in a field read by the core ``whitespace``
@@ -54,6 +55,7 @@ ENGLISH_STOP_WORDS = frozenset((
     "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was", "will",
     "with"))
 STOP_WORDS: dict[str, frozenset[str]] = {"english": ENGLISH_STOP_WORDS}
+FOLD_BEFORE_STEMMING = frozenset({"english"})  # stemmers that read ASCII letters only
 # Lucene's whitespace tokenizer cuts a term at 255 UTF-16 units; a longer "word" (a hash, a
 # run of digits) is dropped here so that a cluster's field gives back exactly these terms
 MAX_TERM_UNITS = 255
@@ -122,7 +124,11 @@ class Analyzer:
             return tokenize(text)
         stop = STOP_WORDS.get(self.name, frozenset())
         kept = [w for w in (w.lower() for w in words(unicodedata.normalize("NFKC", text))) if w not in stop]
-        return [t for t in (ascii_fold(s) for s in _stemmer(self.name).stemWords(kept)) if t and not _too_long(t)]
+        if self.name in FOLD_BEFORE_STEMMING:
+            terms = _stemmer(self.name).stemWords([ascii_fold(w) for w in kept])
+        else:
+            terms = [ascii_fold(s) for s in _stemmer(self.name).stemWords(kept)]
+        return [t for t in terms if t and not _too_long(t)]
 
     def record(self) -> dict[str, Any]:
         """What an index stores of its analyzer: the name and chain version it is read back by,
@@ -132,7 +138,9 @@ class Analyzer:
         stop = STOP_WORDS.get(self.name)
         return {"name": self.name, "version": VERSION,
                 "chain": f"NFKC, Unicode words, lowercase, {f'{len(stop)} stop words' if stop else 'no stop words'}, "
-                         f"Snowball {self.name} stemmer (PyStemmer), ASCII folding"}
+                         + ("ASCII folding, " if self.name in FOLD_BEFORE_STEMMING else "")
+                         + f"Snowball {self.name} stemmer (PyStemmer)"
+                         + ("" if self.name in FOLD_BEFORE_STEMMING else ", ASCII folding")}
 
     @classmethod
     def from_record(cls, record: Any, where: str) -> "Analyzer":
