@@ -30,6 +30,7 @@ NFKC, lower case, words and ``?`` marks).
 
 from __future__ import annotations
 
+import re
 import threading
 import unicodedata
 from collections.abc import Mapping
@@ -71,6 +72,9 @@ def _word_pattern():
 
 
 _WORDS = None
+# ASCII text is NFKC already and its Unicode word characters are these: the common case, on the
+# standard library's faster engine
+_ASCII_WORDS = re.compile(r"[A-Za-z0-9_]+")
 
 
 def words(text: str) -> list[str]:
@@ -123,7 +127,10 @@ class Analyzer:
 
             return tokenize(text)
         stop = STOP_WORDS.get(self.name, frozenset())
-        kept = [w for w in (w.lower() for w in words(unicodedata.normalize("NFKC", text))) if w not in stop]
+        if text.isascii():  # nothing to normalise or fold
+            kept = [w for w in _ASCII_WORDS.findall(text.lower()) if w not in stop]
+            return [t for t in _stemmer(self.name).stemWords(kept) if t and len(t) <= MAX_TERM_UNITS]
+        kept = [w for w in words(unicodedata.normalize("NFKC", text).lower()) if w not in stop]
         if self.name in FOLD_BEFORE_STEMMING:
             terms = _stemmer(self.name).stemWords([ascii_fold(w) for w in kept])
         else:
@@ -163,6 +170,14 @@ def legacy_note(where: str, fix: str) -> str:
     """The line said of an index on the legacy analyzer, with ``fix``, the command that moves it."""
     return (f"BM25 in {where} runs the legacy analyzer (words and '?', lowercase: no stemming, stop words or "
             f"accent folding); to move it to the English analyzer: {fix}")
+
+
+def refuse_another(current: Analyzer, wanted: Analyzer, where: str, fix: str) -> None:
+    """Refuse to add ``wanted``'s terms to ``where``, whose BM25 terms are ``current``'s: BM25
+    over two analyzers' terms would match neither's queries. ``fix`` says what to do instead."""
+    if wanted != current:
+        raise ConfigError(f"{where} analyses BM25 text with the {current.name} analyzer, not {wanted.name}. Fix: "
+                          f"leave out --language, or {fix}")
 
 
 def get_analyzer(name: str | None) -> Analyzer:

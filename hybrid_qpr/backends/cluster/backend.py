@@ -30,7 +30,7 @@ from hybrid_qpr.backends.cluster.connection import (ENGINE_NAMES, Engine, HttpFa
 from hybrid_qpr.backends.cluster.names import check_index_name, id_problem, index_path
 from hybrid_qpr.distance import Distance, check_distance, prepare_vectors, score_from_opensearch
 from hybrid_qpr.errors import BackendError, ClusterError, ConfigError, ModelMismatchError
-from hybrid_qpr.text.analysis import Analyzer, get_analyzer, legacy_note
+from hybrid_qpr.text.analysis import Analyzer, get_analyzer, legacy_note, refuse_another
 from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
 
 logger = logging.getLogger(__name__)
@@ -362,10 +362,8 @@ class ClusterBackend:
 
     def check_analyzer(self, wanted: Analyzer) -> None:
         """Refuse to add documents analysed one way to an index whose BM25 terms are another's."""
-        if wanted != self.analyzer:
-            raise ConfigError(f"{self.engine_name} index {self.index!r} analyses BM25 text with the "
-                              f"{self.analyzer.name} analyzer, not {wanted.name}: leave out --language, or ingest "
-                              f"into a new index to use {wanted.name}")
+        refuse_another(self.analyzer, wanted, f"{self.engine_name} index {self.index!r}",
+                       f"ingest into a new index to use {wanted.name}")
 
     @property
     def fusion_defaults(self) -> dict[str, Any]:

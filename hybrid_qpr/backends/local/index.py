@@ -53,7 +53,7 @@ from hybrid_qpr.backends.local.vectors import FAISS_KINDS, FLAT_THRESHOLD, Faiss
 from hybrid_qpr.backends.local.writer import IngestWriter, check_output_dim, knn_note, local_document_problem, with_deletions
 from hybrid_qpr.distance import Distance, check_distance
 from hybrid_qpr.errors import ConfigError, IndexDamagedError, IndexStorageError, ModelMismatchError
-from hybrid_qpr.text.analysis import Analyzer, get_analyzer, legacy_note
+from hybrid_qpr.text.analysis import Analyzer, get_analyzer, legacy_note, refuse_another
 from hybrid_qpr.types import Document
 
 logger = logging.getLogger(__name__)
@@ -174,15 +174,18 @@ class LocalIndex(IndexReading):
 
     @property
     def analyzer(self) -> Analyzer:
-        """BM25's analyzer, as the current commit records it (none recorded: ``legacy``)."""
-        return Analyzer.from_record(self.manifest.get("bm25", {}).get("analyzer"), f"index {self.path}")
+        """BM25's analyzer, as the current commit records it (none recorded: ``legacy``); read
+        once per commit record (every query asks)."""
+        record = self.manifest.get("bm25", {}).get("analyzer")
+        cached = getattr(self, "_analyzer", None)
+        if cached is None or cached[0] is not record:
+            cached = self._analyzer = (record, Analyzer.from_record(record, f"index {self.path}"))
+        return cached[1]
 
     def check_analyzer(self, wanted: Analyzer) -> None:
         """Refuse to add documents analysed one way to an index whose BM25 terms are another's."""
-        if wanted != self.analyzer:
-            raise ConfigError(f"index {self.path} analyses BM25 text with the {self.analyzer.name} analyzer, not "
-                              f"{wanted.name}. Fix: leave out --language, or move the index to {wanted.name} first: "
-                              f"{migrate_command(self.path, wanted.name)}")
+        refuse_another(self.analyzer, wanted, f"index {self.path}",
+                       f"move the index to {wanted.name} first: {migrate_command(self.path, wanted.name)}")
 
     def analyzer_note(self) -> str | None:
         """A line for an index still on the legacy analyzer: what it lacks and the command that moves it."""
