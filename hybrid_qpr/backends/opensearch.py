@@ -43,6 +43,7 @@ from hybrid_qpr.distance import check_distance, opensearch_space_type
 from hybrid_qpr.errors import BackendError, ConfigError, require
 from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS, RESCORE_DEPTH, RRF_K, check_fusion
 from hybrid_qpr.text.analysis import get_analyzer
+from hybrid_qpr.text.tokenizer import TOKEN_PATTERN
 from hybrid_qpr.types import Filters, Hit
 
 logger = logging.getLogger(__name__)
@@ -170,7 +171,7 @@ def index_body(dim: int, distance: str, fingerprint: str, kind: str, engine: str
     return load_body("opensearch/index.json", {
         "DIM": int(dim), "DISTANCE": distance, "MODEL_FINGERPRINT": fingerprint, "MODEL_KIND": kind,
         "ENGINE": engine, "SPACE_TYPE": opensearch_space_type(distance), "SHARDS": shards, "REPLICAS": replicas,
-        **bm25_values(), "BM25": bm25_meta(get_analyzer(analyzer))})
+        **bm25_values(), "BM25": bm25_meta(get_analyzer(analyzer)), "TOKEN_PATTERN": TOKEN_PATTERN})
 
 
 def pipeline_name(fusion: str) -> str:

@@ -13,6 +13,7 @@ from hybrid_qpr.backends.elasticsearch import index_body as es_index_body
 from hybrid_qpr.distance import score_from_opensearch, similarity
 from hybrid_qpr.errors import ClusterError, ConfigError
 from hybrid_qpr.text.analysis import get_analyzer
+from hybrid_qpr.text.tokenizer import TOKEN_PATTERN
 
 
 @pytest.mark.parametrize("distance, space, es", [("sqeuclidean", "l2", "l2_norm"), ("cosine", "cosinesimil", "cosine"),
@@ -32,6 +33,8 @@ def test_index_bodies_take_dims_and_space_from_the_model(distance, space, es):
     settings = body["settings"]["index"]
     assert settings["similarity"]["default"] == {"type": "BM25", "k1": 1.5, "b": 0.75}
     assert body["mappings"]["properties"]["bm25_tokens"] == {"type": "text", "analyzer": "whitespace"}
+    assert body["mappings"]["properties"]["text"]["analyzer"] == "hybrid_qpr_words"  # for queries sent directly
+    assert settings["analysis"]["tokenizer"]["hybrid_qpr_words"]["pattern"] == TOKEN_PATTERN
     french = index_body(96, distance, "abcdef0123456789", "cnn", analyzer="french")["mappings"]["_meta"]["bm25"]
     assert french["analyzer"]["name"] == "french"
     elastic = es_index_body(96, distance, "abcdef0123456789", "cnn")
