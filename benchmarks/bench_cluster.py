@@ -76,7 +76,7 @@ def es_one_request(backend, query: str, vector, depth: int, *, alpha: float):
 
     body = backend.knn_body(vector, depth, None)
     body["knn"]["boost"] = float(alpha)
-    query_clause = bm25_query(query, None, backend.bm25_field)
+    query_clause = bm25_query(query, None, backend.bm25_field, backend.analyzer)
     query_clause["bool"]["boost"] = float(1.0 - alpha)
     body["query"] = query_clause
     return search_hits(backend, body, "BM25 + kNN in one search")
@@ -320,7 +320,7 @@ def add_lever_modes(args, modes: dict, backend, encoder, k: int, depth: int) -> 
     def cold_pool(q):  # a client of its own per query: the TCP connection is opened for this search
         fresh = engine(connect(args.url, timeout=120, compress=args.compress, check=False), backend.index)
         try:
-            return search_hits(fresh, bm25_body(q, k, None, backend.bm25_field, backend.documents_in_hits),
+            return search_hits(fresh, bm25_body(q, k, None, backend.bm25_field, backend.analyzer, backend.documents_in_hits),
                                "BM25 search", search_type)
         finally:
             fresh.close()

@@ -113,7 +113,7 @@ def bulk_lines(backend, docs, vectors: np.ndarray, index: str, distance: str) ->
     for doc, vector in zip(docs, prepared):
         source = {TEXT_FIELD: doc.text, VECTOR_FIELD: vector, METADATA_FIELD: doc.metadata}
         if backend.bm25_field != TEXT_FIELD:
-            source[backend.bm25_field] = bm25_tokens(doc.text)
+            source[backend.bm25_field] = bm25_tokens(doc.text, backend.analyzer)
         lines.append(b"%s\n%s\n" % (dumps({"index": {"_index": index, "_id": doc.id}}), dumps(source)))
     return lines
 

@@ -30,6 +30,7 @@ import numpy as np
 from hybrid_qpr.errors import SkippedLine
 from hybrid_qpr.artifacts import ENCODER_FUSION_DEFAULTS, json_value_problem
 from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, RESCORE_DEPTH, RRF_K
+from hybrid_qpr.text.analysis import Analyzer
 from hybrid_qpr.text.ids import id_problem
 from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
 
@@ -113,6 +114,13 @@ class Backend(Reader, Protocol):
 
     def check_encoder(self, encoder) -> None:
         """Raise ``ModelMismatchError`` if ``encoder`` is not the model the index was built with."""
+
+    @property
+    def analyzer(self) -> "Analyzer":
+        """BM25's language analysis (``hybrid_qpr.text.analysis``), as the index records it."""
+
+    def analyzer_note(self) -> str | None:
+        """A line for an index still on the legacy analyzer with the way to move it, else None."""
 
     def exists(self) -> bool:
         """Whether the index is there (a cluster index may be dropped under an open backend)."""

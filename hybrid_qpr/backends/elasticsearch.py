@@ -32,13 +32,15 @@ from typing import Any
 import numpy as np
 
 from hybrid_qpr.backends.base import Capabilities
+from hybrid_qpr.backends.local.bm25 import BM25_K1
 from hybrid_qpr.backends.cluster.backend import MAX_KNN_K, ClusterBackend
-from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, TOKENS_FIELD, VECTOR_FIELD, bm25_values,
+from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, VECTOR_FIELD, bm25_meta, bm25_values,
                                                 check_shards, filter_clauses, load_body, source_param)
 from hybrid_qpr.backends.cluster.connection import HttpFailure, Transport, compress_by_default, resolve_options
 from hybrid_qpr.backends.cluster.probe import probe
 from hybrid_qpr.distance import check_distance, elasticsearch_similarity
 from hybrid_qpr.errors import require
+from hybrid_qpr.text.analysis import get_analyzer
 from hybrid_qpr.types import Filters
 
 # Measured on 20,000 Quora questions with the committed CNN (docs/elasticsearch.md): plain
@@ -132,15 +134,16 @@ def connect(url: str | None = None, *, username: str | None = None, password: st
 
 
 def index_body(dim: int, distance: str, fingerprint: str, kind: str, *, shards: int = DEFAULT_SHARDS,
-               replicas: int = 0, vector_index_type: str | None = None) -> dict:
-    """The create-index body for a model with ``dim`` dims trained for ``distance``;
-    ``vector_index_type`` (``hnsw``, ``int8_hnsw``, ...) defaults to ``VECTOR_INDEX_TYPE``."""
+               replicas: int = 0, vector_index_type: str | None = None, analyzer: str | None = None) -> dict:
+    """The create-index body for a model with ``dim`` dims trained for ``distance`` and BM25
+    terms by ``analyzer`` (default English); ``vector_index_type`` (``hnsw``, ``int8_hnsw``,
+    ...) defaults to ``VECTOR_INDEX_TYPE``."""
     distance = check_distance(distance)
     shards, replicas = check_shards(shards, replicas)
     return load_body("elasticsearch/index.json", {
         "DIM": int(dim), "DISTANCE": distance, "MODEL_FINGERPRINT": fingerprint, "MODEL_KIND": kind,
         "ES_SIMILARITY": elasticsearch_similarity(distance), "VECTOR_INDEX_TYPE": vector_index_type or VECTOR_INDEX_TYPE,
-        "SHARDS": shards, "REPLICAS": replicas, **bm25_values()})
+        "SHARDS": shards, "REPLICAS": replicas, **bm25_values(), "BM25": bm25_meta(get_analyzer(analyzer))})
 
 
 class ElasticsearchBackend(ClusterBackend):
@@ -148,9 +151,12 @@ class ElasticsearchBackend(ClusterBackend):
 
     engine = "elasticsearch"
     vector_type = "dense_vector"
-    bm25_field = TOKENS_FIELD
-    bm25_analyzer = "whitespace"
     capabilities = Capabilities(batched_bm25_and_knn=True)
+    # Elasticsearch's "BM25" similarity is Lucene's BM25 as it was before Lucene 8 (its
+    # LegacyBM25Similarity): every term's score times (k1 + 1), the same for every document, so
+    # the ranking is Lucene's and the scores 2.5x (k1 = 1.5) those of OpenSearch and the
+    # embedded index. Divided out here, BM25 scores agree across backends (tested to 0.2%).
+    bm25_score_scale = 1.0 / (1.0 + BM25_K1)
 
     transport_class = ElasticsearchTransport
     index_body = staticmethod(index_body)

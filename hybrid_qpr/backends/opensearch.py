@@ -34,14 +34,15 @@ import numpy as np
 
 from hybrid_qpr.backends.base import Capabilities
 from hybrid_qpr.backends.cluster.backend import KNN_CANDIDATES, ClusterBackend
-from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, METADATA_FIELD, TEXT_FIELD, VECTOR_FIELD, bm25_query,
-                                                bm25_values, check_shards, filter_clauses, load_body, source_param)
+from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, METADATA_FIELD, TEXT_FIELD, VECTOR_FIELD, bm25_meta,
+                                                bm25_query, bm25_values, check_shards, filter_clauses, load_body, source_param)
 from hybrid_qpr.backends.cluster.connection import (HttpFailure, Transport, compress_by_default, reason, redact,
                                                     resolve_options, translate)
 from hybrid_qpr.backends.cluster.probe import probe
 from hybrid_qpr.distance import check_distance, opensearch_space_type
 from hybrid_qpr.errors import BackendError, ConfigError, require
 from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS, RESCORE_DEPTH, RRF_K, check_fusion
+from hybrid_qpr.text.analysis import get_analyzer
 from hybrid_qpr.text.tokenizer import TOKEN_PATTERN
 from hybrid_qpr.types import Filters, Hit
 
@@ -159,9 +160,10 @@ def connect(url: str | None = None, *, username: str | None = None, password: st
 
 # ---------------------------------------------------------------------- bodies
 def index_body(dim: int, distance: str, fingerprint: str, kind: str, engine: str = "lucene", *,
-               shards: int = DEFAULT_SHARDS, replicas: int = 0) -> dict:
+               shards: int = DEFAULT_SHARDS, replicas: int = 0, analyzer: str | None = None) -> dict:
     """The OpenSearch create-index body for a model with ``dim`` dims trained for ``distance``
-    (Elasticsearch's: ``hybrid_qpr.backends.elasticsearch.index_body``)."""
+    and BM25 terms by ``analyzer`` (default English; Elasticsearch's:
+    ``hybrid_qpr.backends.elasticsearch.index_body``)."""
     distance = check_distance(distance)
     shards, replicas = check_shards(shards, replicas)
     if engine != "lucene":
@@ -169,7 +171,7 @@ def index_body(dim: int, distance: str, fingerprint: str, kind: str, engine: str
     return load_body("opensearch/index.json", {
         "DIM": int(dim), "DISTANCE": distance, "MODEL_FINGERPRINT": fingerprint, "MODEL_KIND": kind,
         "ENGINE": engine, "SPACE_TYPE": opensearch_space_type(distance), "SHARDS": shards, "REPLICAS": replicas,
-        **bm25_values(), "TOKEN_PATTERN": TOKEN_PATTERN})
+        **bm25_values(), "BM25": bm25_meta(get_analyzer(analyzer)), "TOKEN_PATTERN": TOKEN_PATTERN})
 
 
 def pipeline_name(fusion: str) -> str:
@@ -236,7 +238,6 @@ class OpenSearchBackend(ClusterBackend):
 
     engine = "opensearch"
     vector_type = "knn_vector"
-    bm25_analyzer = "hybrid_qpr_words"
     capabilities = Capabilities(batched_bm25_and_knn=True, server_side_hybrid=True, server_side_rescore=True)
 
     transport_class = OpenSearchTransport
@@ -298,7 +299,7 @@ class OpenSearchBackend(ClusterBackend):
         self.check_depth(depth, knn=True)
         filters = self.checked_filters(filters)
         body: dict[str, Any] = {"size": depth, "_source": source_param(self.documents_in_hits), "query": {"hybrid": {"queries": [
-            bm25_query(query, filters, self.bm25_field), {"knn": {VECTOR_FIELD: self._knn_clause(vector, depth, filters)}}]}}}
+            bm25_query(query, filters, self.bm25_field, self.analyzer), {"knn": {VECTOR_FIELD: self._knn_clause(vector, depth, filters)}}]}}}
         # never dfs_query_then_fetch: neural-search 3.6 then skips the pipeline and returns the
         # hybrid query's raw delimiter scores (seen on a 3-shard index; docs/opensearch.md)
         params = {"search_type": "query_then_fetch"}
@@ -326,7 +327,7 @@ class OpenSearchBackend(ClusterBackend):
         self.check_depth(depth, knn=False)
         filters = self.checked_filters(filters)
         body = {"size": depth, "_source": source_param(self.documents_in_hits),
-                "query": bm25_query(query, filters, self.bm25_field),
+                "query": bm25_query(query, filters, self.bm25_field, self.analyzer),
                 "rescore": {"window_size": depth, "query": {
                     "rescore_query": {"script_score": {"query": {"match_all": {}}, "script": self._score_script(vector)}},
                     "query_weight": 0.0, "rescore_query_weight": 1.0}}}

@@ -68,11 +68,12 @@ def open_cluster_index(index: str, connection: dict[str, Any]) -> "ClusterBacken
 
 def open_for_ingest(index: str, connection: dict[str, Any], model: str | None, *, faiss_kind: str, bm25_impl: str,
                     ef_search: int | None, nprobe: int | None, shards: int | None,
-                    replicas: int | None) -> tuple["Backend", Any]:
+                    replicas: int | None, language: str | None = None) -> tuple["Backend", Any]:
     """The index ``index`` to ingest into and the encoder for it. An existing index keeps its
     model and its layout (a note names the creation options given for it); a missing one is
     created now with them (local: FAISS kind, BM25 scorer, kNN search settings; cluster:
-    shards and replicas)."""
+    shards and replicas; both: the BM25 ``language``). An existing index analysed in another
+    language than a ``language`` given is refused with the command that moves it."""
     backend = open_cluster_index(index, connection)
     if backend is not None:
         exists = backend.exists()
@@ -80,12 +81,16 @@ def open_for_ingest(index: str, connection: dict[str, Any], model: str | None, *
         if exists and (shards is not None or replicas is not None):
             click.echo(f"note: --shards/--replicas apply when an index is created; {index} exists and keeps its "
                        f"layout (to change it: 'hybrid-qpr index drop {index}', then ingest again)", err=True)
-        backend.ensure_index(encoder, shards=shards, replicas=replicas)
+        backend.ensure_index(encoder, shards=shards, replicas=replicas, analyzer=language)
         return backend, encoder
     from hybrid_qpr.backends.local import LocalIndex, MANIFEST, SearchSettings
 
     if (Path(index) / MANIFEST).is_file():
         existing = LocalIndex.open(index)
+        if language is not None:
+            from hybrid_qpr.text.analysis import get_analyzer
+
+            existing.check_analyzer(get_analyzer(language))
         if ef_search or nprobe:
             click.echo(f"note: --ef-search/--nprobe are stored when an index is created; {index} keeps "
                        f"{existing.search_settings}. Pass them to 'hybrid-qpr query' instead", err=True)
@@ -93,7 +98,7 @@ def open_for_ingest(index: str, connection: dict[str, Any], model: str | None, *
     encoder = load_encoder(model)
     defaults = SearchSettings()
     search = SearchSettings(nprobe or defaults.nprobe, ef_search or defaults.ef_search)
-    return LocalIndex.create(index, encoder, faiss=faiss_kind, bm25=bm25_impl, search=search), encoder
+    return LocalIndex.create(index, encoder, faiss=faiss_kind, bm25=bm25_impl, search=search, analyzer=language), encoder
 
 
 def load_encoder(model: str | None, backend: "Backend | None" = None):

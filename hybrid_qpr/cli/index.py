@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from hybrid_qpr.cli._common import cluster_options, friendly_errors
+from hybrid_qpr.text.analysis import ANALYZERS
 
 WAIT_HELP = "If another process is writing the index, wait for it instead of failing."
 
@@ -84,8 +85,11 @@ def repair(directory) -> None:
                    "source file; it never duplicates).")
 @click.option("--yes", "-y", is_flag=True, help="With --drop-damaged: drop without asking (the list is still printed).")
 @click.option("--wait", is_flag=True, help=WAIT_HELP)
+@click.option("--language", type=click.Choice(ANALYZERS), default=None,
+              help="Move the index to this BM25 analyzer: the postings are rebuilt from the stored texts (vectors "
+                   "are kept, nothing is re-encoded) and committed with it. [default: the index's own]")
 @friendly_errors
-def optimize(directory, model, drop_damaged, yes, wait) -> None:
+def optimize(directory, model, drop_damaged, yes, wait, language) -> None:
     """Merge all segments of the index in DIRECTORY into one: deleted documents are purged
     and the FAISS and BM25 parts rebuilt. Also repairs what 'index check' reports in a
     segment, from the second copy each part has: FAISS, BM25 and text files; vectors,
@@ -97,10 +101,13 @@ def optimize(directory, model, drop_damaged, yes, wait) -> None:
     where that is still stored). (A damaged manifest: 'index repair'.) An index already in
     one segment whose vector graph was written by an earlier version gets the graph's nodes
     stored in locality order (seconds, no rebuild; kNN searches 4-9% faster).
+    --language moves the index to another BM25 analyzer (an index built before analyzers
+    existed runs 'legacy'; 'index check' says so).
 
     \b
-    Example:
+    Examples:
       hybrid-qpr index optimize ./qidx
+      hybrid-qpr index optimize ./qidx --language english
     """
     from pathlib import Path
 
@@ -126,12 +133,12 @@ def optimize(directory, model, drop_damaged, yes, wait) -> None:
         except click.Abort:  # no answer (end of input, Ctrl-C): keep everything
             return False
 
-    result = target.optimize(encoder=encoder, drop_damaged=drop_damaged, confirm=confirm, wait=wait)
+    result = target.optimize(encoder=encoder, drop_damaged=drop_damaged, confirm=confirm, wait=wait, analyzer=language)
     if result["declined"]:
         click.echo(f"nothing dropped: {directory} is as it was", err=True)
         raise click.exceptions.Exit(1)
     click.echo(f"optimized {directory}: {result['segments_before']} segment(s) -> {len(target.segments)}, "
-               f"{result['documents']} documents")
+               f"{result['documents']} documents; BM25 analyzer {target.analyzer.name}")
     for loss in result["dropped"]:
         click.echo(f"  dropped damaged segment {loss.segment} ({loss.lost} documents lost"
                    + (f", {len(loss.restored)} back in their older version" if loss.restored else "")

@@ -8,6 +8,7 @@ from hybrid_qpr.cli._common import BATCH, cluster_options, friendly_errors
 from hybrid_qpr.cli._backend import knn_search_options, model_option
 from hybrid_qpr.backends.local.index import BM25_IMPLS
 from hybrid_qpr.backends.local.vectors import FAISS_KINDS
+from hybrid_qpr.text.analysis import ANALYZERS, DEFAULT_LANGUAGE
 
 SHOW_SKIPPED = 20
 
@@ -30,6 +31,10 @@ SHOW_SKIPPED = 20
 @click.option("--bm25", "bm25_impl", type=click.Choice(BM25_IMPLS), default=BM25_IMPLS[0], show_default=True,
               help="Local BM25 scorer when the index is created: builtin (per-segment postings, corpus-wide "
                    "statistics) or rank-bm25 (a reference for benchmarks, much slower per query).")
+@click.option("--language", type=click.Choice(ANALYZERS), default=None,
+              help="BM25's language analysis when the index is created: Unicode words, lowercase, stop words, the "
+                   "language's Snowball stemmer, ASCII folding (legacy: the words-and-? tokenizer of earlier "
+                   f"indexes). An existing index keeps its own. [default: {DEFAULT_LANGUAGE}]")
 @knn_search_options("stored in the index when it is created ('query' can override it)")
 @click.option("--batch-size", type=BATCH, default=None,
               help="Texts per encoder batch (and per bulk request on a cluster) [default: 256; on a cluster 1000].")
@@ -44,8 +49,8 @@ SHOW_SKIPPED = 20
                    "so at most the data nodes - 1 (more are refused). [default: 0 on a one-node cluster, else 1]")
 @cluster_options(selects_backend=True)
 @friendly_errors
-def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm25_impl, ef_search, nprobe, batch_size,
-           strict, wait, rejects, shards, replicas, **connection) -> None:
+def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm25_impl, language, ef_search, nprobe,
+           batch_size, strict, wait, rejects, shards, replicas, **connection) -> None:
     """Encode and index the questions of INPUT ('-' = stdin).
 
     INPUT is JSONL (id, text, any metadata), TSV/CSV with a header naming the text column, a
@@ -78,15 +83,15 @@ def ingest(input_path, index, model, fmt, text_column, id_column, faiss_kind, bm
 
     stage = _Stage(index, cluster=use_cluster(connection))
     try:  # all of it: reading the first line, opening the model, encoding, committing, the summary
-        _ingest(stage, input_path, index, model, fmt, text_column, id_column, faiss_kind, bm25_impl, ef_search,
-                nprobe, batch_size, strict, wait, rejects, shards, replicas, connection)
+        _ingest(stage, input_path, index, model, fmt, text_column, id_column, faiss_kind, bm25_impl, language,
+                ef_search, nprobe, batch_size, strict, wait, rejects, shards, replicas, connection)
     except KeyboardInterrupt:
         click.echo(stage.interrupted(), err=True)
         raise SystemExit(130) from None  # the shell's code for an interrupt, not click's "Aborted!" and 1
 
 
-def _ingest(stage, input_path, index, model, fmt, text_column, id_column, faiss_kind, bm25_impl, ef_search, nprobe,
-            batch_size, strict, wait, rejects, shards, replicas, connection) -> None:
+def _ingest(stage, input_path, index, model, fmt, text_column, id_column, faiss_kind, bm25_impl, language, ef_search,
+            nprobe, batch_size, strict, wait, rejects, shards, replicas, connection) -> None:
     from hybrid_qpr import resources
     from hybrid_qpr.artifacts import display_name
     from hybrid_qpr.backends.base import adopt_model_fusion_defaults
@@ -101,7 +106,8 @@ def _ingest(stage, input_path, index, model, fmt, text_column, id_column, faiss_
     documents = require_documents(documents, input_path, bad_lines)  # nothing usable: refused before any index is made
     refuse_knn_options_on_a_cluster(connection, ef_search, nprobe)
     backend, encoder = open_for_ingest(index, connection, model, faiss_kind=faiss_kind, bm25_impl=bm25_impl,
-                                       ef_search=ef_search, nprobe=nprobe, shards=shards, replicas=replicas)
+                                       ef_search=ef_search, nprobe=nprobe, shards=shards, replicas=replicas,
+                                       language=language)
     stage.opened(backend)
     if strict:
         documents = _stop_at_a_refused_document(documents, backend, input_path, bad_lines)
@@ -110,6 +116,7 @@ def _ingest(stage, input_path, index, model, fmt, text_column, id_column, faiss_
     report = backend.ingest(documents, encoder, wait=wait, rejects_path=rejects, **sizes)
     report.notes.append(adopt_model_fusion_defaults(backend, encoder))
     report.notes.append(resources.describe_model(encoder.model_dir))
+    report.notes.extend(filter(None, [backend.analyzer_note()]))
     # the backend knows the line of a document it skipped, not the file
     all_skipped = sorted(bad_lines.skipped + [s.in_file(display_name(input_path)) for s in report.skipped],
                          key=lambda s: s.line or 0)

@@ -47,7 +47,14 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, rer
     """Grid-search fusion (--fusions: rrf, minmax, zscore, l2, dbsf) x alpha (0, 0.1, ..., 1) for the best
     MRR@20 (retrieve 20, drop the query's own id) and store the winner as the index's
     default for 'query --mode hybrid'. The grid contains the pure BM25 and pure kNN
-    rankings, so the tuned hybrid is never worse than the better single mode on these queries.
+    rankings, so its winner is never worse than the better single mode on these queries.
+
+    \b
+    The winner replaces the untuned prior (the model's fusion defaults, else rrf alpha 0.5)
+    only when its gain is clearly real: the lower bound of the 95% bootstrap interval of its
+    gain over the prior, per query, must be above 0. Otherwise the prior is kept and stored
+    (a grid searched on a few hundred queries always finds a winner; on other queries it
+    often loses). The output says which was kept and why.
 
     \b
     With --reranker DIR it then re-scores the tuned hybrid's top N (each of --reranker-depths)
@@ -123,8 +130,13 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, rer
         below = "" if g["allowed"] else "  (not chosen: another metric is below the better single mode)"
         bounds = "".join(f" {name}:{b}" for name, b in g.get("bounds", {}).items())
         click.echo(f"  {g['fusion']:<7} alpha={g['alpha']:.1f}{bounds}  {metric} {g[metric]:.4f}{below}")
+    from hybrid_qpr.evaluation.evaluator import decision_sentence
+
+    best = result.decision["best"] if result.decision else {"fusion": result.fusion, "alpha": result.alpha, metric: result.mrr}
+    click.echo(f"best: fusion={best['fusion']} alpha={best['alpha']:.1f} {metric} {best[metric]:.4f}")
+    click.echo(decision_sentence(result))
     chosen_bounds = "".join(f" {name}:{b.as_dict()}" for name, b in result.bounds.items())
-    click.echo(f"best: fusion={result.fusion} alpha={result.alpha:.1f}{chosen_bounds} {metric} {result.mrr:.4f}")
+    click.echo(f"kept: fusion={result.fusion} alpha={result.alpha:.1f}{chosen_bounds} {metric} {result.mrr:.4f}")
     if signals is not None:
         formula = signals if signals.decay is not None else None
         if formula is None:  # boosts alone have their own weights: nothing to choose

@@ -196,6 +196,9 @@ class TuneResult:
     # the chosen min-max bounds (list name -> Bounds) and business signals, where tuned
     bounds: dict[str, Any] = field(default_factory=dict)
     signals: Any = None
+    # against the untuned prior (``settle_against_prior``): {"kept": "tuned" | "prior", "prior": its
+    # fusion, "best": the grid winner, "gain": the winner's gain over the prior (significance.gain)}
+    decision: dict[str, Any] | None = None
 
     @property
     def defaults(self) -> dict[str, Any]:
@@ -207,14 +210,66 @@ class TuneResult:
             out["bounds"] = {name: b.as_dict() for name, b in self.bounds.items()}
         if self.signals:
             out["signals"] = self.signals.as_dict()
+        if self.decision is not None:
+            out["tuned"]["kept"] = self.decision["kept"]
+            out["tuned"]["gain_over_prior"] = {k: self.decision["gain"][k] for k in ("delta", "low", "high", "confidence")}
         return out
+
+
+def untuned_prior(encoder) -> dict[str, Any]:
+    """The fusion a hybrid query uses before any tuning on this index: the fusion defaults the
+    model directory carries (``tune --save-to-model``), else RRF at alpha 0.5."""
+    from hybrid_qpr.artifacts import ENCODER_FUSION_DEFAULTS
+    from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION
+
+    carried = (getattr(encoder, "config", None) or {}).get(ENCODER_FUSION_DEFAULTS) or {}
+    prior = {"fusion": carried.get("fusion", DEFAULT_FUSION), "alpha": float(carried.get("alpha", DEFAULT_ALPHA))}
+    if carried.get("bounds"):
+        prior["bounds"] = carried["bounds"]
+    return prior
+
+
+def settle_against_prior(result: TuneResult, prior_scores: Mapping[str, float], prior: Mapping[str, Any], *,
+                         confidence: float = 0.95) -> TuneResult:
+    """``result`` (the grid's winner) kept only when its gain over ``prior`` (the untuned
+    fusion, whose per-query scores are ``prior_scores``) is clearly real by
+    ``significance.clearly_better``: the bootstrap interval's lower bound above 0. Otherwise the
+    prior's fusion is what ``result`` now holds, and stores. ``result.decision`` says which and why."""
+    from hybrid_qpr.evaluation.significance import clearly_better
+
+    best = {"fusion": result.fusion, "alpha": result.alpha, result.metric: result.mrr}
+    clear, found = clearly_better(prior_scores, result.per_query["tuned"], confidence=confidence)
+    result.decision = {"kept": "tuned" if clear else "prior", "prior": dict(prior), "best": best, "gain": found}
+    if not clear:
+        result.fusion, result.alpha = prior["fusion"], float(prior["alpha"])
+        result.bounds = dict(check_bounds(prior.get("bounds"), "prior bounds"))
+        result.per_query["tuned"] = dict(prior_scores)
+        result.mrr = float(np.mean(list(prior_scores.values()))) if prior_scores else 0.0
+    return result
+
+
+def decision_sentence(result: TuneResult) -> str:
+    """What ``settle_against_prior`` decided, in one line (``tune`` and the workbench print it)."""
+    from hybrid_qpr.evaluation.significance import gain_sentence
+
+    d = result.decision
+    if d is None:
+        return "no prior to weigh the grid's winner against"
+    best, prior = d["best"], d["prior"]
+    head = gain_sentence(d["gain"], f"best grid point ({best['fusion']} alpha {best['alpha']:.1f})",
+                         f"the untuned prior ({prior['fusion']} alpha {prior['alpha']:.1f})", result.metric)
+    if d["kept"] == "tuned":
+        return head + f"; the interval's lower bound is above 0, so the tuned {best['fusion']} alpha " \
+                      f"{best['alpha']:.1f} is kept"
+    return head + f"; the interval's lower bound {d['gain']['low']:+.4f} is not above 0, so the prior " \
+                  f"{prior['fusion']} alpha {prior['alpha']:.1f} is kept"
 
 
 def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *,
          fusions: Sequence[str] = FUSION_METHODS, alphas: Sequence[float] = ALPHAS, depth: int | None = None,
          retrieve: int | None = None, task: str = "paraphrase",
          query_filters: Mapping[str, Filters] | None = None, show_progress: bool = False,
-         bound_grid: Sequence[Mapping[str, Any]] = ()) -> TuneResult:
+         bound_grid: Sequence[Mapping[str, Any]] = (), prior: Mapping[str, Any] | None | bool = True) -> TuneResult:
     """Choose the fusion method and ``alpha`` maximising the task's main metric on ``queries``
     (MRR@20 for paraphrase retrieval, MAP for answer selection, MRR for answer retrieval),
     among the grid points that are not below the better single mode (the one with the higher
@@ -230,6 +285,9 @@ def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
     BM25 alone and kNN alone (documents from the other list only follow), so the better single
     mode is itself a candidate and the tuned hybrid is never worse than it on these queries;
     this is checked. Ties between grid points go to the earlier one (``fusions`` order, then smaller alpha).
+    ``prior``: the fusion the index runs untuned (``True``: ``untuned_prior`` of the searcher's
+    model; ``None``/``False``: none). The winner replaces it only when its gain is clearly real
+    (``settle_against_prior``); else the prior is kept, which may rank below a single mode.
     ``bound_grid``: min-max bounds settings (``fusion.check_bounds`` form) each tried with minmax
     at every alpha, after the plain grid. ``show_progress``: progress of the retrieval and of the grid on stderr.
     """
@@ -241,8 +299,10 @@ def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
     own = query_filters or {}
     cands = {qid: searcher.candidates(text, QueryVector.encoding(searcher.encoder, text), depth, own.get(qid))
              for qid, text in _maybe_track(queries.items(), len(queries), "tune: BM25 and kNN lists", show_progress)}
+    if prior is True:
+        prior = untuned_prior(searcher.encoder)
     return tune_candidates(cands, qrels, fusions=fusions, alphas=alphas, depth=depth, retrieve=retrieve, task=task,
-                           show_progress=show_progress, bound_grid=bound_grid)
+                           show_progress=show_progress, bound_grid=bound_grid, prior=prior or None)
 
 
 def _maybe_track(items, total: int, description: str, show: bool):
@@ -261,9 +321,10 @@ def _tuning_depth(depth: int | None, retrieve: int) -> int:
 def tune_candidates(cands: Mapping[str, Any], qrels: Mapping[str, Mapping[str, int]], *,
                     fusions: Sequence[str] = FUSION_METHODS, alphas: Sequence[float] = ALPHAS, depth: int | None = None,
                     retrieve: int | None = None, task: str = "paraphrase", show_progress: bool = False,
-                    bound_grid: Sequence[Mapping[str, Any]] = ()) -> TuneResult:
+                    bound_grid: Sequence[Mapping[str, Any]] = (), prior: Mapping[str, Any] | None = None) -> TuneResult:
     """The grid search of :func:`tune` on candidate lists already fetched (query id ->
-    ``hybrid_qpr.search.Candidates`` of ``depth`` hits each), e.g. by a batched benchmark."""
+    ``hybrid_qpr.search.Candidates`` of ``depth`` hits each), e.g. by a batched benchmark;
+    with ``prior`` (``{"fusion", "alpha", "bounds"?}``) settled against it (``settle_against_prior``)."""
     from hybrid_qpr.search import HybridSearcher
 
     spec = get_task(task)
@@ -303,8 +364,14 @@ def tune_candidates(cands: Mapping[str, Any], qrels: Mapping[str, Mapping[str, i
     value, fusion, alpha, bounds = best
     bm25_value, knn_value = bm25_metrics[main], knn_metrics[main]
     per_query = {name: spec.per_query(r, qrels, main) for name, r in (("tuned", best_run), ("bm25", bm25_run), ("knn", knn_run))}
-    return TuneResult(fusion, alpha, value, bm25_value, knn_value, depth, len(cands), grid, spec.main_metric, per_query,
-                      dict(bounds))
+    result = TuneResult(fusion, alpha, value, bm25_value, knn_value, depth, len(cands), grid, spec.main_metric, per_query,
+                        dict(bounds))
+    if prior is None:
+        return result
+    prior_run = {q: [f.id for f in HybridSearcher.fuse(c, fusion=prior["fusion"], alpha=float(prior["alpha"]), depth=depth,
+                                                       top_k=retrieve, bounds=check_bounds(prior.get("bounds"), "prior"))]
+                 for q, c in cands.items()}
+    return settle_against_prior(result, spec.per_query(prior_run, qrels, main), prior)
 
 
 @dataclass

@@ -277,6 +277,17 @@ def gain(base: Mapping[str, float], run: Mapping[str, float], *, confidence: flo
             "noise": bool(low <= 0 <= high or p >= ALPHA), "few": len(queries) < SMALL_SAMPLE}
 
 
+def clearly_better(base: Mapping[str, float], run: Mapping[str, float], *, confidence: float = 0.95,
+                   resamples: int = RESAMPLES, seed: int = SEED) -> tuple[bool, dict[str, Any]]:
+    """The rule by which a tuned setting replaces the one in place (``tune``, the workbench):
+    only when the lower bound of the bootstrap interval of its gain over ``base`` (query id ->
+    score) is above 0. A grid searched on a small validation set always finds some winner; an
+    interval that reaches 0 says the gain may be that search's luck. Returns the verdict and
+    :func:`gain`'s result."""
+    found = gain(base, run, confidence=confidence, resamples=resamples, seed=seed)
+    return found["low"] > 0, found
+
+
 def gain_sentence(result: Mapping[str, Any], run: str, base: str, metric: str) -> str:
     """``result`` of :func:`gain` as one plain sentence."""
     head = (f"{run} vs {base}: {metric} {result['delta']:+.4f} "

@@ -122,3 +122,30 @@ def write_dataset_dir(path: Path, splits: dict[str, list[Cluster]], fingerprint:
     if fingerprint is not None:
         (path / "manifest.json").write_text(json.dumps({"format": "hybrid-qpr-dataset", "fingerprint": fingerprint}))
     return path
+
+
+def mixed_script_texts() -> list[str]:
+    """Texts that stress BM25 analysis: several scripts, accents composed and decomposed,
+    compatibility forms, punctuation runs, joiners, digits of other scripts, an over-long word."""
+    return [
+        "How do I reset my PASSWORD?!? (it's been 3 days...)",
+        "What's the best way to learn C++/C# -- or Rust_lang -- in 2024?",
+        "Ça coûte combien, le café à Paris ? « Très cher » !",
+        "Wie groß ist die Straße? Größe: 42 cm; Ärger über Öl",
+        "e\u0301cole, cafe\u0301 and na\u00efve re\u0301sume\u0301s",
+        "ＰＹＴＨＯＮ ｆｕｌｌｗｉｄｔｈ and ﬁnancial ﬂows",
+        "Как выучить русский язык быстро? Ёлка, йогурт",
+        "Πώς μαθαίνω ελληνικά; ΟΔΟΣ οδός",
+        "हिन्दी भाषा कैसे सीखें? नमस्ते",
+        "東京の天気は？ 北京大学 한국어 공부",
+        "كيف أتعلم اللغة العربية؟ ٣٤٥ كتاب",
+        "Ørsted, Łódź, Þórr, Æsir, œuvre, straße",
+        "emoji 🙂 and symbols ™ © ½ ² ⅻ Ⓐ",
+        "url https://example.com/path?q=a&b=c email a.b@example.org",
+        "zero\u200bwidth space, joiner a\u200db and non-joiner می\u200cخواهم",
+        "numbers 3.14 1,000,000 ٣٤ १२३ and dates 2024-01-02",
+        "İstanbul'da ıspanak yiyor musun? DİYARBAKIR",
+        "   \t\n  ",
+        "running runners ran easily; generously generalized organizations",
+        "x" * 300 + " short tail",
+    ]

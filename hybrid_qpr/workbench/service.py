@@ -275,9 +275,11 @@ class Workbench:
         """``hybrid_qpr.evaluation.evaluator.tune`` on the judged queries, then (``store``) the
         winner stored as the index's fusion default, as ``hybrid-qpr tune`` does; the metrics of
         bm25, knn and hybrid before and of the tuned hybrid after, on the same queries.
-        ``store=None`` stores when index writes are allowed; ``store=True`` without them is a 403."""
+        ``store=None`` stores when index writes are allowed; ``store=True`` without them is a 403.
+        The grid's winner replaces the untuned prior only when its gain is clearly real, by the
+        rule ``hybrid-qpr tune`` follows (``evaluator.settle_against_prior``); ``decision`` says which was kept."""
         from hybrid_qpr.evaluation import significance
-        from hybrid_qpr.evaluation.evaluator import evaluate, tune as run_tune
+        from hybrid_qpr.evaluation.evaluator import decision_sentence, evaluate, tune as run_tune
 
         if store and not self.index_writes:
             raise RequestError(403, READ_ONLY + ': send {"store": false} (or no body) to tune without storing')
@@ -307,7 +309,10 @@ class Workbench:
         single = "bm25" if result.bm25_mrr >= result.knn_mrr else "knn"
         gain = significance.gain(result.per_query[single], result.per_query["tuned"])
         gain.update(over=single, sentence=significance.gain_sentence(gain, "tuned hybrid", single, result.metric))
+        decision = result.decision or {}
         return {"queries": result.queries, "metric": result.metric, "stored": store, "gain": gain,
+                "decision": {"kept": decision.get("kept"), "prior": decision.get("prior"), "best": decision.get("best"),
+                             "low": decision.get("gain", {}).get("low"), "sentence": decision_sentence(result)},
                 "index_writes": self.index_writes,
                 "before": {name: _scored(before[name]) for name in ("bm25", "knn", "hybrid")},
                 "after": {"hybrid": _scored(after)},

@@ -314,10 +314,11 @@ def test_cli_refuses_an_empty_index_cleanly(tmp_path, committed_encoder):
     assert proc.returncode == 1 and "holds no documents" in err and "Traceback" not in err
 
 
-def test_judgment_flow_tuned_hybrid_is_not_below_the_better_single_mode(tmp_path, committed_encoder):
+def test_judgment_flow_tune_keeps_a_clear_winner_or_the_prior(tmp_path, committed_encoder):
     """Judge the hits of 30 new questions (held out of the examples/ bank, one per val/test
-    group) through the API, tune, then score bm25, knn and the tuned hybrid on those
-    judgments through /api/search."""
+    group) through the API, tune, then score bm25, knn and the hybrid on those judgments
+    through /api/search: the grid's winner (never below the better single mode there) is
+    served when its gain over the untuned prior is clear, else the prior is, unchanged."""
     from hybrid_qpr.evaluation.evaluator import score_run
     from hybrid_qpr.workbench.judgments import JudgmentStore
 
@@ -338,7 +339,15 @@ def test_judgment_flow_tuned_hybrid_is_not_below_the_better_single_mode(tmp_path
     print("\njudgment flow, 30 held-out queries of the examples/ bank:", json.dumps(
         {m: {k: round(v, 4) for k, v in metrics[m].items()} for m in metrics}), "chosen:", tuned["chosen"],
           "untuned hybrid:", json.dumps(tuned["before"]["hybrid"]))
-    assert metrics["hybrid"]["MRR@20"] >= max(metrics["bm25"]["MRR@20"], metrics["knn"]["MRR@20"]) - 1e-9
+    decision = tuned["decision"]
+    assert decision["kept"] in ("tuned", "prior") and decision["sentence"]
+    if decision["kept"] == "tuned":
+        assert decision["low"] > 0
+        assert metrics["hybrid"]["MRR@20"] >= max(metrics["bm25"]["MRR@20"], metrics["knn"]["MRR@20"]) - 1e-9
+    else:
+        assert decision["low"] <= 0 and "so the prior rrf alpha 0.5 is kept" in decision["sentence"]
+        assert (tuned["chosen"]["fusion"], tuned["chosen"]["alpha"]) == ("rrf", 0.5)
+        assert metrics["hybrid"]["MRR@20"] == pytest.approx(tuned["before"]["hybrid"]["metrics"]["MRR@20"])
     assert metrics["hybrid"]["MRR@20"] == pytest.approx(tuned["after"]["hybrid"]["metrics"]["MRR@20"])
 
 

@@ -167,8 +167,9 @@ def test_tuned_hybrid_never_trades_mrr_for_map():
              "q2": ([("c", 5.28), ("e", 4.17), ("b", 3.53), ("d", 2.26), ("a", 1.24)],
                     [("c", 0.968), ("a", 0.89), ("b", 0.766), ("d", 0.666), ("e", 0.567)])}
     qrels = {"q1": {"d": 1}, "q2": {"c": 1, "b": 1}}
+    # the grid's own guard, without the untuned prior it is then weighed against (2 queries: never clear)
     result = tune(_FixedLists(lists), {"q1": "q1", "q2": "q2"}, qrels, task="answer-selection", fusions=("l2",),
-                  alphas=(0.5,))
+                  alphas=(0.5,), prior=None)
     by_point = {(g["fusion"], g["alpha"]): g for g in result.grid}
     assert by_point[("l2", 0.5)]["MAP"] == pytest.approx(0.625) and not by_point[("l2", 0.5)]["allowed"]
     assert by_point[("rrf", 1.0)]["MRR"] == pytest.approx(2 / 3)

@@ -12,7 +12,6 @@ from hybrid_qpr.backends.local import LocalIndex
 from hybrid_qpr.backends.local.bm25 import BM25_B, BM25_K1
 from hybrid_qpr.backends.local.merge import plan_merge
 from hybrid_qpr.errors import ConfigError
-from hybrid_qpr.text import tokenize
 from hybrid_qpr.types import Document, QueryVector
 
 QUERIES = ["how do i change my password", "where do i find my invoice invoice", "who can see my avatar",
@@ -68,7 +67,7 @@ def test_compiled_bm25_top_list_equals_scoring_every_document(segmented):
     def reference(query: str, depth: int):
         found = []
         with segmented.reader() as reader:
-            for seg, scores in zip(reader.segments, reader._bm25_scores(tokenize(query))):
+            for seg, scores in zip(reader.segments, reader._bm25_scores(reader.analyzer.analyze(query))):
                 rows = np.flatnonzero(scores > 0)
                 found.append(Candidates.best(seg, scores[rows], rows, depth))
         return entry_hits(ranked_entries(found, depth), {})
@@ -157,9 +156,10 @@ def test_bm25_matches_the_bm25s_library(single, question_bank):
     bm25s = pytest.importorskip("bm25s")
     docs = _final_state(question_bank)
     ref = bm25s.BM25(k1=BM25_K1, b=BM25_B)
-    ref.index([tokenize(d.text) for d in docs], show_progress=False)
+    analyze = single.analyzer.analyze  # the index's: English by default
+    ref.index([analyze(d.text) for d in docs], show_progress=False)
     for query in QUERIES[:5]:
-        tokens = [t for t in tokenize(query) if t in ref.vocab_dict]
+        tokens = [t for t in analyze(query) if t in ref.vocab_dict]
         expected = ref.get_scores(tokens)
         got = {h.id: h.score for h in single.bm25(query, 500)}
         assert {d.id: s for d, s in zip(docs, expected.tolist()) if s > 0} == pytest.approx(got, rel=1e-5)

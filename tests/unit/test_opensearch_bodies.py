@@ -12,6 +12,7 @@ from hybrid_qpr.backends.opensearch import (OpenSearchBackend, connect, filter_c
 from hybrid_qpr.backends.elasticsearch import index_body as es_index_body
 from hybrid_qpr.distance import score_from_opensearch, similarity
 from hybrid_qpr.errors import ClusterError, ConfigError
+from hybrid_qpr.text.analysis import get_analyzer
 from hybrid_qpr.text.tokenizer import TOKEN_PATTERN
 
 
@@ -26,18 +27,23 @@ def test_index_bodies_take_dims_and_space_from_the_model(distance, space, es):
     assert body["mappings"]["_meta"] == {"format": "hybrid-qpr-index", "format_version": 1, "dim": 96, "distance": distance,
                                          "model_fingerprint": "abcdef0123456789", "model_kind": "cnn",
                                          "engine": "lucene", "fusion": None,
-                                         "bm25": {"k1": 1.5, "b": 0.75, "tokens": "hybrid_qpr.text.tokenize"}}
-    # BM25 like the embedded index: its k1 and b, and its tokenizer's pattern on the text field
+                                         "bm25": {"k1": 1.5, "b": 0.75, "field": "bm25_tokens",
+                                                  "analyzer": get_analyzer("english").record()}}
+    # BM25 like the embedded index: its k1 and b, over the analyzer's terms the client writes
     settings = body["settings"]["index"]
     assert settings["similarity"]["default"] == {"type": "BM25", "k1": 1.5, "b": 0.75}
+    assert body["mappings"]["properties"]["bm25_tokens"] == {"type": "text", "analyzer": "whitespace"}
+    assert body["mappings"]["properties"]["text"]["analyzer"] == "hybrid_qpr_words"  # for queries sent directly
     assert settings["analysis"]["tokenizer"]["hybrid_qpr_words"]["pattern"] == TOKEN_PATTERN
-    assert body["mappings"]["properties"]["text"]["analyzer"] == "hybrid_qpr_words"
+    french = index_body(96, distance, "abcdef0123456789", "cnn", analyzer="french")["mappings"]["_meta"]["bm25"]
+    assert french["analyzer"]["name"] == "french"
     elastic = es_index_body(96, distance, "abcdef0123456789", "cnn")
     dense = elastic["mappings"]["properties"]["embedding"]
     assert (dense["type"], dense["dims"], dense["similarity"]) == ("dense_vector", 96, es)
     assert "${" not in json.dumps(elastic)
     assert elastic["settings"]["index"]["similarity"]["default"] == {"type": "BM25", "k1": 1.5, "b": 0.75}
     assert elastic["mappings"]["properties"]["bm25_tokens"] == {"type": "text", "analyzer": "whitespace"}
+    assert elastic["mappings"]["_meta"]["bm25"] == body["mappings"]["_meta"]["bm25"]
 
 
 def test_pipeline_bodies_weights_and_checks():
@@ -108,6 +114,8 @@ def test_credentials_never_appear_in_errors(monkeypatch):
 def test_bm25_queries_carry_the_embedded_tokens():
     from hybrid_qpr.backends.cluster.bodies import TOKENS_FIELD, bm25_body, bm25_tokens
 
-    assert bm25_tokens("Levi's Café costs 1,000 Ｙen?") == "levi s café costs 1 000 yen ?"
-    body = bm25_body("Where is Zürich?", 10, {"group": "q1"}, TOKENS_FIELD)
-    assert body["query"]["bool"]["must"] == [{"match": {TOKENS_FIELD: {"query": "where is zürich ?"}}}]
+    legacy, english = get_analyzer("legacy"), get_analyzer("english")
+    assert bm25_tokens("Levi's Café costs 1,000 Ｙen?", legacy) == "levi s café costs 1 000 yen ?"
+    assert bm25_tokens("Levi's Café costs 1,000 Ｙen?", english) == "levi s cafe cost 1 000 yen"
+    body = bm25_body("Where is Zürich?", 10, {"group": "q1"}, TOKENS_FIELD, english)
+    assert body["query"]["bool"]["must"] == [{"match": {TOKENS_FIELD: {"query": "where zurich"}}}]

@@ -22,13 +22,15 @@ import numpy as np
 
 from hybrid_qpr.backends.base import Capabilities, IngestReport, document_problem
 from hybrid_qpr.backends.cluster import writer
-from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, METADATA_FIELD, SEARCH_FILTER, TEXT_FIELD, VECTOR_FIELD,
+from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, LEGACY_OPENSEARCH_ANALYZER, METADATA_FIELD,
+                                                SEARCH_FILTER, TEXT_FIELD, TOKENS_ANALYZER, TOKENS_FIELD, VECTOR_FIELD,
                                                 bm25_body, check_shards)
 from hybrid_qpr.backends.cluster.connection import (ENGINE_NAMES, Engine, HttpFailure, Transport, error_for, reason,
                                                     translate)
 from hybrid_qpr.backends.cluster.names import check_index_name, id_problem, index_path
 from hybrid_qpr.distance import Distance, check_distance, prepare_vectors, score_from_opensearch
 from hybrid_qpr.errors import BackendError, ClusterError, ConfigError, ModelMismatchError
+from hybrid_qpr.text.analysis import Analyzer, get_analyzer, legacy_note, refuse_another
 from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
 
 logger = logging.getLogger(__name__)
@@ -77,8 +79,8 @@ class ClusterBackend:
     capabilities = Capabilities(batched_bm25_and_knn=True)
     default_knn_candidates = KNN_CANDIDATES
     vector_type: str  # the mapping type of the vector field
-    bm25_field: str = TEXT_FIELD  # the field BM25 searches (bodies.TOKENS_FIELD where the client tokenizes)
-    bm25_analyzer: str  # its analyzer in the mapping, which yields hybrid_qpr.text.tokenize's tokens
+    # what multiplies the engine's BM25 scores into the embedded index's (Elasticsearch's differ by a factor)
+    bm25_score_scale: float = 1.0
 
     def __init__(self, client: Any, index: str, *, request_timeout: float | None = None,
                  documents_in_hits: bool = True, knn_candidates: int | None = None, search_type: SearchType = "auto"):
@@ -333,6 +335,37 @@ class ClusterBackend:
         return out
 
     @property
+    def bm25_field(self) -> str:
+        """The field BM25 searches: ``bodies.TOKENS_FIELD``, the analyzer's terms written by the
+        client; an OpenSearch index made before analyzers has none and searches ``text``."""
+        return TOKENS_FIELD if TOKENS_FIELD in self.meta.get("_properties", {}) else TEXT_FIELD
+
+    @property
+    def bm25_analyzer(self) -> str:
+        """The mapping analyzer of ``bm25_field`` that gives the client's terms back unchanged."""
+        return TOKENS_ANALYZER if self.bm25_field == TOKENS_FIELD else LEGACY_OPENSEARCH_ANALYZER
+
+    @property
+    def analyzer(self) -> Analyzer:
+        """BM25's analyzer, as the mapping ``_meta`` records it (none recorded: ``legacy``)."""
+        bm25 = self.meta.get("bm25")
+        return Analyzer.from_record(bm25.get("analyzer") if isinstance(bm25, Mapping) else None,
+                                    f"{self.engine_name} index {self.index!r}")
+
+    def analyzer_note(self) -> str | None:
+        """A line for an index still on the legacy analyzer, with the way to move it (ingest anew)."""
+        if not self.analyzer.legacy:
+            return None
+        return legacy_note(f"{self.engine_name} index {self.index!r}",
+                           "ingest the same source into a new index (the analyzer is chosen when an index is "
+                           "created), then point queries at it or drop this one with 'hybrid-qpr index drop'")
+
+    def check_analyzer(self, wanted: Analyzer) -> None:
+        """Refuse to add documents analysed one way to an index whose BM25 terms are another's."""
+        refuse_another(self.analyzer, wanted, f"{self.engine_name} index {self.index!r}",
+                       f"ingest into a new index to use {wanted.name}")
+
+    @property
     def fusion_defaults(self) -> dict[str, Any]:
         """Fusion settings stored by tuning (e.g. ``{"fusion": "minmax", "alpha": 0.3, "depth": 100}``), or ``{}``."""
         return dict(self.meta.get("fusion") or {})
@@ -385,10 +418,12 @@ class ClusterBackend:
             health = self.transport.request("GET", "/_cluster/health")
         return int(health.get("number_of_data_nodes") or 1)
 
-    def ensure_index(self, encoder, *, shards: int | None = None, replicas: int | None = None) -> bool:
+    def ensure_index(self, encoder, *, shards: int | None = None, replicas: int | None = None,
+                     analyzer: str | None = None) -> bool:
         """Create the index for ``encoder`` if missing (True), else check it matches (False).
         ``shards`` defaults to 1 and ``replicas`` to what the cluster can hold (0 on one data
-        node, else 1); both only apply when the index is created.
+        node, else 1); both only apply when the index is created. ``analyzer``: BM25's language
+        analysis of a new index (default English); an existing one refuses another.
 
         More replicas than the cluster can place (a replica never shares a node with its
         primary) are refused before anything is created, naming the node count. The index is
@@ -396,6 +431,8 @@ class ClusterBackend:
         or the request fails, an index this call created is deleted again."""
         if self.exists():
             self.check_encoder(encoder)
+            if analyzer is not None:
+                self.check_analyzer(get_analyzer(analyzer))
             return False
         # no replicas fit any cluster: then the health (a cluster privilege) is not asked
         nodes = self.data_nodes() if replicas != 0 else None
@@ -407,7 +444,7 @@ class ClusterBackend:
                               f"this {self.engine_name} cluster has {nodes}. Nothing was created; use --replicas "
                               f"{nodes - 1} (or add data nodes)")
         body = self.index_body(encoder.dim, encoder.distance, encoder.fingerprint, encoder.kind,
-                               shards=shards, replicas=replicas)
+                               shards=shards, replicas=replicas, analyzer=analyzer)
         meta = body["mappings"]["_meta"]
         # remembered so that queries without --model use this model (never a secret: a local path)
         meta["model_dir"] = str(Path(encoder.model_dir).resolve())
@@ -478,8 +515,7 @@ class ClusterBackend:
         """BM25 via a ``match`` query: the text is analysed, never parsed as query syntax."""
         self.check_depth(depth, knn=False)
         filters = self.checked_filters(filters)
-        return self._raw_hits(self._search(bm25_body(query, depth, filters, self.bm25_field, self.documents_in_hits),
-                                           "BM25 search", self._bm25_params()))
+        return self._bm25_hits(self._search(self._bm25_body(query, depth, filters), "BM25 search", self._bm25_params()))
 
     def knn(self, vector: np.ndarray, depth: int, filters: Filters | None = None) -> list[Hit]:
         """Top ``depth`` by HNSW; filters run inside the graph search (so ``depth`` hits still come back)."""
@@ -492,10 +528,19 @@ class ClusterBackend:
         """``bm25`` and ``knn`` in one ``_msearch`` round trip (client-side hybrid's candidates)."""
         self.check_depth(depth, knn=True)
         filters = self.checked_filters(filters)
-        bm25_hits, knn_hits = self._msearch([bm25_body(query, depth, filters, self.bm25_field, self.documents_in_hits),
+        bm25_hits, knn_hits = self._msearch([self._bm25_body(query, depth, filters),
                                              self.knn_body(vector.get(), depth, filters)],
                                             ["BM25 search", "kNN search"], [self._bm25_params(), {}])
-        return RankedList.of_hits(self._raw_hits(bm25_hits)), RankedList.of_hits(self._to_hits(knn_hits))
+        return RankedList.of_hits(self._bm25_hits(bm25_hits)), RankedList.of_hits(self._to_hits(knn_hits))
+
+    def _bm25_body(self, query: str, depth: int, filters: Filters | None) -> dict:
+        return bm25_body(query, depth, filters, self.bm25_field, self.analyzer, self.documents_in_hits)
+
+    def _bm25_hits(self, hits: list[dict]) -> list[Hit]:
+        """BM25 hits on the embedded index's scale (``bm25_score_scale``)."""
+        if self.bm25_score_scale == 1.0:
+            return self._raw_hits(hits)
+        return [Hit(h["_id"], float(h["_score"]) * self.bm25_score_scale, _stored_document(h)) for h in hits]
 
     def documents(self, ids: Sequence[str], places: Sequence[Any] | None = None) -> dict[str, Document]:
         """``_mget`` of ``ids`` (a cluster's lists carry no ``places``)."""

@@ -13,15 +13,20 @@ from typing import Any
 
 from hybrid_qpr import resources
 from hybrid_qpr.errors import BackendError, ConfigError
+from hybrid_qpr.text.analysis import Analyzer
 from hybrid_qpr.types import Filters
 
 TEXT_FIELD, VECTOR_FIELD, METADATA_FIELD = "text", "embedding", "metadata"
 # what a search returns of each hit's stored document: what a result shows (never the vector)
 SOURCE_FIELDS = (TEXT_FIELD, METADATA_FIELD)
-# Elasticsearch's BM25 field: the tokens of hybrid_qpr.text.tokenize, space-separated, read by
-# the core "whitespace" analyzer (the local ES build has no analysis-common module, so no
-# pattern tokenizer); OpenSearch runs BM25 on TEXT_FIELD with the same pattern server-side
+# The BM25 field of both engines: the terms of the index's analyzer (hybrid_qpr.text.analysis),
+# space-separated, read by the core "whitespace" analyzer (Lucene has no NFKC filter without the
+# ICU plugin; an Elasticsearch without its analysis-common module has no stemmer, no pattern
+# tokenizer). An OpenSearch index made before analyzers ran BM25 on TEXT_FIELD with the legacy
+# pattern analyzer server-side (LEGACY_OPENSEARCH_ANALYZER).
 TOKENS_FIELD = "bm25_tokens"
+TOKENS_ANALYZER = "whitespace"
+LEGACY_OPENSEARCH_ANALYZER = "hybrid_qpr_words"
 DEFAULT_SHARDS = 1
 _PLACEHOLDER = re.compile(r"^\$\{([A-Z0-9_]+)\}$")
 # responses trimmed to what the backends read: smaller JSON to send and to decode
@@ -87,20 +92,26 @@ def bm25_values() -> dict[str, float]:
     return {"BM25_K1": BM25_K1, "BM25_B": BM25_B}
 
 
-def bm25_tokens(text: str) -> str:
-    """``text`` as the embedded BM25 sees it: the tokens of ``hybrid_qpr.text.tokenize``
-    (NFKC, lower case, words and ``?``) joined by spaces. Whitespace analysis of this string,
-    or the OpenSearch mapping's pattern analysis of it, gives those tokens back unchanged."""
-    from hybrid_qpr.text import tokenize
+def bm25_meta(analyzer: Analyzer) -> dict[str, Any]:
+    """The mapping ``_meta.bm25`` of a new index: k1, b and the analyzer's record."""
+    from hybrid_qpr.backends.local.bm25 import BM25_B, BM25_K1
 
-    return " ".join(tokenize(text))
+    return {"k1": BM25_K1, "b": BM25_B, "field": TOKENS_FIELD, "analyzer": analyzer.record()}
 
 
-def bm25_query(query: str, filters: Filters | None, field: str = TEXT_FIELD) -> dict:
+def bm25_tokens(text: str, analyzer: Analyzer) -> str:
+    """``text`` as the embedded BM25 sees it: its terms by ``analyzer`` joined by spaces.
+    Whitespace analysis of this string (or the legacy OpenSearch pattern analysis of a
+    legacy analyzer's terms) gives those terms back unchanged."""
+    return " ".join(analyzer.analyze(text))
+
+
+def bm25_query(query: str, filters: Filters | None, field: str, analyzer: Analyzer) -> dict:
     """A ``match`` query on ``field`` (the text is analysed, never parsed as query syntax) with
-    exact filters. The query is tokenized here as the embedded index does, so every backend
+    exact filters. The query is analysed here as the embedded index does, so every backend
     scores the same terms."""
-    return {"bool": {"must": [{"match": {field: {"query": bm25_tokens(query)}}}], "filter": filter_clauses(filters)}}
+    return {"bool": {"must": [{"match": {field: {"query": bm25_tokens(query, analyzer)}}}],
+                     "filter": filter_clauses(filters)}}
 
 
 def source_param(with_documents: bool) -> list[str] | bool:
@@ -108,10 +119,10 @@ def source_param(with_documents: bool) -> list[str] | bool:
     return list(SOURCE_FIELDS) if with_documents else False
 
 
-def bm25_body(query: str, depth: int, filters: Filters | None, field: str = TEXT_FIELD,
+def bm25_body(query: str, depth: int, filters: Filters | None, field: str, analyzer: Analyzer,
               with_documents: bool = False) -> dict:
     return {"size": depth, "_source": source_param(with_documents), "track_total_hits": False,
-            "query": bm25_query(query, filters, field)}
+            "query": bm25_query(query, filters, field, analyzer)}
 
 
 def ids_body(ids: list[str], source: list[str] | bool = False) -> dict:

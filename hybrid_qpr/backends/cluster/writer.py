@@ -64,6 +64,7 @@ def ingest(backend: ClusterIndex, documents: Iterable[Document | tuple[int, Docu
     report = IngestReport(rejects_path=str(rejects_path) if rejects_path else None)
     start = time.monotonic()
     created = backend.ensure_index(encoder, shards=shards, replicas=replicas)
+    analyzer, field = backend.analyzer, backend.bm25_field  # read once: each costs a look at the mapping
     restore = loading.begin(backend, created)
     try:
         backend.refresh_index()
@@ -82,8 +83,8 @@ def ingest(backend: ClusterIndex, documents: Iterable[Document | tuple[int, Docu
                                                      side="document"), encoder.distance)
             for (line, doc), vector in zip(batch, vectors):
                 source = {TEXT_FIELD: doc.text, VECTOR_FIELD: vector, METADATA_FIELD: doc.metadata}
-                if backend.bm25_field != TEXT_FIELD:
-                    source[backend.bm25_field] = bm25_tokens(doc.text)
+                if field != TEXT_FIELD:
+                    source[field] = bm25_tokens(doc.text, analyzer)
                 action = BulkAction("index", doc.id, source, line, clock.next())
                 action.ndjson(backend.index)  # serialized here, in the encoding thread, while the writer waits
                 yield action

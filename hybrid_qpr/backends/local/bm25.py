@@ -28,7 +28,7 @@ import itertools
 import json
 import math
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,6 @@ import numpy as np
 
 from hybrid_qpr.artifacts import load_npy
 from hybrid_qpr.errors import require
-from hybrid_qpr.text import tokenize
 
 BM25_K1, BM25_B = 1.5, 0.75
 VOCAB, PTR, ROWS, TF, DOCLEN = "bm25.vocab.json", "bm25.ptr.npy", "bm25.rows.npy", "bm25.tf.npy", "bm25.doclen.npy"
@@ -453,16 +452,17 @@ def _keep_best(token_idfs, slots, dense, deleted, total, kept_rows, kept_scores,
     return n_kept, size
 
 
-def rank_bm25_scores(segments: Sequence[Any], tokens: list[str], built: tuple | None) -> tuple[list[np.ndarray], tuple]:
+def rank_bm25_scores(segments: Sequence[Any], tokens: list[str], built: tuple | None,
+                     analyze: Callable[[str], list[str]]) -> tuple[list[np.ndarray], tuple]:
     """rank-bm25's scores of every row of ``segments`` (deleted rows 0), for benchmarks: one
     BM25Okapi over the live texts, built now unless ``built`` (what an earlier call returned
-    for the same commit) is given; returns the scores and that model."""
+    for the same commit) is given, its texts analysed by ``analyze``; returns the scores and that model."""
     if built is None:
         rank_bm25 = require("rank_bm25", extra="bench", feature="rank-bm25 search")
         live = [np.flatnonzero(~s.deleted) if s.deleted is not None else np.arange(s.count) for s in segments]
         texts = [t for s, rows in zip(segments, live)
                  for t in np.asarray([r[0] for r in s.sql("SELECT text FROM docs ORDER BY pos")], dtype=object)[rows]]
-        built = (rank_bm25.BM25Okapi([tokenize(t) or [""] for t in texts], k1=BM25_K1, b=BM25_B), live)
+        built = (rank_bm25.BM25Okapi([analyze(t) or [""] for t in texts], k1=BM25_K1, b=BM25_B), live)
     model, live = built
     flat = np.asarray(model.get_scores(tokens), dtype=np.float32) if sum(map(len, live)) else np.zeros(0, np.float32)
     out, start = [], 0

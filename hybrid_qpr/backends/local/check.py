@@ -159,6 +159,15 @@ def _check_postings(seg: Segment, report: CheckReport, path: Path) -> None:
 
 
 def _notes(path: Path, manifest: dict, report: CheckReport) -> None:
+    from hybrid_qpr.backends.local.index import migrate_command
+    from hybrid_qpr.errors import ConfigError
+    from hybrid_qpr.text.analysis import Analyzer, legacy_note
+
+    try:
+        if Analyzer.from_record(manifest.get("bm25", {}).get("analyzer"), f"index {path}").legacy:
+            report.notes.append(legacy_note(f"index {path}", migrate_command(path)))
+    except ConfigError as exc:
+        report.problems.append(Problem(f"{MANIFEST}: {exc}", "use the hybrid-qpr version that wrote the index"))
     writer = WriteLock(path).writer_at_work()
     if writer:
         report.notes.append(f"the index is being written by {writer} right now")

@@ -52,6 +52,7 @@ from hybrid_qpr.backends.local.writer import check_output_dim, local_document_pr
 from hybrid_qpr.backends.local.writing import IndexWriter, now, versions
 from hybrid_qpr.distance import Distance, check_distance
 from hybrid_qpr.errors import ConfigError, IndexDamagedError, ModelMismatchError
+from hybrid_qpr.text.analysis import Analyzer, get_analyzer, legacy_note, refuse_another
 from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
 
 logger = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class LocalIndex:
         if self.bm25_impl not in BM25_IMPLS:
             raise ConfigError(f"bm25={self.bm25_impl!r}: allowed values are {', '.join(BM25_IMPLS)}")
         self._search_override: SearchSettings | None = None
+        self._analyzer: tuple[Any, Analyzer] | None = None  # (manifest record, its analyzer)
         self._files = OpenFiles()  # the open segments and graphs, each closed when its last snapshot goes
         self._publishing = threading.Lock()  # one commit opened and published at a time, in commit order
         # the commit readers see now (segments not opened yet: ``load`` opens them)
@@ -115,14 +117,20 @@ class LocalIndex:
 
     @classmethod
     def create(cls, path: str | Path, encoder, *, faiss: FaissKind = "auto", bm25: Bm25Impl = "builtin",
-               flat_threshold: int = FLAT_THRESHOLD, search: SearchSettings | None = None) -> "LocalIndex":
+               flat_threshold: int = FLAT_THRESHOLD, search: SearchSettings | None = None,
+               analyzer: str | None = None) -> "LocalIndex":
         """Open ``path`` if it holds an index (checking ``encoder`` matches it), else create
         an empty index for ``encoder`` there (a manifest with no segments). ``search``: the
-        stored kNN search settings (default ``SearchSettings()``, chosen by measured recall)."""
+        stored kNN search settings (default ``SearchSettings()``, chosen by measured recall).
+        ``analyzer``: BM25's language analysis (``hybrid_qpr.text.analysis``, default English);
+        an existing index keeps its own and refuses another (``LocalIndex.check_analyzer``)."""
+        chosen = get_analyzer(analyzer)
         path = Path(path)
         if (path / MANIFEST).is_file():
             index = cls.open(path)
             index.check_encoder(encoder)
+            if analyzer is not None:
+                index.check_analyzer(chosen)
             return index
         if faiss not in FAISS_KINDS:
             raise ConfigError(f"faiss={faiss!r}: allowed values are {', '.join(FAISS_KINDS)}")
@@ -147,7 +155,7 @@ class LocalIndex:
                     "faiss": {"kind": faiss, "flat_threshold": int(flat_threshold), "factory": None,
                               "nprobe": search.nprobe, "ef_search": search.ef_search},
                     "bm25": {"impl": bm25, "k1": bm25_lib.BM25_K1, "b": bm25_lib.BM25_B,
-                             "tokenizer": "hybrid_qpr.text.tokenize"},
+                             "analyzer": chosen.record()},
                     "fusion": {}, "segments": [], "retained": [], "versions": versions(),
                     "created": created, "updated": created,
                 })
@@ -178,7 +186,8 @@ class LocalIndex:
         while True:
             snapshot = self._snapshot
             if snapshot.acquire():  # else it was just replaced and let go: take the new one
-                return IndexReader(snapshot, self.path, self.distance, self.dim, self.bm25_impl, self.capabilities)
+                return IndexReader(snapshot, self.path, self.distance, self.dim, self.bm25_impl, self.capabilities,
+                                   self.analyzer_of(snapshot.manifest))
 
     def publish(self, manifest: dict[str, Any]) -> None:
         """Open ``manifest``'s commit (keeping the segments and graph it shares with the current
@@ -225,6 +234,28 @@ class LocalIndex:
                     if attempt == OPEN_ATTEMPTS - 1 or read_manifest(self.path).get("generation") == manifest.get("generation"):
                         raise
                     logger.debug("commit %s was replaced while it was opened; opening the next", manifest.get("generation"))
+
+    @property
+    def analyzer(self) -> Analyzer:
+        """BM25's analyzer, as the current commit records it (none recorded: ``legacy``)."""
+        return self.analyzer_of(self.manifest)
+
+    def analyzer_of(self, manifest: dict[str, Any]) -> Analyzer:
+        """The analyzer ``manifest`` records, made once per record (every query asks)."""
+        record = manifest.get("bm25", {}).get("analyzer")
+        cached = self._analyzer
+        if cached is None or cached[0] is not record:
+            cached = self._analyzer = (record, Analyzer.from_record(record, f"index {self.path}"))
+        return cached[1]
+
+    def check_analyzer(self, wanted: Analyzer) -> None:
+        """Refuse to add documents analysed one way to an index whose BM25 terms are another's."""
+        refuse_another(self.analyzer, wanted, f"index {self.path}",
+                       f"move the index to {wanted.name} first: {migrate_command(self.path, wanted.name)}")
+
+    def analyzer_note(self) -> str | None:
+        """A line for an index still on the legacy analyzer: what it lacks and the command that moves it."""
+        return legacy_note(f"index {self.path}", migrate_command(self.path)) if self.analyzer.legacy else None
 
     @property
     def search_settings(self) -> SearchSettings:
@@ -348,8 +379,13 @@ class LocalIndex:
         return self._writer.delete(ids, wait)
 
     def optimize(self, *, encoder=None, drop_damaged: bool = False,
-                 confirm: Callable[[list[Loss]], bool] | None = None, wait: bool | float = False) -> dict[str, Any]:
+                 confirm: Callable[[list[Loss]], bool] | None = None, wait: bool | float = False,
+                 analyzer: str | None = None) -> dict[str, Any]:
         """Merge every segment into one (tombstones expunged, FAISS and BM25 parts rebuilt).
+
+        ``analyzer``: move the index to this BM25 analyzer (``hybrid_qpr.text.analysis``): the
+        postings are rebuilt from the stored texts and committed with the new analyzer's record
+        in one commit (a failure leaves the old analyzer and postings); vectors are kept.
 
         Also the repair tool: what is damaged in a segment is rebuilt from its second copies
         (``recovery.py``): FAISS and BM25 files from its documents and vectors, vectors by
@@ -362,4 +398,11 @@ class LocalIndex:
         is, given what an earlier version did not write: its second copies (the text store, the
         ids file) and its vector base's locality order (``vectorbase.unordered``). Returns
         ``{"segments_before", "documents", "dropped": [Loss, ...], "declined": bool}``."""
-        return self._writer.optimize(encoder=encoder, drop_damaged=drop_damaged, confirm=confirm, wait=wait)
+        return self._writer.optimize(encoder=encoder, drop_damaged=drop_damaged, confirm=confirm, wait=wait, analyzer=analyzer)
+
+
+def migrate_command(path: Path | str, language: str = "english") -> str:
+    """The one command that moves an index to another BM25 analyzer (its postings rebuilt from
+    the stored texts; vectors kept, nothing re-encoded)."""
+    return f"hybrid-qpr index optimize {path} --language {language}"
+

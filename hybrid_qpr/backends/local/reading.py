@@ -36,7 +36,7 @@ from hybrid_qpr.backends.local.vectorbase import knn_units
 from hybrid_qpr.backends.local.worker import query_worker
 from hybrid_qpr.distance import Distance, prepare_vectors, similarity
 from hybrid_qpr.errors import ModelMismatchError
-from hybrid_qpr.text import tokenize
+from hybrid_qpr.text.analysis import Analyzer
 from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
 
 
@@ -54,15 +54,17 @@ class IndexReader:
     """Queries over one snapshot (see the module docstring). ``close`` (or leaving the ``with``
     block) lets the snapshot go; a reader is not used afterwards."""
 
-    __slots__ = ("capabilities", "snapshot", "segments", "base", "path", "distance", "dim", "bm25_impl", "_rows", "_open")
+    __slots__ = ("capabilities", "snapshot", "segments", "base", "path", "distance", "dim", "bm25_impl", "analyzer",
+                 "_rows", "_open")
 
     def __init__(self, snapshot: IndexSnapshot, path: Path, distance: Distance, dim: int, bm25_impl: str,
-                 capabilities: Capabilities = CAPABILITIES):
+                 capabilities: Capabilities = CAPABILITIES, analyzer: Analyzer | None = None):
         self.capabilities = capabilities  # its index's
         self.snapshot = snapshot  # held for this reader (IndexSnapshot.acquire) by LocalIndex.reader
         self.segments: tuple[Segment, ...] = snapshot.segments
         self.base = snapshot.base  # vectorbase.VectorBase of the commit, or None
         self.path, self.distance, self.dim, self.bm25_impl = path, distance, dim, bm25_impl
+        self.analyzer = analyzer or Analyzer.from_record(snapshot.manifest.get("bm25", {}).get("analyzer"), f"index {path}")
         self._rows: dict[str, tuple[Segment, int]] = {}  # where the ids of this reader's lists live
         self._open = True
 
@@ -102,7 +104,7 @@ class IndexReader:
     def _bm25_scores(self, tokens: list[str]) -> list[np.ndarray]:
         """BM25 score of every row of every segment (deleted rows 0)."""
         if self.bm25_impl == "rank-bm25":  # the reference for benchmarks: built once per commit
-            return self.snapshot.rank_bm25_scores(tokens)
+            return self.snapshot.rank_bm25_scores(tokens, self.analyzer.analyze)
         tables = self.snapshot.bm25_tables()
         return bm25_lib.score_segments(tables.parts, tokens, tables.stats, tables.weights)
 
@@ -124,7 +126,7 @@ class IndexReader:
                                       share=len(segments) > 1 and self.count() >= PARALLEL_BM25_DOCS)
             return self._bm25_merged(best, depth)
         found = []
-        for i, (seg, scores) in enumerate(zip(segments, self._bm25_scores(tokenize(query)))):
+        for i, (seg, scores) in enumerate(zip(segments, self._bm25_scores(self.analyzer.analyze(query)))):
             rows = np.flatnonzero(scores > 0) if allowed is None else allowed[i][scores[allowed[i]] > 0]
             found.append(Candidates.best(seg, scores[rows], rows, depth))
         return ranked_entries(found, depth)
@@ -135,7 +137,7 @@ class IndexReader:
     def _bm25_scorer(self, query: str, depth: int, allowed: list[np.ndarray] | None) -> Callable[[Callable[[], Any]], list]:
         """``score(take)``: the best rows of each segment number ``take`` hands out (``None``
         for the others), by the compiled scorer; two threads may share one ``take``."""
-        snapshot, tokens = self.snapshot, tokenize(query)
+        snapshot, tokens = self.snapshot, self.analyzer.analyze(query)
         tables = snapshot.bm25_tables()
         idfs = _query_idfs(snapshot, tables, tokens) if tokens else {}  # once for both threads
         plans: dict = {}  # shared by the threads that score this list (blockmax.top_rows)

@@ -34,7 +34,7 @@ import sqlite3
 import threading
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -49,7 +49,6 @@ from hybrid_qpr.backends.local.textstore import OFFSETS_FILE, TEXT_FILE, TextSto
 from hybrid_qpr.backends.local.vectors import SearchSettings, build_faiss, calibrate_ef
 from hybrid_qpr.distance import Distance
 from hybrid_qpr.errors import IndexDamagedError, require
-from hybrid_qpr.text import tokenize
 
 SEGMENTS_DIR = "segments"
 # where 'index optimize --drop-damaged' moves the files of a segment it drops (``recovery.py``)
@@ -130,9 +129,11 @@ def fsync_path(path: Path) -> None:
 
 
 def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequence[str], metas: Sequence[str],
-                  vectors: np.ndarray, distance: Distance, factory: str) -> dict[str, Any]:
+                  vectors: np.ndarray, distance: Distance, factory: str,
+                  analyze: Callable[[str], list[str]]) -> dict[str, Any]:
     """Write a complete segment as ``segments_dir/name`` and return its manifest entry.
-    ``metas`` are JSON texts; ``vectors`` are already prepared for ``distance``."""
+    ``metas`` are JSON texts; ``vectors`` are already prepared for ``distance``; ``analyze``
+    gives a text's BM25 terms (the index's analyzer)."""
     faiss = require("faiss", feature="the local index")
     tmp = segments_dir / f".{name}.tmp"
     # a lower bound of the segment's size, for the message when the disk is full: the texts, and
@@ -176,7 +177,7 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
             if ef_search is not None:
                 times["efSearch calibration"] = lap()
         current = tmp / "bm25.*"
-        bm25_lib.save_postings(bm25_lib.build_postings(tokenize(t) for t in texts), tmp)
+        bm25_lib.save_postings(bm25_lib.build_postings(analyze(t) for t in texts), tmp)
         fields = sorted({key for m in metas if m != "{}" for key in json.loads(m)})
         times["postings"] = lap()
         files = {}

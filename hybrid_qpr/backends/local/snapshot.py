@@ -12,7 +12,7 @@ them is released, so a commit never closes files that another thread is still re
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -123,9 +123,9 @@ class IndexSnapshot:
                 tables = self._tables
         return tables
 
-    def rank_bm25_scores(self, tokens: list[str]) -> list[np.ndarray]:
+    def rank_bm25_scores(self, tokens: list[str], analyze: Callable[[str], list[str]]) -> list[np.ndarray]:
         """The reference scorer's scores (``bm25.rank_bm25_scores``), its model built once."""
-        scores, self._rank_bm25 = bm25_lib.rank_bm25_scores(self.segments, tokens, self._rank_bm25)
+        scores, self._rank_bm25 = bm25_lib.rank_bm25_scores(self.segments, tokens, self._rank_bm25, analyze)
         return scores
 
     def remembered_idfs(self) -> dict[str, float | None]:

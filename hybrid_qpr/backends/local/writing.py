@@ -30,6 +30,7 @@ from hybrid_qpr.backends.local.vectors import FLAT_THRESHOLD, SearchSettings, fa
 from hybrid_qpr.backends.local.writer import IngestWriter, knn_note, with_deletions
 from hybrid_qpr.distance import Distance
 from hybrid_qpr.errors import IndexDamagedError, IndexStorageError
+from hybrid_qpr.text.analysis import Analyzer, get_analyzer
 from hybrid_qpr.types import Document
 
 logger = logging.getLogger(__name__)
@@ -63,6 +64,8 @@ class PublishingIndex(Protocol):
     def search_settings(self) -> SearchSettings: ...
 
     def check_encoder(self, encoder) -> None: ...
+
+    def analyzer_of(self, manifest: dict[str, Any]) -> Analyzer: ...
 
     def refresh(self) -> None: ...
 
@@ -145,7 +148,7 @@ class IndexWriter:
         if factory != "Flat" and self.manifest["faiss"].get("kind", "auto") == "auto":
             factory = BASE_FACTORY  # searched through the index's vector base (vectorbase.py)
         return write_segment(self.path / SEGMENTS_DIR, f"s{counter:06d}-{secrets.token_hex(3)}", ids, texts, metadata,
-                             vectors, self.distance, factory)
+                             vectors, self.distance, factory, self.index.analyzer_of(self.manifest).analyze)
 
     def ingest(self, documents: Iterable[Document | tuple[int, Document]], encoder, *, batch_size: int,
                show_progress: bool, wait: bool | float, segment_docs: int) -> IngestReport:
@@ -227,7 +230,8 @@ class IndexWriter:
             self._merge(names)
 
     def optimize(self, *, encoder=None, drop_damaged: bool = False,
-                 confirm: Callable[[list[Loss]], bool] | None = None, wait: bool | float = False) -> dict[str, Any]:
+                 confirm: Callable[[list[Loss]], bool] | None = None, wait: bool | float = False,
+                 analyzer: str | None = None) -> dict[str, Any]:
         """``LocalIndex.optimize`` (its docstring says what it does). The index's readers keep
         the commit they have until the optimized one is published."""
         with self._lock.held(wait):
@@ -242,16 +246,26 @@ class IndexWriter:
                         "declined": True}
             for loss in losses:
                 set_aside(self.path, loss)
-            untouched = (before == 1 and not losses and not manifest["segments"][0].get("deleted")
+            moving = analyzer is not None and get_analyzer(analyzer) != self.index.analyzer_of(manifest)
+            if moving:  # what the rebuilt segment is written with and committed under
+                self.manifest = {**manifest, "bm25": {**manifest.get("bm25", {}),
+                                                      "analyzer": get_analyzer(analyzer).record()}}
+            untouched = (not moving and before == 1 and not losses and not manifest["segments"][0].get("deleted")
                          and not file_problems(self.path, manifest["segments"][0], checksums=True)
                          and not base_problems(self.path, manifest, checksums=True))
             if before and not untouched:
                 try:
                     self._write_merged(parts, [e["name"] for e in manifest["segments"]])
-                except IndexStorageError as exc:
+                except BaseException as exc:
+                    if self.manifest.get("generation") == manifest.get("generation"):
+                        self.manifest = manifest  # not committed: the old analyzer stays
+                    if not isinstance(exc, IndexStorageError):
+                        raise
                     with contextlib.suppress(IndexDamagedError):  # repairing: the old commit may not open
                         self.index.refresh()  # the index goes on with the commit that is still there
                     raise self._not_committed("optimize", exc) from exc
+            elif moving:  # no documents: the record alone changes
+                self.commit([])
             elif untouched and (unordered(manifest.get(BASE_KEY)) or not has_second_copies(manifest["segments"][0])):
                 # one healthy segment written by an earlier version: add what this one writes
                 # (the second copies, the graph's node order), no rebuild

@@ -206,7 +206,8 @@ async function tune() {
     const c = r.chosen;
     setStatus("#tune-status", `tuned on ${r.queries} queries (${r.metric}); ` +
       (r.stored ? `stored as the index default: ${c.fusion} α=${c.alpha} depth ${c.depth}`
-                : `best: ${c.fusion} α=${c.alpha} depth ${c.depth}, not stored` + (r.index_writes ? "" : " (index writes are off)")) +
+                : `kept: ${c.fusion} α=${c.alpha} depth ${c.depth}, not stored` + (r.index_writes ? "" : " (index writes are off)")) +
+      (r.decision && r.decision.sentence ? `. ${r.decision.sentence}` : "") +
       (r.gain ? `. ${r.gain.sentence}` : ""));
     loadHealth();
     if (state.query) runQuery();
