@@ -132,13 +132,15 @@ class IndexReader:
         return ranked_entries(found, depth)
 
     def _compiled_bm25(self) -> bool:
-        return self.bm25_impl == "builtin" and blockmax.has_compiled_scorer()
+        """Whether this query's BM25 list runs on the compiled scorer (asked once per query:
+        ``blockmax.compiled_scorer_pays``)."""
+        return self.bm25_impl == "builtin" and blockmax.compiled_scorer_pays(self.count())
 
     def _bm25_scorer(self, query: str, depth: int, allowed: list[np.ndarray] | None) -> Callable[[Callable[[], Any]], list]:
         """``score(take)``: the best rows of each segment number ``take`` hands out (``None``
         for the others), by the compiled scorer; two threads may share one ``take``."""
         snapshot, tokens = self.snapshot, self.analyzer.analyze(query)
-        tables = snapshot.bm25_tables()
+        tables = snapshot.bm25_tables(compiled=True)
         idfs = _query_idfs(snapshot, tables, tokens) if tokens else {}  # once for both threads
         plans: dict = {}  # shared by the threads that score this list (blockmax.top_rows)
         return lambda take: blockmax.top_rows(tables.parts, tokens, tables.stats, tables.weights, depth, tables.dense,
@@ -198,7 +200,8 @@ class IndexReader:
         vector_units = SegmentQueue(units)
         several_graphs = len(units) > 1
         ready: list[np.ndarray] = []  # the prepared query vector, once this thread has it
-        if self._compiled_bm25():
+        compiled = self._compiled_bm25()
+        if compiled:
             segment_numbers = SegmentQueue(range(len(self.segments)))
             # one scorer for both threads when both may score; else the worker makes its own
             shared = self._bm25_scorer(query, depth, None) if len(self.segments) > 1 else None
@@ -208,7 +211,7 @@ class IndexReader:
 
         def bm25_half() -> tuple[list, list[Candidates]]:
             rows = bm25_part()
-            if shared is None and self._compiled_bm25():  # every segment scored here: merge before this thread waits
+            if shared is None and compiled:  # every segment scored here: merge before this thread waits
                 rows = self._bm25_merged(rows, depth)
             helps = ready and several_graphs  # one graph: this thread has it
             return rows, (faiss_candidates(units, ready[0], depth, vector_units, self.distance) if helps else [])
