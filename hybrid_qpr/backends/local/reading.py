@@ -117,11 +117,12 @@ class IndexReader:
         """Top ``depth`` documents with a positive BM25 score, filters applied before ranking."""
         return entry_hits(self._bm25_entries(query, self._bounded(depth), self.matching(filters)), self._located())
 
-    def _bm25_entries(self, query: str, depth: int, allowed: list[np.ndarray] | None) -> list[Entry]:
+    def _bm25_entries(self, query: str, depth: int, allowed: list[np.ndarray] | None,
+                      compiled: bool | None = None) -> list[Entry]:
         segments = self.segments
         if not segments:
             return []
-        if self._compiled_bm25():
+        if self._compiled_bm25() if compiled is None else compiled:
             best = shared_with_worker(self._bm25_scorer(query, depth, allowed), len(segments),
                                       share=len(segments) > 1 and self.count() >= PARALLEL_BM25_DOCS)
             return self._bm25_merged(best, depth)
@@ -207,7 +208,7 @@ class IndexReader:
             shared = self._bm25_scorer(query, depth, None) if len(self.segments) > 1 else None
             bm25_part = lambda: (shared or self._bm25_scorer(query, depth, None))(segment_numbers.take)  # noqa: E731
         else:  # the NumPy or reference scorer: the whole list on the worker
-            shared, bm25_part = None, lambda: self._bm25_entries(query, depth, None)
+            shared, bm25_part = None, lambda: self._bm25_entries(query, depth, None, compiled=False)
 
         def bm25_half() -> tuple[list, list[Candidates]]:
             rows = bm25_part()
