@@ -186,7 +186,8 @@ class Encoder:
         if show_progress:
             from hybrid_qpr.progress import track
 
-            starts = track(starts, total=len(starts), description="encoding")
+            starts = track(starts, total=len(texts), description=f"encoding {side.replace('y', 'ie')}s",
+                           weight=lambda start: min(batch_size, len(texts) - start))
         for start in starts:
             idx = order[start : start + batch_size]
             out[idx] = self._checked(self._encode_batch([texts[i] for i in idx]))
