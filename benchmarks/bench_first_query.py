@@ -25,8 +25,8 @@ from pathlib import Path
 
 # The steps, run in a child process (``--child``) in the order the query command takes them.
 STEPS = ("python start", "import the CLI", "import search (numpy, faiss, onnxruntime)", "open the index",
-         "load the encoder (onnxruntime session)", "encode the query", "BM25 list (numba scorer)",
-         "kNN list (FAISS read)", "hybrid query, all warm", "print the table")
+         "load the encoder (onnxruntime session)", "encode the query", "BM25 list (the first)",
+         "kNN list (the first: FAISS read)", "hybrid query, all warm", "print the table")
 
 
 def child(index: str, text: str, started: float) -> dict[str, tuple[float, float]]:
@@ -53,9 +53,9 @@ def child(index: str, text: str, started: float) -> dict[str, tuple[float, float
     vector = encoder.encode(text)
     lap("encode the query")
     backend.bm25(text, 10)
-    lap("BM25 list (numba scorer)")
+    lap("BM25 list (the first)")
     backend.knn(vector[0], 10)
-    lap("kNN list (FAISS read)")
+    lap("kNN list (the first: FAISS read)")
     results = HybridSearcher(backend, encoder).search(text, mode="hybrid", top_k=10)
     lap("hybrid query, all warm")
     import io

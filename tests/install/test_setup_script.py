@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # reports hybrid-qpr installed once pip has installed it (the script's ``installed`` check)
 RECORDER = '#!/bin/sh\necho "{name} $* | PYTHONWARNINGS=$PYTHONWARNINGS" >> "{calls}"\n'
 VENV_PYTHON = RECORDER + '''case "$1" in
-  -) [ -f "{tree}/.installed" ] && exit 0 || exit 1 ;;
+  -I) [ -f "{tree}/.installed" ] && exit 0 || exit 1 ;;
   -m) case "$*" in *" -e "*) touch "{tree}/.installed" ;; esac ;;
 esac
 exit 0
