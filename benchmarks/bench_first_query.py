@@ -43,12 +43,13 @@ def child(index: str, text: str, started: float) -> dict[str, tuple[float, float
 
     import hybrid_qpr.cli.main  # noqa: F401
     lap("import the CLI")
-    from hybrid_qpr.cli._backend import load_encoder, open_backend
+    from hybrid_qpr.backends.local import LocalIndex
+    from hybrid_qpr.encoders import Encoder
     from hybrid_qpr.search import HybridSearcher
     lap("import search (numpy, faiss, onnxruntime)")
-    backend = open_backend(index, {})
+    backend = LocalIndex.open(index)  # what the command opens for a local --index
     lap("open the index")
-    encoder = load_encoder(None, backend)
+    encoder = Encoder.load(backend.model_dir)  # the index's model, as the command loads it
     lap("load the encoder (onnxruntime session)")
     vector = encoder.encode(text)
     lap("encode the query")

@@ -117,7 +117,7 @@ class OnnxModel:
         self._session(one_row_first)
 
     def _session(self, one_thread: bool):
-        one_thread = one_thread or self._threads == 1  # then one session serves both
+        one_thread = one_thread or self._threads == 1  # then one onnxruntime session serves both
         session = self._sessions.get(one_thread)
         if session is None:
             with self._lock:  # reader threads may ask at once: make it once
