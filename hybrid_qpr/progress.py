@@ -22,6 +22,7 @@ T = TypeVar("T")
 
 PLAIN_SECONDS_VARIABLE = "HYBRID_QPR_PROGRESS_SECONDS"
 DEFAULT_PLAIN_SECONDS = 30.0
+STEPS_FROM = 10_000  # documents from which a step inside a commit shows its progress (``steps``)
 _SHOWN: contextvars.ContextVar[bool] = contextvars.ContextVar("hybrid_qpr_progress_shown", default=False)
 
 
@@ -53,9 +54,12 @@ def shown(on: bool = True) -> Iterator[None]:
 
 
 def steps(items: Iterable[T], total: int | None, description: str,
-          weight: Callable[[T], int] | None = None) -> Iterable[T]:
-    """``track`` inside ``shown()``; ``items`` as they are outside it."""
-    return track(items, total, description, weight=weight) if _SHOWN.get() else items
+          weight: Callable[[T], int] | None = None, documents: int | None = None) -> Iterable[T]:
+    """``track`` inside ``shown()`` for a step over at least ``STEPS_FROM`` documents
+    (``documents``, default ``total``: a small ingest's steps take moments, and a bar for each
+    would bury the encoding's); ``items`` as they are otherwise."""
+    size = total if documents is None else documents
+    return track(items, total, description, weight=weight) if _SHOWN.get() and (size or 0) >= STEPS_FROM else items
 
 
 def _plain_seconds() -> float:

@@ -11,6 +11,7 @@ import numpy as np
 
 from hybrid_qpr.backends.local import LocalIndex
 from hybrid_qpr.backends.local.locality import locality_order
+from hybrid_qpr import progress
 from hybrid_qpr.progress import PLAIN_SECONDS_VARIABLE
 from hybrid_qpr.types import Document
 
@@ -18,6 +19,7 @@ from hybrid_qpr.types import Document
 def test_an_ingest_shows_every_step_of_its_commit_in_documents(tmp_path, committed_encoder, question_bank,
                                                                 monkeypatch, capsys):
     monkeypatch.setenv(PLAIN_SECONDS_VARIABLE, "0")  # a line per item: every step shows
+    monkeypatch.setattr(progress, "STEPS_FROM", 100)  # the steps of this small commit too
     docs = question_bank  # 200
     index = LocalIndex.create(tmp_path / "idx", committed_encoder, flat_threshold=100)  # a vector base at 200
     index.ingest(docs, committed_encoder, batch_size=64)
@@ -55,3 +57,11 @@ def test_copies_of_one_question_build_a_graph_and_a_locality_order(tmp_path, com
     vectors[:300] = vectors[0]  # 300 copies of one vector: no k-means split can part them
     order = locality_order(vectors)
     assert sorted(order.tolist()) == list(range(1000))
+
+
+def test_a_small_commit_shows_only_its_encoding(tmp_path, committed_encoder, question_bank, monkeypatch, capsys):
+    monkeypatch.setenv(PLAIN_SECONDS_VARIABLE, "0")
+    index = LocalIndex.create(tmp_path / "idx", committed_encoder, flat_threshold=100)
+    index.ingest(question_bank, committed_encoder, batch_size=64)  # 200 documents: below progress.STEPS_FROM
+    err = capsys.readouterr().err.splitlines()
+    assert err and all(line.startswith("encoding documents: ") for line in err)

@@ -353,7 +353,7 @@ def next_base(index_path: Path, old: dict[str, Any] | None, entries: Sequence[di
     nodes = faiss.rev_swig_ptr(storage.get_xb(), graph.ntotal * graph.d).reshape(graph.ntotal, graph.d)
     ef_search = calibrate_ef(graph, nodes, distance)
     if order is None and (fresh or reorder):  # nodes in locality order: the edges and efSearch stay
-        for _ in steps([None], 1, f"HNSW graph: {graph.ntotal:,} documents put in locality order"):
+        for _ in steps([None], 1, f"HNSW graph: {graph.ntotal:,} documents put in locality order", documents=graph.ntotal):
             order = locality_order(nodes)
         if order is not None:
             store_in_order(graph, order)

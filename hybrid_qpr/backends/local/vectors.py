@@ -181,7 +181,7 @@ def calibrate_ef(index, vectors: np.ndarray, distance: Distance, sample: int = E
 
         try:
             for _ in steps(ladder(), len(EF_LADDER), f"efSearch calibration: {len(rows):,} probes searched at each "
-                           f"efSearch of {EF_LADDER[0]}-{EF_LADDER[-1]} (until one meets the targets)"):
+                           f"efSearch of {EF_LADDER[0]}-{EF_LADDER[-1]} (until one meets the targets)", documents=n):
                 pass
         finally:
             index.hnsw.efSearch = before
@@ -205,7 +205,7 @@ def exact_neighbours(probes: np.ndarray, vectors: np.ndarray, metric: int) -> tu
     found = [faiss.knn(probes[start:start + part], vectors, 11, metric)
              for start in steps(range(0, len(probes), part), len(probes),
                                 f"efSearch calibration: exact neighbours of probes among {len(vectors):,} documents",
-                                weight=lambda start: min(part, len(probes) - start))]
+                                weight=lambda start: min(part, len(probes) - start), documents=len(vectors))]
     return np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
 
 
