@@ -90,4 +90,4 @@ def test_tune_says_its_lines_are_the_top_five_and_how_ties_are_settled(tmp_path)
     best = next(line for line in lines if line.startswith("best: "))
     scores = [float(line.split()[-1]) for line in lines[top + 1:top + 6]]
     if scores[0] == scores[1]:  # the bundled sample ties: the report says so
-        assert re.search(r"\(tied with \d+ other settings: the first in grid order is kept\)", best)
+        assert re.search(r"\(tied with \d+ other settings: the first in grid order is the best\)", best)
