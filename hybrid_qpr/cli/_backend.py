@@ -56,12 +56,13 @@ def open_backend(index: str, connection: dict[str, Any]) -> "Backend":
 def open_cluster_index(index: str, connection: dict[str, Any]) -> "ClusterBackend | None":
     """The index ``index`` of the cluster chosen by ``--opensearch [URL]`` / ``--elasticsearch
     [URL]`` (None when neither was given), for what only a cluster index has (creation, drop)."""
-    from hybrid_qpr.backends.cluster.connection import ENGINE_SPECS, engine_module
     from hybrid_qpr.cli._common import chosen_engine, cluster_client
 
     engine = chosen_engine(connection)
-    if engine is None:
+    if engine is None:  # a local index: the cluster modules (and their clients) stay unimported
         return None
+    from hybrid_qpr.backends.cluster.connection import ENGINE_SPECS, engine_module
+
     backend_class = getattr(engine_module(engine), ENGINE_SPECS[engine].backend_class)
     return backend_class(cluster_client(**connection), index)
 

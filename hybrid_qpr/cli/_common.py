@@ -68,6 +68,10 @@ class FiniteFloatRange(click.FloatRange):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
         return number
 
+    def _describe_range(self) -> str:
+        # click writes a range without bounds as "[x<=None]" in --help: say nothing instead
+        return "" if self.min is None and self.max is None else super()._describe_range()
+
 
 # the ranges every numeric option of the CLI is declared with (tests/unit/test_cli_ranges.py
 # walks the command tree and refuses an int or float option without one)

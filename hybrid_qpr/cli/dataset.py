@@ -41,8 +41,8 @@ def dataset() -> None:
 
     \b
     Example:
-      hybrid-qpr dataset build ../shared/data/quora-pairs.tsv.gz --out data/quora
-      hybrid-qpr dataset stats data/quora
+      hybrid-qpr dataset build examples/support/pairs.tsv --out data/support
+      hybrid-qpr dataset stats data/support
     """
 
 
@@ -64,7 +64,7 @@ def build(pairs: str, out: str, seed: int, split: str, on_bad_line: str, as_json
 
     \b
     Example:
-      hybrid-qpr dataset build ../shared/data/quora-pairs.tsv.gz --out data/quora --seed 13
+      hybrid-qpr dataset build examples/support/pairs.tsv --out data/support --seed 13
       zcat pairs.csv.gz | hybrid-qpr dataset build - --out data/mine --on-bad-line skip
     """
     from hybrid_qpr.data.dataset import build_dataset
@@ -117,7 +117,7 @@ def stats(directory: str, as_json: bool) -> None:
 
     \b
     Example:
-      hybrid-qpr dataset stats data/quora
+      hybrid-qpr dataset stats data/support
       hybrid-qpr dataset stats data/squad
     """
     from hybrid_qpr.data import answer_dataset
@@ -287,7 +287,7 @@ def from_squad(file, out, split_name, val_file, test_file, seed, on_bad_line, as
 
     \b
     Example:
-      hybrid-qpr dataset from-squad ../shared/data/answers/squad-dev-part-a.json --out data/squad --seed 13
+      hybrid-qpr dataset from-squad squad-dev.json --out data/squad --seed 13
     """
     from hybrid_qpr.data.answer_dataset import build_answer_retrieval
 

@@ -53,7 +53,8 @@ from hybrid_qpr.cli._common import BATCH, SEED, cnn_size_options, FiniteFloatRan
 def distill(corpus, teacher_dir, run_dir, pairs, pairs_weight, init, max_per_source, teacher_temperature, group_size, teacher_cache,
             teacher_words, held_out, vocab, hash_bins, embedding_dim, channels, dim, layers, student, window, batch_size, lr,
             epochs, patience, max_minutes, seed, resume) -> None:
-    """Distil TEACHER into a CNN on the questions of CORPUS...; best model in RUN/best.pt.
+    """Distil TEACHER into a CNN (or, --student static, a token table like the bundled fast
+    model) on the questions of CORPUS...; best model in RUN/best.pt.
 
     CORPUS needs no labels: one or more JSONL/TSV/CSV question files (as for 'ingest'), BEIR
     directories, dataset directories (their train questions) or answer sets ('dataset

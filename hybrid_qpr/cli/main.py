@@ -12,7 +12,7 @@ import click
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "dataset": ("hybrid_qpr.cli.dataset", "dataset", "Turn question pairs or QA logs into paraphrase clusters, splits and BEIR eval sets."),
     "train": ("hybrid_qpr.cli.train", "train", "Train a paraphrase encoder (SDML, softmax, triplet, MSEM) [needs torch]."),
-    "distill": ("hybrid_qpr.cli.distill", "distill", "Distil a teacher encoder (MiniLM) into the fast CNN on unlabelled questions [needs torch]."),
+    "distill": ("hybrid_qpr.cli.distill", "distill", "Distil a teacher encoder (MiniLM) into a CNN or a token table (the fast model's kind) on unlabelled questions [needs torch]."),
     "finetune": ("hybrid_qpr.cli.finetune", "finetune", "Fine-tune a pretrained transformer (MiniLM) on question pairs [needs torch]."),
     "interpolate": ("hybrid_qpr.cli.interpolate", "interpolate",
                     "Mix a fine-tuned transformer's weights with its base model's (WiSE-FT) [needs torch]."),

@@ -17,6 +17,15 @@ TEXT_MIN_WIDTH = 20  # below this the question text is unreadable: drop score co
 # Optional columns, the first group dropped first when the table would be wider than the console
 # (BM25's and kNN's columns go in pairs, so that neither list looks more important).
 DROP_ORDER = (("first-stage rank",), ("BM25 rank", "kNN rank"), ("BM25", "kNN"), ("cross-encoder",))
+SHOWN_CHARS = 200  # a --show field's value is cut here in the table (--json has it whole)
+SCORE_PARTS = ("BM25", "BM25 rank", "kNN", "kNN rank")
+
+
+def shown_value(metadata: dict, field: str) -> str:
+    """``metadata[field]`` as a table cell: text as it is, other values as JSON, cut at ``SHOWN_CHARS``."""
+    value = metadata.get(field)
+    text = "" if value is None else value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 1].rstrip() + "…"
 
 
 def score_decimals(values, significant: int = 4, most: int = 8) -> int:
@@ -35,11 +44,14 @@ def score_decimals(values, significant: int = 4, most: int = 8) -> int:
     return decimals
 
 
-def results_table(query: str, mode: str, results, offset: int = 0, width: int | None = None):
-    """A rich table: rank, id, text, fused score and the BM25 / kNN score and rank behind it
-    (and, after a reranker, the first-stage rank and the cross-encoder's score). Fitted to
-    ``width`` columns: ids are never broken, the text wraps at words, and the optional columns
-    are left out (``DROP_ORDER``; the caption says which) when they do not fit."""
+def results_table(query: str, mode: str, results, offset: int = 0, width: int | None = None,
+                  show: tuple[str, ...] = (), server_side: bool = False):
+    """A rich table: rank, id, text, each metadata field of ``show``, fused score and the BM25 /
+    kNN score and rank behind it (and, after a reranker, the first-stage rank and the
+    cross-encoder's score; ``server_side``: a fusion inside the cluster returns no BM25 and kNN
+    parts, so their columns are left out and the caption says why). Fitted to ``width``
+    columns: ids are never broken, the text and shown fields wrap at words, and the optional
+    columns are left out (``DROP_ORDER``; the caption says which) when they do not fit."""
     from rich.table import Table
 
     def formatted(values):
@@ -51,6 +63,7 @@ def results_table(query: str, mode: str, results, offset: int = 0, width: int | 
 
     columns = {"rank": [str(rank) for rank in range(offset + 1, offset + len(results) + 1)],
                "id": [r.id for r in results], "text": [r.text for r in results],
+               **{field: [shown_value(r.metadata, field) for r in results] for field in show if field not in ("rank", "id", "text")},
                "score": formatted([r.score for r in results]),
                "BM25": formatted(part("bm25", "score")), "BM25 rank": [str(v or "-") for v in part("bm25", "rank")],
                "kNN": formatted(part("knn", "score")), "kNN rank": [str(v or "-") for v in part("knn", "rank")]}
@@ -58,8 +71,15 @@ def results_table(query: str, mode: str, results, offset: int = 0, width: int | 
         columns["first-stage rank"] = [str(r.first_stage_rank) for r in results]
         columns["cross-encoder"] = formatted(part("cross_encoder", "score"))
 
-    def needed(name):  # the column's width: its widest cell or header (the text only its minimum)
-        return TEXT_MIN_WIDTH if name == "text" else max([len(name), *(len(c) for c in columns[name])])
+    wrapped = {"text", *show}  # columns that wrap at words (the others never break)
+    notes = []
+    if server_side:
+        for name in SCORE_PARTS:
+            columns.pop(name, None)
+        notes.append("fused inside the cluster (--server-side): it returns no BM25 or kNN score or rank per hit")
+
+    def needed(name):  # the column's width: its widest cell or header (a wrapped column only its minimum)
+        return TEXT_MIN_WIDTH if name in wrapped else max([len(name), *(len(c) for c in columns[name])])
 
     dropped = []
     if width is not None:
@@ -70,10 +90,12 @@ def results_table(query: str, mode: str, results, offset: int = 0, width: int | 
             for name in group:
                 if columns.pop(name, None) is not None:
                     dropped.append(name)
-    caption = f"left out to fit {width} columns: {', '.join(dropped)} (--json shows every field)" if dropped else None
-    table = Table(title=f"{mode}: {query}", title_justify="left", caption=caption, caption_justify="left")
+    if dropped:
+        notes.append(f"left out to fit {width} columns: {', '.join(dropped)} (--json shows every field)")
+    table = Table(title=f"{mode}: {query}", title_justify="left", caption="\n".join(notes) or None,
+                  caption_justify="left")
     for name in columns:
-        if name == "text":
+        if name in wrapped:
             table.add_column(name, overflow="fold", ratio=1, min_width=TEXT_MIN_WIDTH)
         else:
             table.add_column(name, justify="left" if name == "id" else "right", no_wrap=True, min_width=needed(name))
@@ -108,6 +130,9 @@ def results_table(query: str, mode: str, results, offset: int = 0, width: int | 
 @click.option("--rescore-depth", "--rerank-depth", "rerank_depth", type=click.IntRange(min=1), default=RESCORE_DEPTH, show_default=True, help="BM25 candidates re-scored in rescore mode.")
 @click.option("--filter", "filters", multiple=True, help=FILTER_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--show", "show", multiple=True, metavar="FIELD",
+              help=f"Add a column with this metadata field of each hit (repeatable; cut at {SHOWN_CHARS} characters, "
+                   "--json has it whole).")
 @click.option("--server-side", is_flag=True, help="OpenSearch only: fuse (hybrid, with the same fusion, alpha and depth) or re-rank inside the cluster.")
 @knn_search_options("for this query (overrides the value stored in the index)")
 @model_option
@@ -115,19 +140,21 @@ def results_table(query: str, mode: str, results, offset: int = 0, width: int | 
 @cluster_options(selects_backend=True)
 @friendly_errors
 def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, lower_bounds, upper_bounds, boosts,
-          decay, signal_weight, autocut, explain, rerank_depth, filters, as_json, server_side, ef_search, nprobe, model,
+          decay, signal_weight, autocut, explain, rerank_depth, filters, as_json, show, server_side, ef_search, nprobe, model,
           reranker_dir, reranker_depth, **connection) -> None:
     """Find the questions in the index that ask the same as TEXT.
 
     The table shows, for each hit, the fused score and the BM25 and kNN score and rank
-    behind it ('-' = not in that list). It fits the terminal's width (80 columns off a
-    terminal, or $COLUMNS): ids are never broken, and columns that do not fit are left out
-    and named under the table; --json has every field.
+    behind it ('-' = not in that list; --server-side: not returned by the cluster, so those
+    columns are left out), and a column for each --show FIELD of the hits' metadata. It fits
+    the terminal's width (80 columns off a terminal, or $COLUMNS): ids are never broken, and
+    columns that do not fit are left out and named under the table; --json has every field.
 
     \b
     Examples:
       hybrid-qpr query "how do i reset my password" --index ./qidx
       hybrid-qpr query "how do i reset my password" --index ./qidx --mode bm25 --json
+      hybrid-qpr query "how do i reset my password" --index ./qidx --show topic
       hybrid-qpr query "cheap flights?" --index ./qidx --filter topic=travel --from 10 -k 10
       hybrid-qpr query --queries questions.txt --index ./qidx --json > hits.jsonl
       hybrid-qpr query "how do i reset my password" --index ./qidx --reranker onnx/reranker-minilm-l6-int8
@@ -183,7 +210,9 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
     from rich.console import Console
 
     console = Console()
-    console.print(results_table(text, mode, results, offset, width=console.width))
+    console.print(results_table(text, mode, results, offset, width=console.width, show=show,
+                                server_side=server_side and bool(results)
+                                and all(r.bm25 is None and r.knn is None for r in results)))
     if not results:
         click.echo(f"no hits past result {offset} (--from {offset})" if offset else "no hits")
     if explain:

@@ -124,8 +124,10 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, rer
     result = run_tune(searcher, sample, qrels, depth=depth, task=task, query_filters=own_filters, show_progress=True,
                       bound_grid=bounds_tried, fusions=methods)
     metric = result.metric
-    best_grid = sorted(result.grid, key=lambda g: -g[metric])[:5]
+    best_grid = sorted(result.grid, key=lambda g: -g[metric])[:5]  # stable: ties stay in grid order
     click.echo(f"{metric} on {result.queries} {split} queries: bm25 {result.bm25_mrr:.4f}, knn {result.knn_mrr:.4f}")
+    click.echo(f"the top {len(best_grid)} of {len(result.grid)} settings tried (ties in grid order: fusion as listed "
+               "in --fusions, then the smaller alpha; of tied settings the first is the best):")
     for g in best_grid:
         below = "" if g["allowed"] else "  (not chosen: another metric is below the better single mode)"
         bounds = "".join(f" {name}:{b}" for name, b in g.get("bounds", {}).items())
@@ -133,7 +135,9 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, rer
     from hybrid_qpr.evaluation.evaluator import decision_sentence
 
     best = result.decision["best"] if result.decision else {"fusion": result.fusion, "alpha": result.alpha, metric: result.mrr}
-    click.echo(f"best: fusion={best['fusion']} alpha={best['alpha']:.1f} {metric} {best[metric]:.4f}")
+    tied = sum(1 for g in result.grid if g["allowed"] and g[metric] == best[metric]) - 1
+    click.echo(f"best: fusion={best['fusion']} alpha={best['alpha']:.1f} {metric} {best[metric]:.4f}"
+               + (f" (tied with {tied} other settings: the first in grid order is the best)" if tied > 0 else ""))
     click.echo(decision_sentence(result))
     chosen_bounds = "".join(f" {name}:{b.as_dict()}" for name, b in result.bounds.items())
     click.echo(f"kept: fusion={result.fusion} alpha={result.alpha:.1f}{chosen_bounds} {metric} {result.mrr:.4f}")

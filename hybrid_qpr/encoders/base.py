@@ -61,9 +61,11 @@ def fingerprint(model_dir: str | Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def onnx_session(model_path: Path, threads: int | None = None) -> "OnnxModel":
-    """An onnxruntime CPU session (``OnnxModel``); a corrupt file becomes ``ArtifactError``."""
-    return OnnxModel(model_path, threads)
+def onnx_session(model_path: Path, threads: int | None = None, *, one_row_first: bool = True) -> "OnnxModel":
+    """An onnxruntime CPU session (``OnnxModel``); a corrupt file becomes ``ArtifactError``.
+    ``one_row_first``: the model runs mostly one text at a time (an encoder's queries); False
+    for a model that runs batches (a reranker's pairs)."""
+    return OnnxModel(model_path, threads, one_row_first=one_row_first)
 
 
 def session_options(threads: int | None = None):
@@ -99,29 +101,36 @@ def _new_session(model_path: Path, threads: int | None):
 
 class OnnxModel:
     """One model on onnxruntime: ``run`` and ``get_inputs`` as on an ``InferenceSession``.
-    ``run(..., one_thread=True)`` (a search's one query) runs on a second, single-threaded
-    onnxruntime session made on first use: for one short text, waking the intra-op threads costs more than they save
-    (distilled CNN 0.139 -> 0.115 ms, MiniLM int8 3.04 -> 2.84 ms per query; docs/search.md).
-    It holds a second copy of the weights (20-50 MB for the committed models)."""
+    ``run(..., one_thread=True)`` (a search's one query) runs on a single-threaded session: for
+    one short text, waking the intra-op threads costs more than they save (distilled CNN 0.139
+    -> 0.115 ms, MiniLM int8 3.04 -> 2.84 ms per query; docs/search.md); batches run on a
+    session with ``threads`` intra-op threads. The session ``one_row_first`` names is made at
+    load (which checks the file), the other on first use: a one-off query never pays for the
+    batch session (about 40 ms with the bundled model), a reranker never makes the one-row
+    one. A process that runs both holds the weights twice (20-50 MB for the committed models)."""
 
-    def __init__(self, model_path: Path, threads: int | None = None):
+    def __init__(self, model_path: Path, threads: int | None = None, *, one_row_first: bool = True):
         self.model_path = Path(model_path)
-        self.session = _new_session(self.model_path, threads)
-        self._one_row = self.session if threads == 1 else None
-        self._one_row_lock = threading.Lock()
+        self._threads = threads
+        self._sessions: dict[bool, Any] = {}  # one_thread -> session
+        self._lock = threading.Lock()
+        self._session(one_row_first)
+
+    def _session(self, one_thread: bool):
+        one_thread = one_thread or self._threads == 1  # then one onnxruntime session serves both
+        session = self._sessions.get(one_thread)
+        if session is None:
+            with self._lock:  # reader threads may ask at once: make it once
+                if one_thread not in self._sessions:
+                    self._sessions[one_thread] = _new_session(self.model_path, 1 if one_thread else self._threads)
+                session = self._sessions[one_thread]
+        return session
 
     def get_inputs(self):
-        return self.session.get_inputs()
+        return next(iter(self._sessions.values())).get_inputs()
 
     def run(self, outputs: list[str], feeds: dict[str, np.ndarray], one_thread: bool = False):
-        return (self._single_threaded() if one_thread else self.session).run(outputs, feeds)
-
-    def _single_threaded(self):
-        if self._one_row is None:
-            with self._one_row_lock:  # reader threads may ask at once: make it once
-                if self._one_row is None:
-                    self._one_row = _new_session(self.model_path, 1)
-        return self._one_row
+        return self._session(one_thread).run(outputs, feeds)
 
 
 class Encoder:
@@ -177,7 +186,8 @@ class Encoder:
         if show_progress:
             from hybrid_qpr.progress import track
 
-            starts = track(starts, total=len(starts), description="encoding")
+            starts = track(starts, total=len(texts), description=f"encoding {side.replace('y', 'ie')}s",
+                           weight=lambda start: min(batch_size, len(texts) - start))
         for start in starts:
             idx = order[start : start + batch_size]
             out[idx] = self._checked(self._encode_batch([texts[i] for i in idx]))

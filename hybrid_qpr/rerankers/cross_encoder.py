@@ -163,7 +163,7 @@ class Reranker:
         if "vocab_size" in self.config and self.pairs.vocab_size != int(self.config["vocab_size"]):
             raise ArtifactError(f"{tokenizer_path}: {self.pairs.vocab_size} tokens, the model expects "
                                 f"{self.config['vocab_size']}; export the reranker again")
-        self.session = onnx_session(self.model_dir / ENCODER_MODEL_FILE, threads)
+        self.session = onnx_session(self.model_dir / ENCODER_MODEL_FILE, threads, one_row_first=False)
         self.fingerprint = fingerprint(self.model_dir)
         names = {i.name for i in self.session.get_inputs()}
         if names != set(INPUTS):

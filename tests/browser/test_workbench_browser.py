@@ -170,3 +170,79 @@ async function attack() {{
         assert "not a name of this workbench" in browser.page_source and "session" not in browser.page_source
         _, status = call(f"{url}/api/judgments")
         assert status["count"] == 0
+
+
+# Every element of a column, measured in the page: its right edge beyond its column's, or
+# content wider than itself (text cut at the right edge), is an overflow.
+OVERFLOWS = """
+const out = [];
+for (const column of document.querySelectorAll(".column")) {
+  const right = column.getBoundingClientRect().right + 1;
+  for (const node of column.querySelectorAll("*")) {
+    const box = node.getBoundingClientRect();
+    if (box.width === 0) continue;  // not shown (a closed toggle's content)
+    if (box.right > right || node.scrollWidth > node.clientWidth + 1 && getComputedStyle(node).overflowX !== "hidden")
+      out.push(`${column.dataset.mode}: <${node.tagName.toLowerCase()} class="${node.className}"> ${node.textContent.slice(0, 60)}`);
+  }
+}
+if (document.documentElement.scrollWidth > window.innerWidth) out.push(`the page scrolls sideways (${document.documentElement.scrollWidth}px)`);
+return out;
+"""
+FIFTH_HIT_BOTTOMS = """
+return [...document.querySelectorAll(".column")].map((column) => {
+  const hits = column.querySelectorAll(".hit");
+  return [column.dataset.mode, hits.length, hits.length >= 5 ? hits[4].getBoundingClientRect().bottom : null];
+});
+"""
+
+
+def test_cards_with_long_metadata_fit_five_hits_a_column_and_never_overflow(browser, tmp_path, committed_encoder):
+    """An FAQ's hits: a title that repeats the text, an answer of hundreds of words, a URL with
+    no place to break, a word longer than a column. In a 1,400 x 1,000 window five hits of each
+    column are in view, nothing is cut at a column's right edge, the field chosen in "Show"
+    takes three lines at most, and the card's toggle holds every field whole."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    from hybrid_qpr.backends.local import LocalIndex
+    from hybrid_qpr.types import Document
+
+    words = "open the account page, choose security, then reset the password and sign in again".split()
+    answer = " ".join(words[i % len(words)] for i in range(400))
+    url_like = "https://support.example.com/" + "very-long-path-segment-" * 12 + "?ref=" + "x" * 80
+    docs = [Document(f"faq-{i}", f"how do i reset my password on device {i} " + ("supercalifragilistic" * 4 if i % 3 == 1
+                                                                                  else ""),
+                     {"title": f"How do I reset my password on device {i}", "answer": answer, "url": url_like,
+                      "topic": "account"})
+            for i in range(40)]
+    index = LocalIndex.create(tmp_path / "idx", committed_encoder)
+    index.ingest(docs, committed_encoder, show_progress=False)
+    wait = WebDriverWait(browser, 60)
+    browser.set_window_size(1400, 1000)
+    with served(index, committed_encoder, tmp_path / "judgments", index="faq", kind="local") as url:
+        browser.get(f"{url}/?" + urllib.parse.urlencode({"q": "reset my password", "k": 5}))
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".column .hit")) == 20)
+        height = browser.execute_script("return window.innerHeight")
+        assert height >= 800, height  # a 1,000-pixel window less its own bars
+        bottoms = browser.execute_script(FIFTH_HIT_BOTTOMS)
+        assert len(bottoms) == 4 and all(count == 5 and bottom <= height for _, count, bottom in bottoms), (bottoms, height)
+        assert browser.execute_script(OVERFLOWS) == []
+        first = browser.find_element(By.CSS_SELECTOR, '.column[data-mode="hybrid"] .hit')
+        assert answer[:50] not in first.text  # the answer is behind the toggle
+        toggle = first.find_element(By.CSS_SELECTOR, "details.fields")
+        assert toggle.find_element(By.TAG_NAME, "summary").text == "4 fields"
+        toggle.find_element(By.TAG_NAME, "summary").click()
+        assert answer[-40:] in toggle.text and url_like in toggle.text.replace("\n", "")
+        assert browser.execute_script(OVERFLOWS) == []  # the opened toggle wraps its URL too
+
+        # "Show" puts one field on every card, three lines at most, and keeps it in the page's link
+        Select(browser.find_element(By.ID, "show")).select_by_value("answer")
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".hit .shown")) == 20)
+        shown = browser.find_element(By.CSS_SELECTOR, ".hit .shown")
+        line = float(browser.execute_script("return parseFloat(getComputedStyle(arguments[0]).lineHeight)", shown))
+        assert shown.size["height"] <= 3 * line + 2 and shown.text.startswith("open the account page")
+        assert "show=answer" in browser.current_url
+        assert browser.execute_script(OVERFLOWS) == []
+        Select(browser.find_element(By.ID, "show")).select_by_value("url")
+        wait.until(lambda d: d.find_element(By.CSS_SELECTOR, ".hit .shown").get_attribute("data-field") == "url")
+        assert browser.execute_script(OVERFLOWS) == []

@@ -115,8 +115,10 @@ def test_installed_package_runs_ingest_query_and_demo_outside_the_tree(installed
     answer = _run([cli, "query", "i forgot my netflix password", "--index", "idx", "--json", "-k", "3"], cwd=cwd, env=env)
     hits = json.loads(answer.stdout)["hits"]
     assert len(hits) == 3 and hits[0]["id"].startswith("netflix-password")
-    # numba is a core dependency: the installed package ranks BM25 with the compiled scorer
+    # numba is a core dependency: the installed package can rank BM25 with the compiled scorer
+    # (which a process loads once it pays: blockmax.compiled_scorer_pays)
     compiled = _run([python, "-c", "from hybrid_qpr.backends.local import LocalIndex, blockmax\n"
+                     "assert blockmax.has_compiled_scorer()\n"
                      "hits = LocalIndex.open('idx').bm25('i forgot my netflix password', 3)\n"
                      "print(blockmax._KERNEL[0] is not None, hits[0].id)"], cwd=cwd, env=env).stdout.split()
     assert compiled[0] == "True" and compiled[1].startswith("netflix-password"), compiled

@@ -324,6 +324,7 @@ def test_bm25_list_is_scored_on_the_worker_while_the_query_is_encoded(index, com
     from hybrid_qpr.backends.local import blockmax
     from hybrid_qpr.search import HybridSearcher
 
+    assert blockmax.has_compiled_scorer()  # loaded: this process's queries run on it (small index or not)
     scored_on, scored = [], threading.Event()
     score = blockmax.top_rows
 

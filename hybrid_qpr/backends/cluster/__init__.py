@@ -14,7 +14,16 @@
   defaults, BM25, kNN, ``_msearch``, documents, count.
 """
 
-from hybrid_qpr.backends.cluster.backend import ClusterBackend
 from hybrid_qpr.backends.cluster.connection import ConnectionOptions, resolve_options
 
 __all__ = ["ClusterBackend", "ConnectionOptions", "resolve_options"]
+
+
+def __getattr__(name: str):
+    # ClusterBackend on first use: every CLI command imports ``connection`` for its options,
+    # and a local query should not pay for the backend's modules
+    if name == "ClusterBackend":
+        from hybrid_qpr.backends.cluster.backend import ClusterBackend
+
+        return ClusterBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

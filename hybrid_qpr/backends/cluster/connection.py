@@ -21,7 +21,6 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from email.utils import parsedate_to_datetime
 from types import ModuleType
 from typing import Any, Literal, NamedTuple, get_args
 from urllib.parse import urlsplit, urlunsplit
@@ -264,6 +263,8 @@ def parse_retry_after(value: str | None) -> float | None:
     value = value.strip()
     if value.isdigit():
         return float(value)
+    from email.utils import parsedate_to_datetime  # here: every CLI command imports this module
+
     try:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError):

@@ -183,8 +183,31 @@ def _scratch(n_docs: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def has_compiled_scorer() -> bool:
-    """Whether ``top_rows`` can run (numba is installed): ``dense_columns`` is only worth building then."""
+    """Whether ``top_rows`` can run (numba is installed; loads the compiled scorer)."""
     return _top_kernel() is not None
+
+
+# A process loads the compiled scorer only once it pays for itself: importing numba and reading
+# its cached kernels costs a fresh process 0.3-1 s (a first run compiles them: up to half a
+# minute), while NumPy scores 20,000 documents in about 1.2 ms a query and 100,000 in 5-7 ms
+# (compiled: 0.9 and 2 ms; docs/search.md, "When the compiled scorer is loaded"). So an index of
+# COMPILED_AT_DOCS documents loads it at its first query, a smaller one once the process's BM25
+# queries have scored COMPILED_AFTER_DOCS documents (a batch, a server, a tuning run). Both give
+# the same lists, scores bit for bit (tests/unit/test_bm25_fallback.py): switching mid-run is safe.
+COMPILED_AT_DOCS = 100_000
+COMPILED_AFTER_DOCS = 5_000_000
+_SCORED = [0]  # documents this process's BM25 queries have scored with NumPy
+
+
+def compiled_scorer_pays(docs: int) -> bool:
+    """Whether a BM25 query over ``docs`` documents should run on the compiled scorer (loaded
+    now if it is the first; see ``COMPILED_AT_DOCS``). Call once per query."""
+    if _KERNEL:
+        return _KERNEL[0] is not None
+    _SCORED[0] += docs
+    if docs < COMPILED_AT_DOCS and _SCORED[0] < COMPILED_AFTER_DOCS:
+        return False
+    return has_compiled_scorer()
 
 
 def _top_kernel():

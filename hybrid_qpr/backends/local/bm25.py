@@ -294,7 +294,9 @@ def compile_once(cache: list, namespace: dict, kernel: str, helpers: Sequence[st
     """``namespace[kernel]`` compiled by numba on first use (cached on disk, the GIL released),
     its ``helpers`` compiled in ``namespace`` first (compiled code calls compiled functions
     only); kept in ``cache``. ``None`` when numba is not installed. Built once under a lock
-    (reader threads may ask at once); every later query reads ``cache`` without it."""
+    (reader threads may ask at once); every later query reads ``cache`` without it. When numba
+    has no cached copy that is newer than the source, a line on stderr says that this run
+    compiles it (``announce_compiling``)."""
     if not cache:
         with _KERNEL_LOCK:
             if not cache:
@@ -307,8 +309,25 @@ def compile_once(cache: list, namespace: dict, kernel: str, helpers: Sequence[st
                     for name in helpers:  # a helper shared by two modules' kernels is compiled once
                         helper = namespace[name]
                         namespace[name] = helper if hasattr(helper, "py_func") else jit(helper)
-                    cache.append(jit(namespace[kernel]))
+                    compiled = jit(namespace[kernel])
+                    announce_compiling(compiled, namespace[kernel])
+                    cache.append(compiled)
     return cache[0]
+
+
+def announce_compiling(dispatcher, function) -> None:
+    """Say on stderr that this run compiles ``function`` when numba's cache (``stats.cache_path``)
+    holds no index of it at least as new as its source file: a first run (or the first after an
+    upgrade) waits up to half a minute for it, later runs load it in a fraction of a second."""
+    import sys
+
+    source = Path(function.__code__.co_filename)
+    where = Path(dispatcher.stats.cache_path)
+    kept = list(where.glob(f"*.{function.__qualname__}-*.nbi"))
+    if source.is_file() and any(k.stat().st_mtime >= source.stat().st_mtime for k in kept):
+        return
+    print(f"compiling the BM25 scorer ({function.__qualname__.strip('_')}) with numba: once, up to half a minute; "
+          f"later runs load it from {where}", file=sys.stderr, flush=True)
 
 
 def _top_kernel():

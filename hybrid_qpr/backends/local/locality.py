@@ -64,6 +64,9 @@ def _split(faiss, vectors: np.ndarray, rows: np.ndarray, out: list[np.ndarray], 
     assigned = assigned[:, 0]
     by_cell = np.argsort(assigned, kind="stable")
     bounds = np.searchsorted(assigned[by_cell], np.arange(cells + 1))
+    if np.diff(bounds).max() == len(rows):  # one cell took them all (copies of one vector): no split can help
+        out.append(rows)
+        return
     for cell in range(cells):
         _split(faiss, vectors, rows[by_cell[bounds[cell]:bounds[cell + 1]]], out)
 

@@ -117,11 +117,12 @@ class IndexReader:
         """Top ``depth`` documents with a positive BM25 score, filters applied before ranking."""
         return entry_hits(self._bm25_entries(query, self._bounded(depth), self.matching(filters)), self._located())
 
-    def _bm25_entries(self, query: str, depth: int, allowed: list[np.ndarray] | None) -> list[Entry]:
+    def _bm25_entries(self, query: str, depth: int, allowed: list[np.ndarray] | None,
+                      compiled: bool | None = None) -> list[Entry]:
         segments = self.segments
         if not segments:
             return []
-        if self._compiled_bm25():
+        if self._compiled_bm25() if compiled is None else compiled:
             best = shared_with_worker(self._bm25_scorer(query, depth, allowed), len(segments),
                                       share=len(segments) > 1 and self.count() >= PARALLEL_BM25_DOCS)
             return self._bm25_merged(best, depth)
@@ -132,13 +133,15 @@ class IndexReader:
         return ranked_entries(found, depth)
 
     def _compiled_bm25(self) -> bool:
-        return self.bm25_impl == "builtin" and blockmax.has_compiled_scorer()
+        """Whether this query's BM25 list runs on the compiled scorer (asked once per query:
+        ``blockmax.compiled_scorer_pays``)."""
+        return self.bm25_impl == "builtin" and blockmax.compiled_scorer_pays(self.count())
 
     def _bm25_scorer(self, query: str, depth: int, allowed: list[np.ndarray] | None) -> Callable[[Callable[[], Any]], list]:
         """``score(take)``: the best rows of each segment number ``take`` hands out (``None``
         for the others), by the compiled scorer; two threads may share one ``take``."""
         snapshot, tokens = self.snapshot, self.analyzer.analyze(query)
-        tables = snapshot.bm25_tables()
+        tables = snapshot.bm25_tables(compiled=True)
         idfs = _query_idfs(snapshot, tables, tokens) if tokens else {}  # once for both threads
         plans: dict = {}  # shared by the threads that score this list (blockmax.top_rows)
         return lambda take: blockmax.top_rows(tables.parts, tokens, tables.stats, tables.weights, depth, tables.dense,
@@ -198,17 +201,18 @@ class IndexReader:
         vector_units = SegmentQueue(units)
         several_graphs = len(units) > 1
         ready: list[np.ndarray] = []  # the prepared query vector, once this thread has it
-        if self._compiled_bm25():
+        compiled = self._compiled_bm25()
+        if compiled:
             segment_numbers = SegmentQueue(range(len(self.segments)))
             # one scorer for both threads when both may score; else the worker makes its own
             shared = self._bm25_scorer(query, depth, None) if len(self.segments) > 1 else None
             bm25_part = lambda: (shared or self._bm25_scorer(query, depth, None))(segment_numbers.take)  # noqa: E731
         else:  # the NumPy or reference scorer: the whole list on the worker
-            shared, bm25_part = None, lambda: self._bm25_entries(query, depth, None)
+            shared, bm25_part = None, lambda: self._bm25_entries(query, depth, None, compiled=False)
 
         def bm25_half() -> tuple[list, list[Candidates]]:
             rows = bm25_part()
-            if shared is None and self._compiled_bm25():  # every segment scored here: merge before this thread waits
+            if shared is None and compiled:  # every segment scored here: merge before this thread waits
                 rows = self._bm25_merged(rows, depth)
             helps = ready and several_graphs  # one graph: this thread has it
             return rows, (faiss_candidates(units, ready[0], depth, vector_units, self.distance) if helps else [])

@@ -49,6 +49,7 @@ from hybrid_qpr.backends.local.textstore import OFFSETS_FILE, TEXT_FILE, TextSto
 from hybrid_qpr.backends.local.vectors import SearchSettings, build_faiss, calibrate_ef
 from hybrid_qpr.distance import Distance
 from hybrid_qpr.errors import IndexDamagedError, require
+from hybrid_qpr.progress import steps
 
 SEGMENTS_DIR = "segments"
 # where 'index optimize --drop-damaged' moves the files of a segment it drops (``recovery.py``)
@@ -177,7 +178,8 @@ def write_segment(segments_dir: Path, name: str, ids: Sequence[str], texts: Sequ
             if ef_search is not None:
                 times["efSearch calibration"] = lap()
         current = tmp / "bm25.*"
-        bm25_lib.save_postings(bm25_lib.build_postings(analyze(t) for t in texts), tmp)
+        texts_read = steps(texts, len(texts), "BM25 postings: documents")
+        bm25_lib.save_postings(bm25_lib.build_postings(analyze(t) for t in texts_read), tmp)
         fields = sorted({key for m in metas if m != "{}" for key in json.loads(m)})
         times["postings"] = lap()
         files = {}

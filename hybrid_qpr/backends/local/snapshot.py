@@ -113,13 +113,16 @@ class IndexSnapshot:
         if last and self._files is not None:
             self._files.let_go(self._parts())
 
-    def bm25_tables(self) -> Bm25Tables:
-        """The tables, computed on first use (by one thread; the others wait for them)."""
+    def bm25_tables(self, compiled: bool = False) -> Bm25Tables:
+        """The tables, computed on first use (by one thread; the others wait for them);
+        ``compiled``: with what only the compiled scorer reads (added when first asked for)."""
         tables = self._tables
-        if tables is None:
+        if tables is None or (compiled and tables.blocks is None):
             with self._lock:
                 if self._tables is None:
                     self._tables = _compute_tables(self.segments)
+                if compiled and self._tables.blocks is None:
+                    self._tables = _with_compiled_tables(self._tables)
                 tables = self._tables
         return tables
 
@@ -138,8 +141,11 @@ class IndexSnapshot:
 def _compute_tables(segments: Sequence[Segment]) -> Bm25Tables:
     parts = [(s.postings, s.deleted) for s in segments]
     stats = bm25_lib.corpus_stats(parts)
-    weights = bm25_lib.term_weights(parts, stats)
-    compiled = blockmax.has_compiled_scorer()
-    dense = bm25_lib.dense_columns(parts, weights) if compiled else None
-    blocks = [blockmax.block_maxima(p, w) for (p, _), w in zip(parts, weights)] if compiled else None
-    return Bm25Tables(parts, stats, weights, dense, blocks)
+    return Bm25Tables(parts, stats, bm25_lib.term_weights(parts, stats), None, None)
+
+
+def _with_compiled_tables(tables: Bm25Tables) -> Bm25Tables:
+    """``tables`` with the dense columns and block maxima of the compiled scorer."""
+    dense = bm25_lib.dense_columns(tables.parts, tables.weights)
+    blocks = [blockmax.block_maxima(p, w) for (p, _), w in zip(tables.parts, tables.weights)]
+    return tables._replace(dense=dense, blocks=blocks)

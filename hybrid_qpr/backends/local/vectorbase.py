@@ -58,10 +58,11 @@ from hybrid_qpr.backends.local.ranking import Candidates
 from hybrid_qpr.backends.local.segment import (BASE_FACTORY, SEGMENTS_DIR, VECTORS, Segment,
                                                checksum, damaged, file_record, fsync_path, read_faiss)
 from hybrid_qpr.backends.local.storage import write_refusal
-from hybrid_qpr.backends.local.vectors import (EF_CONSTRUCTION, SearchSettings, build_faiss, calibrate_ef, faiss_factory,
-                                               one_thread)
+from hybrid_qpr.backends.local.vectors import (EF_CONSTRUCTION, SearchSettings, add_vectors, build_faiss, calibrate_ef,
+                                               faiss_factory, one_thread)
 from hybrid_qpr.distance import Distance, score_from_faiss
 from hybrid_qpr.errors import require
+from hybrid_qpr.progress import steps
 
 logger = logging.getLogger(__name__)
 
@@ -345,14 +346,15 @@ def next_base(index_path: Path, old: dict[str, Any] | None, entries: Sequence[di
             graph = build_faiss(vectors, distance, faiss_factory(len(vectors), "hnsw"))
         else:
             graph.hnsw.efConstruction = EF_CONSTRUCTION
-            graph.add(vectors)
+            add_vectors(graph, vectors, "HNSW graph")
     ranges += [[e["name"], int(e["count"])] for e in new]
     faiss = require("faiss", feature="the local index")
     storage = faiss.downcast_index(graph.storage)
     nodes = faiss.rev_swig_ptr(storage.get_xb(), graph.ntotal * graph.d).reshape(graph.ntotal, graph.d)
     ef_search = calibrate_ef(graph, nodes, distance)
     if order is None and (fresh or reorder):  # nodes in locality order: the edges and efSearch stay
-        order = locality_order(nodes)
+        for _ in steps([None], 1, f"HNSW graph: {graph.ntotal:,} documents put in locality order", documents=graph.ntotal):
+            order = locality_order(nodes)
         if order is not None:
             store_in_order(graph, order)
     elif order is not None and len(order) < graph.ntotal:  # added nodes are stored after the others

@@ -65,6 +65,8 @@ EF_CONSTRUCTION = 160
 EF_LADDER: tuple[int, ...] = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 EF_TARGET_FIRST, EF_TARGET_RECALL, EF_SAMPLE = 1.0, 0.997, 2000
 RECALL_PLATEAU = 0.0005  # a recall target no step meets is met this close to the best reached (chosen_ef)
+EXACT_PART_VALUES = 20_000_000  # probes x vectors compared at a time (exact_neighbours)
+ADD_PART = 20_000  # vectors added to a FAISS index at a time (add_vectors): what progress counts in
 
 
 def metric_type(distance: Distance) -> int:
@@ -109,10 +111,20 @@ def build_faiss(vectors: np.ndarray, distance: Distance, factory: str, nprobe: i
             rows = np.random.default_rng(13).choice(len(vectors), TRAIN_PER_LIST * nlist, replace=False)
             sample = np.ascontiguousarray(vectors[np.sort(rows)])
         index.train(sample)
-    if len(vectors):
-        index.add(vectors)
+    add_vectors(index, vectors, "HNSW graph" if hasattr(index, "hnsw") else f"FAISS {factory}")
     set_search_params(index, nprobe, ef_search)
     return index
+
+
+def add_vectors(index, vectors: np.ndarray, what: str) -> None:
+    """``index.add(vectors)``, in parts of ``ADD_PART`` vectors, each counted by the progress
+    of ``progress.steps``: a graph over a million vectors takes many minutes to build."""
+    from hybrid_qpr.progress import steps
+
+    starts = range(0, len(vectors), ADD_PART)
+    for start in steps(starts, len(vectors), f"{what}: documents added",
+                       weight=lambda start: min(ADD_PART, len(vectors) - start)):
+        index.add(vectors[start:start + ADD_PART])
 
 
 def set_search_params(index, nprobe: int = NPROBE, ef_search: int = EF_SEARCH) -> None:
@@ -130,6 +142,8 @@ def calibrate_ef(index, vectors: np.ndarray, distance: Distance, sample: int = E
     ``target_first`` of them and finds ``target_recall`` of their exact top 10 with their
     own row left out; when no step does, the first that does as well as the ladder can
     (``chosen_ef``)."""
+    from hybrid_qpr.progress import steps
+
     faiss = require("faiss", feature="the local index")
     n = len(vectors)
     if n <= 11:
@@ -149,19 +163,26 @@ def calibrate_ef(index, vectors: np.ndarray, distance: Distance, sample: int = E
         return float(np.minimum(near.sum(1), 10).sum() / (10 * len(rows)))
 
     with one_thread():
-        exact_scores, exact_rows = faiss.knn(probes, vectors, 11, metric)
+        exact_scores, exact_rows = exact_neighbours(probes, vectors, metric)
         own_in = (exact_rows[:, :11] == rows[:, None]).any(1)  # the 10th other is at 11 or 10
         tenth = np.where(own_in, exact_scores[:, 10], exact_scores[:, 9])
         before = index.hnsw.efSearch
         measured: list[tuple[int, float, float]] = []  # (efSearch, first, recall@10)
-        try:
+
+        def ladder() -> Iterator[int]:  # each step measured, up to the first that meets both targets
             for ef in EF_LADDER:
                 index.hnsw.efSearch = ef
                 scores, found = index.search(probes, 11)
                 measured.append((ef, first_kept(probes, vectors, found[:, 0], rows, distance), recall10(scores, found)))
                 logger.debug("efSearch %d: found first %.4f, recall@10 %.4f", *measured[-1])
+                yield ef
                 if measured[-1][1] >= target_first and measured[-1][2] >= target_recall:
-                    break
+                    return
+
+        try:
+            for _ in steps(ladder(), len(EF_LADDER), f"efSearch calibration: {len(rows):,} probes searched at each "
+                           f"efSearch of {EF_LADDER[0]}-{EF_LADDER[-1]} (until one meets the targets)", documents=n):
+                pass
         finally:
             index.hnsw.efSearch = before
     ef, first, recall = chosen_ef(measured, target_first, target_recall)
@@ -171,6 +192,21 @@ def calibrate_ef(index, vectors: np.ndarray, distance: Distance, sample: int = E
                     "the best the ladder reached: the graph has nodes (or neighbours) no search reaches", measured[-1][0],
                     target_first, target_recall)
     return ef
+
+
+def exact_neighbours(probes: np.ndarray, vectors: np.ndarray, metric: int) -> tuple[np.ndarray, np.ndarray]:
+    """The exact top 11 of each probe among ``vectors`` (scores, rows), in parts of probes so
+    that progress shows (``progress.steps``): at a million vectors it is the larger part of a
+    calibration."""
+    from hybrid_qpr.progress import steps
+
+    faiss = require("faiss", feature="the local index")
+    part = max(1, EXACT_PART_VALUES // max(1, len(vectors)))
+    found = [faiss.knn(probes[start:start + part], vectors, 11, metric)
+             for start in steps(range(0, len(probes), part), len(probes),
+                                f"efSearch calibration: exact neighbours of probes among {len(vectors):,} documents",
+                                weight=lambda start: min(part, len(probes) - start), documents=len(vectors))]
+    return np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
 
 
 def chosen_ef(measured: Sequence[tuple[int, float, float]], target_first: float,

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from hybrid_qpr import progress
 from hybrid_qpr.artifacts import library_versions
 from hybrid_qpr.backends.base import IngestInterrupted, IngestReport
 from hybrid_qpr.backends.local.commit import (FORMAT_VERSION, WriteLock, read_manifest, referenced, remove_paths,
@@ -157,7 +158,7 @@ class IndexWriter:
         started = time.perf_counter()
         report = IngestReport()
         try:
-            with self._writing(wait):
+            with self._writing(wait), progress.shown(show_progress):  # the commit's graph build and calibration too
                 self.index.check_encoder(encoder)
                 writer = IngestWriter(self, encoder, report, batch_size, show_progress)
                 try:

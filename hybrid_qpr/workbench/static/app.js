@@ -3,7 +3,8 @@
 "use strict";
 
 const $ = (selector, root = document) => root.querySelector(selector);
-const state = { query: "", data: null, judgments: {}, timer: null, running: 0, session: null };
+const state = { query: "", data: null, judgments: {}, timer: null, running: 0, session: null, show: "" };
+const SHOWN_CHARS = 300;  // a shown field's value on a card (three lines); the card's toggle holds every field whole
 const METRICS = ["MRR@20", "H@1", "H@10", "nDCG@10", "MAP"];
 
 function el(tag, attrs = {}, ...children) {
@@ -50,6 +51,16 @@ function params() {
   return out;
 }
 
+function pageParams(p) {  // the page's own link: the search and the field shown
+  const out = new URLSearchParams(p);
+  if (state.show) out.set("show", state.show);
+  return out;
+}
+
+function fieldText(value) {
+  return typeof value === "string" ? value : JSON.stringify(value);
+}
+
 async function loadSession() {
   state.session = await api("/api/session");
   $("#writes").textContent = state.session.index_writes
@@ -84,7 +95,7 @@ async function runQuery() {
   const query = $("#q").value.trim();
   if (!query) { setStatus("#status", "type a query first", true); $("#q").focus(); return; }
   const p = params();
-  history.replaceState(null, "", `/?${p}`);
+  history.replaceState(null, "", `/?${pageParams(p)}`);
   const ticket = ++state.running;
   setStatus("#status", "searching…");
   try {
@@ -120,6 +131,12 @@ function hitNode(mode, hit) {
                           dataset: { id: hit.id, mode } });
   node.append(el("div", { class: "top" }, el("span", { class: "rank" }, `${hit.rank}.`),
                  el("span", { class: "text" }, hit.text)));
+  const metadata = hit.metadata || {};
+  if (state.show && metadata[state.show] !== undefined && metadata[state.show] !== null) {
+    const value = fieldText(metadata[state.show]);
+    node.append(el("div", { class: "shown", dataset: { field: state.show }, title: `${state.show} (every field: the toggle below)` },
+                   value.length > SHOWN_CHARS ? `${value.slice(0, SHOWN_CHARS - 1)}…` : value));
+  }
   const meta = el("div", { class: "meta" }, el("span", { class: "id" }, hit.id),
                   el("span", { title: "the score this list ranks by" }, `score ${hit.score.toFixed(3)}`),
                   el("span", { class: "bm25", title: "BM25 score and rank" }, scorePart("BM25", hit.bm25)),
@@ -133,25 +150,38 @@ function hitNode(mode, hit) {
       meta.append(el("span", { class: "signal", title: "this signal's contribution to the score" }, `${name} ${value >= 0 ? "+" : ""}${value.toFixed(3)}`));
     }
   }
-  for (const [field, value] of Object.entries(hit.metadata || {})) meta.append(el("span", { class: "chip" }, `${field}: ${value}`));
   node.append(meta);
+  const fields = Object.entries(metadata);
+  if (fields.length) {  // every field whole, behind a toggle at the end of the line: an FAQ's answer would fill the column
+    meta.append(el("details", { class: "fields" },
+                   el("summary", { title: "every metadata field of this hit" }, `${fields.length} field${fields.length === 1 ? "" : "s"}`),
+                   ...fields.map(([field, value]) => el("div", { class: "chip" }, el("b", {}, `${field}: `), fieldText(value)))));
+  }
   const moves = el("div", { class: "moves", "aria-label": "rank in the other lists" });
   for (const [other, rank] of Object.entries(hit.ranks)) {
     const m = move(hit.rank, rank);
     moves.append(el("span", { class: `move ${m.cls}`, title: rank ? `#${rank} in ${other}: this list ranks it ${m.text.split(" ")[1]}` : `not in ${other}'s top ${state.data.k}` },
                     `${other} ${m.text}`));
   }
-  node.append(moves);
   const row = el("div", { class: "judge-row", role: "group", "aria-label": "judge this hit" });
   for (const [relevance, label] of [[1, "Relevant"], [2, "Highly"], [0, "Not relevant"]]) {
     row.append(el("button", { type: "button", class: "judge", "aria-pressed": String(judged === relevance),
                                dataset: { relevance: String(relevance) } }, label));
   }
-  node.append(row);
+  node.append(el("div", { class: "actions" }, moves, row));  // one line: where the others rank it, the judgment
   return node;
 }
 
+function showFields() {  // the fields of this answer's hits (and the one chosen) in the Show control
+  const fields = new Set(state.show ? [state.show] : []);
+  for (const mode of state.data.modes) for (const hit of state.data.lists[mode]) Object.keys(hit.metadata || {}).forEach((f) => fields.add(f));
+  const select = $("#show");
+  select.replaceChildren(select.options[0], ...[...fields].sort().map((name) => new Option(name, name)));
+  select.value = state.show;
+}
+
 function render() {
+  showFields();
   const columns = $("#columns");
   columns.replaceChildren();
   for (const mode of state.data.modes) {
@@ -265,11 +295,16 @@ function start() {
   if (url.get("k")) $("#k").value = url.get("k");
   if (url.get("fusion")) $("#fusion").value = url.get("fusion");
   if (url.get("alpha")) { $("#alpha").value = url.get("alpha"); $("#alpha-on").checked = true; }
+  state.show = url.get("show") || "";
   $("#filters").value = url.getAll("filter").join(" ");
   showAlpha();
   $("#search").addEventListener("submit", (event) => { event.preventDefault(); runQuery(); });
   $("#fusion").addEventListener("change", requery);
   $("#k").addEventListener("change", requery);
+  $("#show").addEventListener("change", () => {  // a view of the same answer: no new query
+    state.show = $("#show").value;
+    if (state.data) { render(); history.replaceState(null, "", `/?${pageParams(params())}`); }
+  });
   $("#alpha").addEventListener("input", () => { showAlpha(); requery(); });
   $("#alpha-on").addEventListener("change", () => { showAlpha(); requery(); });
   $("#columns").addEventListener("click", (event) => {
