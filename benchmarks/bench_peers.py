@@ -10,7 +10,7 @@ document those queries judge or are, plus seeded others up to ``--docs`` (never 
 in another qrels file, so a test split stays unseen).
 
 Every document is encoded once by ``--model`` (the default ``fast`` model) and each engine
-indexes those vectors (hybrid-qpr's ingest through ``peer_engines.PrecomputedEncoder``), so
+indexes those vectors (hybrid-qpr's ingest through ``_peer_engines.PrecomputedEncoder``), so
 only the lexical half and the fusion differ. For each engine and mode (BM25, kNN, hybrid
 with the engine's default fusion; hybrid-qpr also tuned; LanceDB also its linear reranker):
 
@@ -46,7 +46,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from _common import command_line, repo_relative
-from peer_engines import ENGINES, PEERS, HybridQpr, missing_packages, version
+from _peer_engines import ENGINES, PEERS, HybridQpr, missing_packages, version
 
 from hybrid_qpr.artifacts import write_json
 from hybrid_qpr.data.beir import load_beir, load_qrels
