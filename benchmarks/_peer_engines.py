@@ -95,7 +95,9 @@ class PrecomputedEncoder:
 
 class HybridQpr(Engine):
     """hybrid-qpr's embedded index as ``hybrid-qpr ingest`` leaves it (the model's fusion
-    defaults adopted, else RRF alpha 0.5), and the fusion ``tune`` chooses, when tuned."""
+    defaults adopted, else RRF alpha 0.5; above its flat threshold an HNSW graph whose
+    efSearch the ingest calibrates for recall, which is most of its build time), and the
+    fusion ``tune`` chooses, when tuned."""
 
     name = "hybrid-qpr"
     modes = {"bm25": "BM25", "knn": "kNN", "hybrid": "hybrid, untuned (the index's defaults after ingest)"}
@@ -225,7 +227,9 @@ class MilvusLite(Engine):
 class Qdrant(Engine):
     """A collection of Qdrant's local mode (``QdrantClient(path=...)``, no server): the vectors
     (COSINE) and a payload text index with BM25 scoring (``scoring=True``, its default word
-    tokenizer, lowercase); hybrid by two prefetches fused with ``Fusion.RRF`` (its default k)."""
+    tokenizer, lowercase); hybrid by two prefetches fused with ``Fusion.RRF`` (its default k).
+    Local mode is Qdrant's mode for development: it searches in Python, and its BM25 counts
+    every document's terms again for each query, so its latency grows with the corpus."""
 
     name = "qdrant"
     modes = {"bm25": "text query (payload text index, scoring=True)", "knn": "vector query (local mode: exact)",

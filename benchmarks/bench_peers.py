@@ -22,8 +22,8 @@ with the engine's default fusion; hybrid-qpr also tuned; LanceDB also its linear
 * build time (create, insert the vectors and texts, build the full-text index) and the size
   on disk of the engine's folder. The shared corpus encoding is reported once, apart.
 
-Writes ``--out`` (JSON: settings, versions, load average, per engine and mode) and prints a
-Markdown table::
+Writes ``--out`` (JSON: settings, versions, load average, per engine and mode; written again
+after each engine) and prints a Markdown table::
 
     hybrid-qpr dataset build ../shared/data/quora-pairs.tsv.gz --out data/quora
     python benchmarks/bench_peers.py data/quora/beir --docs 25000 --queries 1000 --tune-queries 1000 \\
@@ -238,6 +238,8 @@ def run(args, engines: list[str]) -> dict:
                 engine = PEERS[name](lambda text: encoder.encode(text), encoder.distance)
             result["engines"][name] = run_engine(name, engine, where, ids, texts, vectors, eval_queries, qrels, own,
                                                  warmup, {q: queries[q] for q in tune_ids})
+            if args.out:  # after each engine: a run stopped later keeps the engines measured
+                write_json(args.out, {**result, "load_average_after": [round(x, 2) for x in os.getloadavg()]})
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
