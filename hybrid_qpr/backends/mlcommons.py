@@ -39,6 +39,7 @@ from typing import Any
 
 from hybrid_qpr.encoders import MODEL_FILE, TOKENIZER_FILE, read_config
 from hybrid_qpr.errors import ArtifactError, ClusterError, ConfigError
+from hybrid_qpr.text.analysis import LEGACY
 
 logger = logging.getLogger(__name__)
 
@@ -517,7 +518,9 @@ def setup(client, model_dir: str | Path, index: str, *, name: str | None = None,
     embed_pipeline, hybrid_pipeline = f"{index}-embed", f"{index}-hybrid"
     put_ingest_pipeline(client, embed_pipeline, model_id)
     backend = OpenSearchBackend(client, index)
-    backend.ensure_index(encoder)
+    # the cluster fills this index from plain text (the ingest pipeline above), so a new one runs
+    # BM25 on the cluster's own analysis of ``text``: the legacy analyzer's terms, no stemmer
+    backend.ensure_index(encoder, analyzer=None if backend.exists() else LEGACY)
     adopt_model_fusion_defaults(backend, encoder)  # keeps the index's own tuned defaults
     tuned = dict(backend.fusion_defaults or {})
     fusion = {"fusion": tuned.get("fusion", DEFAULT_FUSION), "alpha": float(tuned.get("alpha", DEFAULT_ALPHA)),

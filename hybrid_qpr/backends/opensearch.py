@@ -34,8 +34,9 @@ import numpy as np
 
 from hybrid_qpr.backends.base import Capabilities
 from hybrid_qpr.backends.cluster.backend import KNN_CANDIDATES, ClusterBackend
-from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, METADATA_FIELD, TEXT_FIELD, VECTOR_FIELD, bm25_meta,
-                                                bm25_query, bm25_values, check_shards, filter_clauses, load_body, source_param)
+from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, METADATA_FIELD, TEXT_FIELD, TOKENS_FIELD, VECTOR_FIELD,
+                                                bm25_meta, bm25_query, bm25_values, check_shards, filter_clauses,
+                                                load_body, source_param)
 from hybrid_qpr.backends.cluster.connection import (HttpFailure, Transport, compress_by_default, reason, redact,
                                                     resolve_options, translate)
 from hybrid_qpr.backends.cluster.probe import probe
@@ -168,10 +169,16 @@ def index_body(dim: int, distance: str, fingerprint: str, kind: str, engine: str
     shards, replicas = check_shards(shards, replicas)
     if engine != "lucene":
         logger.warning("engine=%s needs the k-NN native libraries, which the Maven Central build lacks", engine)
-    return load_body("opensearch/index.json", {
+    chosen = get_analyzer(analyzer)
+    body = load_body("opensearch/index.json", {
         "DIM": int(dim), "DISTANCE": distance, "MODEL_FINGERPRINT": fingerprint, "MODEL_KIND": kind,
         "ENGINE": engine, "SPACE_TYPE": opensearch_space_type(distance), "SHARDS": shards, "REPLICAS": replicas,
-        **bm25_values(), "BM25": bm25_meta(get_analyzer(analyzer)), "TOKEN_PATTERN": TOKEN_PATTERN})
+        **bm25_values(), "BM25": bm25_meta(chosen), "TOKEN_PATTERN": TOKEN_PATTERN})
+    if chosen.legacy:  # the legacy terms are what the cluster's own word pattern makes of ``text``: BM25 runs
+        # there, so documents that other tools send as plain text (an ingest pipeline) are searched too
+        del body["mappings"]["properties"][TOKENS_FIELD]
+        body["mappings"]["_meta"]["bm25"]["field"] = TEXT_FIELD
+    return body
 
 
 def pipeline_name(fusion: str) -> str:

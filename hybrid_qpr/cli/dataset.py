@@ -41,7 +41,7 @@ def dataset() -> None:
 
     \b
     Example:
-      hybrid-qpr dataset build examples/support/pairs.tsv --out data/support
+      hybrid-qpr dataset build pairs.tsv --out data/support
       hybrid-qpr dataset stats data/support
     """
 
@@ -64,7 +64,7 @@ def build(pairs: str, out: str, seed: int, split: str, on_bad_line: str, as_json
 
     \b
     Example:
-      hybrid-qpr dataset build examples/support/pairs.tsv --out data/support --seed 13
+      hybrid-qpr dataset build pairs.tsv --out data/support --seed 13
       zcat pairs.csv.gz | hybrid-qpr dataset build - --out data/mine --on-bad-line skip
     """
     from hybrid_qpr.data.dataset import build_dataset

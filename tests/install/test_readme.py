@@ -162,7 +162,7 @@ def test_the_install_options_are_real():
         if command.startswith("scripts/setup"):
             assert set(command.split()[1:]) <= accepted, f"{command}: scripts/setup accepts {sorted(accepted)}"
         elif command.startswith("pip install "):
-            assert 'pip install -q --no-cache-dir -e "$target"' in setup
+            assert 'pip install --no-cache-dir -e "$target"' in setup
             named = re.search(r"\.\[([\w,]+)\]", command)
             assert not named or set(named.group(1).split(",")) <= extras, command
         else:

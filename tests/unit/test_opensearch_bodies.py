@@ -46,6 +46,17 @@ def test_index_bodies_take_dims_and_space_from_the_model(distance, space, es):
     assert elastic["mappings"]["_meta"]["bm25"] == body["mappings"]["_meta"]["bm25"]
 
 
+def test_a_legacy_opensearch_index_runs_bm25_on_text_in_the_cluster():
+    """The legacy terms are what the cluster's word pattern makes of ``text``: such an index (the one
+    ``mlcommons setup`` makes, filled from plain text by an ingest pipeline) has no client-written
+    terms field, so documents other tools send are searched too."""
+    body = index_body(96, "cosine", "abcdef0123456789", "cnn", analyzer="legacy")
+    assert "bm25_tokens" not in body["mappings"]["properties"]
+    assert body["mappings"]["properties"]["text"]["analyzer"] == "hybrid_qpr_words"
+    assert body["mappings"]["_meta"]["bm25"]["field"] == "text"
+    assert body["mappings"]["_meta"]["bm25"]["analyzer"] == get_analyzer("legacy").record()
+
+
 def test_pipeline_bodies_weights_and_checks():
     minmax = pipeline_body("minmax", alpha=0.3)["phase_results_processors"][0]["normalization-processor"]
     assert minmax["normalization"] == {"technique": "min_max"}
