@@ -466,7 +466,7 @@ MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
 ASYMMETRIC_KIND: EncoderKind = "asymmetric"
 CROSS_ENCODER_KIND: ModelKind = "cross-encoder"
 EncoderSide = Literal["query", "document"]
-ENCODER_SIDES: tuple[str, ...] = ("query", "document")
+ENCODER_SIDES: tuple[str, ...] = get_args(EncoderSide)
 # The fusion (and reranker depth) tuned on the model's own validation data ('tune --save-to-model'),
 # which 'ingest' gives an index that has none (hybrid_qpr.backends.base.adopt_model_fusion_defaults).
 ENCODER_FUSION_DEFAULTS = "fusion_defaults"

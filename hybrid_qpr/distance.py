@@ -8,14 +8,14 @@ product and scored ``cos``.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 
 from hybrid_qpr.errors import ConfigError
 
 Distance = Literal["sqeuclidean", "cosine", "dot"]
-DISTANCES: tuple[str, ...] = ("sqeuclidean", "cosine", "dot")
+DISTANCES: tuple[str, ...] = get_args(Distance)
 
 
 def check_distance(distance: str) -> Distance:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 
 class HybridQPRError(Exception):
@@ -41,7 +41,7 @@ def _located(path: str | None, line: int | None, problem: str) -> str:
 
 # ---------------------------------------------------------------- the bad-input rule
 OnBadLine = Literal["error", "skip"]
-ON_BAD_LINE: tuple[str, ...] = ("error", "skip")
+ON_BAD_LINE: tuple[str, ...] = get_args(OnBadLine)
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,11 @@
 The searcher is handed a backend that is already built (a ``LocalIndex``, an
 ``OpenSearchBackend`` or an ``ElasticsearchBackend``) and an encoder; it never builds either.
 
-One query takes one path, down and back once: ``HybridSearcher.search`` checks its arguments
-into a ``SearchRequest`` (settings resolved against the index's tuned defaults, the query's
-encoding a ``QueryVector`` computed at most once, when a backend first needs it); the mode asks
+One query takes one path, down and back once: a surface builds a ``SearchRequest``
+(``hybrid_qpr.search_request``; ``HybridSearcher.search`` builds one of its keyword arguments),
+``HybridSearcher.run`` resolves it (``search_request.resolve``: checked, the index's tuned defaults
+filled in; the query's encoding a ``QueryVector`` computed at most once, when a backend first
+needs it) and answers with the page and the resolved request (``SearchAnswer``); the mode asks
 the backend for ranked lists (ids and scores, ``RankedList``); a hybrid search fuses them here,
 the one place fusion runs (``hybrid_qpr.fusion``), so every backend fuses identically; the
 page's documents come with the lists (a cluster) or by one ``documents`` call (the embedded
@@ -41,10 +43,12 @@ result keeps its first-stage ``score`` and gains ``first_stage_rank`` and ``cros
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, get_args
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -54,30 +58,14 @@ from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
 from hybrid_qpr import fusion as fusion_lib
 from hybrid_qpr.signals import Signals
 from hybrid_qpr.errors import ConfigError
+from hybrid_qpr.search_request import (  # noqa: F401  (the modes and the request, as the library offers them)
+    ACCEPTED_MODES, DEFAULT_ALPHA, DEFAULT_DEPTH, DEFAULT_FUSION, DEFAULT_MODE, FUSION_MODES, MODE_ALIASES, MODES,
+    RESCORE_DEPTH, Mode, SearchRequest, check_mode, fusion_extras, resolve)
 
 logger = logging.getLogger(__name__)
 
-# The one list of modes, in the order reports and the workbench show them; every surface
-# (CLI choices, evaluation, the workbench and its OpenAPI) reads MODES.
-Mode = Literal["bm25", "knn", "hybrid", "rescore"]
-MODES: tuple[str, ...] = get_args(Mode)
-DEFAULT_MODE: Mode = "hybrid"
-# Names a mode had before; accepted everywhere a mode is (CLI, API, library) and read as the new one.
-MODE_ALIASES: dict[str, str] = {"rerank": "rescore"}
-ACCEPTED_MODES: tuple[str, ...] = (*MODES, *MODE_ALIASES)
-DEFAULT_DEPTH = fusion_lib.DEFAULT_DEPTH  # candidates per list (see hybrid_qpr.fusion)
-RESCORE_DEPTH = fusion_lib.RESCORE_DEPTH
 RERANK_DEPTH = RESCORE_DEPTH  # the name before the mode was called rescore
 DEFAULT_RERANKER_DEPTH = 20  # hits re-scored by a cross-encoder reranker (hybrid_qpr.rerankers)
-DEFAULT_FUSION, DEFAULT_ALPHA = fusion_lib.DEFAULT_FUSION, fusion_lib.DEFAULT_ALPHA
-
-
-def check_mode(mode: str) -> Mode:
-    """``mode`` as one of ``MODES`` (an old name from ``MODE_ALIASES`` read as its new one)."""
-    mode = MODE_ALIASES.get(mode, mode)
-    if mode not in MODES:
-        raise ConfigError(f"mode={mode!r}: allowed values are {', '.join(MODES)}")
-    return mode  # type: ignore[return-value]
 
 
 class RankedScore(NamedTuple):
@@ -85,44 +73,6 @@ class RankedScore(NamedTuple):
 
     score: float
     rank: int
-
-
-class SearchRequest(NamedTuple):
-    """One search, checked, with its settings resolved (``HybridSearcher.request``): built
-    once and handed down the query path. ``depth`` is the candidates per list before the page
-    is counted in (``list_depth``); ``vector`` the query's encoding, computed on first use.
-    ``fusion``, ``alpha`` and ``depth`` fall back on the index's tuned defaults in the hybrid
-    mode, the one that fuses; the other modes carry the package defaults."""
-
-    text: str
-    mode: Mode = DEFAULT_MODE
-    top_k: int = 10
-    offset: int = 0
-    filters: Filters | None = None
-    fusion: fusion_lib.FusionMethod = DEFAULT_FUSION  # type: ignore[assignment]
-    alpha: float = DEFAULT_ALPHA
-    depth: int = DEFAULT_DEPTH
-    rescore_depth: int = RESCORE_DEPTH
-    reranker_depth: int = 0  # 0: no cross-encoder for this search
-    server_side: bool = False
-    vector: QueryVector | None = None
-    bounds: Mapping[str, fusion_lib.Bounds] | None = None  # min-max bounds by list name
-    signals: Signals | None = None
-    autocut: int = 0  # jumps (fusion.autocut); 0: off
-
-    @property
-    def need(self) -> int:
-        """Results the mode must rank: every page up to this one's end."""
-        return self.offset + self.top_k
-
-    @property
-    def list_depth(self) -> int:
-        """Candidates per list for a hybrid search: ``depth``, never less than ``need``."""
-        return max(self.depth, self.need)
-
-    def first_stage(self) -> "SearchRequest":
-        """The request a reranker re-orders: the top ``max(need, reranker_depth)`` from rank 1."""
-        return self._replace(top_k=max(self.need, self.reranker_depth), offset=0)
 
 
 class _SearchResultFields(NamedTuple):
@@ -175,6 +125,14 @@ class SearchResult(_SearchResultFields):
         return out
 
 
+class SearchAnswer(NamedTuple):
+    """What ``HybridSearcher.run`` answers: the page and the request as it was resolved (the
+    settings that were used: ``request.settings()``)."""
+
+    results: list[SearchResult]
+    request: SearchRequest
+
+
 @dataclass(frozen=True)
 class Candidates:
     """The first-stage lists of one query, kept so fusion can be re-run (tuning)."""
@@ -200,6 +158,19 @@ def _ranked(hits: Sequence[Hit]) -> dict[str, RankedScore]:
     return {h.id: RankedScore(h.score, rank) for rank, h in enumerate(hits, start=1)}
 
 
+def keyword_signature(method: Callable) -> Callable:
+    """``method(self, query, **settings)`` shown (``help``, ``inspect.signature``, editors) with
+    ``SearchRequest``'s fields as its keyword arguments: the signature is derived, never restated."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+                  inspect.Parameter("query", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="str")]
+    parameters += [inspect.Parameter(f.name, keyword, default=f.default, annotation=f.type)
+                   for f in dataclasses.fields(SearchRequest) if f.name != "text"]
+    parameters.append(inspect.Parameter("rerank_depth", keyword, default=None, annotation="int | None"))
+    method.__signature__ = inspect.signature(method).replace(parameters=parameters)  # type: ignore[attr-defined]
+    return method
+
+
 class HybridSearcher:
     """Answer queries over ``backend`` with ``encoder`` (see the module docstring)."""
 
@@ -220,88 +191,44 @@ class HybridSearcher:
         self.reranker_depth = int(reranker_depth)
 
     # ------------------------------------------------------------------ settings
-    def fusion_settings(self, fusion: str | None, alpha: float | None, *,
-                        defaults: Mapping[str, Any] | None = None) -> tuple[str, float]:
-        """Explicit arguments win; else the index's tuned defaults (``defaults``: read once by the
-        caller; else read here); else RRF with alpha 0.5."""
-        defaults = self.backend.fusion_defaults if defaults is None else defaults
-        fusion = fusion or defaults.get("fusion") or DEFAULT_FUSION
-        if alpha is None:
-            alpha = defaults.get("alpha", DEFAULT_ALPHA) if fusion == defaults.get("fusion", fusion) else DEFAULT_ALPHA
-        return fusion_lib.check_fusion(fusion), fusion_lib.check_alpha(alpha)
+    def resolve(self, request: SearchRequest) -> SearchRequest:
+        """``request`` checked and resolved against this index's tuned defaults (read once) and
+        this searcher's reranker (``search_request.resolve``), with the query's encoding attached
+        (``request.vector``: one computed before, e.g. for a batch; else computed on first use)."""
+        resolved = resolve(request, self.backend.fusion_defaults,
+                           reranker_depth=self.reranker_depth if self.reranker is not None else 0)
+        if self.encoder is None and resolved.mode != "bm25" and request.vector is None:
+            raise ConfigError(f"mode {resolved.mode!r} needs the index's model to encode the query; "
+                              "only bm25 works without one")
+        check_text(request.text)
+        vector = request.vector
+        if vector is None:
+            vector = None if self.encoder is None else QueryVector.encoding(self.encoder, request.text)
+        elif not isinstance(vector, QueryVector):
+            vector = QueryVector.of(vector)
+        return resolved.replace(vector=vector)
 
-    def fusion_extras(self, fusion: str, bounds: Mapping | None, signals: Signals | Mapping | None, *,
-                      defaults: Mapping[str, Any] | None = None) -> tuple[dict[str, fusion_lib.Bounds], Signals | None]:
-        """Min-max ``bounds`` and business ``signals``: explicit ones win; else the index's tuned
-        ones when ``fusion`` is the tuned method (a signal weight is tuned on its fused scores' scale)."""
-        defaults = self.backend.fusion_defaults if defaults is None else defaults
-        if bounds is None and signals is None and "bounds" not in defaults and "signals" not in defaults:
-            return {}, None  # the usual search: nothing to check
-        if bounds is None and fusion == defaults.get("fusion"):
-            bounds = defaults.get("bounds")
-        if signals is None and defaults.get("signals") is not None and fusion == defaults.get("fusion"):
-            signals = defaults["signals"]
-        checked = fusion_lib.check_bounds(bounds)
-        if checked and fusion != "minmax":
-            raise ConfigError(f"bounds apply to minmax fusion only, not {fusion}")
-        if signals is not None and not isinstance(signals, Signals):
-            signals = Signals.from_dict(signals)
-        return checked, (signals or None)
+    def fusion_settings(self, fusion: str | None, alpha: float | None) -> tuple[str, float]:
+        """The hybrid mode's fusion and alpha (``resolve``): explicit arguments win; else the
+        index's tuned defaults; else RRF with alpha 0.5."""
+        used = resolve(SearchRequest(text="", fusion=fusion, alpha=alpha), self.backend.fusion_defaults)
+        return used.fusion, used.alpha  # type: ignore[return-value]
+
+    def fusion_extras(self, fusion: str, bounds: Mapping | None, signals: Signals | Mapping | None
+                      ) -> tuple[dict[str, fusion_lib.Bounds], Signals | None]:
+        """Min-max ``bounds`` and business ``signals`` as a hybrid search with ``fusion`` uses
+        them (``search_request.fusion_extras`` over the index's tuned defaults)."""
+        return fusion_extras(fusion, bounds, signals, self.backend.fusion_defaults)
 
     def fusion_depth(self, depth: int | None, need: int) -> int:
         """Candidates per list: explicit ``depth``, else the tuned one, else ``DEFAULT_DEPTH``;
         never less than the ``need`` results asked for."""
-        return max(self._depth(depth), need)
+        return resolve(SearchRequest(text="", depth=depth, top_k=max(need, 1)), self.backend.fusion_defaults).list_depth
 
-    def _depth(self, depth: int | None, defaults: Mapping[str, Any] | None = None) -> int:
-        defaults = self.backend.fusion_defaults if defaults is None else defaults
-        return depth or int(defaults.get("depth") or DEFAULT_DEPTH)
-
-    def request(self, query: str, *, mode: str = DEFAULT_MODE, top_k: int = 10, offset: int = 0,
-                fusion: str | None = None, alpha: float | None = None, filters: Filters | None = None,
-                depth: int | None = None, rescore_depth: int = RESCORE_DEPTH,
-                vector: QueryVector | np.ndarray | None = None, server_side: bool = False,
-                reranker_depth: int | None = None, bounds: Mapping | None = None,
-                signals: Signals | Mapping | None = None, autocut: int = 0) -> SearchRequest:
-        """The ``SearchRequest`` of ``search``'s arguments: checked (a ``ConfigError`` names the
-        bad one), the index's tuned defaults filled in, the encoding attached (``vector``: one
-        computed before, e.g. for a batch; else computed on first use)."""
-        mode = check_mode(mode)
-        for name, value, least in (("top_k", top_k, 1), ("offset", offset, 0), ("rescore_depth", rescore_depth, 1)):
-            if value < least:
-                raise ConfigError(f"{name}={value}: must be >= {least}")
-        if depth is not None and depth < 1:
-            raise ConfigError(f"depth={depth}: must be >= 1")
-        if self.encoder is None and mode != "bm25" and vector is None:
-            raise ConfigError(f"mode {mode!r} needs the index's model to encode the query; only bm25 works without one")
-        if not isinstance(query, str) or not query.strip():
-            raise ConfigError(f"query={query!r}: the query text is empty; give the question to search for")
-        surrogate = lone_surrogate(query)
-        if surrogate is not None:  # a command-line argument that is not UTF-8 reads as one
-            raise ConfigError(f"the query {query[:60]!r} holds {query[surrogate]!r} at position {surrogate}, which is "
-                              "not valid Unicode text (bytes that are not UTF-8?); give the query as UTF-8 text")
-        cut = self.reranker_depth if reranker_depth is None else reranker_depth
-        if cut < 0:
-            raise ConfigError(f"reranker_depth={cut}: must be >= 0 (0: no reranking for this search)")
-        defaults = self.backend.fusion_defaults  # the index's tuned settings, read once per request
-        if mode == "hybrid":  # the one mode that fuses takes the tuned fusion, alpha and depth
-            fusion, alpha = self.fusion_settings(fusion, alpha, defaults=defaults)
-            depth = self._depth(depth, defaults)
-        else:  # given settings are still checked; the others keep the package defaults
-            fusion = DEFAULT_FUSION if fusion is None else fusion_lib.check_fusion(fusion)
-            alpha = DEFAULT_ALPHA if alpha is None else fusion_lib.check_alpha(alpha)
-            depth = depth or DEFAULT_DEPTH
-        # the tuned bounds and signals belong to the tuned fusion's scores: only hybrid takes them
-        bounds, signals = self.fusion_extras(fusion, bounds, signals, defaults=defaults if mode == "hybrid" else {})
-        if autocut < 0:
-            raise ConfigError(f"autocut={autocut}: must be >= 0 (0 = off)")
-        if vector is None:
-            vector = None if self.encoder is None else QueryVector.encoding(self.encoder, query)
-        elif not isinstance(vector, QueryVector):
-            vector = QueryVector.of(vector)
-        return SearchRequest(query, mode, top_k, offset, filters, fusion, alpha, depth,  # type: ignore[arg-type]
-                             rescore_depth, cut if self.reranker is not None else 0, server_side, vector,
-                             bounds, signals, autocut)
+    @keyword_signature
+    def request(self, query: str, **settings: Any) -> SearchRequest:
+        """The resolved ``SearchRequest`` of ``search``'s arguments (``resolve(build_request(...))``)."""
+        return self.resolve(build_request(query, **settings))
 
     # ------------------------------------------------------------------ search
     def candidates(self, query: str, vector: QueryVector, depth: int, filters: Filters | None = None) -> Candidates:
@@ -310,14 +237,13 @@ class HybridSearcher:
             bm25, knn = self._lists(reader, query, vector, depth, filters)
         return Candidates(bm25.hits(), knn.hits())
 
-    def search(self, query: str, *, mode: str = DEFAULT_MODE, top_k: int = 10, offset: int = 0,
-               fusion: str | None = None, alpha: float | None = None, filters: Filters | None = None,
-               depth: int | None = None, rescore_depth: int | None = None, vector: QueryVector | np.ndarray | None = None,
-               server_side: bool = False, reranker_depth: int | None = None,
-               rerank_depth: int | None = None, bounds: Mapping | None = None,
-               signals: Signals | Mapping | None = None, autocut: int = 0) -> list[SearchResult]:
-        """Results ``offset .. offset + top_k`` of ``query`` in ``mode``, best first
-        (``run(request(...))``; ``rerank_depth`` is ``rescore_depth``'s name before).
+    @keyword_signature
+    def search(self, query: str, **settings: Any) -> list[SearchResult]:
+        """Results ``offset .. offset + top_k`` of ``query`` in ``mode``, best first:
+        ``run(request(query, **settings)).results``. ``settings`` are ``SearchRequest``'s fields
+        (``mode``, ``top_k``, ``offset``, ``fusion``, ``alpha``, ``filters``, ``depth``,
+        ``rescore_depth``, ``vector``, ``server_side``, ``reranker_depth``, ``bounds``, ``signals``,
+        ``autocut``; ``rerank_depth`` is ``rescore_depth``'s name before).
 
         With a reranker, the first stage returns at least ``reranker_depth`` results (default:
         the searcher's; 0 skips the reranker for this search), the reranker re-orders them, and
@@ -328,23 +254,22 @@ class HybridSearcher:
         as client-side fusion would use; ``rescore_server``); the engine then reports only the
         final score, so ``bm25``/``knn`` are ``None``.
 
-        Hybrid extras (``HybridSearcher.request``): ``bounds`` for minmax (by list name, see
-        ``fusion.check_bounds``), business ``signals`` (``hybrid_qpr.signals.Signals``) added to
-        each fused score, and ``autocut`` (jumps; 0: off) dropping the tail after a score gap."""
-        if rescore_depth is None:
-            rescore_depth = RESCORE_DEPTH if rerank_depth is None else rerank_depth
-        return self.run(self.request(query, mode=mode, top_k=top_k, offset=offset, fusion=fusion, alpha=alpha,
-                                     filters=filters, depth=depth, rescore_depth=rescore_depth, vector=vector,
-                                     server_side=server_side, reranker_depth=reranker_depth, bounds=bounds,
-                                     signals=signals, autocut=autocut))
+        Hybrid extras: ``bounds`` for minmax (by list name, see ``fusion.check_bounds``),
+        business ``signals`` (``hybrid_qpr.signals.Signals``) added to each fused score, and
+        ``autocut`` (jumps; 0: off) dropping the tail after a score gap."""
+        return self.run(build_request(query, **settings)).results
 
-    def run(self, request: SearchRequest) -> list[SearchResult]:
-        """The page ``request`` asks for (built by ``request``), read through one reader."""
+    def run(self, request: SearchRequest) -> "SearchAnswer":
+        """The page ``request`` asks for, read through one reader, with the request as it was
+        resolved (``resolve``: resolving a resolved request changes nothing)."""
+        request = self.resolve(request)
         with reader_of(self.backend) as reader:
-            if request.reranker_depth > 0:
+            if request.reranker_depth:
                 first = self._first_stage(reader, request.first_stage())
-                return self.reranker.rerank(request.text, first, request.reranker_depth)[request.offset:request.need]
-            return self._first_stage(reader, request)
+                results = self.reranker.rerank(request.text, first, request.reranker_depth)[request.offset:request.need]
+            else:
+                results = self._first_stage(reader, request)
+        return SearchAnswer(results, request)
 
     def _first_stage(self, reader: Reader, request: SearchRequest) -> list[SearchResult]:
         if request.server_side and request.mode in SERVER_SIDE_MODES:
@@ -476,11 +401,33 @@ class HybridSearcher:
             raise ConfigError(f"{len(query_filters)} query filters for {len(queries)} queries: give one per query")
         shared = kwargs.pop("filters", None)
         per_query = [merge_filters(shared, f) for f in (query_filters or [None] * len(queries))]
-        mode = kwargs.get("mode", "hybrid")
+        mode = kwargs.get("mode", DEFAULT_MODE)
         if mode == "bm25" or not queries or self.encoder is None:  # without an encoder, search() names the problem
             return [self.search(q, filters=f, **kwargs) for q, f in zip(queries, per_query)]
         vectors = self.encoder.encode(queries)
         return [self.search(q, vector=v, filters=f, **kwargs) for q, v, f in zip(queries, vectors, per_query)]
+
+
+def build_request(query: str, *, rerank_depth: int | None = None, vector: QueryVector | np.ndarray | None = None,
+                  rescore_depth: int | None = None, **settings: Any) -> SearchRequest:
+    """``search``'s keyword arguments as a ``SearchRequest`` (``settings``: its fields by name;
+    ``rerank_depth`` is ``rescore_depth``'s name before; ``vector`` may be a plain array)."""
+    if rescore_depth is None:
+        rescore_depth = RESCORE_DEPTH if rerank_depth is None else rerank_depth
+    if vector is not None and not isinstance(vector, QueryVector):
+        vector = QueryVector.of(vector)
+    return SearchRequest(text=query, vector=vector, rescore_depth=rescore_depth, **settings)
+
+
+def check_text(query: object) -> str:
+    """The query text, refused in one line when it is empty or not valid Unicode."""
+    if not isinstance(query, str) or not query.strip():
+        raise ConfigError(f"query={query!r}: the query text is empty; give the question to search for")
+    surrogate = lone_surrogate(query)
+    if surrogate is not None:  # a command-line argument that is not UTF-8 reads as one
+        raise ConfigError(f"the query {query[:60]!r} holds {query[surrogate]!r} at position {surrogate}, which is "
+                          "not valid Unicode text (bytes that are not UTF-8?); give the query as UTF-8 text")
+    return query
 
 
 def apply_signals(fused: Sequence[fusion_lib.Fused], signals: Signals, docs: Mapping[str, Document]

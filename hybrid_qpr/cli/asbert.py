@@ -7,6 +7,8 @@ import json
 import click
 
 from hybrid_qpr.cli._common import BATCH, SEED, FiniteFloatRange, friendly_errors
+from hybrid_qpr.model.choices import LABELLED_NEGATIVES
+from hybrid_qpr.training.choices import ASBERT_LOSSES
 
 
 @click.command()
@@ -15,9 +17,9 @@ from hybrid_qpr.cli._common import BATCH, SEED, FiniteFloatRange, friendly_error
               help="Answer dataset whose val split gives the dev MAP for early stopping (e.g. data/wikiqa). Repeat it "
                    "to select on several: each MAP is logged and their mean (dev_mean) decides.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Run directory (model/, checkpoint.pt, best.pt, log.jsonl, report.json).")
-@click.option("--loss", type=click.Choice(["triplet", "siamese", "sdml"]), default="triplet", show_default=True,
+@click.option("--loss", type=click.Choice(ASBERT_LOSSES), default="triplet", show_default=True,
               help="triplet (margin, squared L2, hard/semi-hard negatives), siamese (BCE on cosine) or SDML.")
-@click.option("--negatives", type=click.Choice(["hard", "semi-hard"]), default="hard", show_default=True,
+@click.option("--negatives", type=click.Choice(LABELLED_NEGATIVES), default="hard", show_default=True,
               help="Triplet: which negative each question gets among its labelled wrong candidates and the batch's other answers.")
 @click.option("--negatives-per-question", type=click.IntRange(min=1), default=1, show_default=True, help="Labelled wrong sentences drawn per question.")
 @click.option("--margin", type=FiniteFloatRange(min=0), default=1.0, show_default=True, help="Triplet margin on squared L2 of unit vectors.")

@@ -8,6 +8,9 @@ import json
 import click
 
 from hybrid_qpr.cli._common import SEED, FiniteFloatRange, friendly_errors
+from hybrid_qpr.data.clusters import KEY_MODES
+from hybrid_qpr.data.splits import SPLITS
+from hybrid_qpr.errors import ON_BAD_LINE
 
 _SHOWN_BAD_LINES = 20
 _SPLIT_HELP = "Fractions of paraphrase clusters for train,val,test (must sum to 1)."
@@ -20,7 +23,7 @@ def _common_options(func):
                      help="Dataset directory to write (replaced atomically if it holds an earlier build)."),
         click.option("--seed", type=SEED, default=13, show_default=True, help="Seed of the paraphrase-cluster shuffle before splitting."),
         click.option("--split", "split", default="0.8,0.1,0.1", show_default=True, help=_SPLIT_HELP),
-        click.option("--on-bad-line", type=click.Choice(["error", "skip"]), default="error", show_default=True,
+        click.option("--on-bad-line", type=click.Choice(ON_BAD_LINE), default="error", show_default=True,
                      help=_BAD_LINE_HELP),
         click.option("--json", "as_json", is_flag=True, help="Print the full report (the manifest body) as JSON instead of tables."),
     ]
@@ -49,7 +52,7 @@ def dataset() -> None:
 @dataset.command()
 @click.argument("pairs", type=click.Path(allow_dash=True))
 @_common_options
-@click.option("--key", type=click.Choice(["auto", "qid", "text"]), default="auto", show_default=True,
+@click.option("--key", type=click.Choice(KEY_MODES), default="auto", show_default=True,
               help="Identify questions by qid, or by normalized text (lowercase, tokens joined); 'auto' uses qids when every pair has them.")
 @friendly_errors
 def build(pairs: str, out: str, seed: int, split: str, on_bad_line: str, as_json: bool, key: str) -> None:
@@ -218,7 +221,7 @@ def _answer_options(func):
                        help="Dataset directory to write (replaced atomically if it holds an earlier build).")
     options = [
         out,
-        click.option("--split-name", type=click.Choice(["train", "val", "test"]), default=None,
+        click.option("--split-name", type=click.Choice(SPLITS), default=None,
                      help="The whole FILE is this split (e.g. a dev file as val). [default: train when --val/--test "
                           "are given, else FILE is split with --seed and --split]"),
         click.option("--val", "val_file", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -226,7 +229,7 @@ def _answer_options(func):
         click.option("--test", "test_file", type=click.Path(exists=True, dir_okay=False), default=None,
                      help="A file of the same layout to use as the test split."),
         click.option("--seed", type=SEED, default=13, show_default=True, help="Seed of the shuffle before splitting."),
-        click.option("--on-bad-line", type=click.Choice(["error", "skip"]), default="error", show_default=True,
+        click.option("--on-bad-line", type=click.Choice(ON_BAD_LINE), default="error", show_default=True,
                      help=_BAD_LINE_HELP),
         click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON instead of a table."),
     ]

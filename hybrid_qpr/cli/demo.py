@@ -73,7 +73,7 @@ def demo(index, model, examples_dir, top_k, shown_queries) -> None:
     from hybrid_qpr.encoders import Encoder
     from hybrid_qpr.evaluation.evaluator import evaluate, sample_queries, tune
     from hybrid_qpr.evaluation.report import rich_table
-    from hybrid_qpr.search import HybridSearcher
+    from hybrid_qpr.search import FUSION_MODES, HybridSearcher
 
     console = Console()
     examples_dir = Path(examples_dir) if examples_dir else resources.examples_dir() / DEFAULT_BANK
@@ -104,7 +104,7 @@ def demo(index, model, examples_dir, top_k, shown_queries) -> None:
                       "In brackets: bm25, the BM25 score; knn, " + SIMILARITY[encoder.distance] + "; hybrid, "
                       "each hit's rank in the BM25 and kNN lists it was fused from ('-': not in the top "
                       f"{searcher.fusion_depth(None, top_k)}).\n", markup=False)
-        modes = ("bm25", "knn", "hybrid")
+        modes = FUSION_MODES
         shown, seen = 0, set()
         for qid, text in queries.items():
             relevant = qrels.get(qid, {})

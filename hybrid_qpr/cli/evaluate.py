@@ -13,12 +13,13 @@ from hybrid_qpr.cli._tasks import task_options
 from hybrid_qpr.evaluation.significance import RESAMPLES, SEED as DEFAULT_SEED
 from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS
 from hybrid_qpr.search import ACCEPTED_MODES, MODES
+from hybrid_qpr.data.beir import EVAL_SPLITS
 
 
 @click.command()
 @click.option("--beir", "beir_dir", type=click.Path(exists=True, file_okay=False), default=None,
               help="BEIR directory (corpus.jsonl, queries.jsonl, qrels/<split>.tsv). Needed with --index.")
-@click.option("--split", type=click.Choice(["val", "test"]), default="test", show_default=True, help="Queries to evaluate.")
+@click.option("--split", type=click.Choice(EVAL_SPLITS), default="test", show_default=True, help="Queries to evaluate.")
 @click.option("--qrels", "qrels_file", type=click.Path(exists=True), default=None,
               help="Judgments to use instead of --beir's qrels/<split>.tsv: TREC qrels, a Quepid ratings CSV (.csv) "
                    "or a BEIR directory.")

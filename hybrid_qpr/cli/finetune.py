@@ -7,13 +7,15 @@ import json
 import click
 
 from hybrid_qpr.cli._common import BATCH, SEED, FiniteFloatRange, friendly_errors
+from hybrid_qpr.model.choices import NEGATIVES
+from hybrid_qpr.training.choices import BATCHINGS, TRANSFORMER_LOSSES
 
 
 @click.command()
 @click.argument("dataset_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Directory for the fine-tuned model (Hugging Face files + tokenizer + settings) and its checkpoint.")
-@click.option("--loss", type=click.Choice(["sdml", "triplet", "siamese"]), default="sdml", show_default=True,
+@click.option("--loss", type=click.Choice(TRANSFORMER_LOSSES), default="sdml", show_default=True,
               help="sdml: smoothed softmax over in-batch distances (SDML paper); triplet: squared L2 with margin "
                    "(ASBERT); siamese: binary cross-entropy on in-batch pair labels (ASBERT).")
 @click.option("--base-model", type=click.Path(exists=True, file_okay=False), default=None,
@@ -30,9 +32,9 @@ from hybrid_qpr.cli._common import BATCH, SEED, FiniteFloatRange, friendly_error
 @click.option("--max-clusters", type=click.IntRange(min=1), default=None, help="Draw pairs from at most this many train clusters (seeded sample). [default: all]")
 @click.option("--normalize/--no-normalize", default=None,
               help="L2-normalise embeddings (cosine). [default: on for siamese and triplet, off for sdml (squared L2, like the CNN)]")
-@click.option("--negatives", type=click.Choice(["random", "hard", "semi-hard"]), default="hard", show_default=True,
+@click.option("--negatives", type=click.Choice(NEGATIVES), default="hard", show_default=True,
               help="Triplet loss: which in-batch negative each anchor gets (closest, closest beyond the positive, any).")
-@click.option("--batching", type=click.Choice(["random", "topic"]), default="random", show_default=True,
+@click.option("--batching", type=click.Choice(BATCHINGS), default="random", show_default=True,
               help="random: clusters shuffled into batches; topic: each batch is clusters on one topic (the base model's "
                    "embeddings, ordered by recursive bisection), so in-batch negatives are hard (TAS-Balanced).")
 @click.option("--symmetric", is_flag=True,

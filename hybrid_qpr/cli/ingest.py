@@ -8,6 +8,7 @@ from hybrid_qpr.cli._common import BATCH, cluster_options, friendly_errors
 from hybrid_qpr.cli._backend import knn_search_options, model_option
 from hybrid_qpr.backends.local.index import BM25_IMPLS
 from hybrid_qpr.backends.local.vectors import FAISS_KINDS
+from hybrid_qpr.data.documents import FORMATS
 from hybrid_qpr.text.analysis import ANALYZERS, DEFAULT_LANGUAGE
 
 SHOW_SKIPPED = 20
@@ -17,7 +18,7 @@ SHOW_SKIPPED = 20
 @click.argument("input_path", metavar="INPUT", type=click.Path(exists=True, allow_dash=True, dir_okay=False))
 @click.option("--index", required=True, help="Local index directory (created if missing), or the cluster index name with --opensearch/--elasticsearch.")
 @model_option
-@click.option("--format", "fmt", type=click.Choice(["auto", "jsonl", "table", "pairs"]), default="auto", show_default=True,
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
               help="Input format: JSONL/BEIR corpus, TSV/CSV with a header, or a Quora-layout pairs file. auto looks at "
                    "the extension and the first line.")
 @click.option("--text-column", default="text", show_default=True, help="Field or column holding the question text.")

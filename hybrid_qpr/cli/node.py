@@ -7,10 +7,11 @@ import json
 import click
 
 from hybrid_qpr.cli._common import FiniteFloatRange, friendly_errors
+from hybrid_qpr.localnode.distributions import ENGINES
 
 _HOME_HELP = ("Where artifacts and nodes live. [default: $HYBRID_QPR_HOME, else /var/cache/hybrid-qpr/opensearch "
               "as root, else ~/.cache/hybrid-qpr/opensearch]")
-_ENGINE = click.option("--engine", type=click.Choice(["opensearch", "elasticsearch"]), default="opensearch",
+_ENGINE = click.option("--engine", type=click.Choice(ENGINES), default=ENGINES[0],
                        show_default=True, help="Which search engine.")
 _NODES = click.option("--nodes", type=click.IntRange(1, 9), default=None,
                       help="Which deployment: the single node (default) or the N-node OpenSearch cluster.")

@@ -9,8 +9,7 @@ import click
 from hybrid_qpr.cli._common import FiniteFloatRange, ModeChoice, cluster_options, friendly_errors
 from hybrid_qpr.cli._backend import FILTER_HELP, knn_search_options, model_option, reranker_options
 from hybrid_qpr.cli._fusion import bounds_option, explanation, read_fusion_extras, signal_options
-from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_DEPTH, DEFAULT_FUSION, FUSION_METHODS
-from hybrid_qpr.search import DEFAULT_MODE, RESCORE_DEPTH
+from hybrid_qpr.search_request import OPTIONS_BY_NAME, SEARCH_OPTIONS, SearchOption
 
 
 TEXT_MIN_WIDTH = 20  # below this the question text is unreadable: drop score columns first
@@ -19,6 +18,31 @@ TEXT_MIN_WIDTH = 20  # below this the question text is unreadable: drop score co
 DROP_ORDER = (("first-stage rank",), ("BM25 rank", "kNN rank"), ("BM25", "kNN"), ("cross-encoder",))
 SHOWN_CHARS = 200  # a --show field's value is cut here in the table (--json has it whole)
 SCORE_PARTS = ("BM25", "BM25 rank", "kNN", "kNN rank")
+
+
+def click_option(option: SearchOption):
+    """``option`` (``search_request.SEARCH_OPTIONS``) as a click option: its flags, type and
+    range, help and default; the value reaches the command under the request field's name."""
+    if option.kind is bool:
+        return click.option(*option.cli_flags, option.name, is_flag=True, default=option.default, help=option.help)
+    if option.name == "mode":  # the modes, an old name read as its new one
+        kind: click.ParamType = ModeChoice()
+    elif option.choices:
+        kind = click.Choice(option.choices)
+    elif option.kind is int:
+        kind = click.IntRange(min=None if option.minimum is None else int(option.minimum),
+                              max=None if option.maximum is None else int(option.maximum))
+    else:
+        kind = FiniteFloatRange(option.minimum, option.maximum)
+    return click.option(*option.cli_flags, option.name, type=kind, default=option.default,
+                        show_default=option.default is not None, help=option.described())
+
+
+def search_options(func):
+    """Every option of ``SEARCH_OPTIONS``, in its order."""
+    for option in reversed(SEARCH_OPTIONS):
+        func = click_option(option)(func)
+    return func
 
 
 def shown_value(metadata: dict, field: str) -> str:
@@ -109,39 +133,24 @@ def results_table(query: str, mode: str, results, offset: int = 0, width: int | 
 @click.option("--index", required=True, help="Local index directory, or the cluster index name with --opensearch/--elasticsearch.")
 @click.option("--queries", "queries_path", type=click.Path(allow_dash=True, dir_okay=False), default=None,
               help="Batch mode: a file with one query per line, or JSONL with id, text and optionally \"filter\": {\"field\": \"value\"} (merged with --filter) ('-' = stdin). Prints one JSON object per line.")
-@click.option("--mode", type=ModeChoice(), default=DEFAULT_MODE, show_default=True,
-              help="hybrid fuses BM25 and kNN; rescore is the MSEM baseline (BM25 recall of --rescore-depth, re-scored by the encoder; 'rerank', its name before, still works).")
-@click.option("-k", "--top-k", type=click.IntRange(min=1), default=10, show_default=True, help="Results per query (per page).")
-@click.option("--from", "offset", type=click.IntRange(min=0), default=0, show_default=True, help="Skip this many results (pagination): --from 10 -k 10 is page 2.")
-@click.option("--fusion", type=click.Choice(FUSION_METHODS), default=None,
-              help=f"Hybrid fusion. [default: the index's tuned value ('hybrid-qpr tune'), else {DEFAULT_FUSION}]")
-@click.option("--alpha", type=FiniteFloatRange(0, 1), default=None,
-              help=f"Weight of kNN in the fusion, BM25 gets 1 - alpha. [default: tuned value, else {DEFAULT_ALPHA}]")
-@click.option("--depth", type=click.IntRange(min=1), default=None,
-              help=f"Candidates taken from each list before fusion. [default: the tuned depth, else {DEFAULT_DEPTH}; at least --from + k]")
+@search_options
 @bounds_option("lower")
 @bounds_option("upper")
 @signal_options
-@click.option("--autocut", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Hybrid: drop the results after the deepest of the N largest gaps between neighbouring scores "
-                   "(1: cut at the largest gap; never the top hit; 0: off).")
 @click.option("--explain", is_flag=True, help="Under the table, each hit's score broken down: fused score, BM25 and kNN "
                                               "score and rank, each business signal's contribution (--json carries them on each hit).")
-@click.option("--rescore-depth", "--rerank-depth", "rerank_depth", type=click.IntRange(min=1), default=RESCORE_DEPTH, show_default=True, help="BM25 candidates re-scored in rescore mode.")
 @click.option("--filter", "filters", multiple=True, help=FILTER_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--show", "show", multiple=True, metavar="FIELD",
               help=f"Add a column with this metadata field of each hit (repeatable; cut at {SHOWN_CHARS} characters, "
                    "--json has it whole).")
-@click.option("--server-side", is_flag=True, help="OpenSearch only: fuse (hybrid, with the same fusion, alpha and depth) or re-rank inside the cluster.")
 @knn_search_options("for this query (overrides the value stored in the index)")
 @model_option
 @reranker_options
 @cluster_options(selects_backend=True)
 @friendly_errors
-def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, lower_bounds, upper_bounds, boosts,
-          decay, signal_weight, autocut, explain, rerank_depth, filters, as_json, show, server_side, ef_search, nprobe, model,
-          reranker_dir, reranker_depth, **connection) -> None:
+def query(text, index, queries_path, lower_bounds, upper_bounds, boosts, decay, signal_weight, explain, filters, as_json,
+          show, ef_search, nprobe, model, reranker_dir, reranker_depth, **given) -> None:
     """Find the questions in the index that ask the same as TEXT.
 
     The table shows, for each hit, the fused score and the BM25 and kNN score and rank
@@ -164,8 +173,10 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
     from hybrid_qpr.backends.base import takes_knn_settings
     from hybrid_qpr.cli._backend import (load_encoder, load_reranker, open_backend, parse_filters,
                                        refuse_knn_options_on_a_cluster)
-    from hybrid_qpr.search import HybridSearcher
+    from hybrid_qpr.search import HybridSearcher, SearchRequest
 
+    settings = {name: given.pop(name) for name in OPTIONS_BY_NAME}  # the request's options; the rest: connection
+    connection, mode, server_side, offset = given, settings["mode"], settings["server_side"], settings["offset"]
     if (text is None) == (queries_path is None):
         raise click.UsageError("give either TEXT or --queries FILE")
     if text is not None and not text.strip():
@@ -185,9 +196,7 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
     encoder = None if mode == "bm25" and model is None else load_encoder(model, backend)
     reranker, reranker_depth = load_reranker(reranker_dir, reranker_depth, backend, off_when_tuned_off=True)
     searcher = HybridSearcher(backend, encoder, reranker=reranker, reranker_depth=reranker_depth)
-    options = dict(mode=mode, top_k=top_k, offset=offset, fusion=fusion, alpha=alpha, depth=depth,
-                   rerank_depth=rerank_depth, filters=parse_filters(filters), server_side=server_side, bounds=bounds,
-                   signals=signals, autocut=autocut)
+    options = dict(settings, filters=parse_filters(filters), bounds=bounds, signals=signals)
     if queries_path is not None:
         from hybrid_qpr.data.documents import iter_batch_queries
         from hybrid_qpr.errors import BadLines
@@ -203,9 +212,10 @@ def query(text, index, queries_path, mode, top_k, offset, fusion, alpha, depth, 
         for q, results in zip(batch, answers):
             click.echo(json.dumps({"query_id": q.id, "query": q.text, "hits": [r.to_dict() for r in results]}, ensure_ascii=False))
         return
-    results = searcher.search(text, **options)
-    if as_json:
-        click.echo(json.dumps({"query": text, "mode": mode, "hits": [r.to_dict() for r in results]}, ensure_ascii=False, indent=2))
+    results, used = searcher.run(SearchRequest(text=text, **options))
+    if as_json:  # with the settings the search used, the index's tuned ones filled in
+        click.echo(json.dumps({"query": text, "mode": used.mode, "request": used.settings(),
+                               "hits": [r.to_dict() for r in results]}, ensure_ascii=False, indent=2))
         return
     from rich.console import Console
 

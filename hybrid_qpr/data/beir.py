@@ -13,13 +13,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from hybrid_qpr.artifacts import atomic_write, iter_jsonl, iter_rows, open_text, skip_undecodable, write_jsonl
 from hybrid_qpr.data.clusters import Cluster
 from hybrid_qpr.errors import BadLines, ConfigError, InputError
 
 EvalSplit = Literal["val", "test"]
+EVAL_SPLITS: tuple[str, ...] = get_args(EvalSplit)
 QRELS_HEADER = ("query-id", "corpus-id", "score")
 
 

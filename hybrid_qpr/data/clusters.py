@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from hybrid_qpr.data.pairs import QuestionPair
 from hybrid_qpr.errors import ConfigError
@@ -22,6 +22,7 @@ from hybrid_qpr.text import normalize_text, text_id, tokenize
 log = logging.getLogger(__name__)
 
 KeyMode = Literal["auto", "qid", "text"]
+KEY_MODES: tuple[str, ...] = get_args(KeyMode)
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from hybrid_qpr.types import Document
 from hybrid_qpr.artifacts import (base_suffix, display_name, iter_jsonl, iter_rows, open_text, read_json_line,
@@ -44,7 +44,7 @@ from hybrid_qpr.text.ids import id_problem
 logger = logging.getLogger(__name__)
 
 DocumentFormat = Literal["auto", "jsonl", "table", "pairs"]
-FORMATS: tuple[str, ...] = ("auto", "jsonl", "table", "pairs")
+FORMATS: tuple[str, ...] = get_args(DocumentFormat)
 
 
 def _first_line(path: str | Path) -> str:

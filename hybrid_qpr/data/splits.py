@@ -15,14 +15,14 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from hybrid_qpr.artifacts import iter_jsonl, write_jsonl
 from hybrid_qpr.data.clusters import Cluster, Question, normalize_text
 from hybrid_qpr.errors import ConfigError, InputError
 
 Split = Literal["train", "val", "test"]
-SPLITS: tuple[Split, ...] = ("train", "val", "test")
+SPLITS: tuple[Split, ...] = get_args(Split)
 DEFAULT_FRACTIONS = (0.8, 0.1, 0.1)
 
 log = logging.getLogger(__name__)

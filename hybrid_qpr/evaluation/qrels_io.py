@@ -23,14 +23,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from hybrid_qpr.artifacts import atomic_write, iter_jsonl, iter_rows, open_text, write_jsonl
 from hybrid_qpr.data.beir import QRELS_HEADER, load_qrels
 from hybrid_qpr.errors import ConfigError, InputError
 
 QrelsFormat = Literal["trec", "quepid", "beir"]
-QRELS_FORMATS: tuple[str, ...] = ("trec", "quepid", "beir")
+QRELS_FORMATS: tuple[str, ...] = get_args(QrelsFormat)
 QUEPID_HEADER = ("query", "docid", "rating")
 Qrels = dict[str, dict[str, int]]
 

@@ -8,12 +8,12 @@ facts: which zips exist on Maven Central, which modules each server zip lacks, J
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from hybrid_qpr.errors import ConfigError
 
 Engine = Literal["opensearch", "elasticsearch"]
-ENGINES: tuple[str, ...] = ("opensearch", "elasticsearch")
+ENGINES: tuple[str, ...] = get_args(Engine)
 
 
 @dataclass(frozen=True)

@@ -30,20 +30,19 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
 
 from hybrid_qpr.artifacts import atomic_directory
 from hybrid_qpr.errors import ArtifactError, ConfigError
+from hybrid_qpr.model.choices import POOLINGS, Pooling  # noqa: F401  (named here before)
 from hybrid_qpr.model.transformer import TOKENIZER_FILE, load_backbone, mean_pool, read_settings
 from hybrid_qpr.rerankers.pairs import DEFAULT_MAX_LENGTH, DEFAULT_QUERY_TOKENS, PairTokenizer
 
 SETTINGS_FILE = "hybrid_qpr_cross_encoder.json"
 HEAD_FILE = "head.safetensors"
-Pooling = Literal["mean", "cls", "segments"]
-POOLINGS: tuple[str, ...] = ("mean", "cls", "segments")
 SEGMENT_SCALE = 20.0  # the head's start: 20 x cosine, a logit range that suits a softmax over a group
 
 

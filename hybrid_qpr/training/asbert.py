@@ -31,17 +31,18 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from hybrid_qpr.artifacts import recorded_path
 from hybrid_qpr.errors import ConfigError, check_at_least
+from hybrid_qpr.model.choices import LABELLED_NEGATIVES
+from hybrid_qpr.training.choices import ASBERT_LOSSES, AsbertLoss
 from hybrid_qpr.training.trainer import TrainerSettings
 
 logger = logging.getLogger(__name__)
 
-AsbertLoss = Literal["triplet", "siamese", "sdml"]
 
 
 @dataclass(frozen=True)
@@ -64,12 +65,12 @@ class AsbertSettings:
     seed: int = 0
 
     def check(self) -> None:
-        if self.loss not in ("triplet", "siamese", "sdml"):
-            raise ConfigError(f"loss={self.loss!r}: allowed values are triplet, siamese, sdml")
+        if self.loss not in ASBERT_LOSSES:
+            raise ConfigError(f"loss={self.loss!r}: allowed values are {', '.join(ASBERT_LOSSES)}")
         check_at_least(self, ("max_length", "batch_size", "steps", "eval_every", "patience"))
         if self.negatives_per_question < 0:
             raise ConfigError(f"negatives_per_question={self.negatives_per_question}: must be >= 0")
-        if self.negatives not in ("hard", "semi-hard"):
+        if self.negatives not in LABELLED_NEGATIVES:
             raise ConfigError(f"negatives={self.negatives!r}: allowed values are hard, semi-hard")
 
     def trainer_settings(self) -> TrainerSettings:

@@ -50,19 +50,17 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from hybrid_qpr.errors import ConfigError, check_at_least
+from hybrid_qpr.training.choices import PRECISIONS, RERANKER_LOSSES, Precision, RerankerLoss
 from hybrid_qpr.training.trainer import Trainer, TrainerSettings
 
 logger = logging.getLogger(__name__)
 
-RerankerLoss = Literal["listwise", "bce", "listwise+bce"]
-LOSSES: tuple[str, ...] = ("listwise", "bce", "listwise+bce")
-Precision = Literal["fp32", "bf16"]
-PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
+LOSSES = RERANKER_LOSSES
 MODEL_SUBDIR = "model"
 
 

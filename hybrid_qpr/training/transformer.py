@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -58,13 +58,11 @@ from hybrid_qpr.artifacts import recorded_path
 from hybrid_qpr.errors import ConfigError, check_at_least
 from hybrid_qpr.progress import track
 from hybrid_qpr.training.gradcache import cached_backward
+from hybrid_qpr.training.choices import BATCHINGS, Batching, LossName
 from hybrid_qpr.training.trainer import TrainerSettings
 
 logger = logging.getLogger(__name__)
 
-LossName = Literal["sdml", "triplet", "siamese"]
-Batching = Literal["random", "topic"]
-BATCHINGS: tuple[str, ...] = ("random", "topic")
 MODEL_SUBDIR = "model"
 TOPIC_ORDER_FILE = "topic-order.npy"
 

@@ -24,7 +24,8 @@ from hybrid_qpr.errors import BackendError, ConfigError, HybridQPRError, IndexLo
 from hybrid_qpr.workbench.guard import TOKEN_HEADER, RequestGuard, new_token
 from hybrid_qpr.workbench.judgments import JudgmentStoreError
 from hybrid_qpr.workbench.openapi import openapi_spec
-from hybrid_qpr.workbench.service import COMPARE_MODES, RequestError, Workbench, parse_filters, parse_number
+from hybrid_qpr.workbench.service import (COMPARE_MODES, COMPARE_OWN, RequestError, Workbench, parse_filters,
+                                         parse_options)
 
 logger = logging.getLogger(__name__)
 
@@ -123,22 +124,19 @@ def create_app(workbench: Workbench, *, api_key: str | None = None, bound_host: 
                 return error(500, "internal error; the server log has the details")
         return endpoint
 
-    def search_args(request: Request) -> dict[str, Any]:
+    def search_args(request: Request, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
         params = request.query_params
-        return {"filters": parse_filters(params.getlist("filter")), "fusion": params.get("fusion") or None,
-                "alpha": parse_number("alpha", params.get("alpha"), float),
-                "k": parse_number("k", params.get("k"), int, 10)}
+        return {"filters": parse_filters(params.getlist("filter")), **parse_options(params, leave_out=leave_out)}
 
     async def health(request: Request) -> dict[str, Any]:
         return await run_in_threadpool(workbench.health)
 
     async def search(request: Request) -> dict[str, Any]:
-        params = request.query_params
-        return await run_in_threadpool(workbench.search, params.get("q"), mode=params.get("mode") or "hybrid",
-                                       offset=parse_number("offset", params.get("offset"), int, 0), **search_args(request))
+        return await run_in_threadpool(workbench.search, request.query_params.get("q"), **search_args(request))
 
     async def compare(request: Request) -> dict[str, Any]:
-        return await run_in_threadpool(workbench.compare, request.query_params.get("q"), **search_args(request))
+        return await run_in_threadpool(workbench.compare, request.query_params.get("q"),
+                                       **search_args(request, COMPARE_OWN))
 
     async def get_judgments(request: Request) -> dict[str, Any]:
         return await run_in_threadpool(workbench.judgments)

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from hybrid_qpr.fusion import FUSION_METHODS
-from hybrid_qpr.search import ACCEPTED_MODES, MODE_ALIASES
+from hybrid_qpr.search_request import ACCEPTED_MODES, SEARCH_OPTIONS, SearchOption
 from hybrid_qpr.workbench.guard import TOKEN_HEADER
-from hybrid_qpr.workbench.service import API_VERSION, COMPARE_MODES, Limits
+from hybrid_qpr.workbench.service import API_VERSION, COMPARE_MODES, COMPARE_OWN, Limits
+
+_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean"}
+# the options whose largest value is this server's limit, not the library's
+_LIMITED = {"top_k": "max_k", "offset": "max_offset"}
 
 
 def _param(name: str, description: str, schema: dict[str, Any], *, required: bool = False, array: bool = False):
@@ -19,6 +22,23 @@ def _param(name: str, description: str, schema: dict[str, Any], *, required: boo
     if array:
         out.update(style="form", explode=True)
     return out
+
+
+def _option(option: SearchOption, limits: Limits) -> dict[str, Any]:
+    """A search option (``search_request.SEARCH_OPTIONS``) as a query parameter: its name, type,
+    range, choices, default and help."""
+    schema: dict[str, Any] = {"type": _TYPES[option.kind]}
+    choices = ACCEPTED_MODES if option.name == "mode" else option.choices  # an old mode name is accepted too
+    if choices:
+        schema["enum"] = list(choices)
+    if option.minimum is not None:
+        schema["minimum"] = option.minimum
+    maximum = getattr(limits, _LIMITED[option.name]) if option.name in _LIMITED else option.maximum
+    if maximum is not None:
+        schema["maximum"] = maximum
+    if option.default is not None:
+        schema["default"] = option.default
+    return _param(option.api_name, option.described(), schema)
 
 
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -49,14 +69,11 @@ def openapi_spec(limits: Limits = Limits(), extra_lists: tuple[str, ...] = ()) -
     query = _param("q", f"The query text (at most {limits.max_query_chars} characters).",
                    {"type": "string", "minLength": 1, "maxLength": limits.max_query_chars, "pattern": "\\S"},
                    required=True)
-    k = _param("k", "Hits per list.", {"type": "integer", "minimum": 1, "maximum": limits.max_k, "default": 10})
     filters = _param("filter", "Exact-match metadata filter FIELD=VALUE (repeatable; the same field twice means "
                      "either value; the older FIELD:VALUE is still read).",
                      {"type": "string", "pattern": "^[^=:]*\\S[^=:]*[=:]"}, array=True)
-    fusion = _param("fusion", "Hybrid fusion method [default: the index's tuned one, else rrf].",
-                    {"type": "string", "enum": list(FUSION_METHODS)})
-    alpha = _param("alpha", "Weight of kNN in the fusion; BM25 gets 1 - alpha [default: tuned, else 0.5].",
-                   {"type": "number", "minimum": 0, "maximum": 1})
+    options = {option.name: _option(option, limits) for option in SEARCH_OPTIONS}
+    compared = [param for name, param in options.items() if name not in COMPARE_OWN]
     common_errors = _errors(400, 401, 413, 422, 502)
     return {
         "openapi": "3.1.0",
@@ -75,17 +92,13 @@ def openapi_spec(limits: Limits = Limits(), extra_lists: tuple[str, ...] = ()) -
                                      "responses": {"200": _json({"$ref": "#/components/schemas/Session"}, "session"),
                                                    **_errors(401)}}},
             "/api/search": {"get": {
-                "summary": "The hits of one mode, as 'hybrid-qpr query --json' prints them.",
-                "parameters": [query, _param("mode", "Search mode" + "".join(
-                    f"; {old} is {new}'s name before" for old, new in MODE_ALIASES.items()) + ".", {
-                    "type": "string", "enum": list(ACCEPTED_MODES), "default": "hybrid"}),
-                               k, _param("offset", "Hits skipped (pagination).",
-                                         {"type": "integer", "minimum": 0, "maximum": limits.max_offset, "default": 0}),
-                               filters, fusion, alpha],
+                "summary": "The hits of one mode, as 'hybrid-qpr query --json' prints them, with the request as it was "
+                           "resolved (the index's tuned defaults filled in).",
+                "parameters": [query, *options.values(), filters],
                 "responses": {"200": _json({"$ref": "#/components/schemas/SearchAnswer"}, "hits"), **common_errors}}},
             "/api/compare": {"get": {
                 "summary": f"One list per mode ({', '.join(modes)}), each hit with its rank in every other list.",
-                "parameters": [query, k, filters, fusion, alpha],
+                "parameters": [query, *compared, filters],
                 "responses": {"200": _json({"$ref": "#/components/schemas/CompareAnswer"}, "lists"), **common_errors}}},
             "/api/judgments": {
                 "get": {"summary": "Every stored judgment, grouped by query.",
@@ -124,16 +137,22 @@ def openapi_spec(limits: Limits = Limits(), extra_lists: tuple[str, ...] = ()) -
                             "description": "with business signals: each one's contribution to score"}}},
             "SearchAnswer": {"type": "object", "properties": {
                 "query": {"type": "string"}, "mode": {"type": "string"}, "settings": {"type": "object"},
+                "request": {"$ref": "#/components/schemas/Request"},
                 "hits": {"type": "array", "items": {"$ref": "#/components/schemas/Hit"}},
                 "judgments": {"type": "object", "additionalProperties": {"type": "integer"}}}},
             "CompareAnswer": {"type": "object", "properties": {
                 "query": {"type": "string"}, "modes": {"type": "array", "items": {"type": "string"}},
-                "settings": {"type": "object"},
+                "settings": {"type": "object"}, "request": {"$ref": "#/components/schemas/Request"},
                 "lists": {"type": "object", "additionalProperties": {"type": "array", "items": {"allOf": [
                     {"$ref": "#/components/schemas/Hit"},
                     {"type": "object", "properties": {"rank": {"type": "integer"}, "ranks": {
                         "type": "object", "additionalProperties": {"type": ["integer", "null"]}}}}]}}},
                 "judgments": {"type": "object", "additionalProperties": {"type": "integer"}}}},
+            "Request": {"type": "object", "description": "The search's settings as used: every search option, "
+                                                         "the index's tuned defaults filled in (the hybrid list's "
+                                                         "for compare).",
+                        "required": [option.name for option in SEARCH_OPTIONS],
+                        "properties": {option.name: {"type": ["null", _TYPES[option.kind]]} for option in SEARCH_OPTIONS}},
             "Session": {"type": "object", "required": ["token", "header", "index_writes"], "properties": {
                 "token": {"type": "string"}, "header": {"type": "string", "const": TOKEN_HEADER},
                 "index_writes": {"type": "boolean"}}},

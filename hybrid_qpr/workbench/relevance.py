@@ -15,9 +15,10 @@ from typing import Any
 
 from hybrid_qpr.errors import ConfigError
 from hybrid_qpr.evaluation.overlap import DEPTH, PERSISTENCE
+from hybrid_qpr.search_request import FUSION_MODES
 from hybrid_qpr.workbench.service import RequestError, Workbench
 
-SIGNIFICANCE_MODES = ("bm25", "knn", "hybrid")
+SIGNIFICANCE_MODES = FUSION_MODES
 MIN_QUERIES = 2
 MAX_OVERLAP_QUERIES = 500
 LISTED = 25  # per-query rows per comparison in an answer

@@ -23,13 +23,16 @@ from typing import Any
 from hybrid_qpr import fusion as fusion_lib
 from hybrid_qpr.artifacts import lone_surrogate
 from hybrid_qpr.errors import ConfigError, HybridQPRError
-from hybrid_qpr.search import MODES, HybridSearcher, SearchResult, check_mode
+from hybrid_qpr.search import HybridSearcher, SearchResult
+from hybrid_qpr.search_request import (DEFAULT_TOP_K, FUSION_MODES, MODES, OPTIONS_BY_NAME, SEARCH_OPTIONS,
+                                       SearchRequest, check_mode, resolve, search_defaults)
 from hybrid_qpr.text.ids import id_problem
 from hybrid_qpr.types import Filters, QueryVector
 from hybrid_qpr.workbench.judgments import RELEVANCE_LEVELS, JudgmentStore, normalize_query, query_id
 
 API_VERSION = "v1"
 COMPARE_MODES: tuple[str, ...] = MODES  # one column each, in this order
+COMPARE_OWN: tuple[str, ...] = ("mode", "offset")  # the options compare sets itself: one list per mode, from the top
 READ_ONLY = "this workbench does not write to the index (start serve with --allow-index-writes to let tune store its winner)"
 RERANKER_LIST = "reranker"  # the column of the searcher's cross-encoder over the hybrid's top hits, when it has one
 
@@ -146,15 +149,6 @@ class Workbench:
         if not 0 <= offset <= self.limits.max_offset:
             raise RequestError(422, f"offset={offset}: must be between 0 and {self.limits.max_offset}")
 
-    def check_fusion(self, fusion: str | None, alpha: float | None) -> None:
-        try:
-            if fusion is not None:
-                fusion_lib.check_fusion(fusion)
-            if alpha is not None:
-                fusion_lib.check_alpha(alpha)
-        except ConfigError as exc:
-            raise RequestError(422, str(exc)) from None
-
     def check_filters(self, filters: Filters | None) -> None:
         if filters and len(filters) > self.limits.max_filters:
             raise RequestError(422, f"{len(filters)} filter fields: at most {self.limits.max_filters} are accepted")
@@ -181,7 +175,8 @@ class Workbench:
         return {"status": "ok", "api": API_VERSION, "index": self.index, "backend": self.backend, "documents": count,
                 "model": Path(str(self.searcher.encoder.model_dir)).name,
                 "fusion_defaults": {k: defaults[k] for k in ("fusion", "alpha", "depth") if k in defaults},
-                "modes": self.list_names, "fusions": list(fusion_lib.FUSION_METHODS), "judgments": judgments.count,
+                "modes": self.list_names, "fusions": list(fusion_lib.FUSION_METHODS), "defaults": search_defaults(),
+                "judgments": judgments.count,
                 "reranker": None if self.searcher.reranker is None else {
                     "model": Path(str(self.searcher.reranker.model_dir)).name, "depth": self.searcher.reranker_depth},
                 "judged_queries": len(judgments.judged_queries()), "min_tune_queries": self.limits.min_tune_queries,
@@ -189,51 +184,69 @@ class Workbench:
                 "limits": {"max_query_chars": self.limits.max_query_chars, "max_k": self.limits.max_k,
                            "max_offset": self.limits.max_offset}}
 
-    def search(self, text: str | None, *, mode: str = "hybrid", k: int = 10, offset: int = 0,
-               filters: Filters | None = None, fusion: str | None = None, alpha: float | None = None) -> dict[str, Any]:
-        """The hits of ``hybrid-qpr query --json`` for one mode and page."""
+    def request(self, text: str | None, *, k: int = DEFAULT_TOP_K, filters: Filters | None = None,
+                **options: Any) -> SearchRequest:
+        """The ``SearchRequest`` of one API call, checked against this server's limits
+        (``options``: ``SEARCH_OPTIONS`` by name, as ``parse_options`` reads them)."""
         text = self.check_query(text)
+        unknown = sorted(set(options) - set(OPTIONS_BY_NAME))
+        if unknown:
+            raise RequestError(400, f"unknown search option(s) {', '.join(unknown)}")
+        options.setdefault("top_k", k)
         try:
-            mode = check_mode(mode)  # an old name (rerank) answers as the mode it now is
+            request = SearchRequest(text=text, filters=filters, **options)
+            check_mode(request.mode)
         except ConfigError as exc:
             raise RequestError(422, str(exc)) from None
-        self.check_page(k, offset)
-        self.check_fusion(fusion, alpha)
+        self.check_page(request.top_k, request.offset)  # the page within this server's limits
+        try:
+            for option in SEARCH_OPTIONS:  # every other declared range
+                option.check(getattr(request, option.name))
+        except ConfigError as exc:
+            raise RequestError(422, str(exc)) from None
         self.check_filters(filters)
-        with self._lock.reading():
-            results = self.searcher.search(text, mode=mode, top_k=k, offset=offset, filters=filters,  # type: ignore[arg-type]
-                                           fusion=fusion, alpha=alpha)
-            settings = self._settings(fusion, alpha, k + offset)
-        return {"query": text, "mode": mode, "k": k, "offset": offset, "settings": settings,
-                "hits": [r.to_dict() for r in results], "judgments": self._judged(text)}
+        return request
 
-    def compare(self, text: str | None, *, k: int = 10, filters: Filters | None = None, fusion: str | None = None,
-                alpha: float | None = None) -> dict[str, Any]:
-        """One list per mode (and per extra list), each hit with its rank in every other list."""
-        text = self.check_query(text)
-        self.check_page(k)
-        self.check_fusion(fusion, alpha)
-        self.check_filters(filters)
+    def search(self, text: str | None, *, k: int = DEFAULT_TOP_K, filters: Filters | None = None,
+               **options: Any) -> dict[str, Any]:
+        """The hits of ``hybrid-qpr query --json`` for one mode and page, with the request as it
+        was resolved (``request``) and the hybrid settings it implies (``settings``)."""
+        request = self.request(text, k=k, filters=filters, **options)
+        with self._lock.reading():
+            results, used = self.searcher.run(request)
+            settings = self._settings(request)
+        return {"query": used.text, "mode": used.mode, "k": used.top_k, "offset": used.offset, "settings": settings,
+                "request": used.settings(), "hits": [r.to_dict() for r in results], "judgments": self._judged(used.text)}
+
+    def compare(self, text: str | None, *, k: int = DEFAULT_TOP_K, filters: Filters | None = None,
+                **options: Any) -> dict[str, Any]:
+        """One list per mode (and per extra list), each hit with its rank in every other list;
+        ``request`` is the hybrid list's, resolved."""
+        refused = sorted(set(options) & set(COMPARE_OWN))
+        if refused:
+            raise RequestError(400, f"compare sets {', '.join(refused)} itself (one list per mode, from the top)")
+        request = self.request(text, k=k, filters=filters, **options)
+        text = request.text
         with self._lock.reading():
             vector = QueryVector.encoding(self.searcher.encoder, text)  # once, for every list that needs it
             # the modes' own lists (reranker_depth 0), then the reranker's order of the hybrid's top hits
-            lists = {mode: self.searcher.search(text, mode=mode, top_k=k, filters=filters, fusion=fusion,  # type: ignore[arg-type]
-                                                alpha=alpha, vector=vector, reranker_depth=0)
-                     for mode in COMPARE_MODES}
+            answers = {mode: self.searcher.run(request.replace(mode=mode, vector=vector, reranker_depth=0))
+                       for mode in COMPARE_MODES}
+            lists = {mode: answer.results for mode, answer in answers.items()}
             if self.searcher.reranker is not None:
-                lists[RERANKER_LIST] = self.searcher.search(text, mode="hybrid", top_k=k, filters=filters, fusion=fusion,
-                                                            alpha=alpha, vector=vector)
+                lists[RERANKER_LIST] = self.searcher.run(request.replace(mode="hybrid", vector=vector)).results
             for name, source in self.extra_lists.items():
                 lists[name] = source(text, vector.get(), k, filters)
-            settings = self._settings(fusion, alpha, k)
+            settings = self._settings(request)
+        used = answers["hybrid"].request
         ranks = {name: {r.id: rank for rank, r in enumerate(results, start=1)} for name, results in lists.items()}
         out_lists = {}
         for name, results in lists.items():
             out_lists[name] = [{**r.to_dict(), "rank": rank,
                                 "ranks": {other: ranks[other].get(r.id) for other in lists if other != name}}
                                for rank, r in enumerate(results, start=1)]
-        return {"query": text, "k": k, "modes": list(lists), "settings": settings, "lists": out_lists,
-                "judgments": self._judged(text)}
+        return {"query": text, "k": used.top_k, "modes": list(lists), "settings": settings, "request": used.settings(),
+                "lists": out_lists, "judgments": self._judged(text)}
 
     def judge(self, body: Any) -> dict[str, Any]:
         """Store one judgment ``{"query": str, "id": str, "relevance": 0|1|2}``."""
@@ -295,7 +308,7 @@ class Workbench:
                                         f"{len(queries)} have one so far. Judge the hits of more queries first")
             qrels = {q: judgments.qrels[q] for q in queries}
             with self._lock.reading():
-                before = evaluate(self.searcher, queries, qrels, modes=("bm25", "knn", "hybrid"))
+                before = evaluate(self.searcher, queries, qrels, modes=FUSION_MODES)
                 result = run_tune(self.searcher, queries, qrels)
             if store:
                 with self._lock.writing():
@@ -314,7 +327,7 @@ class Workbench:
                 "decision": {"kept": decision.get("kept"), "prior": decision.get("prior"), "best": decision.get("best"),
                              "low": decision.get("gain", {}).get("low"), "sentence": decision_sentence(result)},
                 "index_writes": self.index_writes,
-                "before": {name: _scored(before[name]) for name in ("bm25", "knn", "hybrid")},
+                "before": {name: _scored(before[name]) for name in FUSION_MODES},
                 "after": {"hybrid": _scored(after)},
                 "chosen": {"fusion": result.fusion, "alpha": result.alpha, "depth": result.depth},
                 "top_grid": [{"fusion": g["fusion"], "alpha": g["alpha"], result.metric: g[result.metric],
@@ -326,9 +339,10 @@ class Workbench:
         self.compare(text, k=1)
 
     # ------------------------------------------------------------------ helpers
-    def _settings(self, fusion: str | None, alpha: float | None, need: int) -> dict[str, Any]:
-        fusion, weight = self.searcher.fusion_settings(fusion, alpha)
-        return {"fusion": fusion, "alpha": weight, "depth": self.searcher.fusion_depth(None, need)}
+    def _settings(self, request: SearchRequest) -> dict[str, Any]:
+        """The hybrid settings ``request`` implies, whichever its mode (the page's status line)."""
+        hybrid = resolve(request.replace(mode="hybrid"), self.searcher.backend.fusion_defaults)
+        return {"fusion": hybrid.fusion, "alpha": hybrid.alpha, "depth": hybrid.list_depth}
 
     def _judged(self, text: str) -> dict[str, int]:
         """This query's stored judgments (document id -> relevance), for the page's buttons."""
@@ -360,6 +374,28 @@ def parse_number(name: str, value: str | None, cast: type = int, default: Any = 
     except ValueError:
         kind = "an integer" if cast is int else "a number"
         raise RequestError(400, f"{name}={value!r}: must be {kind}") from None
+
+
+BOOLEANS = {"true": True, "1": True, "false": False, "0": False}
+
+
+def parse_options(params: Mapping[str, str], *, leave_out: Sequence[str] = ()) -> dict[str, Any]:
+    """The search options of a query string (``SEARCH_OPTIONS``, each by its API name) by field
+    name and typed, those absent left out (``resolve`` fills them); a malformed one is a 400."""
+    out: dict[str, Any] = {}
+    for option in SEARCH_OPTIONS:
+        raw = params.get(option.api_name)
+        if option.name in leave_out or raw is None or raw == "":
+            continue
+        if option.kind is bool:
+            if raw.lower() not in BOOLEANS:
+                raise RequestError(400, f"{option.api_name}={raw!r}: must be true or false")
+            out[option.name] = BOOLEANS[raw.lower()]
+        elif option.kind in (int, float):
+            out[option.name] = parse_number(option.api_name, raw, option.kind)
+        else:
+            out[option.name] = raw
+    return out
 
 
 def parse_filters(values: Sequence[str]) -> Filters | None:

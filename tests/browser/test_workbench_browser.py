@@ -34,6 +34,28 @@ def browser():
         yield driver
 
 
+
+def test_page_passes_every_declared_option_and_shows_the_request_it_got(browser, tmp_path, committed_encoder):
+    """A search option the page has no control for (``depth``, ``autocut``: declared once in
+    ``search_request.SEARCH_OPTIONS``) passes from the page's address to the API, and the
+    status line's tooltip shows the request the search used; the untuned label reads the
+    package defaults from ``/api/health``."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from hybrid_qpr.search_request import DEFAULT_ALPHA, DEFAULT_FUSION
+
+    index = examples_local_index(tmp_path / "idx", committed_encoder)
+    wait = WebDriverWait(browser, 60)
+    with served(index, committed_encoder, tmp_path / "judgments", index="examples", kind="local") as url:
+        browser.get(f"{url}/?" + urllib.parse.urlencode({"q": "cheap flights to europe", "k": 5, "depth": 45,
+                                                          "autocut": 1}))
+        wait.until(lambda d: "depth 45" in d.find_element(By.ID, "status").text)
+        shown = browser.find_element(By.ID, "status").get_attribute("title").splitlines()
+        assert "depth: 45" in shown and "autocut: 1" in shown and "top_k: 5" in shown, shown
+        assert f"untuned ({DEFAULT_FUSION} α={DEFAULT_ALPHA})" in browser.find_element(By.ID, "health").text
+        assert "depth=45" in browser.current_url and "autocut=1" in browser.current_url  # kept in the link
+
 def test_page_queries_judges_and_tunes(browser, tmp_path, committed_encoder):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys

@@ -201,3 +201,47 @@ def test_every_kind_the_package_writes_or_reads_is_a_registered_one():
     unknown = {kind: files for kind, files in named.items() if kind not in artifacts.MODEL_KINDS}
     assert not unknown, f"kinds missing from artifacts.ModelKind: {unknown}"
     assert set(named) == set(artifacts.MODEL_KINDS)
+
+
+# ---------------------------------------------------------------------- the other option lists
+def _library_choices():
+    from hybrid_qpr import errors
+    from hybrid_qpr.data import beir, clusters, documents, splits
+    from hybrid_qpr.localnode import distributions
+    from hybrid_qpr.model import choices as model_choices
+    from hybrid_qpr.training import choices as training_choices
+
+    return [  # (command path, option, the library's tuple, the Literal it is made from)
+        (("ingest",), "--format", documents.FORMATS, documents.DocumentFormat),
+        (("dataset", "build"), "--on-bad-line", errors.ON_BAD_LINE, errors.OnBadLine),
+        (("dataset", "build"), "--key", clusters.KEY_MODES, clusters.KeyMode),
+        (("dataset", "from-answers"), "--split-name", splits.SPLITS, splits.Split),
+        (("tune",), "--split", beir.EVAL_SPLITS, beir.EvalSplit),
+        (("evaluate",), "--split", beir.EVAL_SPLITS, beir.EvalSplit),
+        (("node", "start"), "--engine", distributions.ENGINES, distributions.Engine),
+        (("reranker", "train"), "--loss", training_choices.RERANKER_LOSSES, training_choices.RerankerLoss),
+        (("reranker", "train"), "--precision", training_choices.PRECISIONS, training_choices.Precision),
+        (("reranker", "train"), "--pooling", model_choices.POOLINGS, model_choices.Pooling),
+        (("asbert",), "--loss", training_choices.ASBERT_LOSSES, training_choices.AsbertLoss),
+        (("asbert",), "--negatives", model_choices.LABELLED_NEGATIVES, model_choices.LabelledNegatives),
+        (("finetune",), "--loss", training_choices.TRANSFORMER_LOSSES, training_choices.LossName),
+        (("finetune",), "--negatives", model_choices.NEGATIVES, model_choices.Negatives),
+        (("finetune",), "--batching", training_choices.BATCHINGS, training_choices.Batching),
+        (("train",), "--negatives", model_choices.NEGATIVES, model_choices.Negatives),
+        (("train",), "--triplet-distance", model_choices.TRIPLET_DISTANCES, model_choices.TripletDistance),
+    ]
+
+
+def test_every_cli_choice_of_a_library_list_reads_that_list():
+    """A ``click.Choice`` that repeats a library list takes it from the library (its tuple,
+    made from its ``Literal``), so a value added there reaches the command line."""
+    from hybrid_qpr.cli.main import cli
+
+    for path, option, values, literal in _library_choices():
+        command = cli
+        for name in path:
+            command = command.get_command(click.Context(command), name)
+        assert _choices(command, option) == values == typing.get_args(literal), (path, option)
+    from hybrid_qpr.localnode import distributions
+
+    assert connection.ENGINES is distributions.ENGINES  # the engines are kept once, with the node builder

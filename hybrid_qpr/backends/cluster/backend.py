@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -54,7 +54,7 @@ NODE_LOSS_ERRORS = frozenset({"search_phase_execution_exception", "node_disconne
 CREATE_WAIT_SECONDS = 30
 CREATE_ANSWER_MARGIN = 30
 SearchType = Literal["auto", "query_then_fetch", "dfs_query_then_fetch"]
-SEARCH_TYPES: tuple[str, ...] = ("auto", "query_then_fetch", "dfs_query_then_fetch")
+SEARCH_TYPES: tuple[str, ...] = get_args(SearchType)
 
 
 class ClusterBackend:

@@ -22,10 +22,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from types import ModuleType
-from typing import Any, Literal, NamedTuple, get_args
+from typing import Any, Literal, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 from hybrid_qpr.errors import BackendError, ClusterError, ConfigError
+from hybrid_qpr.localnode.distributions import ENGINES, Engine  # noqa: F401  (the one list of engines)
 
 logger = logging.getLogger(__name__)
 
@@ -38,10 +39,8 @@ class EngineSpec(NamedTuple):
     backend_class: str
 
 
-# The one list of cluster engines: the CLI's URL flags, client and backend choice, and the
-# error messages all read it. The first is the local node's default engine.
-Engine = Literal["opensearch", "elasticsearch"]
-ENGINES: tuple[str, ...] = get_args(Engine)
+# The cluster engines (ENGINES, kept once with the node builder; the first is the local node's
+# default engine): the CLI's URL flags, client and backend choice, and the error messages read them.
 ENGINE_SPECS: dict[str, EngineSpec] = {
     "opensearch": EngineSpec("OpenSearch", "hybrid_qpr.backends.opensearch", "OpenSearchBackend"),
     "elasticsearch": EngineSpec("Elasticsearch", "hybrid_qpr.backends.elasticsearch", "ElasticsearchBackend"),

@@ -32,7 +32,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -61,7 +61,7 @@ logger = logging.getLogger(__name__)
 # package, a slow reference kept for benchmarks. Indexes written before the scorer had its own
 # name record "bm25s" (a package it never used), read as "builtin".
 Bm25Impl = Literal["builtin", "rank-bm25"]
-BM25_IMPLS: tuple[str, ...] = ("builtin", "rank-bm25")
+BM25_IMPLS: tuple[str, ...] = get_args(Bm25Impl)
 OLD_BM25_NAMES = {"bm25s": "builtin"}
 OPEN_ATTEMPTS = 50  # commits a reader may see replaced while it opens one (each open takes milliseconds)
 SEGMENT_DOCS = 250_000  # an ingest flushes a segment every this many documents (bounds its memory; fewer segments, cheaper kNN)

@@ -42,7 +42,7 @@ import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -52,7 +52,7 @@ from hybrid_qpr.errors import ConfigError, require
 logger = logging.getLogger(__name__)
 
 FaissKind = Literal["auto", "flat", "ivf", "hnsw"]
-FAISS_KINDS: tuple[str, ...] = ("auto", "flat", "ivf", "hnsw")
+FAISS_KINDS: tuple[str, ...] = get_args(FaissKind)
 FLAT_THRESHOLD = 20_000
 NPROBE = 10
 TRAIN_PER_LIST = 40

@@ -27,13 +27,12 @@ ReQA/WikiQA practice, as they come from other questions' candidate lists).
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from hybrid_qpr.errors import ConfigError
+from hybrid_qpr.model.choices import LABELLED_NEGATIVES, LabelledNegatives
 from hybrid_qpr.model.losses.sdml import squared_distances
 from hybrid_qpr.model.losses.triplet import pick_among
 
@@ -59,11 +58,11 @@ def _candidates(anchors: torch.Tensor, positives: torch.Tensor, negatives: torch
 
 
 class TripletNegativesLoss(nn.Module):
-    def __init__(self, margin: float = 1.0, negatives: Literal["hard", "semi-hard"] = "hard"):
+    def __init__(self, margin: float = 1.0, negatives: LabelledNegatives = "hard"):
         super().__init__()
         if margin < 0:
             raise ConfigError(f"margin={margin}: must be >= 0")
-        if negatives not in ("hard", "semi-hard"):
+        if negatives not in LABELLED_NEGATIVES:
             raise ConfigError(f"negatives={negatives!r}: allowed values are hard, semi-hard")
         self.margin, self.negatives = float(margin), negatives
 

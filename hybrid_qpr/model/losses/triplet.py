@@ -25,20 +25,16 @@ Example::
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from torch import nn
 
 from hybrid_qpr.errors import ConfigError
+from hybrid_qpr.model.choices import NEGATIVES, TRIPLET_DISTANCES, LabelledNegatives, Negatives, TripletDistance
 from hybrid_qpr.model.losses.sdml import squared_distances
-
-TripletDistance = Literal["euclidean", "squared"]
-Negatives = Literal["random", "hard", "semi-hard"]
 
 
 def pick_among(dist: torch.Tensor, positive: torch.Tensor, allowed: torch.Tensor,
-               negatives: Literal["hard", "semi-hard"]) -> torch.Tensor:
+               negatives: LabelledNegatives) -> torch.Tensor:
     """Column of the negative of each row of ``dist`` [N, C] (anchor-to-candidate distances),
     among the ``allowed`` [N, C] columns (each row needs one): ``hard`` the closest,
     ``semi-hard`` the closest farther than the row's ``positive`` [N] distance, else the
@@ -57,10 +53,10 @@ class TripletLoss(nn.Module):
         super().__init__()
         if margin < 0:
             raise ConfigError(f"margin={margin}: must be >= 0 (the SDML paper uses 0.5)")
-        if distance not in ("euclidean", "squared"):
-            raise ConfigError(f"distance={distance!r}: allowed values are euclidean, squared")
-        if negatives not in ("random", "hard", "semi-hard"):
-            raise ConfigError(f"negatives={negatives!r}: allowed values are random, hard, semi-hard")
+        if distance not in TRIPLET_DISTANCES:
+            raise ConfigError(f"distance={distance!r}: allowed values are {', '.join(TRIPLET_DISTANCES)}")
+        if negatives not in NEGATIVES:
+            raise ConfigError(f"negatives={negatives!r}: allowed values are {', '.join(NEGATIVES)}")
         self.margin = float(margin)
         self.distance = distance
         self.negatives = negatives

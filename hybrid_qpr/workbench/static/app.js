@@ -3,7 +3,9 @@
 "use strict";
 
 const $ = (selector, root = document) => root.querySelector(selector);
-const state = { query: "", data: null, judgments: {}, timer: null, running: 0, session: null, show: "" };
+const state = { query: "", data: null, judgments: {}, timer: null, running: 0, session: null, show: "", options: [] };
+// the page's own controls; every other search option /api/compare declares passes through from the page's address
+const FORM_PARAMS = ["q", "k", "filter", "fusion", "alpha"];
 const SHOWN_CHARS = 300;  // a shown field's value on a card (three lines); the card's toggle holds every field whole
 const METRICS = ["MRR@20", "H@1", "H@10", "nDCG@10", "MAP"];
 
@@ -48,7 +50,18 @@ function params() {
   for (const item of $("#filters").value.split(/\s+/).filter(Boolean)) out.append("filter", item);
   if ($("#fusion").value) out.set("fusion", $("#fusion").value);
   if ($("#alpha-on").checked) out.set("alpha", $("#alpha").value);
+  const given = new URLSearchParams(location.search);
+  for (const name of state.options) if (given.get(name)) out.set(name, given.get(name));
   return out;
+}
+
+async function loadOptions() {  // the search options the API declares (/api/openapi.json), by parameter name
+  const spec = await api("/api/openapi.json");
+  state.options = spec.paths["/api/compare"].get.parameters.map((p) => p.name).filter((n) => !FORM_PARAMS.includes(n));
+}
+
+function requestText(request) {  // the settings the search used, one per line (the status line's tooltip)
+  return Object.entries(request).filter(([, v]) => v !== null).map(([k, v]) => `${k}: ${fieldText(v)}`).join("\n");
 }
 
 function pageParams(p) {  // the page's own link: the search and the field shown
@@ -71,7 +84,9 @@ async function loadSession() {
 async function loadHealth() {
   try {
     const h = await api("/api/health");
-    const f = h.fusion_defaults.fusion ? `tuned fusion ${h.fusion_defaults.fusion} α=${h.fusion_defaults.alpha}` : "untuned (rrf α=0.5)";
+    const f = h.fusion_defaults.fusion ? `tuned fusion ${h.fusion_defaults.fusion} α=${h.fusion_defaults.alpha}`
+      : `untuned (${h.defaults.fusion} α=${h.defaults.alpha})`;
+    if (!$("#alpha-on").checked) $("#alpha").value = h.defaults.alpha;  // the package default, from the server
     $("#health").textContent = `${h.index} · ${h.backend} · ${h.documents.toLocaleString()} documents · model ${h.model} · ${f}`;
     state.minTune = h.min_tune_queries;
     const fusion = $("#fusion");  // the server's fusion methods, after "index default"
@@ -109,6 +124,7 @@ async function runQuery() {
     const s = data.settings;
     setStatus("#status", `${data.modes.length} lists of ${data.k} · hybrid: ${s.fusion} α=${s.alpha} depth ${s.depth} · ` +
       `${Math.round(performance.now() - started)} ms`);
+    $("#status").title = requestText(data.request);
   } catch (error) {
     if (ticket === state.running) setStatus("#status", error.message, true);
   }
@@ -314,7 +330,8 @@ function start() {
   $("#tune").addEventListener("click", tune);
   document.addEventListener("keydown", onKey);
   loadSession().catch((error) => setStatus("#writes", `session failed: ${error.message}`, true))
-    .then(loadHealth).then(() => {
+    .then(loadHealth).then(() => loadOptions().catch((error) => setStatus("#status", `options failed: ${error.message}`, true)))
+    .then(() => {
       if (url.get("q")) { $("#q").value = url.get("q"); runQuery(); }
     });
 }
