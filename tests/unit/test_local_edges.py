@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 
 from hybrid_qpr.backends.local import LocalIndex
+from hybrid_qpr.testing.privileges import unprivileged
 from hybrid_qpr.testing.cli import one_error_line, run
 from hybrid_qpr.errors import IndexDamagedError, IndexStorageError
 from hybrid_qpr.types import Document, QueryVector
 
-NOBODY = 65534
 
 
 def live_state(index_dir: Path) -> dict[str, str]:
@@ -164,22 +164,6 @@ def _jsonl(path: Path, docs) -> Path:
 
 
 # ---------------------------------------------------------------------- permissions, read-only
-@contextlib.contextmanager
-def unprivileged():
-    """Run the block as uid/gid nobody when the tests run as root (root ignores file modes,
-    and CI runs as root); as anyone else, the modes already apply."""
-    if os.geteuid() != 0:
-        yield
-        return
-    os.setegid(NOBODY)
-    os.seteuid(NOBODY)
-    try:
-        yield
-    finally:
-        os.seteuid(0)
-        os.setegid(0)
-
-
 def public_tmp() -> str:
     """A temporary directory whose every ancestor anyone may enter (pytest's tmp_path, and a
     CI's $TMPDIR, may be private to their owner, which would refuse uid nobody for the wrong reason)."""

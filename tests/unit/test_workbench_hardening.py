@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from hybrid_qpr.testing.privileges import unprivileged
 from hybrid_qpr.testing.workbench import call, examples_local_index, served, session_token
 from hybrid_qpr.workbench.guard import TOKEN_HEADER
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-NOBODY = 65534
 DOC = "amazon-email-0"
 
 
@@ -123,21 +123,6 @@ def file_size_limit(limit: int):
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
         signal.signal(signal.SIGXFSZ, old_handler)
-
-
-@contextlib.contextmanager
-def unprivileged():
-    """The block as uid nobody when the tests run as root (root ignores file modes)."""
-    if os.geteuid() != 0:
-        yield
-        return
-    os.setegid(NOBODY)
-    os.seteuid(NOBODY)
-    try:
-        yield
-    finally:
-        os.seteuid(0)
-        os.setegid(0)
 
 
 def files(store: Path) -> dict[str, bytes]:
