@@ -8,8 +8,8 @@ rest of the package imports them.
   Elasticsearch node that injects the failures of a busy or flaky cluster;
 * ``hybrid_qpr.testing.mlcommons`` - test models on a shared OpenSearch node: named apart, and
   what an interrupted run left deployed removed first;
-* ``hybrid_qpr.testing.privileges`` - a block run as uid nobody, so file modes refuse writes even
-  when the suite runs as root;
+* ``hybrid_qpr.testing.limits`` - a file size limit (a full disk) and a block run as uid nobody
+  (file modes refuse writes even when the suite runs as root);
 * ``hybrid_qpr.testing.rerankers`` - a tiny randomly initialised BERT to build cross-encoders
   from (torch), and the check that a reranker re-orders exactly a first stage's top hits;
 * ``hybrid_qpr.testing.scores`` - scores of separate cluster searches compared within float32

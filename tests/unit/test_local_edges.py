@@ -9,9 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import resource
 import shutil
-import signal
 import tempfile
 from pathlib import Path
 
@@ -19,7 +17,7 @@ import numpy as np
 import pytest
 
 from hybrid_qpr.backends.local import LocalIndex
-from hybrid_qpr.testing.privileges import unprivileged
+from hybrid_qpr.testing.limits import file_size_limit, unprivileged
 from hybrid_qpr.testing.cli import one_error_line, run
 from hybrid_qpr.errors import IndexDamagedError, IndexStorageError
 from hybrid_qpr.types import Document, QueryVector
@@ -96,20 +94,6 @@ def test_a_huge_k_or_offset_is_clamped_to_the_index(small_index, committed_encod
 
 
 # ---------------------------------------------------------------------- a full disk
-@contextlib.contextmanager
-def file_size_limit(limit: int):
-    """This process may write no file larger than ``limit`` bytes (RLIMIT_FSIZE: the write
-    fails with EFBIG, as on a full disk; SIGXFSZ ignored). Works as root and in any container."""
-    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
-    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, old_limit[1]))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
-        signal.signal(signal.SIGXFSZ, old_handler)
-
-
 def sizes(index_dir: Path) -> dict[str, int]:
     return {p.name: p.stat().st_size for p in (index_dir / "segments").rglob("*") if p.is_file()}
 

@@ -8,9 +8,7 @@ import contextlib
 import http.client
 import json
 import os
-import resource
 import shutil
-import signal
 import stat
 import tempfile
 import urllib.parse
@@ -18,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hybrid_qpr.testing.privileges import unprivileged
+from hybrid_qpr.testing.limits import file_size_limit, unprivileged
 from hybrid_qpr.testing.workbench import call, examples_local_index, served, session_token
 from hybrid_qpr.workbench.guard import TOKEN_HEADER
 
@@ -110,19 +108,6 @@ def test_every_answer_carries_the_security_headers(server):
     assert page_csp.startswith("default-src 'self'")  # the page keeps its own policy
     session = {k.lower(): v for k, v in answers["session"][1].items()}
     assert session["cache-control"] == "no-store"  # it holds the token
-
-
-@contextlib.contextmanager
-def file_size_limit(limit: int):
-    """No file of this process may grow past ``limit`` bytes (EFBIG, as on a full disk)."""
-    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
-    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, old_limit[1]))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
-        signal.signal(signal.SIGXFSZ, old_handler)
 
 
 def files(store: Path) -> dict[str, bytes]:
