@@ -203,3 +203,21 @@ def test_the_commands_treat_every_backend_alike(request, empty_backend, committe
     assert empty_backend.count() == 0
     empty = CliRunner().invoke(cli, ["query", "how do i change my password?", *where])
     assert empty.exit_code == 1 and "holds no documents" in empty.output and "hybrid-qpr ingest" in empty.output
+
+
+def test_tied_scores_are_ordered_by_id_and_the_smallest_ids_make_the_cut(empty_backend, committed_encoder):
+    """Copies of one text score alike. Every backend lists them in id order and cuts a BM25
+    tie at the depth by keeping the smallest ids, whatever order the ingest wrote them in (a
+    cluster orders ties by arrival, which several bulk requests in flight make vary); a hybrid
+    page, whose lists are deeper than the tie, too. (Which copies a kNN list of 8 keeps is the
+    vector search's choice: it is approximate on every backend; they are listed in id order.)"""
+    copies = [Document(f"copy-{n:02d}", "how do i reset my router password?") for n in range(24)]
+    other = [Document(f"other-{n}", f"what is the capital of country number {n}?") for n in range(20)]
+    empty_backend.ingest(copies[::-1] + other, committed_encoder, batch_size=7, show_progress=False)
+    expected = [d.id for d in copies[:8]]  # the BM25 tie is fetched again: 24 > 8 + TIE_MARGIN
+    searcher = HybridSearcher(empty_backend, committed_encoder)
+    for mode in ("bm25", "hybrid"):
+        listed = [r.id for r in searcher.search(copies[0].text, mode=mode, top_k=8)]
+        assert listed == expected, (mode, listed)
+    knn = [r.id for r in searcher.search(copies[0].text, mode="knn", top_k=8)]
+    assert knn == sorted(knn) and set(knn) <= {d.id for d in copies} and len(knn) == 8

@@ -158,6 +158,27 @@ def _scored(backend, encoder, reranker, some, qrels):
     return {mode: row["metrics"]["MRR@20"] for mode, row in report.items()}, list(reranker.calls)
 
 
+def recorded_encoder(encoder):
+    """``encoder`` with its vectors kept per (side, text): the cluster half gets exactly the
+    vectors the embedded half was given, without encoding the set again."""
+
+    class RecordedEncoder:
+        def __init__(self):
+            self.memo = {}
+
+        def __getattr__(self, name):
+            return getattr(encoder, name)
+
+        def encode(self, texts, batch_size=256, show_progress=False, side="query"):
+            texts = [texts] if isinstance(texts, str) else list(texts)
+            new = [t for t in dict.fromkeys(texts) if (side, t) not in self.memo]
+            if new:
+                self.memo.update(zip(((side, t) for t in new), encoder.encode(new, batch_size=batch_size, side=side)))
+            return np.stack([self.memo[side, t] for t in texts]) if texts else encoder.encode([], side=side)
+
+    return RecordedEncoder()
+
+
 @pytest.fixture(scope="module")
 def embedded_half(committed_reranker, tmp_path_factory):
     """model name -> (its encoder, ``_scored`` on the embedded index): the same for every engine,
@@ -170,7 +191,7 @@ def embedded_half(committed_reranker, tmp_path_factory):
     def half(model_name):
         if model_name not in done:
             documents, some, qrels = _agreement_set()
-            encoder = Encoder.load(resources.model_dir().parent / model_name)
+            encoder = recorded_encoder(Encoder.load(resources.model_dir().parent / model_name))
             path = tmp_path_factory.mktemp(f"embedded-{model_name}") / "idx"
             LocalIndex.create(path, encoder).ingest(documents, encoder, show_progress=False)
             done[model_name] = encoder, _scored(LocalIndex.open(path), encoder, committed_reranker, some, qrels)

@@ -28,6 +28,7 @@ from hybrid_qpr.backends.cluster.bodies import (DEFAULT_SHARDS, LEGACY_OPENSEARC
 from hybrid_qpr.backends.cluster.connection import (ENGINE_NAMES, Engine, HttpFailure, Transport, error_for, reason,
                                                     translate)
 from hybrid_qpr.backends.cluster.names import check_index_name, id_problem, index_path
+from hybrid_qpr.backends.cluster.ties import by_score_then_id, fetch_size, top_with_ties_by_id
 from hybrid_qpr.distance import Distance, check_distance, prepare_vectors, score_from_opensearch
 from hybrid_qpr.errors import BackendError, ClusterError, ConfigError, ModelMismatchError
 from hybrid_qpr.text.analysis import Analyzer, get_analyzer, legacy_note, refuse_another
@@ -515,23 +516,29 @@ class ClusterBackend:
         """BM25 via a ``match`` query: the text is analysed, never parsed as query syntax."""
         self.check_depth(depth, knn=False)
         filters = self.checked_filters(filters)
-        return self._bm25_hits(self._search(self._bm25_body(query, depth, filters), "BM25 search", self._bm25_params()))
+        return top_with_ties_by_id(lambda size: self._bm25_fetch(query, size, filters), depth, self.max_result_window)
 
     def knn(self, vector: np.ndarray, depth: int, filters: Filters | None = None) -> list[Hit]:
         """Top ``depth`` by HNSW; filters run inside the graph search (so ``depth`` hits still come back)."""
         self.check_depth(depth, knn=True)
         filters = self.checked_filters(filters)
-        return self._to_hits(self._search(self.knn_body(vector, depth, filters), "kNN search"))
+        return by_score_then_id(self._to_hits(self._search(self.knn_body(vector, depth, filters), "kNN search")))
 
     def bm25_and_knn(self, query: str, vector: QueryVector, depth: int,
                      filters: Filters | None = None) -> tuple[RankedList, RankedList]:
         """``bm25`` and ``knn`` in one ``_msearch`` round trip (client-side hybrid's candidates)."""
         self.check_depth(depth, knn=True)
         filters = self.checked_filters(filters)
-        bm25_hits, knn_hits = self._msearch([self._bm25_body(query, depth, filters),
+        bm25_size = fetch_size(depth, self.max_result_window)
+        bm25_hits, knn_hits = self._msearch([self._bm25_body(query, bm25_size, filters),
                                              self.knn_body(vector.get(), depth, filters)],
                                             ["BM25 search", "kNN search"], [self._bm25_params(), {}])
-        return RankedList.of_hits(self._bm25_hits(bm25_hits)), RankedList.of_hits(self._to_hits(knn_hits))
+        bm25 = top_with_ties_by_id(lambda size: self._bm25_fetch(query, size, filters), depth, self.max_result_window,
+                                   first=self._bm25_hits(bm25_hits))
+        return RankedList.of_hits(bm25), RankedList.of_hits(by_score_then_id(self._to_hits(knn_hits)))
+
+    def _bm25_fetch(self, query: str, size: int, filters: Filters | None) -> list[Hit]:
+        return self._bm25_hits(self._search(self._bm25_body(query, size, filters), "BM25 search", self._bm25_params()))
 
     def _bm25_body(self, query: str, depth: int, filters: Filters | None) -> dict:
         return bm25_body(query, depth, filters, self.bm25_field, self.analyzer, self.documents_in_hits)
