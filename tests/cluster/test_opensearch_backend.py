@@ -20,8 +20,12 @@ pytestmark = [pytest.mark.cluster, pytest.mark.engines("opensearch")]
 
 @pytest.fixture()
 def filled(cluster_backend, question_bank, committed_encoder):
+    """The question bank written in id order, one bulk request at a time: the node's order of
+    equal scores (the order it applied the writes in) is then the client's (by id), so the
+    server-side pipelines, which fuse the engine's own lists, see the lists the client fuses."""
     backend = cluster_backend
-    report = backend.ingest(question_bank, committed_encoder, batch_size=64, show_progress=False)
+    in_id_order = sorted(question_bank, key=lambda doc: doc.id)
+    report = backend.ingest(in_id_order, committed_encoder, batch_size=64, show_progress=False, in_flight=1)
     return backend, report
 
 
