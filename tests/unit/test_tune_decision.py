@@ -8,9 +8,8 @@ import json
 from hybrid_qpr.evaluation.evaluator import (TuneResult, decision_sentence, settle_against_prior, tune_candidates,
                                              untuned_prior)
 from hybrid_qpr.evaluation.significance import clearly_better
-from hybrid_qpr.search import Candidates
 from hybrid_qpr.testing.cli import run
-from hybrid_qpr.types import Hit
+from hybrid_qpr.types import Candidates, Hit
 
 PRIOR = {"fusion": "rrf", "alpha": 0.5}
 
@@ -54,7 +53,7 @@ def test_the_grid_settles_against_the_prior_on_fused_lists():
             rel = f"d{i}"
             bm25 = [Hit(f"x{i}", 9.0), Hit(rel, 8.0)] + [Hit(f"x{i}-{k}", 7.0 - k) for k in range(4)]
             knn = [Hit(f"y{i}-{k}", 0.9 - k / 10) for k in range(5)] + ([Hit(rel, 0.1)] if relevant_in_knn else [])
-            cands[f"q{i}"] = Candidates(bm25, knn)
+            cands[f"q{i}"] = Candidates.of_hits(bm25, knn)
             qrels[f"q{i}"] = {rel: 1}
         return cands, qrels
 

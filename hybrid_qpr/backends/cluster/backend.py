@@ -31,7 +31,7 @@ from hybrid_qpr.backends.cluster.names import check_index_name, id_problem, inde
 from hybrid_qpr.distance import Distance, check_distance, prepare_vectors, score_from_opensearch
 from hybrid_qpr.errors import BackendError, ClusterError, ConfigError, ModelMismatchError
 from hybrid_qpr.text.analysis import Analyzer, get_analyzer, legacy_note, refuse_another
-from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
+from hybrid_qpr.types import Candidates, Document, Filters, Hit, QueryVector
 
 logger = logging.getLogger(__name__)
 
@@ -524,14 +524,14 @@ class ClusterBackend:
         return self._to_hits(self._search(self.knn_body(vector, depth, filters), "kNN search"))
 
     def bm25_and_knn(self, query: str, vector: QueryVector, depth: int,
-                     filters: Filters | None = None) -> tuple[RankedList, RankedList]:
+                     filters: Filters | None = None) -> Candidates:
         """``bm25`` and ``knn`` in one ``_msearch`` round trip (client-side hybrid's candidates)."""
         self.check_depth(depth, knn=True)
         filters = self.checked_filters(filters)
         bm25_hits, knn_hits = self._msearch([self._bm25_body(query, depth, filters),
                                              self.knn_body(vector.get(), depth, filters)],
                                             ["BM25 search", "kNN search"], [self._bm25_params(), {}])
-        return RankedList.of_hits(self._bm25_hits(bm25_hits)), RankedList.of_hits(self._to_hits(knn_hits))
+        return Candidates.of_hits(self._bm25_hits(bm25_hits), self._to_hits(knn_hits))
 
     def _bm25_body(self, query: str, depth: int, filters: Filters | None) -> dict:
         return bm25_body(query, depth, filters, self.bm25_field, self.analyzer, self.documents_in_hits)

@@ -53,7 +53,7 @@ from hybrid_qpr.backends.local.writing import IndexWriter, now, versions
 from hybrid_qpr.distance import Distance, check_distance
 from hybrid_qpr.errors import ConfigError, IndexDamagedError, ModelMismatchError
 from hybrid_qpr.text.analysis import Analyzer, get_analyzer, legacy_note, refuse_another
-from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
+from hybrid_qpr.types import Candidates, Document, Filters, Hit, QueryVector
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ class LocalIndex:
                 write_manifest(path, {
                     "format": FORMAT, "format_version": FORMAT_VERSION,
                     "model": {"fingerprint": encoder.fingerprint, "dim": int(encoder.dim), "distance": encoder.distance,
-                              "kind": getattr(encoder, "kind", ""), "path": str(Path(encoder.model_dir).resolve())},
+                              "kind": encoder.kind, "path": str(Path(encoder.model_dir).resolve())},
                     "count": 0, "generation": 0, "next_segment": 1,
                     "faiss": {"kind": faiss, "flat_threshold": int(flat_threshold), "factory": None,
                               "nprobe": search.nprobe, "ef_search": search.ef_search},
@@ -343,7 +343,7 @@ class LocalIndex:
             return reader.knn(vector, depth, filters)
 
     def bm25_and_knn(self, query: str, vector: QueryVector, depth: int,
-                     filters: Filters | None = None) -> tuple[RankedList, RankedList]:
+                     filters: Filters | None = None) -> Candidates:
         with self.reader() as reader:
             return reader.bm25_and_knn(query, vector, depth, filters)
 
