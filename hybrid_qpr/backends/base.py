@@ -229,7 +229,7 @@ def reader_of(backend: Backend) -> ContextManager[Reader]:
     return backend.reader() if reads_snapshots(backend) else contextlib.nullcontext(backend)
 
 
-def adopt_model_fusion_defaults(backend: Backend, encoder) -> str:
+def adopt_model_fusion_defaults(backend: Backend, encoder: TextEncoder) -> str:
     """Give an index that has no fusion defaults those its model directory carries (config.json
     ``fusion_defaults``, tuned on the model's own validation data by ``hybrid-qpr tune
     --save-to-model``), so an untuned hybrid starts from them instead of RRF 0.5; defaults the
