@@ -12,7 +12,7 @@ the batch it was encoded in, where ``evaluate`` encodes each query alone), kNN i
 (``hybrid_qpr.distance.similarity``), BM25 lists come from the local index IDX (any index of
 the same corpus; its own vectors are not used), fusion is tuned on 5,000 val queries by
 ``hybrid_qpr.evaluation.evaluator.tune_candidates`` (the grid of ``hybrid-qpr tune``) and
-applied to every test query with ``HybridSearcher.fuse``; rerank orders BM25's top 30 by the
+applied to every test query with ``search.hybrid_page``; rerank orders BM25's top 30 by the
 encoder (the MSEM flow of ``HybridSearcher``). Metrics: retrieve 20, own id dropped
 (``hybrid_qpr.evaluation.tasks``).
 
