@@ -64,6 +64,8 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, rer
     setting only if it beats the hybrid without it on the main metric and is below it on none of
     the task's metrics; else depth 0. It is stored with the fusion, and 'query --reranker DIR'
     uses it for this reranker (depth 0: one line says so and the query runs without it).
+    --reranker without DIR tunes each bundled cross-encoder so and keeps the one with the best
+    main metric; 'query --reranker' without DIR then takes it.
 
     \b
     --save-to-model also writes the result into the model's config.json: tuned on the model's
@@ -82,12 +84,15 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, rer
       hybrid-qpr tune --beir data/quora/beir --index ./quora-idx --lower-bound-grid knn=clip:0.2,0.4 --decay created:exp:365d
     """
     from hybrid_qpr.artifacts import recorded_path
-    from hybrid_qpr.cli._backend import load_encoder, load_reranker, open_backend
+    from hybrid_qpr.cli._backend import TUNED_RERANKER, load_encoder, load_reranker, open_backend
     from hybrid_qpr.data.beir import load_beir
+    from hybrid_qpr.errors import ConfigError
     from hybrid_qpr.evaluation.evaluator import decision_sentence, sample_queries
     from hybrid_qpr.evaluation.significance import gain_sentence
     from hybrid_qpr.evaluation.tasks import get_task, task_query_filters
     from hybrid_qpr.evaluation.tuning import store, tune_index
+    from hybrid_qpr.rerankers import Reranker
+    from hybrid_qpr.rerankers.cross_encoder import bundled_rerankers
     from hybrid_qpr.search import HybridSearcher
 
     retrieve = get_task(task).retrieve
@@ -116,13 +121,18 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, rer
         weights = [float(w) for w in signal_weights.split(",") if w.strip()]
     except ValueError:
         raise click.BadParameter(f"{signal_weights!r}: expected comma-separated numbers", param_hint="--signal-weights")
-    reranker, _ = load_reranker(reranker_dir, None, backend)
+    choosing = reranker_dir == TUNED_RERANKER  # --reranker alone: choose among the bundled cross-encoders
+    reranker, _ = (None, None) if choosing else load_reranker(reranker_dir, None, backend)
+    candidates = [Reranker(directory) for directory in bundled_rerankers()] if choosing else []
+    if choosing and not candidates:
+        raise ConfigError("--reranker without a directory chooses among the bundled cross-encoders, and this "
+                               "installation has none: give --reranker DIR")
     searcher = HybridSearcher(backend, load_encoder(model, backend), reranker=reranker)
     sample = sample_queries(queries, qrels, max_queries)
     result = tune_index(searcher, sample, qrels, fusions=methods, depth=depth, task=task,
                         query_filters=task_query_filters(beir_dir, task, filter_field, list(sample)),
                         bound_grid=bounds_tried, signals=signals, signal_weights=weights,
-                        reranker_depths=depths if reranker is not None else None,
+                        reranker_depths=depths if reranker is not None or choosing else None, rerankers=candidates,
                         on=f"{recorded_path(beir_dir)} {split}", show_progress=True)
     metric = result.metric
     best_grid = result.top_grid()
@@ -148,13 +158,19 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, rer
         click.echo(f"signals: weight {result.signal_tuning.weight:g}" if result.signal_tuning.weight else
                    "signals: do not help on these queries; not stored")
     click.echo("  " + gain_sentence(result.gain_over_single(), "tuned hybrid", result.single_mode, metric))
-    chosen = result.reranker_tuning
-    if chosen is not None:
-        click.echo(f"reranker {reranker_dir} on the tuned hybrid ({metric} without it {chosen.without[metric]:.4f}; "
+    for tried in result.reranker_choices:
+        shown = reranker_dir if not choosing else tried.reranker.model_dir.name
+        click.echo(f"reranker {shown} on the tuned hybrid ({metric} without it {tried.without[metric]:.4f}; "
                    "final score = cross-encoder logit + weight x first-stage score normalised over the depth):")
-        for d, row in chosen.by_depth.items():
+        for d, row in tried.by_depth.items():
             note = "" if row["allowed"] else "  (not chosen: no gain, or another metric below the hybrid without it)"
             click.echo(f"  depth {d:<3} best {row['norm']:<6} weight {row['weight']:<4g} {metric} {row[metric]:.4f}{note}")
+    chosen = result.reranker_tuning
+    if chosen is not None:
+        if choosing:
+            names = ", ".join(tried.reranker.model_dir.name for tried in result.reranker_choices)
+            click.echo(f"reranker: {chosen.reranker.model_dir.name} chosen among the bundled cross-encoders ({names}) "
+                       f"with {metric} {chosen.value:.4f}; 'query --reranker' without a directory uses it")
         click.echo(f"reranker: depth {chosen.depth}, {chosen.norm} weight {chosen.weight:g}" if chosen.depth else
                    "reranker: does not help on these queries; stored as depth 0 ('query --reranker' says so and "
                    "searches without it)")

@@ -202,7 +202,8 @@ class TuneResult:
     # what ``tuning.tune_index`` chose after the fusion, when asked: the signal weight and the
     # reranker's depth and weight; ``on``: the queries tuned on, as stored ("<beir dir> <split>")
     signal_tuning: "SignalTuneResult | None" = None
-    reranker_tuning: "RerankerTuneResult | None" = None
+    reranker_tuning: "RerankerTuneResult | None" = None  # the chosen reranker's
+    reranker_choices: "list[RerankerTuneResult]" = field(default_factory=list)  # every reranker tuned, in order
     on: str | None = None
 
     @property
@@ -478,12 +479,17 @@ class RerankerTuneResult:
     norm: str = "minmax"
     weight: float = 0.0
     grid: list[dict[str, Any]] = field(default_factory=list)  # every (depth, norm, weight) tried
+    reranker: Any = field(default=None, repr=False, compare=False)  # the reranker tuned (never stored)
+
+    @property
+    def value(self) -> float:
+        """The main metric of the chosen setting (without the reranker where depth is 0)."""
+        return self.by_depth[self.depth][self.metric] if self.depth else self.without[self.metric]
 
     @property
     def defaults(self) -> dict[str, Any]:
         """What is stored beside the index's fusion defaults (``"reranker"``)."""
-        return {"depth": self.depth, "model": self.model, "metric": self.metric,
-                "value": self.by_depth[self.depth][self.metric] if self.depth else self.without[self.metric],
+        return {"depth": self.depth, "model": self.model, "metric": self.metric, "value": self.value,
                 "without": self.without[self.metric], "norm": self.norm, "weight": self.weight}
 
 
@@ -534,6 +540,6 @@ def tune_reranker(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapp
             if allowed and (best is None or metrics[main] > best[main] + 1e-12):
                 best = row
     if best is None:
-        return RerankerTuneResult(0, main, without, by_depth, reranker.fingerprint, grid=grid)
+        return RerankerTuneResult(0, main, without, by_depth, reranker.fingerprint, grid=grid, reranker=reranker)
     return RerankerTuneResult(best["depth"], main, without, by_depth, reranker.fingerprint, best["norm"],
-                              best["weight"], grid)
+                              best["weight"], grid, reranker)

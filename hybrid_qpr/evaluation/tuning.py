@@ -18,6 +18,7 @@ from hybrid_qpr.evaluation.evaluator import (ALPHAS, TuneResult, query_lists, tu
                                              tune_signals, tuning_depth, untuned_prior)
 from hybrid_qpr.evaluation.tasks import get_task
 from hybrid_qpr.fusion import FUSION_METHODS
+from hybrid_qpr.search import HybridSearcher
 from hybrid_qpr.signals import SIGNAL_WEIGHTS, Signals
 from hybrid_qpr.types import Filters
 
@@ -27,20 +28,23 @@ def tune_index(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping
                task: str = "paraphrase", query_filters: Mapping[str, Filters] | None = None,
                bound_grid: Sequence[Mapping[str, Any]] = (), signals: Signals | None = None,
                signal_weights: Sequence[float] = SIGNAL_WEIGHTS, reranker_depths: Sequence[int] | None = None,
-               on: str | None = None, show_progress: bool = False) -> TuneResult:
+               rerankers: Sequence[Any] = (), on: str | None = None, show_progress: bool = False) -> TuneResult:
     """The fusion for ``searcher``'s index tuned on ``queries`` (``evaluator.tune``: the grid of
     ``fusions`` x ``alphas``, and minmax with each of ``bound_grid``, settled against the untuned
     prior of the searcher's model). ``signals`` with a decay: its weight is then chosen among
     ``signal_weights`` on the tuned fusion (``result.signal_tuning``; the formula with that
     weight in ``result.signals`` when it helps); boosts alone have no weight to choose and are
-    left out. ``reranker_depths``: the searcher's reranker is then tuned at those depths
-    (``result.reranker_tuning``). ``on`` names the queries in what is stored."""
+    left out. ``reranker_depths``: the searcher's reranker, or each of ``rerankers``
+    (``hybrid_qpr.rerankers.Reranker``), is then tuned at those depths, as ``evaluator.tune_reranker``
+    tunes one (``result.reranker_choices``), and the one with the best main metric is chosen
+    (``result.reranker_tuning``; ties: the first). ``on`` names the queries in what is stored."""
     spec = get_task(task)
     depth = tuning_depth(depth, spec.retrieve)
     if depth < spec.retrieve:
         raise ConfigError(f"depth={depth}: must be >= retrieve ({spec.retrieve}) so fusion sees every candidate")
-    if reranker_depths is not None and searcher.reranker is None:
-        raise ConfigError("tuning a reranker's depths needs a searcher with a reranker")
+    candidates = list(rerankers) or ([searcher.reranker] if searcher.reranker is not None else [])
+    if reranker_depths is not None and not candidates:
+        raise ConfigError("tuning a reranker's depths needs a searcher with a reranker, or rerankers to choose among")
     lists = query_lists(searcher, queries, depth, query_filters, show_progress)
     result = tune_candidates(lists, qrels, fusions=fusions, alphas=alphas, depth=depth, task=task,
                              show_progress=show_progress, bound_grid=bound_grid, prior=untuned_prior(searcher.encoder))
@@ -51,8 +55,12 @@ def tune_index(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping
         if found.weight:
             result.signals = signals.with_weight(found.weight)
     if reranker_depths is not None:
-        result.reranker_tuning = tune_reranker(searcher, queries, qrels, result, depths=reranker_depths, task=task,
-                                               query_filters=query_filters)
+        for reranker in candidates:
+            with_it = searcher if reranker is searcher.reranker else HybridSearcher(searcher.backend, searcher.encoder,
+                                                                                     reranker=reranker)
+            result.reranker_choices.append(tune_reranker(with_it, queries, qrels, result, depths=reranker_depths,
+                                                         task=task, query_filters=query_filters))
+        result.reranker_tuning = max(result.reranker_choices, key=lambda found: found.value)  # the first of ties
     result.on = on
     return result
 
@@ -78,8 +86,8 @@ def store(searcher, result: TuneResult, *, index: bool = True, model: bool = Fal
         encoder = searcher.encoder
         update_encoder_config(encoder.model_dir, **{ENCODER_FUSION_DEFAULTS: defaults})
         model_config = Path(encoder.model_dir) / ENCODER_CONFIG_FILE
-        reranker = searcher.reranker
-        if reranker is not None and result.reranker_tuning is not None:  # its tuning travels with it too
+        reranker = None if result.reranker_tuning is None else result.reranker_tuning.reranker
+        if reranker is not None:  # its tuning travels with it too
             from hybrid_qpr.rerankers.cross_encoder import TUNED_KEY
 
             write_encoder_config(reranker.model_dir, {**reranker.config, TUNED_KEY: {
