@@ -303,8 +303,8 @@ def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
 
     The BM25 and kNN lists of every query are fetched once at ``depth`` (with the query's own
     filter, if any: ``query_lists``); each grid point composes its page from them
-    (``search.hybrid_page``, as a query does), so tuning costs one retrieval per query. Queries are encoded one at a time, as ``evaluate`` and a user's
-    search do: an int8 model's vector of a text depends on the batch it is encoded in
+    (``search.hybrid_page``, as a query does), so tuning costs one retrieval per query. Queries
+    are encoded one at a time, as ``evaluate`` and a user's search do: an int8 model's vector of a text depends on the batch it is encoded in
     (dynamic quantization scales each batch), so batched tuning would tune on other vectors.
     The grid always contains RRF at ``alpha = 0`` and ``alpha = 1``, which rank exactly like
     BM25 alone and kNN alone (documents from the other list only follow), so the better single
