@@ -46,7 +46,7 @@ def main() -> None:
 
     from opensearchpy import helpers
 
-    from hybrid_qpr.backends import mlcommons
+    from hybrid_qpr import mlcommons
     from hybrid_qpr.backends.opensearch import OpenSearchBackend, connect
     from hybrid_qpr.data.documents import iter_documents
     from hybrid_qpr.encoders import Encoder

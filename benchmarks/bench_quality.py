@@ -12,7 +12,7 @@ the batch it was encoded in, where ``evaluate`` encodes each query alone), kNN i
 (``hybrid_qpr.distance.similarity``), BM25 lists come from the local index IDX (any index of
 the same corpus; its own vectors are not used), fusion is tuned on 5,000 val queries by
 ``hybrid_qpr.evaluation.evaluator.tune_candidates`` (the grid of ``hybrid-qpr tune``) and
-applied to every test query with ``HybridSearcher.fuse``; rerank orders BM25's top 30 by the
+applied to every test query with ``search.hybrid_page``; rerank orders BM25's top 30 by the
 encoder (the MSEM flow of ``HybridSearcher``). Metrics: retrieve 20, own id dropped
 (``hybrid_qpr.evaluation.tasks``).
 
@@ -44,11 +44,12 @@ from hybrid_qpr.artifacts import atomic_write, write_json
 from hybrid_qpr.data.beir import load_beir
 from hybrid_qpr.distance import prepare_vectors, similarity
 from hybrid_qpr.encoders import Encoder
-from hybrid_qpr.evaluation.evaluator import latency_summary, sample_queries, top_k_indices, tune_candidates
+from hybrid_qpr.evaluation.evaluator import (latency_summary, sample_queries, top_k_indices, tune_candidates,
+                                             tuning_request)
 from hybrid_qpr.evaluation.tasks import get_task
 from hybrid_qpr.fusion import FUSION_METHODS
-from hybrid_qpr.search import DEFAULT_DEPTH, RERANK_DEPTH, Candidates, HybridSearcher
-from hybrid_qpr.types import Hit
+from hybrid_qpr.search import DEFAULT_DEPTH, RERANK_DEPTH, hybrid_page
+from hybrid_qpr.types import Candidates, Hit
 
 TASK = get_task("paraphrase")
 RETRIEVE = TASK.retrieve
@@ -256,16 +257,15 @@ def main() -> None:
         qids = list(val_queries) + list(test_queries)
         knn = dict(zip(qids, knn_lists(np.array([row_of[q] for q in qids]), vectors, ids, enc.distance, DEFAULT_DEPTH)))
         knn_by_encoder[name] = knn
-        tuned = tune_candidates({q: Candidates(bm25[q], knn[q]) for q in val_queries}, val_qrels, depth=DEFAULT_DEPTH)
+        lists = {q: Candidates.of_hits(bm25[q], knn[q]) for q in {**val_queries, **test_queries}}
+        tuned = tune_candidates({q: lists[q] for q in val_queries}, val_qrels, depth=DEFAULT_DEPTH)
+        tuned_request = tuning_request(tuned.fusion, tuned.alpha, DEFAULT_DEPTH, RETRIEVE)
+        equal_request = tuning_request("rrf", 0.5, DEFAULT_DEPTH, RETRIEVE)
         docs = prepare_vectors(vectors, enc.distance)
         runs = {
             "knn": {q: [h.id for h in knn[q][:RETRIEVE]] for q in test_queries},
-            "hybrid": {q: [f.id for f in HybridSearcher.fuse(Candidates(bm25[q], knn[q]), fusion=tuned.fusion,
-                                                              alpha=tuned.alpha, depth=DEFAULT_DEPTH, top_k=RETRIEVE)]
-                       for q in test_queries},
-            "hybrid_rrf_equal": {q: [f.id for f in HybridSearcher.fuse(Candidates(bm25[q], knn[q]), fusion="rrf",
-                                                                        alpha=0.5, depth=DEFAULT_DEPTH, top_k=RETRIEVE)]
-                                 for q in test_queries},
+            "hybrid": {q: [f.id for f in hybrid_page(lists[q], tuned_request).fused] for q in test_queries},
+            "hybrid_rrf_equal": {q: [f.id for f in hybrid_page(lists[q], equal_request).fused] for q in test_queries},
             "rerank": {q: reranked(bm25[q], docs[row_of[q]], docs, row_of, enc.distance)[:RETRIEVE]
                        for q in test_queries},
         }

@@ -8,8 +8,10 @@ One query takes one path, down and back once: a surface builds a ``SearchRequest
 ``HybridSearcher.run`` resolves it (``search_request.resolve``: checked, the index's tuned defaults
 filled in; the query's encoding a ``QueryVector`` computed at most once, when a backend first
 needs it) and answers with the page and the resolved request (``SearchAnswer``); the mode asks
-the backend for ranked lists (ids and scores, ``RankedList``); a hybrid search fuses them here,
-the one place fusion runs (``hybrid_qpr.fusion``), so every backend fuses identically; the
+the backend for ranked lists (ids and scores, ``RankedList``; a hybrid search's two are one
+``Candidates``); ``hybrid_page`` composes a hybrid page from them (fusion, ``hybrid_qpr.fusion``;
+business signals; autocut; offset), the one place that runs, for queries and tuning alike, so
+every backend fuses identically; the
 page's documents come with the lists (a cluster) or by one ``documents`` call (the embedded
 index reads the rows it noted while ranking). Every list and document of one query is read
 through one reader (``backends.base.reader_of``): the embedded index's holds one commit, so a
@@ -47,14 +49,15 @@ import dataclasses
 import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from hybrid_qpr.artifacts import lone_surrogate
 from hybrid_qpr.backends.base import Backend, Reader, batches_lists, reader_of, runs_in_engine
-from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
+from hybrid_qpr.types import (Candidates, Document, Filters, Hit, QueryVector, RankedList, ResultReranker,
+                              TextEncoder)
 from hybrid_qpr import fusion as fusion_lib
 from hybrid_qpr.signals import Signals
 from hybrid_qpr.errors import ConfigError
@@ -133,12 +136,51 @@ class SearchAnswer(NamedTuple):
     request: SearchRequest
 
 
-@dataclass(frozen=True)
-class Candidates:
-    """The first-stage lists of one query, kept so fusion can be re-run (tuning)."""
+class HybridPage(NamedTuple):
+    """A hybrid page as ``hybrid_page`` composes it: its fused entries, best first; the documents
+    known so far (those that came with the lists, and those business signals read); and, with
+    signals, each entry's fused score before them and each signal's term."""
 
-    bm25: list[Hit]
-    knn: list[Hit]
+    fused: list[fusion_lib.Fused]
+    documents: Mapping[str, Document]
+    explained: Mapping[str, tuple[float, dict[str, float]]]
+
+
+# Reads the documents of ``ids`` (with the lists' places for them, or ``None``): ``Reader.documents``.
+DocumentSource = Callable[[list[str], "Sequence | None"], Mapping[str, Document]]
+
+
+def hybrid_page(lists: Candidates, request: SearchRequest, documents: DocumentSource | None = None) -> HybridPage:
+    """The page ``request`` (resolved, ``search_request.resolve``) asks for, composed from one
+    query's two ranked lists: each list cut to ``request.list_depth``, fused
+    (``fusion.fuse_ranked`` with the request's fusion, alpha and bounds), re-scored by its business
+    signals, cut by its autocut, and from its offset. The one composition of a hybrid page: a
+    query composes it from the lists its backend returns, tuning from the lists it keeps per
+    query. ``documents`` reads the metadata signals need of documents the lists came without
+    (signals with lists that carry no documents and no ``documents``: an empty metadata)."""
+    bm25, knn = lists
+    depth = request.list_depth
+    if len(bm25.ids) > depth:
+        bm25 = bm25._replace(ids=bm25.ids[:depth], scores=bm25.scores[:depth])
+    if len(knn.ids) > depth:
+        knn = knn._replace(ids=knn.ids[:depth], scores=knn.scores[:depth])
+    signals = request.signals
+    # with signals every fused document may climb onto the page: fuse them all
+    fused = fusion_lib.fuse_ranked((bm25.ids, bm25.scores), (knn.ids, knn.scores), fusion=request.fusion,  # type: ignore[arg-type]
+                                   alpha=request.alpha, rrf_k=fusion_lib.RRF_K,  # type: ignore[arg-type]
+                                   top_k=None if signals else request.need, bounds=request.bounds)
+    docs = {**bm25.documents, **knn.documents} if knn.documents else bm25.documents
+    explained: dict[str, tuple[float, dict[str, float]]] = {}
+    if signals:
+        docs = dict(docs)
+        missing = [f for f in fused if f.id not in docs]
+        if missing and documents is not None:
+            docs.update(documents([f.id for f in missing], _places(bm25, knn, missing)))
+        fused, explained = apply_signals(fused, signals, docs)
+        fused = fused[:request.need]
+    if request.autocut:
+        fused = fused[:fusion_lib.autocut([f.score for f in fused], request.autocut)]
+    return HybridPage(fused[request.offset:], docs, explained)
 
 
 def _ranked_score(fused: fusion_lib.Fused, which: int) -> RankedScore | None:
@@ -174,14 +216,15 @@ def keyword_signature(method: Callable) -> Callable:
 class HybridSearcher:
     """Answer queries over ``backend`` with ``encoder`` (see the module docstring)."""
 
-    def __init__(self, backend: Backend, encoder, reranker=None, reranker_depth: int = DEFAULT_RERANKER_DEPTH):
+    def __init__(self, backend: Backend, encoder: TextEncoder | None,
+                 reranker: ResultReranker | str | Path | None = None, reranker_depth: int = DEFAULT_RERANKER_DEPTH):
         """``reranker``: an optional second stage (``hybrid_qpr.rerankers.Reranker``, or a model
         directory to load one from) applied to the top ``reranker_depth`` results of every search."""
         self.backend = backend
         self.encoder = encoder  # None: BM25 only (no model needed)
         if encoder is not None:
             backend.check_encoder(encoder)
-        if reranker is not None and not hasattr(reranker, "rerank"):
+        if reranker is not None and not isinstance(reranker, ResultReranker):
             from hybrid_qpr.rerankers import Reranker
 
             reranker = Reranker(reranker)
@@ -232,10 +275,10 @@ class HybridSearcher:
 
     # ------------------------------------------------------------------ search
     def candidates(self, query: str, vector: QueryVector, depth: int, filters: Filters | None = None) -> Candidates:
-        """BM25 and kNN hits, ``depth`` each, for one query (kept so fusion can be re-run: tuning)."""
+        """The BM25 and kNN lists, ``depth`` each, of one query (tuning keeps them and composes
+        each grid point's page from them: ``hybrid_page``)."""
         with reader_of(self.backend) as reader:
-            bm25, knn = self._lists(reader, query, vector, depth, filters)
-        return Candidates(bm25.hits(), knn.hits())
+            return self._lists(reader, query, vector, depth, filters)
 
     @keyword_signature
     def search(self, query: str, **settings: Any) -> list[SearchResult]:
@@ -295,40 +338,22 @@ class HybridSearcher:
                              recalled)
 
     @staticmethod
-    def _lists(reader: Reader, query: str, vector: QueryVector, depth: int,
-               filters: Filters | None) -> tuple[RankedList, RankedList]:
+    def _lists(reader: Reader, query: str, vector: QueryVector, depth: int, filters: Filters | None) -> Candidates:
         """The BM25 and kNN lists of one query, ``depth`` each: in one call where the backend
         offers it (one round trip; the embedded index's two threads), else one after the other."""
         if batches_lists(reader):
             return reader.bm25_and_knn(query, vector, depth, filters)
-        return (RankedList.of_hits(reader.bm25(query, depth, filters)),
-                RankedList.of_hits(reader.knn(vector.get(), depth, filters)))
+        return Candidates(RankedList.of_hits(reader.bm25(query, depth, filters)),
+                          RankedList.of_hits(reader.knn(vector.get(), depth, filters)))
 
     def _hybrid(self, reader: Reader, request: SearchRequest) -> list[SearchResult]:
-        """Both lists fused here, the one place a hybrid page is fused (then business signals
-        and autocut, when asked)."""
-        bm25, knn = self._lists(reader, request.text, request.vector, request.list_depth,  # type: ignore[arg-type]
-                                request.filters)
-        signals = request.signals
-        # with signals every fused document may climb onto the page: fuse them all
-        fused = fusion_lib.fuse_ranked((bm25.ids, bm25.scores), (knn.ids, knn.scores), fusion=request.fusion,
-                                       alpha=request.alpha, rrf_k=fusion_lib.RRF_K,
-                                       top_k=None if signals else request.need, bounds=request.bounds)
-        docs = {**bm25.documents, **knn.documents} if knn.documents else bm25.documents
-        explained: dict[str, tuple[float, dict[str, float]]] = {}
-        if signals:
-            docs = dict(docs)
-            missing = [f for f in fused if f.id not in docs]
-            if missing:
-                places = _places(bm25, knn, missing)
-                docs.update(reader.documents([f.id for f in missing], places))
-            fused, explained = apply_signals(fused, signals, docs)
-            fused = fused[:request.need]
-        if request.autocut:
-            fused = fused[:fusion_lib.autocut([f.score for f in fused], request.autocut)]
-        page = fused[request.offset:]
-        results = self._results(reader, [(f.id, f.score, _ranked_score(f, 0), _ranked_score(f, 1)) for f in page],
-                                docs=docs, places=_places(bm25, knn, page))
+        """Both lists, the page composed from them (``hybrid_page``), its documents read."""
+        lists = self._lists(reader, request.text, request.vector, request.list_depth,  # type: ignore[arg-type]
+                            request.filters)
+        page = hybrid_page(lists, request, reader.documents)
+        results = self._results(reader, [(f.id, f.score, _ranked_score(f, 0), _ranked_score(f, 1)) for f in page.fused],
+                                docs=page.documents, places=_places(*lists, page.fused))
+        explained = page.explained
         if explained:
             results = [r._replace(fused_score=explained[r.id][0], signals=explained[r.id][1]) for r in results]
         return results
@@ -350,14 +375,6 @@ class HybridSearcher:
         if request.autocut and mode == "hybrid":
             hits = hits[:fusion_lib.autocut([h.score for h in hits], request.autocut)]
         return self._results(backend, [(h.id, h.score, None, None) for h in hits[request.offset:need]], hits)
-
-    @staticmethod
-    def fuse(cands: Candidates, *, fusion: str, alpha: float, depth: int | None = None,
-             rrf_k: int = fusion_lib.RRF_K, top_k: int | None = None,
-             bounds: Mapping[str, fusion_lib.Bounds] | None = None) -> list[fusion_lib.Fused]:
-        """Fuse one query's candidate lists (BM25 first, kNN second): tuning re-fuses them."""
-        return fusion_lib.fuse(cands.bm25, cands.knn, fusion=fusion, alpha=alpha, rrf_k=rrf_k, depth=depth,  # type: ignore[arg-type]
-                               top_k=top_k, bounds=bounds)
 
     @staticmethod
     def _rescore(reader: Reader, recalled: list[Hit],

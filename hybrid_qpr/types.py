@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 Filters = Mapping[str, Any]  # field -> value (or list of values): exact match on metadata
 
@@ -117,3 +117,45 @@ class RankedList(NamedTuple):
         if not docs:
             return Hit.many(self.ids, self.scores)
         return [Hit(doc_id, score, docs.get(doc_id)) for doc_id, score in zip(self.ids, self.scores)]
+
+
+class Candidates(NamedTuple):
+    """The two ranked lists of one query, BM25 first and kNN second: what a backend's
+    ``bm25_and_knn`` returns, what ``search.hybrid_page`` composes a hybrid page from, and what
+    tuning keeps per query to compose every grid point's page from. A pair, so it unpacks as
+    ``bm25, knn = ...``."""
+
+    bm25: RankedList
+    knn: RankedList
+
+    @classmethod
+    def of_hits(cls, bm25: Iterable[Hit], knn: Iterable[Hit]) -> "Candidates":
+        """The lists of two ``Hit`` sequences (a repeated id keeps its first, best place)."""
+        return cls(RankedList.of_hits(bm25), RankedList.of_hits(knn))
+
+
+class TextEncoder(Protocol):
+    """What search and the backends use of an encoder (``hybrid_qpr.encoders.Encoder`` and each
+    of its kinds): the model's identity, which an index stores and checks, and ``encode``."""
+
+    model_dir: Any  # a path
+    kind: str
+    dim: int
+    distance: str
+    fingerprint: str
+
+    def encode(self, texts: Sequence[str], batch_size: int = 256, show_progress: bool = False,
+               side: str = "query") -> Any:  # float32 [n, dim]
+        ...
+
+
+@runtime_checkable
+class ResultReranker(Protocol):
+    """A second stage over a first stage's results (``hybrid_qpr.rerankers.Reranker``): ``rerank``
+    re-orders the top ``depth`` of ``hits``; ``name`` and ``fingerprint`` say which model it is."""
+
+    name: str
+    fingerprint: str
+
+    def rerank(self, query: str, hits: Sequence[Any], depth: int) -> list[Any]:
+        ...

@@ -32,7 +32,7 @@ from hybrid_qpr.artifacts import ENCODER_FUSION_DEFAULTS, json_value_problem
 from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, RESCORE_DEPTH, RRF_K
 from hybrid_qpr.text.analysis import Analyzer
 from hybrid_qpr.text.ids import id_problem
-from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
+from hybrid_qpr.types import Candidates, Document, Filters, Hit, QueryVector, TextEncoder
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class Backend(Reader, Protocol):
     def model_fingerprint(self) -> str | None:
         """The fingerprint of the model the index was built with (named in mismatch errors)."""
 
-    def check_encoder(self, encoder) -> None:
+    def check_encoder(self, encoder: TextEncoder) -> None:
         """Raise ``ModelMismatchError`` if ``encoder`` is not the model the index was built with."""
 
     @property
@@ -139,7 +139,7 @@ class Backend(Reader, Protocol):
         engine refuses, e.g. an id too long for a cluster), or ``None``. ``ingest`` skips such
         a document and reports it; ``ingest --strict`` stops at it."""
 
-    def ingest(self, documents: Iterable[Document | tuple[int, Document]], encoder, *, batch_size: int = 256,
+    def ingest(self, documents: Iterable[Document | tuple[int, Document]], encoder: TextEncoder, *, batch_size: int = 256,
                show_progress: bool = True, wait: bool | float = False,
                rejects_path: str | Path | None = None) -> "IngestReport":
         """Encode and store ``documents`` (``Document`` or ``(line, Document)``; a plain
@@ -170,7 +170,7 @@ class BatchedBackend(Backend, Protocol):
     """A backend whose ``capabilities.batched_bm25_and_knn`` is set."""
 
     def bm25_and_knn(self, query: str, vector: QueryVector, depth: int,
-                     filters: Filters | None = None) -> tuple[RankedList, RankedList]:
+                     filters: Filters | None = None) -> Candidates:
         """The lists of ``bm25(query, depth, filters)`` and ``knn(vector.get(), depth, filters)``
         in one round trip. The backend asks for the vector when it needs it (the embedded index:
         while its BM25 list is scored on another thread)."""
@@ -229,7 +229,7 @@ def reader_of(backend: Backend) -> ContextManager[Reader]:
     return backend.reader() if reads_snapshots(backend) else contextlib.nullcontext(backend)
 
 
-def adopt_model_fusion_defaults(backend: Backend, encoder) -> str:
+def adopt_model_fusion_defaults(backend: Backend, encoder: TextEncoder) -> str:
     """Give an index that has no fusion defaults those its model directory carries (config.json
     ``fusion_defaults``, tuned on the model's own validation data by ``hybrid-qpr tune
     --save-to-model``), so an untuned hybrid starts from them instead of RRF 0.5; defaults the

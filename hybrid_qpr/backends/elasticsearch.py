@@ -41,7 +41,7 @@ from hybrid_qpr.backends.cluster.probe import probe
 from hybrid_qpr.distance import check_distance, elasticsearch_similarity
 from hybrid_qpr.errors import require
 from hybrid_qpr.text.analysis import get_analyzer
-from hybrid_qpr.types import Filters
+from hybrid_qpr.types import Filters, TextEncoder
 
 # Measured on 20,000 Quora questions with the committed CNN (docs/elasticsearch.md): plain
 # float HNSW; int8_hnsw (Elasticsearch's default for new dense_vector fields) is chosen or
@@ -161,7 +161,7 @@ class ElasticsearchBackend(ClusterBackend):
     transport_class = ElasticsearchTransport
     index_body = staticmethod(index_body)
 
-    def vector_field_problems(self, field: Mapping[str, Any], encoder) -> list[str]:
+    def vector_field_problems(self, field: Mapping[str, Any], encoder: TextEncoder) -> list[str]:
         problems = []
         if int(field.get("dims", 0)) != encoder.dim:
             problems.append(f"{VECTOR_FIELD} has dims {field.get('dims')}, the model produces {encoder.dim}")

@@ -45,7 +45,7 @@ from hybrid_qpr.errors import BackendError, ConfigError, require
 from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION, FUSION_METHODS, RESCORE_DEPTH, RRF_K, check_fusion
 from hybrid_qpr.text.analysis import get_analyzer
 from hybrid_qpr.text.tokenizer import TOKEN_PATTERN
-from hybrid_qpr.types import Filters, Hit
+from hybrid_qpr.types import Filters, Hit, TextEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -253,7 +253,7 @@ class OpenSearchBackend(ClusterBackend):
     # below the 0.95 recall floor with little margin), for +0.25 ms (docs/opensearch.md)
     default_knn_candidates = 150
 
-    def vector_field_problems(self, field: Mapping[str, Any], encoder) -> list[str]:
+    def vector_field_problems(self, field: Mapping[str, Any], encoder: TextEncoder) -> list[str]:
         if int(field.get("dimension", 0)) != encoder.dim:
             return [f"{VECTOR_FIELD} has dimension {field.get('dimension')}, the model produces {encoder.dim}"]
         return []

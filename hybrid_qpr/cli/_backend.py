@@ -151,19 +151,45 @@ def model_option(func):
                              "index was built with, else fast]")(func)
 
 
+# ``--reranker`` given without a directory: the one 'tune' chose for the index (``tune`` itself
+# chooses among the bundled cross-encoders)
+TUNED_RERANKER = "@tuned"
+
+
 def reranker_options(func):
-    """``--reranker DIR`` and ``--reranker-depth N``: a cross-encoder second stage."""
+    """``--reranker [DIR]`` and ``--reranker-depth N``: a cross-encoder second stage."""
     func = click.option("--reranker-depth", type=click.IntRange(min=1), default=None,
                         help="Hits of the first stage re-scored by --reranker (forces it where 'tune' chose depth 0). "
                              "[default: the depth 'tune' chose for this reranker on the index, else the one its "
                              "config.json carries, else 20]")(func)
-    return click.option("--reranker", "reranker_dir", type=click.Path(file_okay=False), default=None,
-                        help="Cross-encoder directory ('hybrid-qpr reranker export'): re-scores the top "
-                             "--reranker-depth hits of whatever mode ran.")(func)
+    return click.option("--reranker", "reranker_dir", type=click.Path(file_okay=False), default=None, is_flag=False,
+                        flag_value=TUNED_RERANKER, metavar="[DIR]",
+                        help="Cross-encoder directory ('hybrid-qpr reranker export') or bundled reranker name: re-scores "
+                             "the top --reranker-depth hits of whatever mode ran. Without DIR: the one 'tune --reranker' "
+                             "chose for the index ('tune --reranker' alone chooses among the bundled ones).")(func)
+
+
+def tuned_reranker_dir(backend) -> Path:
+    """The directory of the reranker ``tune`` chose for ``backend``'s index: the bundled
+    cross-encoder with the fingerprint its tuned defaults record (a one-line error without one)."""
+    from hybrid_qpr.errors import ConfigError
+    from hybrid_qpr.rerankers.cross_encoder import bundled_reranker
+
+    tuned = (backend.fusion_defaults or {}).get("reranker") or {}
+    if not tuned.get("model"):
+        raise ConfigError("--reranker without a directory takes the reranker 'tune --reranker' chose for the "
+                               "index, and this index has none: run 'hybrid-qpr tune ... --reranker', or give "
+                               "--reranker DIR")
+    directory = bundled_reranker(tuned["model"])
+    if directory is None:
+        raise ConfigError(f"the index's tuned reranker (model {tuned['model']}) is not one of the bundled "
+                               "cross-encoders; give its directory: --reranker DIR")
+    return directory
 
 
 def load_reranker(reranker_dir: str | None, depth: int | None, backend, *, off_when_tuned_off: bool = False) -> tuple[Any, int]:
-    """The reranker of ``--reranker`` (``None`` without it) and its depth: ``--reranker-depth``,
+    """The reranker of ``--reranker`` (``None`` without it; ``TUNED_RERANKER``: the index's tuned
+    one, ``tuned_reranker_dir``; a bundled reranker's name: that one) and its depth: ``--reranker-depth``,
     else the depth ``tune`` stored for this very reranker on the index, else the one its
     config.json carries ('tune --save-to-model'), else the default. Its interpolation with the
     first stage comes from the same place as the depth. A tuned depth of 0 (the reranker did
@@ -176,6 +202,12 @@ def load_reranker(reranker_dir: str | None, depth: int | None, backend, *, off_w
         if depth is not None:
             raise click.UsageError("--reranker-depth needs --reranker DIR")
         return None, DEFAULT_RERANKER_DEPTH
+    if reranker_dir == TUNED_RERANKER:
+        reranker_dir = str(tuned_reranker_dir(backend))
+    elif not Path(reranker_dir).is_dir():
+        from hybrid_qpr import resources
+
+        reranker_dir = str(resources.resolve_model(reranker_dir))  # a bundled reranker's name
     from hybrid_qpr.rerankers import Reranker
 
     reranker = Reranker(reranker_dir)

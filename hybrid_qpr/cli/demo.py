@@ -71,7 +71,8 @@ def demo(index, model, examples_dir, top_k, shown_queries) -> None:
     from hybrid_qpr.data.beir import load_beir
     from hybrid_qpr.data.documents import iter_documents
     from hybrid_qpr.encoders import Encoder
-    from hybrid_qpr.evaluation.evaluator import evaluate, sample_queries, tune
+    from hybrid_qpr.evaluation.evaluator import evaluate, sample_queries
+    from hybrid_qpr.evaluation.tuning import store, tune_index
     from hybrid_qpr.evaluation.report import rich_table
     from hybrid_qpr.search import FUSION_MODES, HybridSearcher
 
@@ -86,8 +87,8 @@ def demo(index, model, examples_dir, top_k, shown_queries) -> None:
                       f"{target} with model {encoder.model_dir.name} ({encoder.fingerprint}) in {report.seconds:.1f} s\n")
         searcher = HybridSearcher(backend, encoder)
         _, val_queries, val_qrels = load_beir(examples_dir / "beir", "val")
-        tuned = tune(searcher, sample_queries(val_queries, val_qrels, None), val_qrels)
-        backend.set_fusion_defaults(tuned.defaults)
+        tuned = tune_index(searcher, sample_queries(val_queries, val_qrels, None), val_qrels)
+        store(searcher, tuned)
         # The tuned MRR is the best of the whole grid on the very queries it was chosen on: on a bank
         # this small several settings reach 1.000 there, so it is said to be optimistic, and the
         # held-out test evaluation at the end is the number to judge the fusion by.

@@ -54,7 +54,7 @@ def register(model_dir, name, version, allow_local_upload, **connection) -> None
     Example:
       hybrid-qpr mlcommons register models/minilm --name minilm-questions
     """
-    from hybrid_qpr.backends.mlcommons import register_dir
+    from hybrid_qpr.mlcommons import register_dir
     from hybrid_qpr.errors import require
 
     require("onnx", feature="'hybrid-qpr mlcommons register' (it adapts the ONNX graph)")  # before connecting
@@ -76,7 +76,7 @@ def deploy(model_id, wait_s, **connection) -> None:
     Example:
       hybrid-qpr mlcommons deploy Xy12abc --wait 120
     """
-    from hybrid_qpr.backends.mlcommons import deploy as deploy_model
+    from hybrid_qpr.mlcommons import deploy as deploy_model
 
     task = deploy_model(cluster_client(**connection), model_id, timeout=wait_s)
     click.echo(f"{model_id}: {task.get('state')} on {', '.join(task.get('worker_node') or [])}")
@@ -97,7 +97,7 @@ def undeploy(model_ids, every, **connection) -> None:
       hybrid-qpr mlcommons undeploy Xy12abc Zt34def
       hybrid-qpr mlcommons undeploy --all
     """
-    from hybrid_qpr.backends.mlcommons import deployed_models, undeploy as undeploy_model
+    from hybrid_qpr.mlcommons import deployed_models, undeploy as undeploy_model
 
     if bool(model_ids) == every:
         raise click.UsageError("give the MODEL_IDs to undeploy, or --all")
@@ -130,7 +130,7 @@ def ingest_pipeline(model_id, name, source, target, **connection) -> None:
     Example:
       hybrid-qpr mlcommons ingest-pipeline Xy12abc --name hqpr-embed
     """
-    from hybrid_qpr.backends.mlcommons import put_ingest_pipeline
+    from hybrid_qpr.mlcommons import put_ingest_pipeline
 
     put_ingest_pipeline(cluster_client(**connection), name, model_id, source, target)
     click.echo(f"ingest pipeline {name}: {source} -> {target} with model {model_id}")
@@ -149,7 +149,7 @@ def rerank_pipeline(model_id, name, field, **connection) -> None:
       hybrid-qpr mlcommons rerank-pipeline $ID --name hqpr-rerank
     Search with ?search_pipeline=hqpr-rerank and "ext": {"rerank": {"query_context": {"query_text": "..."}}}.
     """
-    from hybrid_qpr.backends.mlcommons import put_rerank_pipeline
+    from hybrid_qpr.mlcommons import put_rerank_pipeline
 
     put_rerank_pipeline(cluster_client(**connection), name, model_id, field)
     click.echo(f"search pipeline {name}: rerank on {field} with model {model_id}")
@@ -166,7 +166,7 @@ def status(model_id, **connection) -> None:
     Example:
       hybrid-qpr mlcommons status Xy12abc
     """
-    from hybrid_qpr.backends.mlcommons import status as model_status
+    from hybrid_qpr.mlcommons import status as model_status
 
     click.echo(json.dumps(model_status(cluster_client(**connection), model_id), indent=2, sort_keys=True))
 
@@ -200,7 +200,7 @@ def setup(index, model, name, allow_local_upload, wait_s, **connection) -> None:
         -d '{"id": "questions-hybrid", "params": {"query_text": "how do i reset my password"}}'
     """
     from hybrid_qpr import resources
-    from hybrid_qpr.backends.mlcommons import setup as setup_cluster
+    from hybrid_qpr.mlcommons import setup as setup_cluster
     from hybrid_qpr.errors import require
 
     require("onnx", feature="'hybrid-qpr mlcommons setup' (it adapts the ONNX graph)")

@@ -64,6 +64,8 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, rer
     setting only if it beats the hybrid without it on the main metric and is below it on none of
     the task's metrics; else depth 0. It is stored with the fusion, and 'query --reranker DIR'
     uses it for this reranker (depth 0: one line says so and the query runs without it).
+    --reranker without DIR tunes each bundled cross-encoder so and keeps the one with the best
+    main metric; 'query --reranker' without DIR then takes it.
 
     \b
     --save-to-model also writes the result into the model's config.json: tuned on the model's
@@ -81,16 +83,17 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, rer
       hybrid-qpr tune --beir data/quora/beir --split val --index ./quora-idx
       hybrid-qpr tune --beir data/quora/beir --index ./quora-idx --lower-bound-grid knn=clip:0.2,0.4 --decay created:exp:365d
     """
-    from hybrid_qpr.artifacts import ENCODER_FUSION_DEFAULTS, recorded_path, update_encoder_config
-    from hybrid_qpr.cli._backend import load_encoder, load_reranker, open_backend
+    from hybrid_qpr.artifacts import recorded_path
+    from hybrid_qpr.cli._backend import TUNED_RERANKER, load_encoder, load_reranker, open_backend
     from hybrid_qpr.data.beir import load_beir
-    from hybrid_qpr.evaluation.evaluator import sample_queries, tune as run_tune, tune_reranker, tune_signals
-    from hybrid_qpr.evaluation.significance import gain, gain_sentence
+    from hybrid_qpr.errors import ConfigError
+    from hybrid_qpr.evaluation.evaluator import decision_sentence, sample_queries
+    from hybrid_qpr.evaluation.significance import gain_sentence
+    from hybrid_qpr.evaluation.tasks import get_task, task_query_filters
+    from hybrid_qpr.evaluation.tuning import store, tune_index
+    from hybrid_qpr.rerankers import Reranker
+    from hybrid_qpr.rerankers.cross_encoder import bundled_rerankers
     from hybrid_qpr.search import HybridSearcher
-
-    from hybrid_qpr.evaluation.tasks import task_query_filters
-
-    from hybrid_qpr.evaluation.tasks import get_task
 
     retrieve = get_task(task).retrieve
     if dry_run and save_to_model:
@@ -118,14 +121,21 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, rer
         weights = [float(w) for w in signal_weights.split(",") if w.strip()]
     except ValueError:
         raise click.BadParameter(f"{signal_weights!r}: expected comma-separated numbers", param_hint="--signal-weights")
-    reranker, _ = load_reranker(reranker_dir, None, backend)
+    choosing = reranker_dir == TUNED_RERANKER  # --reranker alone: choose among the bundled cross-encoders
+    reranker, _ = (None, None) if choosing else load_reranker(reranker_dir, None, backend)
+    candidates = [Reranker(directory) for directory in bundled_rerankers()] if choosing else []
+    if choosing and not candidates:
+        raise ConfigError("--reranker without a directory chooses among the bundled cross-encoders, and this "
+                               "installation has none: give --reranker DIR")
     searcher = HybridSearcher(backend, load_encoder(model, backend), reranker=reranker)
     sample = sample_queries(queries, qrels, max_queries)
-    own_filters = task_query_filters(beir_dir, task, filter_field, list(sample))
-    result = run_tune(searcher, sample, qrels, depth=depth, task=task, query_filters=own_filters, show_progress=True,
-                      bound_grid=bounds_tried, fusions=methods)
+    result = tune_index(searcher, sample, qrels, fusions=methods, depth=depth, task=task,
+                        query_filters=task_query_filters(beir_dir, task, filter_field, list(sample)),
+                        bound_grid=bounds_tried, signals=signals, signal_weights=weights,
+                        reranker_depths=depths if reranker is not None or choosing else None, rerankers=candidates,
+                        on=f"{recorded_path(beir_dir)} {split}", show_progress=True)
     metric = result.metric
-    best_grid = sorted(result.grid, key=lambda g: -g[metric])[:5]  # stable: ties stay in grid order
+    best_grid = result.top_grid()
     click.echo(f"{metric} on {result.queries} {split} queries: bm25 {result.bm25_mrr:.4f}, knn {result.knn_mrr:.4f}")
     click.echo(f"the top {len(best_grid)} of {len(result.grid)} settings tried (ties in grid order: fusion as listed "
                "in --fusions, then the smaller alpha; of tied settings the first is the best):")
@@ -133,8 +143,6 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, rer
         below = "" if g["allowed"] else "  (not chosen: another metric is below the better single mode)"
         bounds = "".join(f" {name}:{b}" for name, b in g.get("bounds", {}).items())
         click.echo(f"  {g['fusion']:<7} alpha={g['alpha']:.1f}{bounds}  {metric} {g[metric]:.4f}{below}")
-    from hybrid_qpr.evaluation.evaluator import decision_sentence
-
     best = result.decision["best"] if result.decision else {"fusion": result.fusion, "alpha": result.alpha, metric: result.mrr}
     tied = sum(1 for g in result.grid if g["allowed"] and g[metric] == best[metric]) - 1
     click.echo(f"best: fusion={best['fusion']} alpha={best['alpha']:.1f} {metric} {best[metric]:.4f}"
@@ -142,46 +150,37 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, rer
     click.echo(decision_sentence(result))
     chosen_bounds = "".join(f" {name}:{b.as_dict()}" for name, b in result.bounds.items())
     click.echo(f"kept: fusion={result.fusion} alpha={result.alpha:.1f}{chosen_bounds} {metric} {result.mrr:.4f}")
-    if signals is not None:
-        formula = signals if signals.decay is not None else None
-        if formula is None:  # boosts alone have their own weights: nothing to choose
-            click.echo("signals: --boost without --decay has no weight to tune; not stored")
-        else:
-            found = tune_signals(searcher, sample, qrels, result, formula, weights=weights, task=task,
-                                 query_filters=own_filters)
-            for w, row in found.by_weight.items():
-                click.echo(f"  signal weight {w:<5g} {metric} {row[metric]:.4f}")
-            if found.weight:
-                result.signals = formula.with_weight(found.weight)
-                click.echo(f"signals: weight {found.weight:g}")
-            else:
-                click.echo("signals: do not help on these queries; not stored")
-    single = "bm25" if result.bm25_mrr >= result.knn_mrr else "knn"
-    click.echo("  " + gain_sentence(gain(result.per_query[single], result.per_query["tuned"]), "tuned hybrid", single, metric))
-    defaults = {**result.defaults, "tuned": {**result.defaults["tuned"], "on": f"{recorded_path(beir_dir)} {split}"}}
-    if reranker is not None:
-        chosen = tune_reranker(searcher, sample, qrels, result, depths=depths, task=task, query_filters=own_filters)
-        click.echo(f"reranker {reranker_dir} on the tuned hybrid ({metric} without it {chosen.without[metric]:.4f}; "
+    if signals is not None and result.signal_tuning is None:  # boosts alone have their own weights
+        click.echo("signals: --boost without --decay has no weight to tune; not stored")
+    elif result.signal_tuning is not None:
+        for w, row in result.signal_tuning.by_weight.items():
+            click.echo(f"  signal weight {w:<5g} {metric} {row[metric]:.4f}")
+        click.echo(f"signals: weight {result.signal_tuning.weight:g}" if result.signal_tuning.weight else
+                   "signals: do not help on these queries; not stored")
+    click.echo("  " + gain_sentence(result.gain_over_single(), "tuned hybrid", result.single_mode, metric))
+    for tried in result.reranker_choices:
+        shown = reranker_dir if not choosing else tried.reranker.model_dir.name
+        click.echo(f"reranker {shown} on the tuned hybrid ({metric} without it {tried.without[metric]:.4f}; "
                    "final score = cross-encoder logit + weight x first-stage score normalised over the depth):")
-        for d, row in chosen.by_depth.items():
+        for d, row in tried.by_depth.items():
             note = "" if row["allowed"] else "  (not chosen: no gain, or another metric below the hybrid without it)"
             click.echo(f"  depth {d:<3} best {row['norm']:<6} weight {row['weight']:<4g} {metric} {row[metric]:.4f}{note}")
+    chosen = result.reranker_tuning
+    if chosen is not None:
+        if choosing:
+            names = ", ".join(tried.reranker.model_dir.name for tried in result.reranker_choices)
+            click.echo(f"reranker: {chosen.reranker.model_dir.name} chosen among the bundled cross-encoders ({names}) "
+                       f"with {metric} {chosen.value:.4f}; 'query --reranker' without a directory uses it")
         click.echo(f"reranker: depth {chosen.depth}, {chosen.norm} weight {chosen.weight:g}" if chosen.depth else
                    "reranker: does not help on these queries; stored as depth 0 ('query --reranker' says so and "
                    "searches without it)")
-        defaults = {**defaults, "reranker": {**chosen.defaults, "on": defaults["tuned"]["on"]}}
-    if not dry_run:
-        backend.set_fusion_defaults(defaults)
+    stored = store(searcher, result, index=not dry_run, model=save_to_model)
+    if stored.index:
         click.echo(f"stored as the default fusion of {index}")
-    if save_to_model:
-        update_encoder_config(searcher.encoder.model_dir, **{ENCODER_FUSION_DEFAULTS: defaults})
-        click.echo(f"stored in {searcher.encoder.model_dir / 'config.json'}: an index built with this model starts "
-                   "from these defaults")
-        if reranker is not None:  # the depth, norm and weight travel with the reranker too
-            from hybrid_qpr.artifacts import write_encoder_config
-            from hybrid_qpr.rerankers.cross_encoder import TUNED_KEY
+    if stored.model_config is not None:
+        click.echo(f"stored in {stored.model_config}: an index built with this model starts from these defaults")
+    if stored.reranker_config is not None:
+        from hybrid_qpr.rerankers.cross_encoder import TUNED_KEY
 
-            write_encoder_config(reranker.model_dir, {**reranker.config, TUNED_KEY: {
-                **defaults["reranker"], "first_stage_model": searcher.encoder.fingerprint}})
-            click.echo(f"stored in {reranker.model_dir / 'config.json'} ({TUNED_KEY}): 'query --reranker' on an index "
-                       "tuned without it uses this depth and weight")
+        click.echo(f"stored in {stored.reranker_config} ({TUNED_KEY}): 'query --reranker' on an index "
+                   "tuned without it uses this depth and weight")

@@ -27,8 +27,8 @@ from hybrid_qpr.evaluation.tasks import TASKS, get_task
 from hybrid_qpr.filters import merge_filters
 from hybrid_qpr.fusion import DEFAULT_DEPTH, FUSION_METHODS, check_bounds
 from hybrid_qpr.signals import SIGNAL_WEIGHTS
-from hybrid_qpr.search import MODES, check_mode
-from hybrid_qpr.types import Filters, QueryVector
+from hybrid_qpr.search import MODES, SearchRequest, check_mode, hybrid_page, resolve
+from hybrid_qpr.types import Candidates, Filters, QueryVector
 
 logger = logging.getLogger(__name__)
 
@@ -199,10 +199,31 @@ class TuneResult:
     # against the untuned prior (``settle_against_prior``): {"kept": "tuned" | "prior", "prior": its
     # fusion, "best": the grid winner, "gain": the winner's gain over the prior (significance.gain)}
     decision: dict[str, Any] | None = None
+    # what ``tuning.tune_index`` chose after the fusion, when asked: the signal weight and the
+    # reranker's depth and weight; ``on``: the queries tuned on, as stored ("<beir dir> <split>")
+    signal_tuning: "SignalTuneResult | None" = None
+    reranker_tuning: "RerankerTuneResult | None" = None  # the chosen reranker's
+    reranker_choices: "list[RerankerTuneResult]" = field(default_factory=list)  # every reranker tuned, in order
+    on: str | None = None
+
+    @property
+    def single_mode(self) -> str:
+        """The better single mode on the tuning queries (``bm25`` on a tie)."""
+        return "bm25" if self.bm25_mrr >= self.knn_mrr else "knn"
+
+    def gain_over_single(self) -> dict[str, Any]:
+        """The tuned hybrid's per-query gain over ``single_mode`` (``significance.gain``)."""
+        from hybrid_qpr.evaluation.significance import gain
+
+        return gain(self.per_query[self.single_mode], self.per_query["tuned"])
+
+    def top_grid(self, count: int = 5) -> list[dict[str, Any]]:
+        """The ``count`` best grid points by ``metric`` (a stable sort: ties stay in grid order)."""
+        return sorted(self.grid, key=lambda g: -g[self.metric])[:count]
 
     @property
     def defaults(self) -> dict[str, Any]:
-        """What is stored as the index's fusion defaults."""
+        """What is stored as the index's fusion defaults (with the reranker's, where it was tuned)."""
         out = {"fusion": self.fusion, "alpha": self.alpha, "depth": self.depth,
                "tuned": {"metric": self.metric, "value": self.mrr, "bm25": self.bm25_mrr, "knn": self.knn_mrr,
                          "queries": self.queries}}
@@ -213,6 +234,10 @@ class TuneResult:
         if self.decision is not None:
             out["tuned"]["kept"] = self.decision["kept"]
             out["tuned"]["gain_over_prior"] = {k: self.decision["gain"][k] for k in ("delta", "low", "high", "confidence")}
+        on = {} if self.on is None else {"on": self.on}
+        out["tuned"].update(on)
+        if self.reranker_tuning is not None:
+            out["reranker"] = {**self.reranker_tuning.defaults, **on}
         return out
 
 
@@ -277,9 +302,9 @@ def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
     hybrid tuned on MAP cannot lose MRR; answer retrieval: MRR, R@1, R@5; paraphrase: MRR@20).
 
     The BM25 and kNN lists of every query are fetched once at ``depth`` (with the query's own
-    filter, if any); each grid point re-fuses them (``HybridSearcher.fuse``), so tuning costs
-    one retrieval per query. Queries are encoded one at a time, as ``evaluate`` and a user's
-    search do: an int8 model's vector of a text depends on the batch it is encoded in
+    filter, if any: ``query_lists``); each grid point composes its page from them
+    (``search.hybrid_page``, as a query does), so tuning costs one retrieval per query. Queries
+    are encoded one at a time, as ``evaluate`` and a user's search do: an int8 model's vector of a text depends on the batch it is encoded in
     (dynamic quantization scales each batch), so batched tuning would tune on other vectors.
     The grid always contains RRF at ``alpha = 0`` and ``alpha = 1``, which rank exactly like
     BM25 alone and kNN alone (documents from the other list only follow), so the better single
@@ -293,16 +318,35 @@ def tune(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, 
     """
     spec = get_task(task)
     retrieve = spec.retrieve if retrieve is None else retrieve
-    depth = _tuning_depth(depth, retrieve)
+    depth = tuning_depth(depth, retrieve)
     if depth < retrieve:
         raise ConfigError(f"depth={depth}: must be >= retrieve ({retrieve}) so fusion sees every candidate")
-    own = query_filters or {}
-    cands = {qid: searcher.candidates(text, QueryVector.encoding(searcher.encoder, text), depth, own.get(qid))
-             for qid, text in _maybe_track(queries.items(), len(queries), "tune: BM25 and kNN lists", show_progress)}
+    cands = query_lists(searcher, queries, depth, query_filters, show_progress)
     if prior is True:
         prior = untuned_prior(searcher.encoder)
     return tune_candidates(cands, qrels, fusions=fusions, alphas=alphas, depth=depth, retrieve=retrieve, task=task,
                            show_progress=show_progress, bound_grid=bound_grid, prior=prior or None)
+
+
+def query_lists(searcher, queries: Mapping[str, str], depth: int, query_filters: Mapping[str, Filters] | None = None,
+                show_progress: bool = False) -> dict[str, Candidates]:
+    """Query id -> the BM25 and kNN lists of its text, ``depth`` each (with the query's own filter,
+    if any): what tuning keeps. Queries are encoded one at a time (see ``tune``)."""
+    own = query_filters or {}
+    return {qid: searcher.candidates(text, QueryVector.encoding(searcher.encoder, text), depth, own.get(qid))
+            for qid, text in _maybe_track(queries.items(), len(queries), "tune: BM25 and kNN lists", show_progress)}
+
+
+def tuning_request(fusion: str, alpha: float, depth: int, retrieve: int, bounds: Mapping[str, Any] | None = None,
+                   signals=None) -> SearchRequest:
+    """The resolved hybrid request of one grid point: its page is the top ``retrieve`` fused from
+    lists ``depth`` long (``hybrid_page``), exactly what a query with these settings ranks."""
+    return resolve(SearchRequest(text="tune", mode="hybrid", top_k=retrieve, fusion=fusion, alpha=float(alpha),
+                                 depth=depth, bounds=bounds or None, signals=signals or None), {})
+
+
+def _page_ids(lists: Candidates, request: SearchRequest) -> list[str]:
+    return [f.id for f in hybrid_page(lists, request).fused]
 
 
 def _maybe_track(items, total: int, description: str, show: bool):
@@ -313,25 +357,23 @@ def _maybe_track(items, total: int, description: str, show: bool):
     return track(items, total=total, description=description)
 
 
-def _tuning_depth(depth: int | None, retrieve: int) -> int:
+def tuning_depth(depth: int | None, retrieve: int) -> int:
     """``depth``, else the search default, or the task's retrieve depth where that is larger."""
     return max(DEFAULT_DEPTH, retrieve) if depth is None else depth
 
 
-def tune_candidates(cands: Mapping[str, Any], qrels: Mapping[str, Mapping[str, int]], *,
+def tune_candidates(cands: Mapping[str, Candidates], qrels: Mapping[str, Mapping[str, int]], *,
                     fusions: Sequence[str] = FUSION_METHODS, alphas: Sequence[float] = ALPHAS, depth: int | None = None,
                     retrieve: int | None = None, task: str = "paraphrase", show_progress: bool = False,
                     bound_grid: Sequence[Mapping[str, Any]] = (), prior: Mapping[str, Any] | None = None) -> TuneResult:
-    """The grid search of :func:`tune` on candidate lists already fetched (query id ->
-    ``hybrid_qpr.search.Candidates`` of ``depth`` hits each), e.g. by a batched benchmark;
-    with ``prior`` (``{"fusion", "alpha", "bounds"?}``) settled against it (``settle_against_prior``)."""
-    from hybrid_qpr.search import HybridSearcher
-
+    """The grid search of :func:`tune` on lists already fetched (query id -> ``types.Candidates``
+    of ``depth`` each: ``query_lists``, or a batched benchmark's); with ``prior``
+    (``{"fusion", "alpha", "bounds"?}``) settled against it (``settle_against_prior``)."""
     spec = get_task(task)
     retrieve = spec.retrieve if retrieve is None else retrieve
-    depth = _tuning_depth(depth, retrieve)
-    bm25_run = {q: [h.id for h in c.bm25[:retrieve]] for q, c in cands.items()}
-    knn_run = {q: [h.id for h in c.knn[:retrieve]] for q, c in cands.items()}
+    depth = tuning_depth(depth, retrieve)
+    bm25_run = {q: list(c.bm25.ids[:retrieve]) for q, c in cands.items()}
+    knn_run = {q: list(c.knn.ids[:retrieve]) for q, c in cands.items()}
     bm25_metrics, knn_metrics = spec.score(bm25_run, qrels), spec.score(knn_run, qrels)
     best_run: dict[str, list[str]] = {}
     main = spec.main_metric
@@ -346,9 +388,8 @@ def tune_candidates(cands: Mapping[str, Any], qrels: Mapping[str, Mapping[str, i
     grid = []
     best: tuple[float, str, float, dict[str, Any]] | None = None
     for fusion, alpha, bounds in _maybe_track(grid_points, len(grid_points), "tune: fusion grid", show_progress):
-        run = {q: [f.id for f in HybridSearcher.fuse(c, fusion=fusion, alpha=alpha, depth=depth, top_k=retrieve,
-                                                     bounds=bounds)]
-               for q, c in cands.items()}
+        request = tuning_request(fusion, alpha, depth, retrieve, bounds)
+        run = {q: _page_ids(c, request) for q, c in cands.items()}
         metrics = spec.score(run, qrels)
         allowed = all(metrics[m] + 1e-12 >= better[m] for m in guarded)
         point = {"fusion": fusion, "alpha": alpha}
@@ -368,9 +409,8 @@ def tune_candidates(cands: Mapping[str, Any], qrels: Mapping[str, Mapping[str, i
                         dict(bounds))
     if prior is None:
         return result
-    prior_run = {q: [f.id for f in HybridSearcher.fuse(c, fusion=prior["fusion"], alpha=float(prior["alpha"]), depth=depth,
-                                                       top_k=retrieve, bounds=check_bounds(prior.get("bounds"), "prior"))]
-                 for q, c in cands.items()}
+    request = tuning_request(prior["fusion"], prior["alpha"], depth, retrieve, check_bounds(prior.get("bounds"), "prior"))
+    prior_run = {q: _page_ids(c, request) for q, c in cands.items()}
     return settle_against_prior(result, spec.per_query(prior_run, qrels, main), prior)
 
 
@@ -386,29 +426,30 @@ class SignalTuneResult:
 
 def tune_signals(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], tuned: TuneResult,
                  signals, *, weights: Sequence[float] = SIGNAL_WEIGHTS, retrieve: int | None = None,
-                 task: str = "paraphrase", query_filters: Mapping[str, Filters] | None = None) -> SignalTuneResult:
+                 task: str = "paraphrase", query_filters: Mapping[str, Filters] | None = None,
+                 lists: Mapping[str, Candidates] | None = None) -> SignalTuneResult:
     """Choose the weight of ``signals``' decay term (``hybrid_qpr.signals.Signals``) on the tuned
-    fusion: each weight re-scores the same fused candidates exactly as a query would
-    (``search.apply_signals`` on the documents' metadata, fetched once per query). A weight is
-    allowed when no guarded metric falls below weight 0; the best allowed main metric wins
-    (ties: the smaller weight), and 0 when no weight beats the fusion without signals."""
-    from hybrid_qpr.search import apply_signals
-
+    fusion: each weight's page is composed from the same lists exactly as a query's would
+    (``search.hybrid_page``: the signals re-score the fused lists on the documents' metadata,
+    fetched once per query). ``lists``: each query's lists at ``tuned.depth`` where they were
+    kept (``query_lists``), else fetched. A weight is allowed when no guarded metric falls
+    below weight 0; the best allowed main metric wins (ties: the smaller weight), and 0 when
+    no weight beats the fusion without signals."""
     spec = get_task(task)
     retrieve = spec.retrieve if retrieve is None else retrieve
-    own = query_filters or {}
-    fused, docs = {}, {}
-    for qid, text in queries.items():
-        cands = searcher.candidates(text, QueryVector.encoding(searcher.encoder, text), tuned.depth, own.get(qid))
-        fused[qid] = searcher.fuse(cands, fusion=tuned.fusion, alpha=tuned.alpha, depth=tuned.depth,
-                                   bounds=tuned.bounds or None)
-        docs[qid] = searcher.backend.documents([f.id for f in fused[qid]])
+    if lists is None:
+        lists = query_lists(searcher, queries, tuned.depth, query_filters)
+    with_documents = {}
+    for qid in queries:
+        bm25, knn = lists[qid]
+        docs = searcher.backend.documents(list(dict.fromkeys([*bm25.ids, *knn.ids])))
+        with_documents[qid] = Candidates(bm25._replace(documents=docs), knn._replace(documents={}))
     main, guarded = spec.main_metric, spec.guarded or (spec.main_metric,)
     by_weight: dict[float, dict[str, Any]] = {}
     for weight in sorted({0.0, *map(float, weights)}):
-        formula = signals.with_weight(weight)
-        run = {q: [f.id for f in (apply_signals(fs, formula, docs[q])[0] if formula else fs)[:retrieve]]
-               for q, fs in fused.items()}
+        request = tuning_request(tuned.fusion, tuned.alpha, tuned.depth, retrieve, tuned.bounds,
+                                 signals.with_weight(weight))
+        run = {q: _page_ids(c, request) for q, c in with_documents.items()}
         by_weight[weight] = spec.score(run, qrels)
     base = by_weight[0.0]
     best = 0.0
@@ -438,12 +479,17 @@ class RerankerTuneResult:
     norm: str = "minmax"
     weight: float = 0.0
     grid: list[dict[str, Any]] = field(default_factory=list)  # every (depth, norm, weight) tried
+    reranker: Any = field(default=None, repr=False, compare=False)  # the reranker tuned (never stored)
+
+    @property
+    def value(self) -> float:
+        """The main metric of the chosen setting (without the reranker where depth is 0)."""
+        return self.by_depth[self.depth][self.metric] if self.depth else self.without[self.metric]
 
     @property
     def defaults(self) -> dict[str, Any]:
         """What is stored beside the index's fusion defaults (``"reranker"``)."""
-        return {"depth": self.depth, "model": self.model, "metric": self.metric,
-                "value": self.by_depth[self.depth][self.metric] if self.depth else self.without[self.metric],
+        return {"depth": self.depth, "model": self.model, "metric": self.metric, "value": self.value,
                 "without": self.without[self.metric], "norm": self.norm, "weight": self.weight}
 
 
@@ -494,6 +540,6 @@ def tune_reranker(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapp
             if allowed and (best is None or metrics[main] > best[main] + 1e-12):
                 best = row
     if best is None:
-        return RerankerTuneResult(0, main, without, by_depth, reranker.fingerprint, grid=grid)
+        return RerankerTuneResult(0, main, without, by_depth, reranker.fingerprint, grid=grid, reranker=reranker)
     return RerankerTuneResult(best["depth"], main, without, by_depth, reranker.fingerprint, best["norm"],
-                              best["weight"], grid)
+                              best["weight"], grid, reranker)

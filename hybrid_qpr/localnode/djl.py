@@ -1,5 +1,5 @@
 """PyTorch native libraries for ml-commons' DJL, from Maven Central, so the local node can
-deploy ONNX text-embedding models offline (``hybrid_qpr.backends.mlcommons``).
+deploy ONNX text-embedding models offline (``hybrid_qpr.mlcommons``).
 
 Why this exists (verified on OpenSearch 2.19.6 and 3.6.0, see docs/mlcommons.md): deploying an ONNX
 model makes DJL's OnnxRuntime engine load PyTorch as its "alternative engine" (the

@@ -120,6 +120,32 @@ class Rerankable(Protocol):
 HitT = TypeVar("HitT", bound=Rerankable)
 
 
+def bundled_rerankers() -> list[Path]:
+    """The cross-encoders shipped with the package, by name: the directories under ``onnx/``
+    (``hybrid_qpr.resources``) whose config.json has ``kind: "cross-encoder"``."""
+    import json
+
+    from hybrid_qpr import resources
+
+    found = []
+    for directory in sorted(resources.bundled("onnx").iterdir()):
+        try:
+            config = json.loads((directory / ENCODER_CONFIG_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # not a model directory
+        if isinstance(config, dict) and config.get("kind") == KIND:
+            found.append(directory)
+    return found
+
+
+def bundled_reranker(fingerprint: str) -> Path | None:
+    """The bundled cross-encoder whose model fingerprint is ``fingerprint`` (what an index's tuned
+    reranker records), else ``None``."""
+    from hybrid_qpr.encoders.base import fingerprint as fingerprint_of
+
+    return next((directory for directory in bundled_rerankers() if fingerprint_of(directory) == fingerprint), None)
+
+
 def read_reranker_config(model_dir: str | Path) -> dict[str, Any]:
     """The checked ``config.json`` of a reranker directory (``ArtifactError`` naming the problem)."""
     model_dir = Path(model_dir)

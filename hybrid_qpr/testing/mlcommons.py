@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from hybrid_qpr.backends import mlcommons
+from hybrid_qpr import mlcommons
 
 TEST_PREFIX = "hqpr-test-"
 # A test's model lives for minutes; one deployed longer ago is a leftover of an interrupted run,

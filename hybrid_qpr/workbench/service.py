@@ -285,14 +285,15 @@ class Workbench:
                 "skipped_lines": [str(s) for s in judgments.skipped], "unreadable_copies": self.store.unreadable_copies()}
 
     def tune(self, *, store: bool | None = None) -> dict[str, Any]:
-        """``hybrid_qpr.evaluation.evaluator.tune`` on the judged queries, then (``store``) the
-        winner stored as the index's fusion default, as ``hybrid-qpr tune`` does; the metrics of
+        """``hybrid_qpr.evaluation.tuning.tune_index`` on the judged queries, then (``store``) the
+        winner stored as the index's fusion default (``tuning.store``), as ``hybrid-qpr tune`` does; the metrics of
         bm25, knn and hybrid before and of the tuned hybrid after, on the same queries.
         ``store=None`` stores when index writes are allowed; ``store=True`` without them is a 403.
         The grid's winner replaces the untuned prior only when its gain is clearly real, by the
         rule ``hybrid-qpr tune`` follows (``evaluator.settle_against_prior``); ``decision`` says which was kept."""
         from hybrid_qpr.evaluation import significance
-        from hybrid_qpr.evaluation.evaluator import decision_sentence, evaluate, tune as run_tune
+        from hybrid_qpr.evaluation.evaluator import decision_sentence, evaluate
+        from hybrid_qpr.evaluation.tuning import store as store_tuned, tune_index
 
         if store and not self.index_writes:
             raise RequestError(403, READ_ONLY + ': send {"store": false} (or no body) to tune without storing')
@@ -309,18 +310,18 @@ class Workbench:
             qrels = {q: judgments.qrels[q] for q in queries}
             with self._lock.reading():
                 before = evaluate(self.searcher, queries, qrels, modes=FUSION_MODES)
-                result = run_tune(self.searcher, queries, qrels)
+                result = tune_index(self.searcher, queries, qrels)
             if store:
                 with self._lock.writing():
-                    self.searcher.backend.set_fusion_defaults(result.defaults)
+                    store_tuned(self.searcher, result)
             with self._lock.reading():
                 after = evaluate(self.searcher, queries, qrels, modes=("hybrid",), fusion=result.fusion,
                                  alpha=result.alpha, depth=result.depth)["hybrid"]
         finally:
             self._tuning.release()
-        grid = sorted(result.grid, key=lambda g: -g[result.metric])[:5]
-        single = "bm25" if result.bm25_mrr >= result.knn_mrr else "knn"
-        gain = significance.gain(result.per_query[single], result.per_query["tuned"])
+        grid = result.top_grid()
+        single = result.single_mode
+        gain = result.gain_over_single()
         gain.update(over=single, sentence=significance.gain_sentence(gain, "tuned hybrid", single, result.metric))
         decision = result.decision or {}
         return {"queries": result.queries, "metric": result.metric, "stored": store, "gain": gain,

@@ -152,10 +152,10 @@ def test_a_backend_without_batched_lists_is_searched_list_by_list(filled, commit
     try:
         assert not batches_lists(backend)
         separate = searcher.candidates(QUERY, QueryVector.of(vector), 20, filters)
-        _assert_same_hits(separate.bm25, batched.bm25)
-        _assert_same_hits(separate.knn, batched.knn)
-        _assert_same_hits(separate.bm25, backend.bm25(QUERY, 20, filters))
-        _assert_same_hits(separate.knn, backend.knn(vector, 20, filters))
+        _assert_same_hits(separate.bm25.hits(), batched.bm25.hits())
+        _assert_same_hits(separate.knn.hits(), batched.knn.hits())
+        _assert_same_hits(separate.bm25.hits(), backend.bm25(QUERY, 20, filters))
+        _assert_same_hits(separate.knn.hits(), backend.knn(vector, 20, filters))
         # hybrid search through the fallback: the query's encoding asked for by the kNN call
         results = searcher.search(QUERY, top_k=10, fusion="rrf", alpha=0.5)
         assert [(r.id, r.text, r.bm25 and r.bm25.rank, r.knn and r.knn.rank) for r in results] == \

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hybrid_qpr.backends.cluster import backend as cluster_backend_module
+from hybrid_qpr.backends.cluster import index_admin as cluster_index_admin
 from hybrid_qpr.cli.main import cli
 from hybrid_qpr.errors import ClusterError, ConfigError
 from hybrid_qpr.types import Document
@@ -71,7 +71,7 @@ def test_the_help_example_refuses_at_once_then_a_placeable_layout_is_created_gre
 
 def test_an_index_whose_shards_never_start_is_deleted_again(cluster_backend, cluster_engine, committed_encoder,
                                                              question_bank, monkeypatch):
-    monkeypatch.setattr(cluster_backend_module, "CREATE_WAIT_SECONDS", 2)
+    monkeypatch.setattr(cluster_index_admin, "CREATE_WAIT_SECONDS", 2)
     plain_body = type(cluster_backend).index_body
 
     def unplaceable_body(*args, **kwargs):  # shards that may live only on a node that does not exist
@@ -92,8 +92,8 @@ def test_an_index_made_by_a_create_request_whose_answer_never_came_is_deleted_ag
 
     from hybrid_qpr.testing.faultproxy import FaultProxy, Faults
 
-    monkeypatch.setattr(cluster_backend_module, "CREATE_WAIT_SECONDS", 1)
-    monkeypatch.setattr(cluster_backend_module, "CREATE_ANSWER_MARGIN", 2)
+    monkeypatch.setattr(cluster_index_admin, "CREATE_WAIT_SECONDS", 1)
+    monkeypatch.setattr(cluster_index_admin, "CREATE_ANSWER_MARGIN", 2)
     module = importlib.import_module(f"hybrid_qpr.backends.{cluster_engine}")
     with FaultProxy(cluster_url, Faults(withhold_create=True, hold_seconds=10)) as proxy:
         through = type(cluster_backend)(module.connect(proxy.url), cluster_backend.index)

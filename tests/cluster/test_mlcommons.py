@@ -16,7 +16,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from hybrid_qpr.backends import mlcommons
+from hybrid_qpr import mlcommons
 from hybrid_qpr.errors import ClusterError, ConfigError
 
 QUESTIONS = ["how do i reset my password?", "What is the capital of France?", "Ünïcödé çafé: ¿cómo estás?",

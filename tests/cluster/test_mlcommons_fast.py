@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from hybrid_qpr import resources
-from hybrid_qpr.backends import mlcommons
+from hybrid_qpr import mlcommons
 from hybrid_qpr.errors import ClusterError
 
 AWKWARD = ["", "?", "how do i reset my password?", "Ünïcödé çafé: ¿cómo estás? 東京はどこですか Привет мир",

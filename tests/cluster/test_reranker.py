@@ -42,7 +42,7 @@ def test_opensearch_rerank_processor_orders_like_the_client(exported, cluster_cl
 
     from click.testing import CliRunner
 
-    from hybrid_qpr.backends import mlcommons
+    from hybrid_qpr import mlcommons
     from hybrid_qpr.cli.main import cli
     from hybrid_qpr.errors import ClusterError
     from hybrid_qpr.rerankers import Reranker

@@ -44,7 +44,7 @@ def test_loss_is_zero_when_the_student_is_the_projected_teacher():
 
 @pytest.mark.slow
 def test_tiny_static_run_learns_exports_and_packages(tmp_path):
-    from hybrid_qpr.backends import mlcommons
+    from hybrid_qpr import mlcommons
     from hybrid_qpr.encoders import Encoder
     from hybrid_qpr.export.static import export_static_run
     from hybrid_qpr.training.cnn import TrainConfig

@@ -146,11 +146,10 @@ class _FixedLists:
     def __init__(self, lists):
         import numpy as np
 
-        from hybrid_qpr.search import Candidates, HybridSearcher
-        from hybrid_qpr.types import Hit
+        from hybrid_qpr.types import Candidates, Hit
 
-        self.fuse = HybridSearcher.fuse
-        self.lists = {q: Candidates([Hit(d, s) for d, s in bm25], [Hit(d, s) for d, s in knn]) for q, (bm25, knn) in lists.items()}
+        self.lists = {q: Candidates.of_hits([Hit(d, s) for d, s in bm25], [Hit(d, s) for d, s in knn])
+                      for q, (bm25, knn) in lists.items()}
         self.encoder = type("E", (), {"encode": staticmethod(lambda texts: np.zeros((len(texts), 2), np.float32))})()
 
     def candidates(self, text, vector, depth, filters):

@@ -53,13 +53,14 @@ def test_the_fusion_method_is_passed_as_fusion_everywhere():
     from hybrid_qpr import fusion
     from hybrid_qpr.backends.base import ServerSideBackend
     from hybrid_qpr.backends.opensearch import OpenSearchBackend
-    from hybrid_qpr.evaluation.evaluator import tune, tune_candidates
+    from hybrid_qpr.evaluation.evaluator import tune, tune_candidates, tuning_request
+    from hybrid_qpr.evaluation.tuning import tune_index
     from hybrid_qpr.search import HybridSearcher
 
-    for function in (fusion.fuse, fusion.check_fusion, HybridSearcher.fuse, HybridSearcher.search,
+    for function in (fusion.fuse, fusion.check_fusion, tuning_request, HybridSearcher.search,
                      ServerSideBackend.hybrid_server, OpenSearchBackend.hybrid_server):
         parameters = inspect.signature(function).parameters
         assert "fusion" in parameters and "method" not in parameters, function.__qualname__
-    for function in (tune, tune_candidates):
+    for function in (tune, tune_candidates, tune_index):
         parameters = inspect.signature(function).parameters
         assert "fusions" in parameters and "methods" not in parameters, function.__qualname__

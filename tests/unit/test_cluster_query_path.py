@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-import hybrid_qpr.backends.cluster.backend as cluster_backend
+import hybrid_qpr.backends.cluster.sending as cluster_sending
 from hybrid_qpr.backends.cluster.connection import HttpFailure, Transport, compress_by_default
 from hybrid_qpr.backends.elasticsearch import ElasticsearchBackend
 from hybrid_qpr.backends.opensearch import OpenSearchBackend
@@ -137,15 +137,15 @@ def test_settings_read_again_after_the_index_is_dropped_and_created():
 
 
 def test_a_search_that_lost_shards_is_sent_again_then_refused(monkeypatch):
-    monkeypatch.setattr(cluster_backend.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(cluster_sending.time, "sleep", lambda seconds: None)
     transport = AnsweringTransport(DOCS, failures=2)
     assert [h.id for h in backend_over(transport).bm25("question", 3)] == ["d0", "d1", "d2"]
     assert transport.paths().count("/idx/_search") == 3
     transport.failures = 4  # two tries of a two-search _msearch
     bm25, knn = backend_over(transport).bm25_and_knn("question", QueryVector.of(np.ones(4, dtype=np.float32)), 3)
     assert len(bm25.ids) == len(knn.ids) == 3 and transport.paths().count("/_msearch") == 3
-    transport.failures = cluster_backend.PARTIAL_RETRIES + 1
-    with pytest.raises(ClusterError, match=f"shard\\(s\\) failed on each of {cluster_backend.PARTIAL_RETRIES + 1} tries"):
+    transport.failures = cluster_sending.PARTIAL_RETRIES + 1
+    with pytest.raises(ClusterError, match=f"shard\\(s\\) failed on each of {cluster_sending.PARTIAL_RETRIES + 1} tries"):
         backend_over(transport).bm25("question", 3)
 
 
@@ -175,7 +175,7 @@ def test_a_read_failed_by_a_lost_node_is_sent_again(monkeypatch):
     """A node killed under a search fails it with a 500 of the search phase, or drops the
     connection: reads are repeated (after 0.25 s, 0.5 s, ...) until the surviving copies answer."""
     waits = []
-    monkeypatch.setattr(cluster_backend.time, "sleep", waits.append)
+    monkeypatch.setattr(cluster_sending.time, "sleep", waits.append)
     transport = FailingTransport([LOST_NODE, DROPPED])
     assert [h.id for h in backend_over(transport).bm25("question", 3)] == ["d0", "d1", "d2"]
     assert transport.paths().count("/idx/_search") == 3 and waits == [0.25, 0.5]
@@ -184,7 +184,7 @@ def test_a_read_failed_by_a_lost_node_is_sent_again(monkeypatch):
     assert len(bm25.ids) == len(knn.ids) == 3 and transport.paths().count("/_msearch") == 2
     transport = FailingTransport([DROPPED])
     assert set(backend_over(transport).documents(["d0", "d1"])) == {"d0", "d1"}
-    transport = FailingTransport([LOST_NODE] * (cluster_backend.PARTIAL_RETRIES + 1))
+    transport = FailingTransport([LOST_NODE] * (cluster_sending.PARTIAL_RETRIES + 1))
     with pytest.raises(ClusterError, match="answered 500"):
         backend_over(transport).bm25("question", 3)
 
@@ -196,7 +196,7 @@ def test_a_read_failed_by_a_lost_node_is_sent_again(monkeypatch):
 def test_a_read_that_would_fail_again_is_not_repeated(monkeypatch, failure):
     """A wrong request, an error of the engine's own, or a timeout (a second try would wait as
     long again) fail at once."""
-    monkeypatch.setattr(cluster_backend.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(cluster_sending.time, "sleep", lambda seconds: None)
     transport = FailingTransport([failure])
     with pytest.raises((ClusterError, BackendError, ConfigError)):
         backend_over(transport).bm25("question", 3)

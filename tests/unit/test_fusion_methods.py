@@ -154,7 +154,8 @@ def test_signals_rescore_the_fused_list_and_explain_each_hit(dated):
 
     shown = dated.search(QUERY, fusion="dbsf", top_k=10, depth=30, signals=formula)
     # the reference: every document of the two depth-30 lists, fused, plus the formula by hand
-    every = dated.fuse(dated.candidates(QUERY, QueryVector.encoding(dated.encoder, QUERY), 30), fusion="dbsf", alpha=0.5)
+    bm25, knn = dated.candidates(QUERY, QueryVector.encoding(dated.encoder, QUERY), 30)
+    every = fusion.fuse_ranked((bm25.ids, bm25.scores), (knn.ids, knn.scores), fusion="dbsf", alpha=0.5)
     meta = {i: d.metadata for i, d in dated.backend.documents([f.id for f in every]).items()}
     origin = formula.origin()
     fused = {f.id: f.score for f in every}
@@ -186,8 +187,7 @@ def test_autocut_and_bounds_on_the_searcher_and_server_side_refusals(dated):
 
 def test_tuned_bounds_and_signals_are_stored_and_used(dated):
     from hybrid_qpr.evaluation.evaluator import tune_candidates, tune_signals
-    from hybrid_qpr.search import Candidates
-    from hybrid_qpr.types import QueryVector
+    from hybrid_qpr.types import Candidates, QueryVector
 
     queries = {"q010": QUERY, "q031": "how can i update my phone number?"}
     qrels = {"q010": {f"q{i:03d}": 1 for i in range(10, 20) if i != 10},

@@ -62,14 +62,14 @@ def test_compiled_bm25_top_list_equals_scoring_every_document(segmented):
     when numba is missing (the NumPy path). tests/unit/test_bm25_pruning.py checks the scorer on
     random corpora."""
     from hybrid_qpr.backends.local import blockmax
-    from hybrid_qpr.backends.local.ranking import Candidates, entry_hits, ranked_entries
+    from hybrid_qpr.backends.local.ranking import SegmentCandidates, entry_hits, ranked_entries
 
     def reference(query: str, depth: int):
         found = []
         with segmented.reader() as reader:
             for seg, scores in zip(reader.segments, reader._bm25_scores(reader.analyzer.analyze(query))):
                 rows = np.flatnonzero(scores > 0)
-                found.append(Candidates.best(seg, scores[rows], rows, depth))
+                found.append(SegmentCandidates.best(seg, scores[rows], rows, depth))
         return entry_hits(ranked_entries(found, depth), {})
 
     # loaded: from now on this process's queries run on it, however small the index

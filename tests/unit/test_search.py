@@ -135,3 +135,33 @@ def test_local_hybrid_page_is_the_fusion_of_the_two_lists(request, which, fusion
             want = [(f.id, f.score, f.scores, f.ranks, docs[f.id].text, docs[f.id].metadata) for f in page]
             assert [(r.id, r.score, (r.bm25 and r.bm25.score, r.knn and r.knn.score),
                      (r.bm25 and r.bm25.rank, r.knn and r.knn.rank), r.text, r.metadata) for r in got] == want
+
+
+@pytest.mark.parametrize("settings", [
+    {"fusion": "rrf", "alpha": 0.5}, {"fusion": "minmax", "alpha": 0.3, "offset": 3},
+    {"fusion": "zscore", "alpha": 0.7, "autocut": 2},
+    {"fusion": "minmax", "alpha": 0.5, "bounds": {"knn": {"lower": "clip:0.4"}}}])
+def test_a_tuning_grid_point_ranks_what_a_query_with_its_settings_ranks(searcher, settings):
+    """One page composition (``hybrid_page``): the tuner's page, from the lists it keeps (longer
+    than the point's depth, so the composition cuts them), is the query's page."""
+    from hybrid_qpr.evaluation.evaluator import tuning_request
+    from hybrid_qpr.search import hybrid_page
+    from hybrid_qpr.types import QueryVector
+
+    lists = searcher.candidates(QUERY, QueryVector.encoding(searcher.encoder, QUERY), 60)
+    request = tuning_request(settings["fusion"], settings["alpha"], 30, 10, settings.get("bounds")).replace(
+        offset=settings.get("offset", 0), autocut=settings.get("autocut", 0))
+    page = hybrid_page(lists, request).fused
+    results = searcher.search(QUERY, top_k=10, depth=30, **settings)
+    assert page and [f.id for f in page] == [r.id for r in results]
+    assert [f.score for f in page] == pytest.approx([r.score for r in results])
+
+
+def test_a_directory_is_loaded_as_a_reranker_and_a_reranker_is_used_as_it_is(searcher):
+    from hybrid_qpr import resources
+    from hybrid_qpr.types import ResultReranker
+
+    directory = resources.model_dir().parent / "reranker-minilm-l6-int8"  # the bundled cross-encoder
+    loaded = HybridSearcher(searcher.backend, searcher.encoder, reranker=directory).reranker
+    assert isinstance(loaded, ResultReranker) and not isinstance(str(directory), ResultReranker)
+    assert HybridSearcher(searcher.backend, searcher.encoder, reranker=loaded).reranker is loaded

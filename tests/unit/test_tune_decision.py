@@ -8,9 +8,8 @@ import json
 from hybrid_qpr.evaluation.evaluator import (TuneResult, decision_sentence, settle_against_prior, tune_candidates,
                                              untuned_prior)
 from hybrid_qpr.evaluation.significance import clearly_better
-from hybrid_qpr.search import Candidates
 from hybrid_qpr.testing.cli import run
-from hybrid_qpr.types import Hit
+from hybrid_qpr.types import Candidates, Hit
 
 PRIOR = {"fusion": "rrf", "alpha": 0.5}
 
@@ -54,7 +53,7 @@ def test_the_grid_settles_against_the_prior_on_fused_lists():
             rel = f"d{i}"
             bm25 = [Hit(f"x{i}", 9.0), Hit(rel, 8.0)] + [Hit(f"x{i}-{k}", 7.0 - k) for k in range(4)]
             knn = [Hit(f"y{i}-{k}", 0.9 - k / 10) for k in range(5)] + ([Hit(rel, 0.1)] if relevant_in_knn else [])
-            cands[f"q{i}"] = Candidates(bm25, knn)
+            cands[f"q{i}"] = Candidates.of_hits(bm25, knn)
             qrels[f"q{i}"] = {rel: 1}
         return cands, qrels
 
@@ -80,3 +79,28 @@ def test_tune_says_which_it_kept(tmp_path):
     assert ("so the prior rrf alpha 0.5 is kept" in out.output) or ("is above 0, so the tuned" in out.output)
     stored = json.loads((tmp_path / "idx" / "manifest.json").read_text())["fusion"]
     assert stored["tuned"]["kept"] in ("prior", "tuned") and "gain_over_prior" in stored["tuned"]
+
+
+def test_tune_chooses_among_the_bundled_rerankers_and_query_takes_the_tuned_one(tmp_path):
+    """``tune --reranker`` without a directory tunes each bundled cross-encoder and stores the best;
+    ``query --reranker`` without one takes it (before any tune: one line saying there is none)."""
+    from pathlib import Path
+
+    from hybrid_qpr.encoders.base import fingerprint
+    from hybrid_qpr.rerankers.cross_encoder import bundled_rerankers
+    from hybrid_qpr.testing.cli import one_error_line
+
+    beir = Path(__file__).resolve().parents[2] / "examples" / "beir"
+    index = str(tmp_path / "idx")
+    assert run("ingest", str(beir / "corpus.jsonl"), "--index", index).exit_code == 0
+    query = ("query", "how do i reset my netflix password?", "--index", index, "--json", "-k", "3")
+    assert "this index has none" in one_error_line(run(*query, "--reranker"))
+    bundled = bundled_rerankers()
+    assert bundled and all(json.loads((d / "config.json").read_text())["kind"] == "cross-encoder" for d in bundled)
+    out = run("tune", "--beir", str(beir), "--index", index, "--max-queries", "10", "--fusions", "rrf",
+              "--reranker", "--reranker-depths", "5")
+    assert out.exit_code == 0, out.output
+    chosen = json.loads((tmp_path / "idx" / "manifest.json").read_text())["fusion"]["reranker"]
+    assert chosen["model"] in {fingerprint(d) for d in bundled} and f"chosen among the bundled cross-encoders ({', '.join(d.name for d in bundled)})" in out.output
+    hits = json.loads(run(*query, "--reranker", "--reranker-depth", "2").output)["hits"]
+    assert [h["cross_encoder"]["rank"] for h in hits[:2]] == [1, 2] and hits[2]["cross_encoder"] is None

@@ -59,7 +59,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from hybrid_qpr.backends.cluster.connection import HttpFailure, Transport, error_for, reason
+from hybrid_qpr.backends.cluster.connection import HttpFailure, RetryPolicy, Transport, error_for, reason
 from hybrid_qpr.backends.cluster.names import index_path
 from hybrid_qpr.errors import ClusterError, ConfigError
 
@@ -69,28 +69,6 @@ BULK_FILTER = "errors,items.*._id,items.*.status,items.*.result,items.*.error"
 MAX_BULK_BYTES = 8 * 1024 * 1024
 MIN_CHUNK = 8  # the smallest request throttling shrinks to
 VERSION_CONFLICT = "version_conflict_engine_exception"
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Wait ``min(max_backoff, initial_backoff * 2**(attempt - 1))`` seconds before try
-    ``attempt + 1``; a ``Retry-After`` answer header replaces that wait, up to ``max_retry_after``."""
-
-    # 0.5 s doubling: a busy node gets room at once, and six tries still wait 31.5 s in all for one
-    # that is down or restarting before giving up
-    max_retries: int = 6
-    initial_backoff: float = 0.5
-    max_backoff: float = 30.0
-    max_retry_after: float = 120.0
-
-    def __post_init__(self) -> None:
-        if min(self.max_retries, self.initial_backoff, self.max_backoff, self.max_retry_after) < 0:
-            raise ConfigError(f"retry policy {self}: retries and backoffs must be >= 0")
-
-    def delay(self, attempt: int, retry_after: float | None = None) -> float:
-        if retry_after is not None:
-            return min(max(0.0, retry_after), self.max_retry_after)
-        return min(self.max_backoff, self.initial_backoff * 2 ** max(0, attempt - 1))
 
 
 class VersionClock:

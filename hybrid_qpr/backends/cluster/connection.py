@@ -9,7 +9,9 @@ JSON error body; ``translate`` then maps statuses and the error body's ``type`` 
 hybrid-qpr errors - never by matching message strings.
 
 Retries: the client libraries' own retry loops are switched off (``max_retries=0``) so that
-the bulk writer's capped backoff (``cluster.bulk``) is the one retry layer.
+one layer retries: ``RetryPolicy`` (capped exponential backoff, or the answer's ``Retry-After``),
+which the bulk writer (``cluster.bulk``) applies to its requests and ``send_retrying`` to any
+other one (ml-commons' calls, ``hybrid_qpr.mlcommons``).
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from types import ModuleType
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from hybrid_qpr.errors import BackendError, ClusterError, ConfigError
@@ -252,6 +255,50 @@ class Transport:
             if failure.status == 404:
                 return False
             raise
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Wait ``min(max_backoff, initial_backoff * 2**(attempt - 1))`` seconds before try
+    ``attempt + 1``; a ``Retry-After`` answer header replaces that wait, up to ``max_retry_after``."""
+
+    # 0.5 s doubling: a busy node gets room at once, and six tries still wait 31.5 s in all for one
+    # that is down or restarting before giving up
+    max_retries: int = 6
+    initial_backoff: float = 0.5
+    max_backoff: float = 30.0
+    max_retry_after: float = 120.0
+
+    def __post_init__(self) -> None:
+        if min(self.max_retries, self.initial_backoff, self.max_backoff, self.max_retry_after) < 0:
+            raise ConfigError(f"retry policy {self}: retries and backoffs must be >= 0")
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        if retry_after is not None:
+            return min(max(0.0, retry_after), self.max_retry_after)
+        return min(self.max_backoff, self.initial_backoff * 2 ** max(0, attempt - 1))
+
+
+Answer = TypeVar("Answer")
+
+
+def send_retrying(send: Callable[[], Answer], retry: RetryPolicy, *, what: str,
+                  worth_retrying: Callable[[HttpFailure], bool] = lambda failure: failure.retryable) -> Answer:
+    """``send()``'s answer; a failure that is ``worth_retrying`` (default: ``HttpFailure.retryable``)
+    is sent again after ``retry.delay``, at most ``retry.max_retries`` times, and the last one
+    raised as it is. For a request that is safe to send twice."""
+    attempt = 0
+    while True:
+        try:
+            return send()
+        except HttpFailure as failure:
+            attempt += 1
+            if attempt > retry.max_retries or not worth_retrying(failure):
+                raise
+            delay = retry.delay(attempt, failure.retry_after)
+            logger.info("%s: %s; retry %d/%d in %.1f s", what, failure.status or failure.detail, attempt,
+                        retry.max_retries, delay)
+            time.sleep(delay)
 
 
 def parse_retry_after(value: str | None) -> float | None:

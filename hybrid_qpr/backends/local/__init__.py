@@ -5,7 +5,7 @@
 ``writing.py`` its ``IndexWriter`` (the lock and every commit: ingest, delete, merges,
 optimize); ``segment.py`` one segment's files; ``writer.py`` what an ingest writes and what a
 merge reads back;
-``ranking.py`` the exact merge of per-segment lists (``Candidates``); ``matching.py`` the rows
+``ranking.py`` the exact merge of per-segment lists (``SegmentCandidates``); ``matching.py`` the rows
 a metadata filter matches; ``commit.py`` the manifest commit (and
 its checksum), the writer lock and the cleanup of dead writers' leftovers; ``merge.py`` the
 size-tiered merge policy; ``bm25.py`` BM25 with

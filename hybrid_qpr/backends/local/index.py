@@ -53,7 +53,7 @@ from hybrid_qpr.backends.local.writing import IndexWriter, now, versions
 from hybrid_qpr.distance import Distance, check_distance
 from hybrid_qpr.errors import ConfigError, IndexDamagedError, ModelMismatchError
 from hybrid_qpr.text.analysis import Analyzer, get_analyzer, legacy_note, refuse_another
-from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
+from hybrid_qpr.types import Candidates, Document, Filters, Hit, QueryVector, TextEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class LocalIndex:
         return cls(path, read_manifest(path), load=False)
 
     @classmethod
-    def create(cls, path: str | Path, encoder, *, faiss: FaissKind = "auto", bm25: Bm25Impl = "builtin",
+    def create(cls, path: str | Path, encoder: TextEncoder, *, faiss: FaissKind = "auto", bm25: Bm25Impl = "builtin",
                flat_threshold: int = FLAT_THRESHOLD, search: SearchSettings | None = None,
                analyzer: str | None = None) -> "LocalIndex":
         """Open ``path`` if it holds an index (checking ``encoder`` matches it), else create
@@ -150,7 +150,7 @@ class LocalIndex:
                 write_manifest(path, {
                     "format": FORMAT, "format_version": FORMAT_VERSION,
                     "model": {"fingerprint": encoder.fingerprint, "dim": int(encoder.dim), "distance": encoder.distance,
-                              "kind": getattr(encoder, "kind", ""), "path": str(Path(encoder.model_dir).resolve())},
+                              "kind": encoder.kind, "path": str(Path(encoder.model_dir).resolve())},
                     "count": 0, "generation": 0, "next_segment": 1,
                     "faiss": {"kind": faiss, "flat_threshold": int(flat_threshold), "factory": None,
                               "nprobe": search.nprobe, "ef_search": search.ef_search},
@@ -290,7 +290,7 @@ class LocalIndex:
         """Store tuned fusion defaults in the manifest (a commit of its own)."""
         self._writer.set_fusion_defaults(defaults, wait)
 
-    def check_encoder(self, encoder) -> None:
+    def check_encoder(self, encoder: TextEncoder) -> None:
         """Refuse an encoder whose fingerprint or dims differ from the index's model."""
         model = self.manifest["model"]
         problems = []
@@ -343,7 +343,7 @@ class LocalIndex:
             return reader.knn(vector, depth, filters)
 
     def bm25_and_knn(self, query: str, vector: QueryVector, depth: int,
-                     filters: Filters | None = None) -> tuple[RankedList, RankedList]:
+                     filters: Filters | None = None) -> Candidates:
         with self.reader() as reader:
             return reader.bm25_and_knn(query, vector, depth, filters)
 
@@ -359,7 +359,7 @@ class LocalIndex:
     def document_problem(self, doc: Document) -> str | None:
         return local_document_problem(doc)
 
-    def ingest(self, documents: Iterable[Document | tuple[int, Document]], encoder, *, batch_size: int = 256,
+    def ingest(self, documents: Iterable[Document | tuple[int, Document]], encoder: TextEncoder, *, batch_size: int = 256,
                show_progress: bool = True, wait: bool | float = False, rejects_path: str | Path | None = None,
                segment_docs: int = SEGMENT_DOCS) -> IngestReport:
         """Add or replace ``documents`` (``Document`` or ``(line, Document)``) as new segments,

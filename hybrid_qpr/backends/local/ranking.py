@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from hybrid_qpr.backends.local.segment import Segment
 
 
-class Candidates(NamedTuple):
+class SegmentCandidates(NamedTuple):
     """Rows of one segment that may make a ranked list, with their scores."""
 
     segment: "Segment"
@@ -32,7 +32,7 @@ class Candidates(NamedTuple):
     complete: bool = True  # False: a kNN share of the segment, which may hold more (see ``settled``)
 
     @classmethod
-    def best(cls, segment: "Segment", scores: np.ndarray, rows: np.ndarray, depth: int) -> "Candidates":
+    def best(cls, segment: "Segment", scores: np.ndarray, rows: np.ndarray, depth: int) -> "SegmentCandidates":
         """The ``depth`` best of ``scores`` (aligned with ``rows``) plus every row tied with the
         last of them (ties are broken by id later, across segments)."""
         return cls(segment, *best_rows(scores, rows, depth))
@@ -59,7 +59,7 @@ def best_rows(scores: np.ndarray, rows: np.ndarray, depth: int) -> tuple[np.ndar
 Entry = tuple[float, str, int, "Segment"]
 
 
-def ranked_entries(found: Sequence[Candidates], depth: int) -> list[Entry]:
+def ranked_entries(found: Sequence[SegmentCandidates], depth: int) -> list[Entry]:
     """Best ``depth`` over every segment's candidates, ties broken by id, as ``Entry`` tuples.
     Exact: each segment contributes its own best ``depth`` and all ties with them. Ids are
     read only for the candidates that can still make the list."""
@@ -138,7 +138,7 @@ def either(mine: list, theirs: list) -> list:
 
 
 def faiss_candidates(segments: Sequence["Segment"], query: np.ndarray, depth: int, queue: SegmentQueue,
-                     distance: Distance) -> list[Candidates]:
+                     distance: Distance) -> list[SegmentCandidates]:
     """The live rows among each segment's FAISS hits, for the segments this thread takes
     from ``queue`` (several threads may share
     it; the index's vector base is one of them, searched once for all its segments). With one segment it is asked for ``depth`` (plus its deleted rows). With several,
@@ -164,7 +164,7 @@ def faiss_candidates(segments: Sequence["Segment"], query: np.ndarray, depth: in
 
 
 def search_segment(seg: "Segment", query: np.ndarray, k: int, distance: Distance,
-                   ef: int | None = None) -> Candidates:
+                   ef: int | None = None) -> SegmentCandidates:
     """The live rows among ``seg``'s FAISS top ``k``. An HNSW graph is searched with
     efSearch ``ef`` (default: the segment's), never below ``k``: FAISS does not raise it
     itself, and a list longer than its candidate queue loses its tail (measured on Quora
@@ -182,10 +182,10 @@ def search_segment(seg: "Segment", query: np.ndarray, k: int, distance: Distance
     if seg.deleted is not None:
         keep = ~seg.deleted[rows]
         rows, scores = rows[keep], scores[keep]
-    return Candidates(seg, scores, rows)
+    return SegmentCandidates(seg, scores, rows)
 
 
-def settled(found: list[Candidates], query: np.ndarray, depth: int, distance: Distance) -> list[Candidates]:
+def settled(found: list[SegmentCandidates], query: np.ndarray, depth: int, distance: Distance) -> list[SegmentCandidates]:
     """``found`` with every partial answer that reaches the merged top ``depth`` whole
     (all its scores at or above the ``depth``-th best) replaced by a full search of its
     segment: only then could the segment hold more documents that belong in the list.
@@ -198,5 +198,5 @@ def settled(found: list[Candidates], query: np.ndarray, depth: int, distance: Di
     for candidates in found:
         if not candidates.complete and len(candidates.scores) and candidates.scores.min() >= cutoff:
             candidates = search_segment(candidates.segment, query, full_k(candidates.segment, depth), distance)
-        out.append(Candidates.best(candidates.segment, candidates.scores, candidates.rows, depth))
+        out.append(SegmentCandidates.best(candidates.segment, candidates.scores, candidates.rows, depth))
     return out

@@ -27,7 +27,7 @@ from hybrid_qpr.backends.base import Capabilities
 from hybrid_qpr.backends.local import blockmax
 from hybrid_qpr.backends.local import bm25 as bm25_lib
 from hybrid_qpr.backends.local.matching import matching_rows
-from hybrid_qpr.backends.local.ranking import (Candidates, Entry, SegmentQueue, either, entry_hits, faiss_candidates,
+from hybrid_qpr.backends.local.ranking import (SegmentCandidates, Entry, SegmentQueue, either, entry_hits, faiss_candidates,
                                                entry_list, ranked_entries, settled,
                                                shared_with_worker)
 from hybrid_qpr.backends.local.segment import Segment
@@ -37,7 +37,7 @@ from hybrid_qpr.backends.local.worker import query_worker
 from hybrid_qpr.distance import Distance, prepare_vectors, similarity
 from hybrid_qpr.errors import ModelMismatchError
 from hybrid_qpr.text.analysis import Analyzer
-from hybrid_qpr.types import Document, Filters, Hit, QueryVector, RankedList
+from hybrid_qpr.types import Candidates, Document, Filters, Hit, QueryVector, RankedList
 
 
 # From this many documents in several segments, a BM25 list's segments are shared with the
@@ -129,7 +129,7 @@ class IndexReader:
         found = []
         for i, (seg, scores) in enumerate(zip(segments, self._bm25_scores(self.analyzer.analyze(query)))):
             rows = np.flatnonzero(scores > 0) if allowed is None else allowed[i][scores[allowed[i]] > 0]
-            found.append(Candidates.best(seg, scores[rows], rows, depth))
+            found.append(SegmentCandidates.best(seg, scores[rows], rows, depth))
         return ranked_entries(found, depth)
 
     def _compiled_bm25(self) -> bool:
@@ -148,7 +148,7 @@ class IndexReader:
                                               tables.blocks, allowed, take, idfs, plans)
 
     def _bm25_merged(self, best: list, depth: int) -> list[Entry]:
-        return ranked_entries([Candidates(seg, *found) for seg, found in zip(self.segments, best)], depth)
+        return ranked_entries([SegmentCandidates(seg, *found) for seg, found in zip(self.segments, best)], depth)
 
     def knn(self, vector: np.ndarray, depth: int, filters: Filters | None = None) -> list[Hit]:
         """Top ``depth`` by similarity: FAISS per segment without filters; exact over the
@@ -164,7 +164,7 @@ class IndexReader:
         for seg, rows in zip(self.segments, allowed):
             if len(rows):
                 scores = similarity(query, np.asarray(seg.vectors[rows]), self.distance)[0]
-                found.append(Candidates.best(seg, scores, rows, depth))
+                found.append(SegmentCandidates.best(seg, scores, rows, depth))
         return entry_hits(ranked_entries(found, depth), self._located())
 
     def _knn_query(self, vector: np.ndarray) -> np.ndarray:
@@ -174,17 +174,16 @@ class IndexReader:
         return query
 
     def bm25_and_knn(self, query: str, vector: QueryVector, depth: int,
-                     filters: Filters | None = None) -> tuple[RankedList, RankedList]:
+                     filters: Filters | None = None) -> Candidates:
         """The ``bm25`` and ``knn`` lists at once (``_both_lists``); ``vector`` is encoded while
         the BM25 list is scored."""
         depth = self._bounded(depth)
         if not self.segments or depth == 0:
-            return RankedList([], []), RankedList([], [])
+            return Candidates(RankedList([], []), RankedList([], []))
         if filters:  # filtered lists are exact scans over the matching rows: no FAISS call to overlap
-            return (RankedList.of_hits(self.bm25(query, depth, filters)),
-                    RankedList.of_hits(self.knn(vector.get(), depth, filters)))
+            return Candidates.of_hits(self.bm25(query, depth, filters), self.knn(vector.get(), depth, filters))
         bm25_list, knn_list = self._both_lists(query, vector, depth)
-        return entry_list(bm25_list), entry_list(knn_list)
+        return Candidates(entry_list(bm25_list), entry_list(knn_list))
 
     def _both_lists(self, query: str, vector: QueryVector, depth: int) -> tuple[list[Entry], list[Entry]]:
         """The unfiltered BM25 and kNN lists (``depth`` >= 1) on two threads: the BM25 list on
@@ -210,7 +209,7 @@ class IndexReader:
         else:  # the NumPy or reference scorer: the whole list on the worker
             shared, bm25_part = None, lambda: self._bm25_entries(query, depth, None, compiled=False)
 
-        def bm25_half() -> tuple[list, list[Candidates]]:
+        def bm25_half() -> tuple[list, list[SegmentCandidates]]:
             rows = bm25_part()
             if shared is None and compiled:  # every segment scored here: merge before this thread waits
                 rows = self._bm25_merged(rows, depth)

@@ -54,7 +54,7 @@ import numpy as np
 from hybrid_qpr.artifacts import load_npy
 from hybrid_qpr.backends.local.hugepages import back_with_huge_pages
 from hybrid_qpr.backends.local.locality import locality_order, store_in_order, worth_ordering
-from hybrid_qpr.backends.local.ranking import Candidates
+from hybrid_qpr.backends.local.ranking import SegmentCandidates
 from hybrid_qpr.backends.local.segment import (BASE_FACTORY, SEGMENTS_DIR, VECTORS, Segment,
                                                checksum, damaged, file_record, fsync_path, read_faiss)
 from hybrid_qpr.backends.local.storage import write_refusal
@@ -231,9 +231,9 @@ class VectorBase:
         """Graph entry j holds base node ``order[j]`` (``None``: node j); read with the graph."""
         return self._loaded()[1]
 
-    def candidates(self, query: np.ndarray, depth: int, distance: Distance) -> list[Candidates]:
+    def candidates(self, query: np.ndarray, depth: int, distance: Distance) -> list[SegmentCandidates]:
         """The live rows among the graph's top ``depth`` (tombstoned rows and dead nodes never
-        returned), as one ``Candidates`` per segment."""
+        returned), as one ``SegmentCandidates`` per segment."""
         k = min(depth, self.live)
         if k <= 0:
             return []
@@ -246,12 +246,12 @@ class VectorBase:
         if order is not None:
             nodes = order[nodes]
         if len(self.segments) == 1:  # nodes are that segment's rows
-            return [Candidates(self.segments[0], scores, nodes)]
+            return [SegmentCandidates(self.segments[0], scores, nodes)]
         owner = np.searchsorted(self.starts, nodes, side="right") - 1
         out = []
         for part in np.unique(owner):
             mine = owner == part
-            out.append(Candidates(self.segments[part], scores[mine], nodes[mine] - self.starts[part]))
+            out.append(SegmentCandidates(self.segments[part], scores[mine], nodes[mine] - self.starts[part]))
         return out
 
     def _search_parameters(self, ef: int, order: np.ndarray | None):
