@@ -120,7 +120,8 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, rer
         raise click.BadParameter(f"{signal_weights!r}: expected comma-separated numbers", param_hint="--signal-weights")
     reranker, _ = load_reranker(reranker_dir, None, backend)
     searcher = HybridSearcher(backend, load_encoder(model, backend), reranker=reranker)
-    sample = sample_queries(queries, qrels, max_queries)
+    # a task that counts a question without a relevant document as 0 tunes on its own scale
+    sample = sample_queries(queries, qrels, max_queries, unanswerable=get_task(task).unanswerable)
     own_filters = task_query_filters(beir_dir, task, filter_field, list(sample))
     result = run_tune(searcher, sample, qrels, depth=depth, task=task, query_filters=own_filters, show_progress=True,
                       bound_grid=bounds_tried, fusions=methods)
