@@ -320,3 +320,29 @@ def _print_answers(report, as_json: bool) -> None:
     if report.modified:
         console.print(f"modified since the build: {', '.join(report.modified)} (counts above are read from the files)",
                       markup=False)
+
+
+@dataset.command("from-beir")
+@click.argument("beir_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="Dataset directory to write (replaced atomically if it holds an earlier build).")
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON instead of a table.")
+@friendly_errors
+def from_beir(beir_dir, out, as_json) -> None:
+    """Build a reranker training and dev set from BEIR_DIR, whose qrels grade every candidate of
+    each query (community QA: SemEval-2016 Task 3 subtask B).
+
+    \b
+    Each of qrels/train.tsv, val.tsv and test.tsv that is present becomes that split: a query,
+    its candidates graded > 0 as correct texts and those graded 0 as labelled wrong ones. Train
+    with 'reranker train DIR', select with '--dev DIR' (MAP of each val question's own
+    candidates); beir/ keeps the val/test rows and their metadata (group, ir_rank) for
+    'evaluate --task community-qa'.
+
+    \b
+    Example:
+      hybrid-qpr dataset from-beir ../shared/data/semeval2016-b --out data/semeval
+    """
+    from hybrid_qpr.data.answer_dataset import build_from_beir
+
+    _print_answers(build_from_beir(beir_dir, out), as_json)

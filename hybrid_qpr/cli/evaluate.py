@@ -71,6 +71,10 @@ def evaluate(beir_dir, split, qrels_file, index, modes, run_files, baseline, met
     --task answer-selection ranks each question's own candidates (a per-query filter on
     --filter-field, default 'group') and reports MAP and MRR; --task answer-retrieval ranks
     the whole corpus and reports MRR, R@1, R@5 and MAP (hybrid_qpr.evaluation.tasks).
+    --task community-qa (SemEval-2016 Task 3 subtask B) ranks each question's own related posts
+    (the 'group' filter), reports the task's MAP, MRR and AvgRec over all questions (one with no
+    relevant post counts 0), and scores the corpus's 'ir_rank' order beside the modes as the
+    baseline run every mode is tested against.
 
     \b
     Examples:
@@ -78,6 +82,7 @@ def evaluate(beir_dir, split, qrels_file, index, modes, run_files, baseline, met
       hybrid-qpr evaluate --beir data/quora/beir --index ./quora-idx --modes bm25,hybrid --history reports/history
       hybrid-qpr evaluate --qrels judged.qrels --run mine.run --run theirs.run --baseline theirs
       hybrid-qpr evaluate --beir data/wikiqa/beir --split val --index ./wikiqa-idx --task answer-selection
+      hybrid-qpr evaluate --beir data/semeval/beir --split val --index ./semeval-idx --task community-qa
     """
     from hybrid_qpr.evaluation.evaluator import sample_queries
     from hybrid_qpr.evaluation.qrels_io import read_judgments, read_trec_run
@@ -91,16 +96,21 @@ def evaluate(beir_dir, split, qrels_file, index, modes, run_files, baseline, met
     if index is None and not run_files:
         raise click.UsageError("nothing to evaluate: give --index (the modes are searched) and/or --run FILE")
     queries, qrels = _judgments(beir_dir, split, qrels_file, read_judgments)
-    sample = sample_queries(queries, qrels, max_queries, seed=seed)
+    sample = sample_queries(queries, qrels, max_queries, seed=seed, unanswerable=spec.unanswerable)
     if not sample:
         raise click.UsageError("no judged query (with a relevant document) to evaluate")
     runs: dict[str, dict[str, list[str]]] = {}
+    order_run = _order_baseline(beir_dir, spec, filter_field, list(sample))
+    if order_run is not None:  # the set's own baseline (the forum's order) first, every run tested against it
+        runs[spec.order_field] = order_run
+        baseline = baseline or spec.order_field
     results: dict = {}
     context: dict = {"split": split, "task": task, "queries": len(sample),
                      **({"beir": str(beir_dir)} if beir_dir else {}), **({"qrels": str(qrels_file)} if qrels_file else {})}
     if index is not None:
         results, searcher_context = _search_modes(beir_dir, index, modes, sample, qrels, task, filter_field, fusion,
-                                                  alpha, model, reranker_dir, reranker_depth, connection, runs)
+                                                  alpha, model, reranker_dir, reranker_depth, connection, runs,
+                                                  order_run)
         context.update(searcher_context)
         from hybrid_qpr.evaluation.report import markdown_table, plot_unavailable, write_report
 
@@ -148,9 +158,20 @@ def _judgments(beir_dir, split, qrels_file, read_judgments):
     return {q: texts.get(q, q) for q in qrels}, qrels
 
 
+def _order_baseline(beir_dir, spec, filter_field, query_ids):
+    """The task's order-field baseline run (community QA: ``ir_rank`` within each query's group),
+    or None (no such task, no --beir, or a corpus without the field)."""
+    if spec.order_field is None or beir_dir is None:
+        return None
+    from hybrid_qpr.evaluation.baselines import field_order_run
+
+    return field_order_run(beir_dir, query_ids, filter_field or spec.default_filter_field, spec.order_field)
+
+
 def _search_modes(beir_dir, index, modes, sample, qrels, task, filter_field, fusion, alpha, model, reranker_dir,
-                  reranker_depth, connection, runs):
-    """Evaluate the --modes on the index; fills ``runs``; returns the results and their context."""
+                  reranker_depth, connection, runs, complete_with=None):
+    """Evaluate the --modes on the index; fills ``runs``; returns the results and their context.
+    ``complete_with``: each query's candidates in the order that completes a shorter list."""
     from hybrid_qpr.cli._backend import load_encoder, load_reranker, open_backend
     from hybrid_qpr.evaluation.evaluator import evaluate as run_evaluate
     from hybrid_qpr.evaluation.tasks import task_query_filters
@@ -165,7 +186,7 @@ def _search_modes(beir_dir, index, modes, sample, qrels, task, filter_field, fus
     searcher = HybridSearcher(backend, load_encoder(model, backend), reranker=reranker, reranker_depth=reranker_depth)
     results = run_evaluate(searcher, sample, qrels, modes=wanted, fusion=fusion, alpha=alpha, task=task,
                            query_filters=task_query_filters(beir_dir, task, filter_field, list(sample)),
-                           show_progress=True, runs=runs)
+                           show_progress=True, runs=runs, complete_with=complete_with)
     used_fusion, used_alpha = searcher.fusion_settings(fusion, alpha)
     context = {"index": str(index), "documents": backend.count(), "model": searcher.encoder.fingerprint,
                "fusion": used_fusion, "alpha": used_alpha, "fusion_defaults": backend.fusion_defaults,

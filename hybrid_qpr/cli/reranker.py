@@ -112,6 +112,7 @@ def train(datasets, dev_dirs, out_dir, loss, base_model, pooling, max_length, qu
     """Train a cross-encoder on DATASETS: answer datasets ('dataset from-answers', 'from-squad':
     each question's labelled wrong sentences are its negatives) and paraphrase datasets
     ('dataset build': hard negatives mined with BM25 and kNN outside each cluster) [needs torch].
+    A dataset named N times is read once and drawn N times as often (a small set's share of the batches).
 
     \b
     Example:

@@ -128,7 +128,8 @@ def tune(beir_dir, split, index, max_queries, depth, dry_run, save_to_model, rer
         raise ConfigError("--reranker without a directory chooses among the bundled cross-encoders, and this "
                                "installation has none: give --reranker DIR")
     searcher = HybridSearcher(backend, load_encoder(model, backend), reranker=reranker)
-    sample = sample_queries(queries, qrels, max_queries)
+    # a task that counts a question without a relevant document as 0 tunes on its own scale
+    sample = sample_queries(queries, qrels, max_queries, unanswerable=get_task(task).unanswerable)
     result = tune_index(searcher, sample, qrels, fusions=methods, depth=depth, task=task,
                         query_filters=task_query_filters(beir_dir, task, filter_field, list(sample)),
                         bound_grid=bounds_tried, signals=signals, signal_weights=weights,

@@ -23,6 +23,13 @@ Layout written (atomically, built beside ``out`` and swapped in)::
 the triplet loss. A question with no correct sentence stays in its split file (it has
 negatives) but cannot be judged, so it is left out of the BEIR queries.
 
+* **a BEIR directory with every candidate judged** (SemEval-2016 Task 3 subtask B, community QA;
+  ``build_from_beir``): each judged query of ``qrels/<split>.tsv`` becomes a question whose
+  candidates graded > 0 are its correct texts and those graded 0 its labelled wrong ones, so the
+  cross-encoder trains and selects on the forum's own judgments. The val/test part of ``beir/`` is
+  the input's rows, metadata kept (``group``, ``ir_rank``), with every judgment, grade 0 included:
+  ``--task community-qa`` counts a question without a relevant candidate as 0, as the task does.
+
 Which split a file becomes: one file alone is split by question (answer selection) or by
 article (SQuAD) with ``seed`` and ``fractions``; ``split_name`` makes the whole file one split
 (e.g. a dev file as ``val``); extra files can be given as further splits.
@@ -49,7 +56,7 @@ log = logging.getLogger(__name__)
 FORMAT = "hybrid-qpr-answers"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
-Task = Literal["answer-selection", "answer-retrieval"]
+Task = Literal["answer-selection", "answer-retrieval", "community-qa"]
 SQUAD_FRACTIONS = (0.7, 0.15, 0.15)
 
 
@@ -192,6 +199,62 @@ def build_answer_retrieval(path: str | Path, out: str | Path, *, split_name: Spl
     options = {"seed": seed, "fractions": list(fractions), "split_name": split_name, "on_bad_line": on_bad_line,
                "articles": {s: [art.title for _, art in by_split[s]] for s in SPLITS}}
     return _write(out, "answer-retrieval", built, sources, options, bad_lines.skipped, started)
+
+
+# ---------------------------------------------------------------- labelled candidates in BEIR (SemEval)
+def _beir_split(beir_dir: Path, split: str, queries: dict[str, tuple[str, dict]],
+                corpus: dict[str, tuple[str, dict]]) -> tuple[list[AnswerRecord], EvalItems]:
+    """One split's questions (from ``qrels/<split>.tsv``) and, for an eval split, its BEIR rows."""
+    from hybrid_qpr.data.beir import load_qrels
+
+    path = beir_dir / "qrels" / f"{split}.tsv"
+    records, items = [], EvalItems()
+    listed: set[str] = set()  # a document judged for two queries is one corpus row
+    for qid, grades in load_qrels(path).items():
+        if qid not in queries:
+            raise InputError(path, None, f"query {qid!r} is judged but not in {beir_dir / 'queries.jsonl'}")
+        missing = [doc for doc in grades if doc not in corpus]
+        if missing:
+            raise InputError(path, None, f"query {qid!r}: {len(missing)} judged documents are not in "
+                             f"{beir_dir / 'corpus.jsonl'}, e.g. {missing[0]!r}")
+        text, query = queries[qid]
+        group = str(query.get("group", qid))
+        records.append(AnswerRecord(qid, text, group, [corpus[d][0] for d, g in grades.items() if g > 0],
+                                    [corpus[d][0] for d, g in grades.items() if g <= 0]))
+        items.queries.append({**query, "group": group})
+        items.corpus.extend({**corpus[doc][1], "group": corpus[doc][1].get("group", group)}
+                            for doc in grades if doc not in listed)
+        listed.update(grades)
+        items.qrels.extend((qid, doc, grade) for doc, grade in grades.items())
+    return records, items
+
+
+def build_from_beir(beir_dir: str | Path, out: str | Path) -> AnswerDatasetReport:
+    """A BEIR directory whose qrels list every candidate of a query, graded (``qrels/train.tsv``,
+    ``val.tsv``, ``test.tsv``: each present one becomes that split) -> an answer dataset
+    directory (module docstring): ``reranker train`` learns from its train split and selects on
+    its val split (``--dev``, MAP of each question's own candidates)."""
+    from hybrid_qpr.data.beir import iter_beir_records
+
+    started = time.perf_counter()
+    beir_dir = Path(beir_dir)
+    for needed in ("corpus.jsonl", "queries.jsonl"):
+        if not (beir_dir / needed).is_file():
+            raise InputError(beir_dir / needed, None, "missing; expected a BEIR directory (corpus.jsonl, queries.jsonl, "
+                             "qrels/<split>.tsv)")
+    present = [s for s in SPLITS if (beir_dir / "qrels" / f"{s}.tsv").is_file()]
+    if not present:
+        raise InputError(beir_dir / "qrels", None, f"no {', '.join(f'{s}.tsv' for s in SPLITS)}; each present one "
+                         "becomes that split")
+    corpus = {ident: (text, record) for _, ident, text, record in iter_beir_records(beir_dir / "corpus.jsonl", True)}
+    queries = {ident: (text, record) for _, ident, text, record in iter_beir_records(beir_dir / "queries.jsonl", False)}
+    built = {s: _beir_split(beir_dir, s, queries, corpus) if s in present else ([], EvalItems()) for s in SPLITS}
+    _unique([r.id for s in SPLITS for r in built[s][0]], "query id")
+    sources = [{**source_record(beir_dir / "qrels" / f"{s}.tsv", "beir-qrels"), "split": s,
+                "questions": len(built[s][0])} for s in present]
+    sources += [{**source_record(beir_dir / name, "beir"), "split": "texts of every split"}
+                for name in ("corpus.jsonl", "queries.jsonl")]
+    return _write(out, "community-qa", built, sources, {"beir": str(beir_dir.resolve())}, [], started)
 
 
 # ---------------------------------------------------------------- shared

@@ -11,7 +11,7 @@ is in the corpus: evaluation must drop it from the results
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -111,15 +111,20 @@ def load_qrels(path: str | Path, bad_lines: BadLines | None = None) -> dict[str,
     return qrels
 
 
-def _load_texts(path: Path, with_title: bool) -> dict[str, str]:
-    out: dict[str, str] = {}
+def iter_beir_records(path: str | Path, with_title: bool) -> Iterator[tuple[int, str, str, dict]]:
+    """``(line, id, text, record)`` for each row of a BEIR ``corpus.jsonl`` or ``queries.jsonl``:
+    a non-empty ``title`` is prefixed to the text when ``with_title``; ``record`` keeps every field
+    (metadata such as ``group`` or ``ir_rank``). A row without ``_id`` and ``text`` is an ``InputError``."""
     for line, obj in iter_jsonl(path):
         ident, text = obj.get("_id"), obj.get("text")
         if not isinstance(ident, (str, int)) or not isinstance(text, str):
             raise InputError(path, line, 'expected {"_id": str, "text": str}')
         title = obj.get("title") if with_title else None
-        out[str(ident)] = f"{title} {text}" if isinstance(title, str) and title else text
-    return out
+        yield line, str(ident), f"{title} {text}" if isinstance(title, str) and title else text, obj
+
+
+def _load_texts(path: Path, with_title: bool) -> dict[str, str]:
+    return {ident: text for _, ident, text, _ in iter_beir_records(path, with_title)}
 
 
 def load_beir(beir_dir: str | Path, split: EvalSplit) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]:

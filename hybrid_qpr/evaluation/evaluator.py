@@ -40,9 +40,10 @@ METRIC_NAMES = TASKS["paraphrase"].metric_names
 
 
 def sample_queries(queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], max_queries: int | None,
-                   seed: int = 13) -> dict[str, str]:
-    """The judged queries (those with a relevant document), or a seeded sample of them."""
-    judged = sorted(q for q in queries if any(g > 0 for g in qrels.get(q, {}).values()))
+                   seed: int = 13, unanswerable: bool = False) -> dict[str, str]:
+    """The judged queries (those with a relevant document; with ``unanswerable``, every query
+    of ``qrels``, as a task that counts them as 0 needs), or a seeded sample of them."""
+    judged = sorted(q for q in queries if q in qrels and (unanswerable or any(g > 0 for g in qrels[q].values())))
     if max_queries is not None and max_queries < len(judged):
         judged = sorted(random.Random(seed).sample(judged, max_queries))
     return {q: queries[q] for q in judged}
@@ -111,6 +112,7 @@ def evaluate(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[s
              modes: Sequence[str] = MODES, retrieve: int | None = None,
              task: str = "paraphrase", query_filters: Mapping[str, Filters] | None = None,
              show_progress: bool = False, runs: dict[str, dict[str, list[str]]] | None = None,
+             complete_with: Mapping[str, Sequence[str]] | None = None,
              **search_kwargs: Any) -> dict[str, dict[str, Any]]:
     """``{mode: {"metrics": {...}, "latency": {...}, "queries": n, "settings": {...}}}``.
 
@@ -122,7 +124,9 @@ def evaluate(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[s
     (merged with ``filters``), e.g. answer selection ranks each question's own candidates.
     ``search_kwargs`` go to ``HybridSearcher.search`` (fusion, alpha, filters...).
     ``show_progress``: progress per mode on stderr (``hybrid_qpr.progress``).
-    ``runs``: when given, each mode's ranked ids per query are put there too (for paired tests)."""
+    ``runs``: when given, each mode's ranked ids per query are put there too (for paired tests).
+    ``complete_with``: query id -> every candidate in a fallback order (community QA: the forum's
+    ``ir_rank``); each list a mode returns is completed by the candidates it lacks, in that order."""
     spec = get_task(task)
     retrieve = spec.retrieve if retrieve is None else retrieve
     if retrieve < 1:
@@ -159,6 +163,10 @@ def evaluate(searcher, queries: Mapping[str, str], qrels: Mapping[str, Mapping[s
             results = search(qid, text, mode, depth)
             times.append(time.perf_counter() - start)
             run[qid] = [r.id for r in results]
+        if complete_with is not None:
+            from hybrid_qpr.evaluation.baselines import complete_runs
+
+            run = complete_runs(run, complete_with)
         settings: dict[str, Any] = {"retrieve": retrieve, "task": spec.name}
         if mode == "hybrid":
             fusion, alpha = searcher.fusion_settings(search_kwargs.get("fusion"), search_kwargs.get("alpha"))

@@ -9,7 +9,9 @@ Conventions (shared by training validation, ``hybrid-qpr evaluate`` and the benc
 * ``qrels[qid][doc_id]`` is a relevance grade; a document is relevant when its grade > 0.
 * A metric is the **mean over the judged queries**: queries of ``qrels`` with at least one
   relevant document. A judged query absent from ``run`` scores 0 (no silent inflation);
-  run queries without judgments are ignored. This matches ``trec_eval -c``.
+  run queries without judgments are ignored. This matches ``trec_eval -c``. With
+  ``unanswerable=True`` a query of ``qrels`` whose judgments are all 0 counts too, scoring 0 on
+  every metric: the SemEval-2016 Task 3 scorer's rule (its MAP is over all questions).
 * ``k`` is the rank cut-off (``top_k``): only the first ``k`` ids of each list count.
 
 These are the measures of the SDML paper (Bonadiman et al., 2019, Tables 3-4: H@1, H@10,
@@ -30,10 +32,10 @@ from hybrid_qpr.errors import ConfigError
 
 Run = Mapping[str, Sequence[str]]
 Qrels = Mapping[str, Mapping[str, int]]
-MetricName = Literal["hits", "mrr", "recall", "ndcg", "map"]
+MetricName = Literal["hits", "mrr", "recall", "ndcg", "map", "avgrec"]
 
 __all__ = [
-    "MetricName", "Qrels", "Run", "average_precision", "drop_self", "hits_at_k", "mrr_at_k",
+    "MetricName", "Qrels", "Run", "average_precision", "average_recall", "drop_self", "hits_at_k", "mrr_at_k",
     "ndcg_at_k", "per_query", "recall_at_k", "roc_auc",
 ]
 
@@ -109,12 +111,33 @@ def _average_precision(ranked: list[str], grades: Mapping[str, int]) -> float:
     return total / relevant
 
 
+def _found_at(ranked: list[str], grades: Mapping[str, int], cut: int) -> list[int]:
+    """The number of relevant ids among the first 1, 2, ..., ``cut`` of ``ranked``."""
+    found, out = 0, []
+    for rank in range(cut):
+        if rank < len(ranked) and grades.get(ranked[rank], 0) > 0:
+            found += 1
+        out.append(found)
+    return out
+
+
+def _average_recall(ranked: list[str], grades: Mapping[str, int], k: int | None) -> float:
+    """One query's ``AvgRec``: the mean over cut-offs i = 1..k of the relevant ids in the top i
+    divided by the most a perfect ranking could have there, ``min(i, |R|)`` (SemEval-2016 Task 3,
+    Nakov et al. 2016); the reported figure pools queries (:func:`average_recall`)."""
+    relevant = sum(1 for g in grades.values() if g > 0)
+    cut = len(ranked) if k is None else k
+    found = _found_at(ranked, grades, cut)
+    return sum(n / min(i, relevant) for i, n in enumerate(found, start=1)) / cut if cut else 0.0
+
+
 _PER_QUERY: dict[str, Callable[[list[str], Mapping[str, int], int | None], float]] = {
     "hits": lambda ranked, grades, k: _hits(ranked, grades),
     "mrr": lambda ranked, grades, k: _reciprocal_rank(ranked, grades),
     "recall": lambda ranked, grades, k: _recall(ranked, grades),
     "ndcg": _ndcg,
     "map": lambda ranked, grades, k: _average_precision(ranked, grades),
+    "avgrec": _average_recall,
 }
 
 
@@ -125,11 +148,13 @@ def _check_k(k: int | None, allow_none: bool) -> None:
         raise ConfigError(f"k={k!r}: the rank cut-off must be an integer >= 1")
 
 
-def per_query(run: Run, qrels: Qrels, metric: MetricName, k: int | None) -> dict[str, float]:
+def per_query(run: Run, qrels: Qrels, metric: MetricName, k: int | None,
+              unanswerable: bool = False) -> dict[str, float]:
     """Score of every judged query (see the module docstring) for one metric at cut-off ``k``.
 
     ``k=None`` means the whole ranked list (allowed for ``map`` and ``ndcg``, e.g. for
-    MAP over full rankings as trec_eval reports it).
+    MAP over full rankings as trec_eval reports it). ``unanswerable``: queries of ``qrels``
+    without a relevant document score 0 instead of being left out (module docstring).
     """
     if metric not in _PER_QUERY:
         raise ConfigError(f"metric={metric!r}: must be one of {sorted(_PER_QUERY)}")
@@ -138,6 +163,8 @@ def per_query(run: Run, qrels: Qrels, metric: MetricName, k: int | None) -> dict
     scores: dict[str, float] = {}
     for qid, grades in qrels.items():
         if not any(g > 0 for g in grades.values()):
+            if unanswerable:
+                scores[qid] = 0.0
             continue
         scores[qid] = fn(_top(run.get(qid, ()), k), grades, k)
     return scores
@@ -179,6 +206,25 @@ def average_precision(run: Run, qrels: Qrels, k: int | None = None) -> float:
     ``|R|`` all relevant ids of the query; ``k`` cuts the ranking first (trec_eval
     ``map_cut_k``), ``None`` uses the whole list (trec_eval ``map``)."""
     return _mean(per_query(run, qrels, "map", k))
+
+
+def average_recall(run: Run, qrels: Qrels, k: int = 10) -> float:
+    """AvgRec@k as the SemEval-2016 Task 3 scorer computes it: for each cut-off i = 1..k, the
+    relevant ids found in the top i over all queries divided by the most a perfect ranking finds
+    there (the sum of ``min(i, |R|)``), averaged over i. A query without a relevant id adds
+    nothing to either sum. Pooled, so it is not the mean of the per-query values."""
+    _check_k(k, allow_none=False)
+    found, best = [0.0] * k, [0.0] * k
+    for qid, grades in qrels.items():
+        relevant = sum(1 for g in grades.values() if g > 0)
+        if not relevant:
+            continue
+        for i, n in enumerate(_found_at(_top(run.get(qid, ()), k), grades, k)):
+            found[i] += n
+            best[i] += min(i + 1, relevant)
+    if not any(best):
+        raise ConfigError("no query in qrels has a relevant document (grade > 0); nothing to evaluate")
+    return sum(f / b for f, b in zip(found, best)) / k
 
 
 def roc_auc(scores: Sequence[float] | np.ndarray, labels: Sequence[int | bool] | np.ndarray) -> float:

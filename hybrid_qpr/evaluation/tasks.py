@@ -12,6 +12,13 @@
   differs from the full-list MRR by less than 0.01), R@1 and R@5, where R@k is the fraction
   of questions with a gold sentence in the top k (ReQA's definition; with one gold
   sentence it is recall), plus MAP. Tuned on MRR.
+* ``community-qa`` (SemEval-2016 Task 3 subtask B, Nakov et al. 2016): each original question
+  ranks only its own related forum posts (the per-query filter on ``group``), the top 10 as the
+  task's scorer cuts them; MAP and MRR over **all** judged questions, a question without a
+  relevant candidate counting 0, and AvgRec pooled over the questions as the scorer does
+  (``metrics.average_recall``), so the figures compare with the task's. The forum's own order (the corpus field ``ir_rank``) is the
+  baseline run (``hybrid_qpr.evaluation.baselines``); a run ranking fewer than a question's
+  candidates is completed in that order, as a submission ranks every candidate. Tuned on MAP.
 
 Pure: runs and qrels in, a dict of floats out.
 """
@@ -23,7 +30,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hybrid_qpr.errors import ConfigError
-from hybrid_qpr.evaluation.metrics import (Qrels, Run, average_precision, drop_self, hits_at_k, mrr_at_k,
+from hybrid_qpr.evaluation.metrics import (Qrels, Run, average_precision, average_recall, drop_self, hits_at_k, mrr_at_k,
                                            ndcg_at_k, per_query, recall_at_k)
 
 TaskName = Literal["paraphrase", "answer-selection", "answer-retrieval"]
@@ -41,6 +48,11 @@ class Task:
     # metrics on which a tuned hybrid may not fall below its better single mode (the ones the
     # papers report); empty: the main metric only
     guarded: tuple[str, ...] = ()
+    # a judged query without a relevant document counts (scoring 0) instead of being left out
+    unanswerable: bool = False
+    # the corpus field whose order within each query's group is the baseline run (and completes
+    # a run that ranks fewer than the group's documents); None: no such baseline
+    order_field: str | None = None
 
     def score(self, run: Run, qrels: Qrels) -> dict[str, float]:
         """Every metric of this task for ``run``; only queries present in ``run`` are judged."""
@@ -58,8 +70,12 @@ class Task:
             run = drop_self(run)
         judged = {q: qrels[q] for q in run if q in qrels}
         kind, _, cut = metric.partition("@")
-        measure = {"H": "hits", "R": "hits", "MRR": "mrr", "Recall": "recall", "nDCG": "ndcg", "MAP": "map"}[kind]
-        return per_query(run, judged, measure, int(cut) if cut else (None if measure == "map" else self.retrieve))
+        measure = {"H": "hits", "R": "hits", "MRR": "mrr", "Recall": "recall", "nDCG": "ndcg", "MAP": "map",
+                   "AvgRec": "avgrec"}[kind]
+        # MAP over the whole list, except where the task's scorer cuts every measure (community QA)
+        whole = measure == "map" and not self.unanswerable
+        return per_query(run, judged, measure, int(cut) if cut else (None if whole else self.retrieve),
+                         self.unanswerable)
 
 
 def _paraphrase(run: Run, qrels: Qrels, retrieve: int) -> dict[str, float]:
@@ -77,12 +93,26 @@ def _retrieval(run: Run, qrels: Qrels, retrieve: int) -> dict[str, float]:
             "MAP": average_precision(run, qrels)}
 
 
+def _community_qa(run: Run, qrels: Qrels, retrieve: int) -> dict[str, float]:
+    """The SemEval-2016 Task 3 scorer's figures: every measure cut at ``retrieve`` (10) and averaged
+    over all judged questions, those without a relevant candidate counting 0."""
+    def mean(measure: str) -> float:
+        scores = per_query(run, qrels, measure, retrieve, unanswerable=True)  # type: ignore[arg-type]
+        if not scores:
+            raise ConfigError("no judged query to evaluate")
+        return sum(scores.values()) / len(scores)
+
+    return {"MAP": mean("map"), "MRR": mean("mrr"), "AvgRec": average_recall(run, qrels, retrieve)}
+
+
 TASKS: dict[str, Task] = {
     "paraphrase": Task("paraphrase", ("H@1", "H@10", "MRR@20", "Recall@10", "Recall@20", "nDCG@10", "MAP"),
                        "MRR@20", 20, True, None, _paraphrase),
     "answer-selection": Task("answer-selection", ("MAP", "MRR"), "MAP", 100, False, "group", _selection, ("MAP", "MRR")),
     "answer-retrieval": Task("answer-retrieval", ("MRR", "R@1", "R@5", "MAP"), "MRR", 100, False, None, _retrieval,
                              ("MRR", "R@1", "R@5")),
+    "community-qa": Task("community-qa", ("MAP", "MRR", "AvgRec"), "MAP", 10, False, "group", _community_qa,
+                         ("MAP", "MRR"), unanswerable=True, order_field="ir_rank"),
 }
 TASK_NAMES: tuple[str, ...] = tuple(TASKS)  # the first is the default
 

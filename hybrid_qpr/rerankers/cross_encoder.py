@@ -171,7 +171,12 @@ def read_reranker_config(model_dir: str | Path) -> dict[str, Any]:
 class Reranker:
     """Scores (query, text) pairs with an exported cross-encoder; see the module docstring."""
 
-    def __init__(self, model_dir: str | Path, threads: int | None = None, run_cost: int | None = None):
+    def __init__(self, model_dir: str | Path, threads: int | None = None, run_cost: int | None = None,
+                 max_length: int | None = None, query_tokens: int | None = None):
+        """``max_length`` / ``query_tokens``: cut pairs other than as trained (config.json's
+        values; ``hybrid_qpr.rerankers.pairs``), e.g. to measure which cut ranks long forum posts
+        best (``benchmarks/bench_reranker_cut.py``); the graph takes any length up to its
+        position table (512 for MiniLM)."""
         from hybrid_qpr.encoders.base import fingerprint, onnx_session
 
         self.model_dir = Path(model_dir)
@@ -185,7 +190,8 @@ class Reranker:
         if tokenizer_sha256(tokenizer_path) != self.config["tokenizer_sha256"]:
             raise ArtifactError(f"{tokenizer_path}: not the tokenizer this cross-encoder was trained with (its sha256 "
                                 "differs from config.json's tokenizer_sha256); export the reranker again")
-        self.pairs = PairTokenizer(tokenizer_path, int(self.config["max_length"]), int(self.config["query_tokens"]))
+        self.pairs = PairTokenizer(tokenizer_path, int(max_length or self.config["max_length"]),
+                                   int(query_tokens or self.config["query_tokens"]))
         if "vocab_size" in self.config and self.pairs.vocab_size != int(self.config["vocab_size"]):
             raise ArtifactError(f"{tokenizer_path}: {self.pairs.vocab_size} tokens, the model expects "
                                 f"{self.config['vocab_size']}; export the reranker again")

@@ -8,7 +8,9 @@ without any data download:
 * ``paraphrase_answers_tsv`` - an answer-selection set (WikiQA layout) on which kNN beats BM25
   and RRF 0.5, so an untuned hybrid is below kNN alone;
 * ``topic_clusters`` - paraphrase clusters drawn from four topic words each, so a model learns
-  them in seconds; ``write_dataset_dir`` writes them as `dataset build` leaves a dataset.
+  them in seconds; ``write_dataset_dir`` writes them as `dataset build` leaves a dataset;
+* ``write_community_qa`` - a forum set in the SemEval-2016 Task 3 layout (each question with its
+  own related posts, ``group``, ``ir_rank``, every candidate judged), train and val parts.
 """
 
 from __future__ import annotations
@@ -149,3 +151,38 @@ def mixed_script_texts() -> list[str]:
         "running runners ran easily; generously generalized organizations",
         "x" * 300 + " short tail",
     ]
+
+
+FORUM_TOPICS = ("visa renewal", "driving licence", "school fees", "car rental", "bank account", "phone plan")
+
+
+def write_community_qa(out_dir: Path, topics: tuple[str, ...] = FORUM_TOPICS) -> Path:
+    """A tiny BEIR directory in the SemEval-2016 Task 3 subtask B layout: per topic an original
+    question (``Q<i>``, its ``group`` its own id) and four related posts (``Q<i>_R<k>``, ``group`` the
+    question, ``ir_rank`` the forum's order k): two on the topic (relevant, listed by the forum at
+    ranks 3 and 4) and two off it (irrelevant, ranks 1 and 2), so the forum's order is beaten by
+    any ranking that reads the posts. The last topic has no relevant post (a question the task
+    counts as 0). Topics alternate between the train and val parts (``qrels/train.tsv``, ``val.tsv``)."""
+    out_dir = Path(out_dir)
+    (out_dir / "qrels").mkdir(parents=True, exist_ok=True)
+    queries, corpus, qrels = [], [], {"train": [], "val": []}
+    for i, topic in enumerate(topics):
+        qid, split = f"Q{i}", ("train", "val")[i % 2]
+        unanswered = i == len(topics) - 1
+        queries.append({"_id": qid, "text": f"{topic} question. how long does the {topic} take in doha?",
+                        "group": qid, "split": split})
+        other = topics[(i + 1) % len(topics)]
+        posts = [(f"the {other} office closes early on friday.", 0), (f"anyone selling a {other} here?", 0),
+                 (f"{topic} time? my {topic} took two weeks in doha.", 0 if unanswered else 1),
+                 (f"how long for the {topic}? it takes a month.", 0 if unanswered else 1)]
+        for rank, (text, grade) in enumerate(posts, start=1):
+            doc = f"{qid}_R{rank}"
+            corpus.append({"_id": doc, "text": text, "group": qid, "split": split, "ir_rank": rank,
+                           "category": "Advice and Help"})
+            qrels[split].append(f"{qid}\t{doc}\t{grade}")
+    (out_dir / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries), encoding="utf-8")
+    (out_dir / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in corpus), encoding="utf-8")
+    for split, rows in qrels.items():
+        (out_dir / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + "\n".join(rows) + "\n",
+                                                      encoding="utf-8")
+    return out_dir

@@ -123,11 +123,15 @@ def _manifest_format(dataset_dir: Path) -> str | None:
 
 
 def load_examples(dataset_dirs: Sequence[str | Path], settings: RerankerSettings, seed: int) -> list[Example]:
-    """The train examples of every dataset (module docstring)."""
+    """The train examples of every dataset (module docstring). A dataset named ``n`` times is read
+    (and mined) once and its examples listed ``n`` times, so batches draw it ``n`` times as often:
+    how a small set (SemEval's 61 train questions beside thousands of clusters) gets a share."""
+    from collections import Counter
+
     from hybrid_qpr.data.answer_dataset import FORMAT as ANSWERS_FORMAT, read_answer_records
 
     examples: list[Example] = []
-    for directory in map(Path, dataset_dirs):
+    for directory, times in Counter(map(Path, dataset_dirs)).items():
         if _manifest_format(directory) == ANSWERS_FORMAT:
             found = [Example(r.question, list(r.positives), list(r.negatives))
                      for r in read_answer_records(directory, "train") if r.positives]
@@ -138,8 +142,8 @@ def load_examples(dataset_dirs: Sequence[str | Path], settings: RerankerSettings
 
             found = [Example(q, p, n) for q, p, n in mine_cluster_examples(directory, settings.max_clusters, seed,
                                                                           settings.mine_depth, settings.miner_model)]
-        logger.info("%s: %d train examples", directory, len(found))
-        examples.extend(found)
+        logger.info("%s: %d train examples%s", directory, len(found), f", drawn {times} times as often" if times > 1 else "")
+        examples.extend(found * times)
     if len(examples) < 2:
         raise ConfigError("the reranker needs at least 2 train questions with a correct text")
     return examples

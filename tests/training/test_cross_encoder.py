@@ -799,3 +799,35 @@ def test_reranker_train_takes_a_paraphrase_dataset_as_dev(tmp_path, committed_en
     assert report["dev_questions"] == 6 and [h["step"] for h in report["history"]] == [0, 2]
     assert all(0 <= h["dev_mrr20"] <= 1 for h in report["history"])
     assert report["best_metric"] == max(h["dev_mrr20"] for h in report["history"])
+
+
+def test_a_reranker_can_cut_pairs_other_than_as_trained(exported):
+    from hybrid_qpr.rerankers import Reranker
+
+    long_post = "visa renewal question. " + "my sponsor says it takes weeks and the office is closed . " * 20
+    trained, cut = Reranker(exported[0]), Reranker(exported[0], max_length=24, query_tokens=6)
+    assert (trained.pairs.max_length, trained.pairs.query_tokens) == (exported[1]["max_length"], exported[1]["query_tokens"])
+    ids, mask, types = cut.pairs.encode(long_post, [long_post])
+    assert mask.sum() == 24 and types[0, :8].sum() == 0  # [CLS] + 6 question pieces + [SEP], then the post
+    assert cut.score(long_post, [long_post, "a car for rent"]).shape == (2,)
+
+
+def test_reranker_train_on_a_forum_set_named_twice_draws_it_twice_as_often(tmp_path):
+    """`dataset from-beir` on a SemEval-layout set trains and selects a reranker; a dataset named
+    twice is read once and its examples listed twice."""
+    from click.testing import CliRunner
+
+    from hybrid_qpr.cli.main import cli
+    from hybrid_qpr.data.answer_dataset import build_from_beir
+    from hybrid_qpr.testing.corpora import write_community_qa
+
+    forum = build_from_beir(write_community_qa(tmp_path / "forum"), tmp_path / "forum-ds").out
+    args = ["reranker", "train", forum, forum, "--dev", forum, "--out", str(tmp_path / "run"),
+            "--base-model", str(tiny_bert(tmp_path / "tiny")), "--max-length", "32", "--query-tokens", "8",
+            "--batch-size", "2", "--negatives", "2", "--eval-every", "2", "--steps", "2"]
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code == 0, done.output
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    # three train questions, each with a relevant post, listed twice; two val questions with one
+    assert report["train_examples"] == 6 and report["dev_questions"] == 2
+    assert "dev_map" in report["history"][0]
