@@ -111,10 +111,31 @@ def circuit_breaker_refusal(client, model_id: str, error: str) -> ClusterError:
                         f"{' '.join(m['id'] for m in others)}', and deploy again")
 
 
-def deploy(client, model_id: str, *, timeout: float = 300.0, poll: float = 1.0) -> dict[str, Any]:
+BREAKER_PATIENCE_S = 60.0  # how long a deploy waits for a memory circuit breaker to close again
+
+
+def deploy(client, model_id: str, *, timeout: float = 300.0, poll: float = 1.0,
+           breaker_patience: float = BREAKER_PATIENCE_S) -> dict[str, Any]:
     """Deploy and wait for the task; return the task. A failed task raises ``ClusterError``
-    with ml-commons' error and, for the DJL native-library download, what is missing; when the
-    memory circuit breaker refuses it, which models are deployed and how to undeploy them."""
+    with ml-commons' error and, for the DJL native-library download, what is missing. A memory
+    circuit breaker open for a moment (the JVM heap above its threshold until the garbage
+    collector runs) is waited out, trying again with growing pauses for up to
+    ``breaker_patience`` seconds; after that the error says which models are deployed and how
+    to undeploy them."""
+    give_up = time.monotonic() + breaker_patience
+    pause = 2.0
+    while True:
+        try:
+            return _deploy_once(client, model_id, timeout=timeout, poll=poll)
+        except ClusterError as exc:
+            if BREAKER_OPEN not in str(exc) or time.monotonic() + pause > give_up:
+                raise
+            logger.info("deploying %s: memory circuit breaker open, trying again in %.0f s", model_id, pause)
+            time.sleep(pause)
+            pause *= 2
+
+
+def _deploy_once(client, model_id: str, *, timeout: float, poll: float) -> dict[str, Any]:
     try:
         task_id = ml_request(client, "POST", f"{ML}/models/{model_id}/_deploy")["task_id"]
     except ClusterError as exc:
@@ -141,20 +162,6 @@ def deploy(client, model_id: str, *, timeout: float = 300.0, poll: float = 1.0) 
             raise ClusterError(f"deploying model {model_id}: task {task_id} still {task.get('state')} "
                                f"after {timeout:.0f} s")
         time.sleep(poll)
-
-
-def deploy_past_breaker(client, model_id: str, timeout: float, attempts: int = 4) -> None:
-    """``deploy``, tried again when ml-commons refused it for its memory circuit breaker (the
-    JVM heap above its threshold for a moment, until the garbage collector runs)."""
-    for attempt in range(attempts):
-        try:
-            deploy(client, model_id, timeout=timeout)
-            return
-        except ClusterError as exc:
-            if "Memory Circuit Breaker" not in str(exc) or attempt == attempts - 1:
-                raise
-            logger.info("deploying %s: memory circuit breaker open, trying again", model_id)
-            time.sleep(2.0 * 2 ** attempt)
 
 
 def undeploy(client, model_id: str) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hybrid_qpr.mlcommons.calls import allow_local_upload_setting, ml_request
-from hybrid_qpr.mlcommons.models import deploy_past_breaker, find_model, register
+from hybrid_qpr.mlcommons.models import deploy, find_model, register
 from hybrid_qpr.mlcommons.packaging import package_model
 from hybrid_qpr.mlcommons.pipelines import put_ingest_pipeline, search_template_body
 from hybrid_qpr.text.analysis import LEGACY
@@ -58,7 +58,7 @@ def setup(client, model_dir: str | Path, index: str, *, name: str | None = None,
             if allow_local_upload:
                 allow_local_upload_setting(client)
             model_id = register(client, package, name)
-    deploy_past_breaker(client, model_id, deploy_timeout)
+    deploy(client, model_id, timeout=deploy_timeout)
 
     embed_pipeline, hybrid_pipeline = f"{index}-embed", f"{index}-hybrid"
     put_ingest_pipeline(client, embed_pipeline, model_id)
