@@ -244,9 +244,10 @@ def held_out_queries():
 @pytest.fixture(scope="session")
 def three_nodes():
     """The local three-node OpenSearch cluster (``hybrid-qpr node start --nodes 3``, 512 MB
-    heap per node) on ``$HYBRID_QPR_MULTINODE_PORT`` (default 9210): started at first use (a
-    failure to start is an error, never a skip), its stopped nodes restarted by ``start()``,
-    and stopped at the end of the test run if this run started it."""
+    heap per node) on ``$HYBRID_QPR_MULTINODE_PORT`` (default 9210): started at first use, or
+    joined while the start scripts/test launched in the background is under way (a failure to
+    start is an error, never a skip), its stopped nodes restarted by ``start()``, and stopped at
+    the end of the test run if this run started it."""
     from hybrid_qpr.localnode import LocalNode
 
     node = LocalNode(nodes=3, port=int(os.environ.get("HYBRID_QPR_MULTINODE_PORT", "9210")))
