@@ -15,6 +15,7 @@ from contextlib import contextmanager
 
 import pytest
 
+from hybrid_qpr import resources
 from hybrid_qpr.testing.web import html_site
 from hybrid_qpr.testing.workbench import call, chromium_problem, examples_local_index, headless_chromium, served
 
@@ -55,6 +56,12 @@ def test_page_passes_every_declared_option_and_shows_the_request_it_got(browser,
         assert "depth: 45" in shown and "autocut: 1" in shown and "top_k: 5" in shown, shown
         assert f"untuned ({DEFAULT_FUSION} α={DEFAULT_ALPHA})" in browser.find_element(By.ID, "health").text
         assert "depth=45" in browser.current_url and "autocut=1" in browser.current_url  # kept in the link
+        assert "reranker" not in browser.find_element(By.ID, "health").text
+    bundled = resources.model_dir().parent / "reranker-minilm-l6-int8"
+    with served(index, committed_encoder, tmp_path / "judgments", index="examples", kind="local",
+                reranker=bundled) as url:
+        browser.get(f"{url}/")  # the header names the cross-encoder that re-reads the hits, and its depth
+        wait.until(lambda d: f"reranker {bundled.name} (top 20)" in d.find_element(By.ID, "health").text)
 
 def test_page_queries_judges_and_tunes(browser, tmp_path, committed_encoder):
     from selenium.webdriver.common.by import By

@@ -87,7 +87,8 @@ async function loadHealth() {
     const f = h.fusion_defaults.fusion ? `tuned fusion ${h.fusion_defaults.fusion} α=${h.fusion_defaults.alpha}`
       : `untuned (${h.defaults.fusion} α=${h.defaults.alpha})`;
     if (!$("#alpha-on").checked) $("#alpha").value = h.defaults.alpha;  // the package default, from the server
-    $("#health").textContent = `${h.index} · ${h.backend} · ${h.documents.toLocaleString()} documents · model ${h.model} · ${f}`;
+    const second = h.reranker ? ` · reranker ${h.reranker.model} (top ${h.reranker.depth})` : "";  // which cross-encoder re-reads the hits
+    $("#health").textContent = `${h.index} · ${h.backend} · ${h.documents.toLocaleString()} documents · model ${h.model} · ${f}${second}`;
     state.minTune = h.min_tune_queries;
     const fusion = $("#fusion");  // the server's fusion methods, after "index default"
     fusion.replaceChildren(fusion.options[0], ...h.fusions.map((name) => new Option(name, name)));
