@@ -45,6 +45,7 @@ def test_opensearch_rerank_processor_orders_like_the_client(exported, cluster_cl
     from hybrid_qpr import mlcommons
     from hybrid_qpr.cli.main import cli
     from hybrid_qpr.errors import ClusterError
+    from hybrid_qpr.mlcommons.calls import ml_request
     from hybrid_qpr.rerankers import Reranker
     from hybrid_qpr.testing.mlcommons import fresh_test_model_name, remove_leftover_test_models
 
@@ -66,9 +67,11 @@ def test_opensearch_rerank_processor_orders_like_the_client(exported, cluster_cl
         reranker = Reranker(exported[0])
         for query in ("how do i change my password?", "who can see my phone number?", "i lost my credit card"):
             body = {"size": 10, "query": {"match": {"text": query}}, "_source": ["text"]}
-            plain = client.search(index=index_name, body=body)["hits"]["hits"]
-            ranked = client.search(index=index_name, body={**body, "ext": mlcommons.rerank_ext(query)},
-                                   params={"search_pipeline": pipeline})["hits"]["hits"]
+            # sent through ml-commons' retrying call: the rerank processor's predictions meet the
+            # same memory circuit breaker as a deploy, open for a moment until the heap is collected
+            plain = ml_request(client, "POST", f"/{index_name}/_search", body)["hits"]["hits"]
+            ranked = ml_request(client, "POST", f"/{index_name}/_search", {**body, "ext": mlcommons.rerank_ext(query)},
+                                search_pipeline=pipeline)["hits"]["hits"]
             texts = [h["_source"]["text"] for h in plain]
             scores = reranker.score(query, texts)
             order = sorted(range(len(plain)), key=lambda i: -float(scores[i]))

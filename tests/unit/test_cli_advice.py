@@ -71,14 +71,16 @@ def test_a_table_saved_as_jsonl_is_named_with_the_format_to_use(tmp_path, separa
 # and waits there for the test's Ctrl-C: "import" (loading the command), or "module:Owner.name" (on
 # entry to that function; " after": once it returned).
 PAUSING_CHILD = """
-import importlib, signal, sys
+import importlib, signal, sys, time
 
 signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even when the test runs in the background
 
 def hold(where):
     print("at", where, file=sys.stderr, flush=True)
     while True:
-        signal.pause()  # SIGINT raises KeyboardInterrupt here, at this moment of the ingest
+        # SIGINT raises KeyboardInterrupt here, at this moment of the ingest. A short sleep, not
+        # signal.pause(): a signal that lands just before pause() would leave it waiting forever.
+        time.sleep(0.05)
 
 where = sys.argv[1]
 if where == "import":
