@@ -1,7 +1,8 @@
 """What several benchmark scripts share: result paths recorded relative to the repository root
 (so a committed result does not carry the directories of the machine it ran on:
 ``onnx/sdml-cnn-quora``, ``../shared/data/quora-pairs.tsv.gz``), the command line for a result
-file, and the Quora slice, query reader and quality figures more than one script measures on.
+file, the Quora slice, query reader and quality figures more than one script measures on, and
+the seeded corpus subset of a BEIR folder that keeps every document its sampled queries judge.
 
 The scripts run as ``python benchmarks/X.py`` with hybrid-qpr installed (editable or wheel);
 Python puts ``benchmarks/`` on the path, so they import this module as ``_common``.
@@ -14,7 +15,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -120,3 +121,37 @@ def exact_search_quality(enc, corpus: dict, queries: dict, qrels: dict) -> dict:
     return {"corpus": len(ids), "test_queries": len(qids), "distance": enc.distance,
             "H@1": hits_at_k(run, qrels, 1), "H@10": hits_at_k(run, qrels, 10), "MRR@20": mrr_at_k(run, qrels, 20),
             "corpus_encode_seconds": seconds}
+
+
+def withheld_ids(beir_dir: Path, used: set[str]) -> set[str]:
+    """Every query and document id judged in a qrels file of a split not in ``used``."""
+    from hybrid_qpr.data.beir import load_qrels
+
+    ids: set[str] = set()
+    for path in sorted((beir_dir / "qrels").glob("*.tsv")):
+        if path.stem not in used:
+            for query, grades in load_qrels(path).items():
+                ids.add(query)
+                ids.update(grades)
+    return ids
+
+
+def select_subset(corpus: Mapping[str, str], queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *,
+                  n_queries: int, n_tune: int, n_docs: int, withheld: set[str], seed: int):
+    """``(corpus subset, eval query ids, tune query ids)``: seeded disjoint samples of the judged
+    queries whose relevant documents are all in the corpus, and a corpus of every document
+    they judge or are, filled with other non-withheld documents (seeded) up to ``n_docs``.
+    The subset keeps the corpus file's order."""
+    from hybrid_qpr.errors import ConfigError
+
+    judged = sorted(q for q in queries if q not in withheld
+                    and any(g > 0 for g in qrels[q].values()) and all(d in corpus for d in qrels[q]))
+    if not judged:
+        raise ConfigError("no judged query has its documents in the corpus")
+    random.Random(seed).shuffle(judged)
+    eval_ids, tune_ids = judged[:n_queries], judged[n_queries:n_queries + n_tune]
+    needed = {d for q in eval_ids + tune_ids for d in qrels[q]} | {q for q in eval_ids + tune_ids if q in corpus}
+    others = sorted(d for d in corpus if d not in needed and d not in withheld)
+    random.Random(seed + 1).shuffle(others)
+    keep = needed | set(others[:max(0, n_docs - len(needed))])
+    return {d: t for d, t in corpus.items() if d in keep}, sorted(eval_ids), sorted(tune_ids)

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import shutil
 import sys
 import tempfile
@@ -45,13 +44,13 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from _common import command_line, repo_relative
+from _common import command_line, repo_relative, select_subset, withheld_ids
 from _peer_engines import ENGINES, PEERS, HybridQpr, missing_packages, version
 
 from hybrid_qpr.artifacts import write_json
-from hybrid_qpr.data.beir import load_beir, load_qrels
+from hybrid_qpr.data.beir import load_beir
 from hybrid_qpr.encoders import Encoder
-from hybrid_qpr.errors import ConfigError, HybridQPRError
+from hybrid_qpr.errors import HybridQPRError
 from hybrid_qpr.evaluation.evaluator import RETRIEVE, latency_summary, score_run, tune
 from hybrid_qpr.resources import resolve_model
 
@@ -67,36 +66,6 @@ def own_documents(queries: Mapping[str, str], corpus: Mapping[str, str]) -> set[
 def drop_own(run: Mapping[str, Sequence[str]], own: set[str], retrieve: int = RETRIEVE) -> dict[str, list[str]]:
     """Each list without its query's own id (for the queries in ``own``), cut to ``retrieve``."""
     return {qid: [doc for doc in ranked if not (qid in own and doc == qid)][:retrieve] for qid, ranked in run.items()}
-
-
-def withheld_ids(beir_dir: Path, used: set[str]) -> set[str]:
-    """Every query and document id judged in a qrels file of a split not in ``used``."""
-    ids: set[str] = set()
-    for path in sorted((beir_dir / "qrels").glob("*.tsv")):
-        if path.stem not in used:
-            for query, grades in load_qrels(path).items():
-                ids.add(query)
-                ids.update(grades)
-    return ids
-
-
-def select(corpus: Mapping[str, str], queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *,
-           n_queries: int, n_tune: int, n_docs: int, withheld: set[str], seed: int):
-    """``(corpus subset, eval query ids, tune query ids)``: seeded disjoint samples of the judged
-    queries whose relevant documents are all in the corpus, and a corpus of every document
-    they judge or are, filled with other non-withheld documents (seeded) up to ``n_docs``.
-    The subset keeps the corpus file's order."""
-    judged = sorted(q for q in queries if q not in withheld
-                    and any(g > 0 for g in qrels[q].values()) and all(d in corpus for d in qrels[q]))
-    if not judged:
-        raise ConfigError("no judged query has its documents in the corpus")
-    random.Random(seed).shuffle(judged)
-    eval_ids, tune_ids = judged[:n_queries], judged[n_queries:n_queries + n_tune]
-    needed = {d for q in eval_ids + tune_ids for d in qrels[q]} | {q for q in eval_ids + tune_ids if q in corpus}
-    others = sorted(d for d in corpus if d not in needed and d not in withheld)
-    random.Random(seed + 1).shuffle(others)
-    keep = needed | set(others[:max(0, n_docs - len(needed))])
-    return {d: t for d, t in corpus.items() if d in keep}, sorted(eval_ids), sorted(tune_ids)
 
 
 def folder_bytes(path: Path) -> int:
@@ -207,7 +176,7 @@ def main() -> None:
 def run(args, engines: list[str]) -> dict:
     corpus, queries, qrels = load_beir(args.beir, args.split)
     withheld = withheld_ids(args.beir, {args.split})
-    corpus, eval_ids, tune_ids = select(corpus, queries, qrels, n_queries=args.queries, n_tune=args.tune_queries,
+    corpus, eval_ids, tune_ids = select_subset(corpus, queries, qrels, n_queries=args.queries, n_tune=args.tune_queries,
                                         n_docs=args.docs, withheld=withheld, seed=args.seed)
     eval_queries = {q: queries[q] for q in eval_ids}
     own = own_documents(queries, corpus)

@@ -256,6 +256,12 @@ def _describe(defaults: Mapping[str, Any]) -> str:
         parts.append(f"depth {defaults['depth']}")
     if (defaults.get("reranker") or {}).get("depth"):
         parts.append(f"reranker depth {defaults['reranker']['depth']}")
+    chosen = (defaults.get("chosen_on") or {}).get("domains") or {}
+    if chosen:  # benchmarks/choose_fusion_default.py: each domain's margin over its better single mode
+        worst = min(float(d.get("margin", 0.0)) for d in chosen.values())
+        held = "at least the better of BM25 and kNN on each" if worst >= 0 else \
+            f"within {-worst:.3f} of the better of BM25 and kNN on each"
+        parts.append(f"chosen on {len(chosen)} development domains ({', '.join(chosen)}), {held}")
     tuned = defaults.get("tuned") or {}
     if tuned.get("metric") and tuned.get("value") is not None:
         on = f" on {tuned['on']}" if tuned.get("on") else ""

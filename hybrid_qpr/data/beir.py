@@ -127,12 +127,14 @@ def _load_texts(path: Path, with_title: bool) -> dict[str, str]:
     return {ident: text for _, ident, text, _ in iter_beir_records(path, with_title)}
 
 
-def load_beir(beir_dir: str | Path, split: EvalSplit) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]:
-    """``(corpus, queries, qrels)`` of one eval split: corpus id -> text (a non-empty BEIR
-    title is prefixed to the text), the queries judged in ``qrels/<split>.tsv``, and the
-    qrels. Works on any BEIR-layout directory, not only ours."""
-    if split not in ("val", "test"):
-        raise ConfigError(f"split={split!r}: BEIR eval sets here are 'val' or 'test'")
+def load_beir(beir_dir: str | Path, split: EvalSplit | Literal["train"]
+              ) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]:
+    """``(corpus, queries, qrels)`` of one split: corpus id -> text (a non-empty BEIR title is
+    prefixed to the text), the queries judged in ``qrels/<split>.tsv``, and the qrels. Works on
+    any BEIR-layout directory, not only ours. The commands evaluate on val or test; ``train``
+    (a BEIR set that ships one, such as SemEval's) is for development benchmarks."""
+    if split not in (*EVAL_SPLITS, "train"):
+        raise ConfigError(f"split={split!r}: BEIR splits here are 'train', 'val' or 'test'")
     beir_dir = Path(beir_dir)
     for needed in ("corpus.jsonl", "queries.jsonl", f"qrels/{split}.tsv"):
         if not (beir_dir / needed).is_file():

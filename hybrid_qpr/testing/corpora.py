@@ -6,7 +6,7 @@ without any data download:
 * ``example_documents`` - the committed examples/ bank (300 questions in paraphrase groups)
   less ``examples_held_out``, one question of each val and test group with its qrels;
 * ``paraphrase_answers_tsv`` - an answer-selection set (WikiQA layout) on which kNN beats BM25
-  and RRF 0.5, so an untuned hybrid is below kNN alone;
+  and RRF 0.5, so an untuned hybrid is below kNN alone (with ``model_without_fusion_defaults``);
 * ``topic_clusters`` - paraphrase clusters drawn from four topic words each, so a model learns
   them in seconds; ``write_dataset_dir`` writes them as `dataset build` leaves a dataset;
 * ``write_community_qa`` - a forum set in the SemEval-2016 Task 3 layout (each question with its
@@ -67,6 +67,19 @@ def write_paraphrase_answers(out_dir: Path) -> Path:
     (out_dir / "answers.tsv").write_text(paraphrase_answers_tsv(), encoding="utf-8")
     build_answer_selection(out_dir / "answers.tsv", out_dir / "dataset", split_name="val")
     return out_dir / "dataset" / "beir"
+
+
+def model_without_fusion_defaults(model_dir: Path, out_dir: Path) -> Path:
+    """A copy of the encoder directory ``model_dir`` at ``out_dir`` whose config.json carries no
+    fusion defaults, so an index ``ingest`` builds with it fuses with RRF 0.5 until tuned (the
+    bundled models carry defaults chosen on development domains)."""
+    import shutil
+
+    model = Path(shutil.copytree(model_dir, out_dir))
+    config = json.loads((model / "config.json").read_text(encoding="utf-8"))
+    config.pop("fusion_defaults", None)
+    (model / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return model
 
 
 def held_out_questions() -> list[str]:

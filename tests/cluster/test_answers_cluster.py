@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 
 import pytest
 from click.testing import CliRunner
@@ -24,7 +23,7 @@ from hybrid_qpr.data.documents import iter_documents
 from hybrid_qpr.evaluation.evaluator import evaluate
 from hybrid_qpr.evaluation.tasks import query_filters_from
 from hybrid_qpr.search import HybridSearcher
-from hybrid_qpr.testing.corpora import write_paraphrase_answers
+from hybrid_qpr.testing.corpora import model_without_fusion_defaults, write_paraphrase_answers
 
 pytestmark = pytest.mark.cluster
 
@@ -86,7 +85,7 @@ def test_cluster_ingest_gives_the_index_its_model_tuned_fusion(tmp_path, cluster
     model: the fresh index's untuned hybrid is the tuned one, at least the better single mode,
     where RRF 0.5 is below kNN alone (``corpora.paraphrase_answers_tsv``)."""
     beir = write_paraphrase_answers(tmp_path / "answers")
-    model = shutil.copytree(committed_encoder.model_dir, tmp_path / "model")
+    model = model_without_fusion_defaults(committed_encoder.model_dir, tmp_path / "model")
     engine = [f"--{cluster_engine}", cluster_url]
     tuned_index, fresh_index = f"{cluster_backend.index}-tuned", cluster_backend.index
 

@@ -5,7 +5,6 @@ better single mode: shown on a synthetic answer set where RRF 0.5 is below kNN a
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 from click.testing import CliRunner
@@ -14,7 +13,7 @@ from hybrid_qpr.cli.main import cli
 from hybrid_qpr.encoders import Encoder
 from hybrid_qpr.fusion import check_fusion_defaults
 from hybrid_qpr.errors import ConfigError
-from hybrid_qpr.testing.corpora import write_paraphrase_answers
+from hybrid_qpr.testing.corpora import model_without_fusion_defaults, write_paraphrase_answers
 
 
 def _run(args):
@@ -32,8 +31,8 @@ def _metrics(tmp_path, beir, index, name, *more):
 
 @pytest.fixture()
 def own_model(tmp_path, committed_encoder):
-    """A copy of the committed model, whose config.json the test may write."""
-    return shutil.copytree(committed_encoder.model_dir, tmp_path / "model")
+    """A copy of the committed model that carries no fusion defaults, whose config.json the test may write."""
+    return model_without_fusion_defaults(committed_encoder.model_dir, tmp_path / "model")
 
 
 def test_ingest_gives_an_index_the_model_tuned_fusion(tmp_path, own_model):
@@ -94,3 +93,26 @@ def test_save_to_model_and_dry_run_exclude_each_other(tmp_path):
     beir = write_paraphrase_answers(tmp_path / "answers")
     result = _run(["tune", "--beir", str(beir), "--index", str(tmp_path / "idx"), "--dry-run", "--save-to-model"])
     assert result.exit_code == 2 and "give one of them" in result.output
+
+
+def test_the_default_model_carries_a_fusion_chosen_on_several_domains_that_holds_untuned(tmp_path, committed_encoder):
+    """The default model's fusion defaults were chosen on several development domains at once
+    (``benchmarks/choose_fusion_default.py``); on the bundled support bank, one of them and the one
+    a test can reach, an index that was never tuned ranks its hybrid at least as well as the
+    better of BM25 and kNN, on the val split and on the test split the choice never saw."""
+    from pathlib import Path
+
+    carried = check_fusion_defaults(committed_encoder.config["fusion_defaults"], "config.json")
+    domains = carried["chosen_on"]["domains"]
+    assert len(domains) >= 5 and "support" in domains and all(d["margin"] >= 0 for d in domains.values()), domains
+    beir = Path(__file__).resolve().parents[2] / "examples" / "support" / "beir"
+    index = str(tmp_path / "idx")
+    ingested = _run(["ingest", str(beir / "corpus.jsonl"), "--index", index])
+    assert ingested.exit_code == 0 and f"chosen on {len(domains)} development domains" in ingested.output, ingested.output
+    for split in ("val", "test"):
+        out = tmp_path / split
+        result = _run(["evaluate", "--beir", str(beir), "--split", split, "--index", index, "--modes", "bm25,knn,hybrid",
+                       "--out", str(out), "--no-plot"])
+        assert result.exit_code == 0, result.output
+        mrr = {mode: row["metrics"]["MRR@20"] for mode, row in json.loads((out / "report.json").read_text())["results"].items()}
+        assert mrr["hybrid"] >= max(mrr["bm25"], mrr["knn"]), (split, mrr)

@@ -75,8 +75,12 @@ def test_tune_says_which_it_kept(tmp_path):
     assert run("ingest", str(corpus), "--index", str(tmp_path / "idx")).exit_code == 0
     out = run("tune", "--beir", str(beir), "--index", str(tmp_path / "idx"), "--max-queries", "10")
     assert out.exit_code == 0, out.output
-    assert "best grid point (" in out.output and "untuned prior (rrf alpha 0.5)" in out.output
-    assert ("so the prior rrf alpha 0.5 is kept" in out.output) or ("is above 0, so the tuned" in out.output)
+    from hybrid_qpr.encoders import Encoder
+
+    prior = untuned_prior(Encoder.load(None))  # the default model's fusion defaults
+    said = f"{prior['fusion']} alpha {prior['alpha']:.1f}"
+    assert "best grid point (" in out.output and f"untuned prior ({said})" in out.output
+    assert (f"so the prior {said} is kept" in out.output) or ("is above 0, so the tuned" in out.output)
     stored = json.loads((tmp_path / "idx" / "manifest.json").read_text())["fusion"]
     assert stored["tuned"]["kept"] in ("prior", "tuned") and "gain_over_prior" in stored["tuned"]
 
