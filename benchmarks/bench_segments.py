@@ -2,9 +2,14 @@
 
 Steps (each its own command, so peak memory is measured per step by ``/usr/bin/time -v``):
 
-``data``   writes the corpus: every distinct question of a Quora pairs file, then numbered
-           variants of them (``"<question> 2"``, ``"<question> 3"``, ...) up to ``--n``
-           documents, plus ``add.jsonl`` (1,000 new documents) and ``queries.txt``.
+``data``   writes the corpus: every distinct question of one or more pairs files (Quora's,
+           then WikiAnswers'), then numbered variants of them (``"<question> 2"``,
+           ``"<question> 3"``, ...) up to ``--n`` documents, plus ``add.jsonl`` (1,000 new
+           documents) and ``queries.txt``.
+``dups``   writes a bank of near-duplicates as FAQ logs and support tickets are: ``--n`` short
+           questions drawn (seeded) from few templates (``NEAR_DUPLICATE_PARTS``: 8 x 12 x 10 x 9
+           = 8,640 texts), so each text comes back about ``n / 8,640`` times under its own id;
+           plus ``queries.txt`` (other draws of the same parts).
 ``add``    times opening an index and ingesting ``add.jsonl`` into it (the library call;
            the CLI adds its start-up, measured separately with ``time``).
 ``query``  p50/p95 ms of the BM25 list, the kNN list (query vectors encoded beforehand)
@@ -23,6 +28,7 @@ Usage (the numbers in docs/search.md; the machine is shared, so they are noisy):
     python benchmarks/bench_segments.py query /work/data/seg-bench/idx-merged --queries /work/data/seg-bench/queries.txt
     python benchmarks/bench_segments.py add /work/data/seg-bench/idx --docs /work/data/seg-bench/add.jsonl
     python benchmarks/bench_segments.py bm25 /work/data/quora/beir/corpus.jsonl --queries /work/data/quora/beir/queries.jsonl
+    python benchmarks/bench_segments.py dups --n 300000 --out /work/data/dup300k
 """
 
 from __future__ import annotations
@@ -43,9 +49,37 @@ from hybrid_qpr.evaluation.evaluator import latency_summary
 from hybrid_qpr.search import HybridSearcher
 
 
-def make_data(pairs: str, out: Path, n: int, n_add: int, n_queries: int) -> None:
+# a support desk's questions: an opening, a verb, a thing, an ending (8 x 12 x 10 x 9 texts)
+NEAR_DUPLICATE_PARTS = (
+    ("how do i", "how can i", "i want to", "i need to", "can i", "where do i", "is it possible to", "help me"),
+    ("reset", "change", "update", "delete", "recover", "verify", "add", "remove", "find", "edit", "cancel", "transfer"),
+    ("my password", "my email address", "my account", "my username", "my phone number", "my order",
+     "my subscription", "my payment method", "my profile picture", "my shipping address"),
+    ("", "?", " please", " today", " on the app", " on the website", " from my phone", " quickly", " again"),
+)
+
+
+def make_near_duplicates(out: Path, n: int, n_queries: int, seed: int = 7) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    questions = list(dict.fromkeys(doc.text for _, doc in iter_documents(pairs, bad_lines=BadLines("skip"))))
+    rng = np.random.default_rng(seed)
+
+    def draw(count: int) -> list[str]:
+        picks = [rng.integers(len(part), size=count) for part in NEAR_DUPLICATE_PARTS]
+        return [f"{a} {b} {c}{d}" for a, b, c, d in zip(*(np.asarray(part, dtype=object)[p]
+                                                         for part, p in zip(NEAR_DUPLICATE_PARTS, picks)))]
+
+    texts = draw(n)
+    with open(out / "corpus.jsonl", "w", encoding="utf-8") as fh:
+        for i, text in enumerate(texts):
+            fh.write(json.dumps({"id": f"d{i}", "text": text}) + "\n")
+    (out / "queries.txt").write_text("".join(t + "\n" for t in draw(n_queries)), encoding="utf-8")
+    print(f"{n} documents, {len(set(texts))} distinct texts -> {out}")
+
+
+def make_data(pairs: list[str], out: Path, n: int, n_add: int, n_queries: int) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    questions = list(dict.fromkeys(doc.text for path in pairs
+                                   for _, doc in iter_documents(path, bad_lines=BadLines("skip"))))
     rng = np.random.default_rng(7)
     with open(out / "corpus.jsonl", "w", encoding="utf-8") as fh:
         for i in range(n):
@@ -135,11 +169,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="step", required=True)
     data = sub.add_parser("data")
-    data.add_argument("pairs")
+    data.add_argument("pairs", nargs="+")
     data.add_argument("--out", type=Path, required=True)
     data.add_argument("--n", type=int, default=1_000_000)
     data.add_argument("--add", type=int, default=1_000)
     data.add_argument("--queries", type=int, default=300)
+    dups = sub.add_parser("dups")
+    dups.add_argument("--out", type=Path, required=True)
+    dups.add_argument("--n", type=int, default=300_000)
+    dups.add_argument("--queries", type=int, default=300)
     add = sub.add_parser("add")
     add.add_argument("index", type=Path)
     add.add_argument("--docs", type=Path, required=True)
@@ -154,6 +192,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.step == "data":
         make_data(args.pairs, args.out, args.n, args.add, args.queries)
+    elif args.step == "dups":
+        make_near_duplicates(args.out, args.n, args.queries)
     elif args.step == "bm25":
         print(json.dumps(bench_bm25(args.corpus, args.queries, args.limit), indent=2))
     elif args.step == "add":
