@@ -234,11 +234,24 @@ class HybridSearcher:
         self.reranker_depth = int(reranker_depth)
 
     # ------------------------------------------------------------------ settings
+    @property
+    def fusion_defaults(self) -> Mapping[str, Any]:
+        """What an untuned hybrid search of this index uses: the index's own defaults (its
+        ``tune``, or those ``ingest`` adopted from the model); else, for an index built through the
+        library that has none, the fusion defaults its model carries (``untuned_prior`` is the same
+        rule); else none (RRF alpha 0.5)."""
+        from hybrid_qpr.artifacts import ENCODER_FUSION_DEFAULTS
+
+        own = self.backend.fusion_defaults
+        if own:
+            return own
+        return (getattr(self.encoder, "config", None) or {}).get(ENCODER_FUSION_DEFAULTS) or {}
+
     def resolve(self, request: SearchRequest) -> SearchRequest:
         """``request`` checked and resolved against this index's tuned defaults (read once) and
         this searcher's reranker (``search_request.resolve``), with the query's encoding attached
         (``request.vector``: one computed before, e.g. for a batch; else computed on first use)."""
-        resolved = resolve(request, self.backend.fusion_defaults,
+        resolved = resolve(request, self.fusion_defaults,
                            reranker_depth=self.reranker_depth if self.reranker is not None else 0)
         if self.encoder is None and resolved.mode != "bm25" and request.vector is None:
             raise ConfigError(f"mode {resolved.mode!r} needs the index's model to encode the query; "
@@ -254,19 +267,19 @@ class HybridSearcher:
     def fusion_settings(self, fusion: str | None, alpha: float | None) -> tuple[str, float]:
         """The hybrid mode's fusion and alpha (``resolve``): explicit arguments win; else the
         index's tuned defaults; else RRF with alpha 0.5."""
-        used = resolve(SearchRequest(text="", fusion=fusion, alpha=alpha), self.backend.fusion_defaults)
+        used = resolve(SearchRequest(text="", fusion=fusion, alpha=alpha), self.fusion_defaults)
         return used.fusion, used.alpha  # type: ignore[return-value]
 
     def fusion_extras(self, fusion: str, bounds: Mapping | None, signals: Signals | Mapping | None
                       ) -> tuple[dict[str, fusion_lib.Bounds], Signals | None]:
         """Min-max ``bounds`` and business ``signals`` as a hybrid search with ``fusion`` uses
         them (``search_request.fusion_extras`` over the index's tuned defaults)."""
-        return fusion_extras(fusion, bounds, signals, self.backend.fusion_defaults)
+        return fusion_extras(fusion, bounds, signals, self.fusion_defaults)
 
     def fusion_depth(self, depth: int | None, need: int) -> int:
         """Candidates per list: explicit ``depth``, else the tuned one, else ``DEFAULT_DEPTH``;
         never less than the ``need`` results asked for."""
-        return resolve(SearchRequest(text="", depth=depth, top_k=max(need, 1)), self.backend.fusion_defaults).list_depth
+        return resolve(SearchRequest(text="", depth=depth, top_k=max(need, 1)), self.fusion_defaults).list_depth
 
     @keyword_signature
     def request(self, query: str, **settings: Any) -> SearchRequest:

@@ -48,14 +48,18 @@ def search_template_body(model_id: str, depth: int, size: int = 10, text: str = 
                          vector: str = "embedding") -> dict[str, Any]:
     """A stored mustache template of the hybrid query: BM25 ``match`` on ``text`` and a ``neural``
     query (the cluster embeds the text with ``model_id``) on ``vector``, each taking ``depth``
-    candidates (HNSW candidate list as the client's kNN: ``KNN_CANDIDATES``, at least ``depth``).
+    candidates (HNSW candidate list as the client's kNN: ``KNN_CANDIDATES``, at least ``depth``;
+    ``pagination_depth``, so a page of ``size`` is fused from lists of ``depth``).
     The only parameter a caller must send is ``query_text`` (``size`` is optional).
     Mustache escapes the text for JSON, so quotes in a question cannot break the query."""
     from hybrid_qpr.backends.cluster.backend import KNN_CANDIDATES
 
-    source = ('{"size": {{size}}{{^size}}%d{{/size}}, "_source": ["%s", "metadata"], "query": {"hybrid": {"queries": ['
+    # pagination_depth (neural-search 2.19+): each sub-query keeps its top ``depth`` whatever the
+    # page's size, so min-max, z-score and L2 normalise over the lists the client's fusion sees
+    source = ('{"size": {{size}}{{^size}}%d{{/size}}, "_source": ["%s", "metadata"], "query": {"hybrid": {'
+              '"pagination_depth": %d, "queries": ['
               '{"match": {"%s": {"query": "{{query_text}}"}}}, '
               '{"neural": {"%s": {"query_text": "{{query_text}}", "model_id": "%s", "k": %d, '
               '"method_parameters": {"ef_search": %d}}}}]}}}'
-              % (size, text, text, vector, model_id, depth, max(depth, KNN_CANDIDATES)))
+              % (size, text, depth, text, vector, model_id, depth, max(depth, KNN_CANDIDATES)))
     return {"script": {"lang": "mustache", "source": source}}

@@ -171,7 +171,7 @@ class Workbench:
         judgments = self.store.load()
         with self._lock.reading():
             count = self.searcher.backend.count()
-            defaults = self.searcher.backend.fusion_defaults
+            defaults = self.searcher.fusion_defaults
         return {"status": "ok", "api": API_VERSION, "index": self.index, "backend": self.backend, "documents": count,
                 "model": Path(str(self.searcher.encoder.model_dir)).name,
                 "fusion_defaults": {k: defaults[k] for k in ("fusion", "alpha", "depth") if k in defaults},
@@ -342,7 +342,7 @@ class Workbench:
     # ------------------------------------------------------------------ helpers
     def _settings(self, request: SearchRequest) -> dict[str, Any]:
         """The hybrid settings ``request`` implies, whichever its mode (the page's status line)."""
-        hybrid = resolve(request.replace(mode="hybrid"), self.searcher.backend.fusion_defaults)
+        hybrid = resolve(request.replace(mode="hybrid"), self.searcher.fusion_defaults)
         return {"fusion": hybrid.fusion, "alpha": hybrid.alpha, "depth": hybrid.list_depth}
 
     def _judged(self, text: str) -> dict[str, int]:

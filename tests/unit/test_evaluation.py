@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from hybrid_qpr.backends.local import LocalIndex
-from hybrid_qpr.evaluation.evaluator import WARM_UP_QUERIES, evaluate, latency_summary, sample_queries, score_run, tune
+from hybrid_qpr.evaluation.evaluator import (WARM_UP_QUERIES, evaluate, latency_summary, sample_queries, score_run, tune,
+                                             untuned_prior)
 from hybrid_qpr.evaluation.report import write_report
 from hybrid_qpr.search import HybridSearcher
 
@@ -55,7 +56,8 @@ def test_evaluate_drops_the_query_itself_and_times_each_mode(bank):
     # the query itself is in the corpus and would be rank 1 in bm25 mode without drop_self
     identity = {q: {q: 1} for q in queries}
     assert evaluate(searcher, queries, identity, modes=("bm25",))["bm25"]["metrics"]["H@10"] == 0.0
-    assert results["hybrid"]["settings"]["fusion"] == "rrf"
+    # an index built through the library has no defaults of its own: it fuses as its model says (untuned_prior)
+    assert results["hybrid"]["settings"]["fusion"] == untuned_prior(searcher.encoder)["fusion"]
 
 
 def test_tuned_hybrid_is_never_worse_than_the_better_single_mode(bank):

@@ -243,6 +243,26 @@ def test_calibrate_ef_picks_the_smallest_ladder_step_that_meets_both_targets(met
     assert measured(EF_LADDER[EF_LADDER.index(ef) - 1])[criterion] < target
 
 
+@pytest.mark.parametrize("metric_name", ["METRIC_L2", "METRIC_INNER_PRODUCT"])
+def test_the_exact_pass_of_a_calibration_on_two_threads_gives_the_scores_of_one(monkeypatch, metric_name):
+    """The calibration's exact neighbours run their parts of probes on worker threads: the same
+    parts, each on one OpenMP thread, so every score and row is the one a single thread finds."""
+    import faiss
+
+    from hybrid_qpr.backends.local import vectors as vectors_module
+
+    monkeypatch.setattr(vectors_module, "EXACT_PART_VALUES", 40 * 3000)  # 40 probes a part: 8 parts
+    rng = np.random.default_rng(5)
+    stored = rng.normal(size=(3000, 16)).astype(np.float32)
+    probes = np.ascontiguousarray(stored[rng.choice(3000, 300, replace=False)])
+    metric = getattr(faiss, metric_name)
+    one = vectors_module.exact_neighbours(probes, stored, metric, workers=1)
+    two = vectors_module.exact_neighbours(probes, stored, metric, workers=2)
+    assert np.array_equal(one[0], two[0]) and np.array_equal(one[1], two[1])
+    whole = faiss.knn(probes, stored, 11, metric)  # and the parts are the whole
+    assert np.array_equal(whole[1], two[1]) and np.allclose(whole[0], two[0], rtol=1e-5, atol=1e-4)
+
+
 def test_calibrate_ef_does_not_count_swapped_duplicates_as_misses():
     """Four stored copies of every vector (numbered variants of a question encode alike): which
     copy comes first, and which copies fill the top 10, is a tie, not a loss, so an easy

@@ -83,7 +83,7 @@ def test_evaluate_compares_modes_exports_runs_and_scores_them_again(index, tmp_p
            "--out", str(out), "--history", str(history))
     shown = invoke("history", str(history)).output
     assert "#1" in shown and "#2" in shown and "#2 against #1" in shown and "fusion=minmax" in shown
-    summary = json.loads(invoke("history", str(history), "--json").output)
+    summary = json.loads(invoke("history", str(history), "--json").stdout)  # stderr may name a drop
     assert len(summary["trend"]["hybrid"]["MRR@20"]) == 2 and summary["trend"]["knn"]["MRR@20"][1] is None
 
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
@@ -194,18 +195,28 @@ def calibrate_ef(index, vectors: np.ndarray, distance: Distance, sample: int = E
     return ef
 
 
-def exact_neighbours(probes: np.ndarray, vectors: np.ndarray, metric: int) -> tuple[np.ndarray, np.ndarray]:
+def exact_neighbours(probes: np.ndarray, vectors: np.ndarray, metric: int,
+                     workers: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The exact top 11 of each probe among ``vectors`` (scores, rows), in parts of probes so
     that progress shows (``progress.steps``): at a million vectors it is the larger part of a
-    calibration."""
+    calibration. The parts run on ``workers`` threads (default: one per CPU), each part's FAISS
+    call on one OpenMP thread as before, so every score is the one a single thread computes;
+    FAISS releases the GIL, and two cores take half the time."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from hybrid_qpr.progress import steps
 
     faiss = require("faiss", feature="the local index")
     part = max(1, EXACT_PART_VALUES // max(1, len(vectors)))
-    found = [faiss.knn(probes[start:start + part], vectors, 11, metric)
-             for start in steps(range(0, len(probes), part), len(probes),
-                                f"efSearch calibration: exact neighbours of probes among {len(vectors):,} documents",
-                                weight=lambda start: min(part, len(probes) - start), documents=len(vectors))]
+    starts = range(0, len(probes), part)
+    workers = max(1, min(len(starts), workers or os.cpu_count() or 1))
+    # OpenMP's thread count is each thread's own setting: a worker sets its own to one
+    with ThreadPoolExecutor(workers, thread_name_prefix="exact-neighbours", initializer=faiss.omp_set_num_threads,
+                            initargs=(1,)) as pool:
+        running = [(start, pool.submit(faiss.knn, probes[start:start + part], vectors, 11, metric)) for start in starts]
+        found = [future.result() for _, future in steps(
+            running, len(probes), f"efSearch calibration: exact neighbours of probes among {len(vectors):,} documents",
+            weight=lambda item: min(part, len(probes) - item[0]), documents=len(vectors))]
     return np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
 
 
