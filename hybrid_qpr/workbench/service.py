@@ -171,10 +171,15 @@ class Workbench:
         judgments = self.store.load()
         with self._lock.reading():
             count = self.searcher.backend.count()
-            defaults = self.searcher.fusion_defaults
+            stored, in_use = self.searcher.backend.fusion_defaults or {}, self.searcher.fusion_defaults
+        # where an untuned hybrid's fusion comes from: this index's tune, its model (copied by ingest or
+        # read at query time), or the package defaults
+        source = "tune" if stored and not stored.get("from_model") else "model" if in_use else "package"
+        used = resolve(SearchRequest(text="", mode="hybrid"), in_use)
         return {"status": "ok", "api": API_VERSION, "index": self.index, "backend": self.backend, "documents": count,
                 "model": Path(str(self.searcher.encoder.model_dir)).name,
-                "fusion_defaults": {k: defaults[k] for k in ("fusion", "alpha", "depth") if k in defaults},
+                "fusion_defaults": {k: stored[k] for k in ("fusion", "alpha", "depth") if k in stored},
+                "fusion_in_use": {"fusion": used.fusion, "alpha": used.alpha, "depth": used.depth, "from": source},
                 "modes": self.list_names, "fusions": list(fusion_lib.FUSION_METHODS), "defaults": search_defaults(),
                 "judgments": judgments.count,
                 "reranker": None if self.searcher.reranker is None else {

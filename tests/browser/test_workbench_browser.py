@@ -39,8 +39,8 @@ def browser():
 def test_page_passes_every_declared_option_and_shows_the_request_it_got(browser, tmp_path, committed_encoder):
     """A search option the page has no control for (``depth``, ``autocut``: declared once in
     ``search_request.SEARCH_OPTIONS``) passes from the page's address to the API, and the
-    status line's tooltip shows the request the search used; the untuned label reads the
-    package defaults from ``/api/health``."""
+    status line's tooltip shows the request the search used; the untuned label reads the fusion in
+    use and where it comes from (here the model's) from ``/api/health``."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -54,7 +54,9 @@ def test_page_passes_every_declared_option_and_shows_the_request_it_got(browser,
         wait.until(lambda d: "depth 45" in d.find_element(By.ID, "status").text)
         shown = browser.find_element(By.ID, "status").get_attribute("title").splitlines()
         assert "depth: 45" in shown and "autocut: 1" in shown and "top_k: 5" in shown, shown
-        assert f"untuned ({DEFAULT_FUSION} α={DEFAULT_ALPHA})" in browser.find_element(By.ID, "health").text
+        carried = committed_encoder.config.get("fusion_defaults")  # an index with none of its own fuses as its model says
+        assert (f"fusion {carried['fusion']} α={carried['alpha']} (the model's, untuned)" if carried else
+                f"untuned ({DEFAULT_FUSION} α={DEFAULT_ALPHA})") in browser.find_element(By.ID, "health").text
         assert "depth=45" in browser.current_url and "autocut=1" in browser.current_url  # kept in the link
         assert "reranker" not in browser.find_element(By.ID, "health").text
     bundled = resources.model_dir().parent / "reranker-minilm-l6-int8"

@@ -84,8 +84,9 @@ async function loadSession() {
 async function loadHealth() {
   try {
     const h = await api("/api/health");
-    const f = h.fusion_defaults.fusion ? `tuned fusion ${h.fusion_defaults.fusion} α=${h.fusion_defaults.alpha}`
-      : `untuned (${h.defaults.fusion} α=${h.defaults.alpha})`;
+    const u = h.fusion_in_use;  // tuned on this index, the model's (untuned), or the package defaults
+    const f = u.from === "tune" ? `tuned fusion ${u.fusion} α=${u.alpha}`
+      : u.from === "model" ? `fusion ${u.fusion} α=${u.alpha} (the model's, untuned)` : `untuned (${u.fusion} α=${u.alpha})`;
     if (!$("#alpha-on").checked) $("#alpha").value = h.defaults.alpha;  // the package default, from the server
     const second = h.reranker ? ` · reranker ${h.reranker.model} (top ${h.reranker.depth})` : "";  // which cross-encoder re-reads the hits
     $("#health").textContent = `${h.index} · ${h.backend} · ${h.documents.toLocaleString()} documents · model ${h.model} · ${f}${second}`;
