@@ -322,7 +322,9 @@ def test_query_follows_the_tuned_second_stage_and_says_when_it_is_off(exported, 
     fingerprint = Reranker(reranker_dir).fingerprint
     index = LocalIndex.create(tmp_path / "idx", committed_encoder)
     index.ingest(question_bank[:40], committed_encoder, show_progress=False)
-    base = ["query", "how do i change my email address", "--index", str(tmp_path / "idx"), "--json", "-k", "4"]
+    # the fusion given, so the first stage is the same before and after the index's defaults are stored
+    base = ["query", "how do i change my email address", "--index", str(tmp_path / "idx"), "--json", "-k", "4",
+            "--fusion", "rrf", "--alpha", "0.5"]
     runner = CliRunner()
     plain = json.loads(runner.invoke(cli, base).output)["hits"]
     with_reranker = [*base, "--reranker", str(reranker_dir)]
