@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from hybrid_qpr.backends.opensearch import OpenSearchBackend
 from hybrid_qpr.cli.main import cli
+from hybrid_qpr.fusion import DEFAULT_ALPHA
 
 QUESTIONS = Path(__file__).resolve().parents[2] / "examples" / "questions.jsonl"
 
@@ -44,9 +46,15 @@ def test_cli_ingest_query_every_mode_and_pipelines(cluster_url, cluster_client, 
 
     output = _run("search-pipeline", "install", "--opensearch", opensearch_url, "--index", index)
     pipelines = opensearch_client.transport.perform_request("GET", "/_search/pipeline/hybrid-qpr-*")
-    expected = {"hybrid-qpr-rrf", "hybrid-qpr-minmax", "hybrid-qpr-l2"}
+    expected = {"hybrid-qpr-minmax", "hybrid-qpr-l2"}
+    # the pipelines take the index's alpha (the model's fusion defaults, adopted at ingest)
+    alpha = OpenSearchBackend(opensearch_client, index).fusion_defaults.get("alpha", DEFAULT_ALPHA)
     if not version.startswith("2."):
-        expected.add("hybrid-qpr-zscore")  # neural-search has z_score since 3.0
+        expected |= {"hybrid-qpr-zscore", "hybrid-qpr-rrf"}  # neural-search has z_score and weighted RRF since 3.0
+    elif alpha == DEFAULT_ALPHA:
+        expected.add("hybrid-qpr-rrf")  # 2.19's RRF has no weights: only equal ones
+    else:
+        assert "hybrid-qpr-rrf: rejected by the cluster" in output, output
     assert expected <= set(pipelines), output
 
     runs = [("bm25",), ("knn",), ("hybrid",), ("rerank",), ("hybrid", "--server-side"), ("rerank", "--server-side"),
