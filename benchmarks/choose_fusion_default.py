@@ -194,8 +194,9 @@ def main() -> None:
     holds = best["smallest"] >= -1e-12
     # no depth: each task keeps its own list depth
     defaults = {"fusion": best["fusion"], "alpha": best["alpha"], "chosen_on": {
-        "domains": {name: {"beir": d["beir"], "split": d["split"], "metric": d["metric"],
-                           "margin": round(best["margins"][name], 4)} for name, d in domains.items()},
+        # the domains by name (their folders are in the --out record, not in a model's config)
+        "domains": {name: {"split": d["split"], "metric": d["metric"], "margin": round(best["margins"][name], 4)}
+                    for name, d in domains.items()},
         "rule": "of the points at least each domain's better single mode, the largest mean margin" if holds else
                 "no point is at least each domain's better single mode: the largest smallest margin",
         "holds_on_every_domain": holds}}

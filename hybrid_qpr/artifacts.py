@@ -472,6 +472,12 @@ ENCODER_SIDES: tuple[str, ...] = get_args(EncoderSide)
 ENCODER_FUSION_DEFAULTS = "fusion_defaults"
 
 
+def carried_fusion_defaults(encoder) -> dict[str, Any]:
+    """The fusion defaults a loaded encoder's config.json carries (``{}`` without any, or for an
+    encoder that has no config): what an index with no defaults of its own fuses with."""
+    return (getattr(encoder, "config", None) or {}).get(ENCODER_FUSION_DEFAULTS) or {}
+
+
 def write_encoder_config(model_dir: str | Path, config: dict[str, Any]) -> dict[str, Any]:
     """Write ``model_dir/config.json`` with the format and version stamped in; return what was written."""
     written = {"format": ENCODER_FORMAT, "format_version": ENCODER_FORMAT_VERSION, **config}

@@ -240,12 +240,9 @@ class HybridSearcher:
         ``tune``, or those ``ingest`` adopted from the model); else, for an index built through the
         library that has none, the fusion defaults its model carries (``untuned_prior`` is the same
         rule); else none (RRF alpha 0.5)."""
-        from hybrid_qpr.artifacts import ENCODER_FUSION_DEFAULTS
+        from hybrid_qpr.artifacts import carried_fusion_defaults
 
-        own = self.backend.fusion_defaults
-        if own:
-            return own
-        return (getattr(self.encoder, "config", None) or {}).get(ENCODER_FUSION_DEFAULTS) or {}
+        return self.backend.fusion_defaults or carried_fusion_defaults(self.encoder)
 
     def resolve(self, request: SearchRequest) -> SearchRequest:
         """``request`` checked and resolved against this index's tuned defaults (read once) and

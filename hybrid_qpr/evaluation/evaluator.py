@@ -252,10 +252,10 @@ class TuneResult:
 def untuned_prior(encoder) -> dict[str, Any]:
     """The fusion a hybrid query uses before any tuning on this index: the fusion defaults the
     model directory carries (``tune --save-to-model``), else RRF at alpha 0.5."""
-    from hybrid_qpr.artifacts import ENCODER_FUSION_DEFAULTS
+    from hybrid_qpr.artifacts import carried_fusion_defaults
     from hybrid_qpr.fusion import DEFAULT_ALPHA, DEFAULT_FUSION
 
-    carried = (getattr(encoder, "config", None) or {}).get(ENCODER_FUSION_DEFAULTS) or {}
+    carried = carried_fusion_defaults(encoder)
     prior = {"fusion": carried.get("fusion", DEFAULT_FUSION), "alpha": float(carried.get("alpha", DEFAULT_ALPHA))}
     if carried.get("bounds"):
         prior["bounds"] = carried["bounds"]
